@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian machine (run as root): Debian
+# packages, a pinned virtual environment, the Go binaries. Every step checks
+# first, so a second run costs a few seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(zmap tshark ngtcp2-client ngtcp2-server caddy iproute2 dnsmasq-base
+              chromium firefox-esr libcap2-bin procps)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # tshark asks whether non-root users may capture; answer for it.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+  apt-get update -q >/dev/null
+  apt-get install -y -q "${missing[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+stamp=.venv/.installed
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+want=$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing Python packages (pinned, requirements.lock)"
+  .venv/bin/pip install -q --upgrade pip==24.3.1
+  .venv/bin/pip install -q -r requirements.lock
+  .venv/bin/pip install -q --no-deps -e .
+  echo "$want" > "$stamp"
+fi
+
+if [ -f go.mod ]; then
+  mkdir -p build/bin
+  for main in $(go list -f '{{if eq .Name "main"}}{{.Dir}}{{end}}' ./... 2>/dev/null); do
+    name=$(basename "$main")
+    bin=build/bin/$name
+    newest=$(find "$main" go.mod go.sum -newer "$bin" 2>/dev/null | head -n1 || true)
+    if [ ! -x "$bin" ] || [ -n "$newest" ]; then
+      echo "setup: go build $name"
+      go build -o "$bin" "./${main#$PWD/}"
+    fi
+  done
+fi
