@@ -1,0 +1,249 @@
+"""Decoder and encoder of the ``quic_transport_parameters`` TLS extension.
+
+The decoder keeps every parameter in wire order with its raw bytes and never
+raises: whatever is wrong with the input (truncation, bad varints,
+duplicates, over-long or wrong-length values, values out of range) becomes a
+Finding on the result, because a malformed extension from a server is a
+measurement, not an error.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+from tparams.registry import ParamType, spec_for
+from tparams.varint import VARINT_MAX, decode_varint, encode_varint
+
+Sender = Literal["client", "server"]
+
+MAX_CONNECTION_ID_LENGTH = 20
+STATELESS_RESET_TOKEN_LENGTH = 16
+
+# Finding kinds: a small closed vocabulary so that findings can be counted in SQL.
+TRUNCATED_ID = "truncated_id"
+TRUNCATED_LENGTH = "truncated_length"
+OVERLONG_LENGTH = "overlong_length"  # declared length runs past the extension
+BAD_VARINT = "bad_varint"  # varint value that is not exactly one varint
+DUPLICATE = "duplicate"
+BAD_LENGTH = "bad_length"  # fixed-size or structured value of the wrong size
+OUT_OF_RANGE = "out_of_range"
+SERVER_ONLY = "server_only"  # a server-only parameter sent by a client
+
+
+@dataclass(frozen=True)
+class PreferredAddress:
+    ipv4_address: str
+    ipv4_port: int
+    ipv6_address: str
+    ipv6_port: int
+    connection_id: bytes
+    stateless_reset_token: bytes
+
+
+@dataclass(frozen=True)
+class VersionInformation:
+    chosen_version: int
+    available_versions: tuple[int, ...]
+
+
+Value = Union[int, bool, bytes, PreferredAddress, VersionInformation, None]
+
+
+@dataclass(frozen=True)
+class TransportParameter:
+    position: int
+    id: int
+    name: str
+    raw: bytes
+    value: Value  # None when the raw bytes do not decode as the registered type
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    detail: str
+    position: int | None = None
+    param_id: int | None = None
+
+
+@dataclass(frozen=True)
+class DecodedParameters:
+    raw: bytes
+    parameters: tuple[TransportParameter, ...]
+    findings: tuple[Finding, ...] = field(default=())
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return tuple(p.id for p in self.parameters)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def get(self, name: str) -> Value:
+        """The value of the first parameter called ``name`` (RFC 9000 forbids a second)."""
+        for parameter in self.parameters:
+            if parameter.name == name:
+                return parameter.value
+        return None
+
+    def pairs(self) -> list[tuple[int, bytes]]:
+        return [(p.id, p.raw) for p in self.parameters]
+
+
+# Semantic limits of RFC 9000 18.2 on integer parameters: (minimum, maximum).
+_RANGES = {
+    "max_udp_payload_size": (1200, 65527),
+    "ack_delay_exponent": (0, 20),
+    "max_ack_delay": (0, (1 << 14) - 1),
+    "active_connection_id_limit": (2, VARINT_MAX),
+    "initial_max_streams_bidi": (0, 1 << 60),
+    "initial_max_streams_uni": (0, 1 << 60),
+}
+
+
+def _decode_value(spec_type: ParamType, raw: bytes) -> tuple[Value, str | None, str | None]:
+    """(value, finding kind, detail) for one parameter's raw bytes."""
+    if spec_type is ParamType.VARINT:
+        try:
+            value, end = decode_varint(raw)
+        except ValueError as exc:
+            return None, BAD_VARINT, str(exc)
+        if end != len(raw):
+            return None, BAD_VARINT, f"varint of {end} bytes in a value of {len(raw)}"
+        return value, None, None
+    if spec_type is ParamType.FLAG:
+        if raw:
+            return None, BAD_LENGTH, f"flag carries {len(raw)} bytes, must be empty"
+        return True, None, None
+    if spec_type is ParamType.CONNECTION_ID:
+        if len(raw) > MAX_CONNECTION_ID_LENGTH:
+            return None, BAD_LENGTH, f"connection id of {len(raw)} bytes (max {MAX_CONNECTION_ID_LENGTH})"
+        return raw, None, None
+    if spec_type is ParamType.STATELESS_RESET_TOKEN:
+        if len(raw) != STATELESS_RESET_TOKEN_LENGTH:
+            return None, BAD_LENGTH, f"stateless reset token of {len(raw)} bytes (must be 16)"
+        return raw, None, None
+    if spec_type is ParamType.PREFERRED_ADDRESS:
+        return _decode_preferred_address(raw)
+    if spec_type is ParamType.VERSION_INFORMATION:
+        if len(raw) < 4 or len(raw) % 4:
+            return None, BAD_LENGTH, f"version_information of {len(raw)} bytes (4*n, n >= 1)"
+        versions = [int.from_bytes(raw[i : i + 4], "big") for i in range(0, len(raw), 4)]
+        return VersionInformation(versions[0], tuple(versions[1:])), None, None
+    return raw, None, None
+
+
+def _decode_preferred_address(raw: bytes) -> tuple[Value, str | None, str | None]:
+    # 4 + 2 + 16 + 2 bytes of addresses, 1 length byte, the cid, 16 token bytes.
+    if len(raw) < 41:
+        return None, BAD_LENGTH, f"preferred_address of {len(raw)} bytes (min 41)"
+    cid_length = raw[24]
+    if len(raw) != 41 + cid_length or cid_length > MAX_CONNECTION_ID_LENGTH:
+        return None, BAD_LENGTH, f"preferred_address of {len(raw)} bytes with a {cid_length}-byte cid"
+    return (
+        PreferredAddress(
+            ipv4_address=str(ipaddress.IPv4Address(raw[0:4])),
+            ipv4_port=int.from_bytes(raw[4:6], "big"),
+            ipv6_address=str(ipaddress.IPv6Address(raw[6:22])),
+            ipv6_port=int.from_bytes(raw[22:24], "big"),
+            connection_id=raw[25 : 25 + cid_length],
+            stateless_reset_token=raw[25 + cid_length :],
+        ),
+        None,
+        None,
+    )
+
+
+def decode_transport_parameters(data: bytes, sender: Sender | None = None) -> DecodedParameters:
+    """Decode the extension body; never raises.
+
+    ``sender`` enables the role checks (a client must not send server-only
+    parameters). Parsing stops at the first structural break (a truncated id
+    or length, or a length past the end) because nothing after it can be
+    framed; everything before it is kept.
+    """
+    data = bytes(data)
+    parameters: list[TransportParameter] = []
+    findings: list[Finding] = []
+    seen: set[int] = set()
+    offset = 0
+    while offset < len(data):
+        position = len(parameters)
+        try:
+            param_id, after_id = decode_varint(data, offset)
+        except ValueError as exc:
+            findings.append(Finding(TRUNCATED_ID, f"at byte {offset}: {exc}", position))
+            break
+        try:
+            length, after_length = decode_varint(data, after_id)
+        except ValueError as exc:
+            findings.append(Finding(TRUNCATED_LENGTH, f"at byte {after_id}: {exc}", position, param_id))
+            break
+        end = after_length + length
+        if end > len(data):
+            findings.append(
+                Finding(
+                    OVERLONG_LENGTH,
+                    f"length {length} at byte {after_id} but only {len(data) - after_length} bytes left",
+                    position,
+                    param_id,
+                )
+            )
+            break
+        raw = data[after_length:end]
+        spec = spec_for(param_id)
+        value, kind, detail = _decode_value(spec.type, raw)
+        if kind:
+            findings.append(Finding(kind, f"{spec.name}: {detail}", position, param_id))
+        elif spec.name in _RANGES and isinstance(value, int):
+            low, high = _RANGES[spec.name]
+            if not low <= value <= high:
+                findings.append(
+                    Finding(OUT_OF_RANGE, f"{spec.name}={value} outside [{low}, {high}]", position, param_id)
+                )
+        if param_id in seen:
+            findings.append(Finding(DUPLICATE, f"{spec.name} sent again", position, param_id))
+        if sender == "client" and spec.server_only:
+            findings.append(Finding(SERVER_ONLY, f"{spec.name} sent by a client", position, param_id))
+        seen.add(param_id)
+        parameters.append(TransportParameter(position, param_id, spec.name, raw, value))
+        offset = end
+    return DecodedParameters(data, tuple(parameters), tuple(findings))
+
+
+def encode_value(param_id: int, value: Value) -> bytes:
+    """The raw bytes of one parameter value, by the registered type of ``param_id``."""
+    spec_type = spec_for(param_id).type
+    if spec_type is ParamType.VARINT:
+        return encode_varint(int(value))  # type: ignore[arg-type]
+    if spec_type is ParamType.FLAG:
+        if value is not True:
+            raise ValueError(f"a flag parameter is sent as True, not {value!r}")
+        return b""
+    if isinstance(value, PreferredAddress):
+        return (
+            ipaddress.IPv4Address(value.ipv4_address).packed
+            + value.ipv4_port.to_bytes(2, "big")
+            + ipaddress.IPv6Address(value.ipv6_address).packed
+            + value.ipv6_port.to_bytes(2, "big")
+            + bytes([len(value.connection_id)])
+            + value.connection_id
+            + value.stateless_reset_token
+        )
+    if isinstance(value, VersionInformation):
+        versions = (value.chosen_version, *value.available_versions)
+        return b"".join(v.to_bytes(4, "big") for v in versions)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    raise ValueError(f"cannot encode {value!r} for parameter {param_id:#x}")
+
+
+def encode_transport_parameters(parameters: Iterable[tuple[int, bytes]]) -> bytes:
+    """Frame (id, raw value) pairs in the given order; the inverse of decoding."""
+    return b"".join(
+        encode_varint(param_id) + encode_varint(len(raw)) + bytes(raw) for param_id, raw in parameters
+    )
