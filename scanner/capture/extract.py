@@ -1,0 +1,285 @@
+"""ClientHellos (and, with a key log, the server's EncryptedExtensions) from a capture.
+
+Connections are told apart by the client's first Destination Connection ID
+(the Initial keys derive from it) and the UDP flow; a client's later
+Initials carry the server's chosen DCID but keep the original keys, so the
+flow finds them. Every complete ClientHello becomes one record, so a client
+that retries on a new port or after a Retry counts again: that is what it sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aioquic._buffer import Buffer
+from aioquic.quic.crypto import CryptoContext
+from aioquic.quic.packet import QuicPacketType
+from aioquic.tls import CipherSuite, pull_client_hello, pull_encrypted_extensions, pull_server_hello
+
+from scanner.capture.frontend import Datagram, long_header_datagrams
+from scanner.capture.quic import (
+    INITIAL_KEY_VERSIONS,
+    CryptoStream,
+    LongPacket,
+    crypto_frames,
+    initial_keys,
+    long_packets,
+    unprotect,
+)
+from tparams.codec import DecodedParameters, decode_transport_parameters
+from tparams.errors import ToolError
+from tparams.registry import id_for
+
+# quic_transport_parameters: the RFC 9001 code point, then the draft one old clients used.
+TRANSPORT_PARAMETERS_EXTENSIONS = (0x39, 0xFFA5)
+_USER_AGENT_ID = id_for("user_agent")
+
+Flow = tuple[str, int, str, int]
+
+
+@dataclass
+class ClientHelloRecord:
+    """One ClientHello as the client sent it, with where and when it was seen."""
+
+    hello_id: int
+    first_frame: int  # the first packet that carried part of it
+    frame: int  # the packet that completed it
+    time: float
+    src_ip: str
+    src_port: int
+    dst_ip: str
+    dst_port: int
+    quic_version: int
+    original_dcid: bytes
+    sni: str | None
+    alpn: tuple[str, ...]
+    transport_parameters: DecodedParameters
+    client: str | None  # a label given by the caller, else Google's user_agent parameter
+    server_transport_parameters: DecodedParameters | None = None
+
+
+@dataclass
+class CaptureSummary:
+    datagrams: int = 0
+    initial_packets: int = 0  # client Initials opened with Initial keys
+    unopened_initials: int = 0  # Initials no key derived from the capture opens
+    other_versions: int = 0  # long-header packets of versions without known Initial keys
+    bad_client_hellos: int = 0  # complete CRYPTO messages that are no parseable ClientHello
+
+
+@dataclass
+class CaptureResult:
+    hellos: list[ClientHelloRecord]
+    summary: CaptureSummary
+
+
+@dataclass
+class _Connection:
+    flow: Flow
+    version: int
+    original_dcid: bytes
+    client_keys: CryptoContext
+    first_frame: int
+    client_initial: CryptoStream = field(default_factory=CryptoStream)
+    largest_client_pn: int = 0
+    record: ClientHelloRecord | None = None
+    # server side, only followed with a key log
+    server_keys: CryptoContext | None = None
+    server_initial: CryptoStream = field(default_factory=CryptoStream)
+    handshake_secret: bytes | None = None  # SERVER_HANDSHAKE_TRAFFIC_SECRET from the key log
+    cipher_suite: CipherSuite | None = None
+    handshake_keys: CryptoContext | None = None
+    server_handshake: CryptoStream = field(default_factory=CryptoStream)
+    pending_handshake: list[LongPacket] = field(default_factory=list)
+    done_server: bool = False
+
+
+def read_keylog(path: Path | str) -> dict[bytes, bytes]:
+    """SERVER_HANDSHAKE_TRAFFIC_SECRET by client random, from an NSS key log (SSLKEYLOGFILE)."""
+    secrets: dict[bytes, bytes] = {}
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError as exc:
+        raise ToolError(f"cannot read key log {path}: {exc.strerror}") from exc
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "SERVER_HANDSHAKE_TRAFFIC_SECRET":
+            try:
+                secrets[bytes.fromhex(parts[1])] = bytes.fromhex(parts[2])
+            except ValueError:
+                continue
+    if not secrets:
+        raise ToolError(f"key log {path} has no SERVER_HANDSHAKE_TRAFFIC_SECRET line")
+    return secrets
+
+
+class HelloExtractor:
+    """Feed datagrams in capture order; collects one record per complete ClientHello."""
+
+    def __init__(self, keylog: dict[bytes, bytes] | None = None, client: str | None = None):
+        self._keylog = keylog
+        self._client = client
+        self._by_dcid: dict[tuple[Flow, bytes], _Connection] = {}
+        self._by_flow: dict[Flow, _Connection] = {}  # the latest connection whose client sends on the flow
+        self.hellos: list[ClientHelloRecord] = []
+        self.summary = CaptureSummary()
+
+    def feed(self, datagram: Datagram) -> None:
+        self.summary.datagrams += 1
+        flow = (datagram.src_ip, datagram.src_port, datagram.dst_ip, datagram.dst_port)
+        reverse = (datagram.dst_ip, datagram.dst_port, datagram.src_ip, datagram.src_port)
+        for packet in long_packets(datagram.payload):
+            if packet.version not in INITIAL_KEY_VERSIONS:
+                self.summary.other_versions += 1
+                continue
+            server_side = self._by_flow.get(reverse) if flow not in self._by_flow else None
+            if server_side is not None:
+                if self._keylog is not None:
+                    self._server_packet(server_side, packet)
+            elif packet.packet_type == QuicPacketType.INITIAL:
+                self._client_initial(flow, packet, datagram)
+
+    def _client_initial(self, flow: Flow, packet: LongPacket, datagram: Datagram) -> None:
+        connection = self._by_dcid.get((flow, packet.dcid)) or self._by_flow.get(flow)
+        opened = unprotect(packet, connection.client_keys, connection.largest_client_pn) if connection else None
+        if opened is None:
+            keys = initial_keys(packet.dcid, packet.version, of_client=True)
+            opened = unprotect(packet, keys)
+            if opened is None:
+                self.summary.unopened_initials += 1
+                return
+            connection = _Connection(flow, packet.version, packet.dcid, keys, datagram.frame)
+            self._by_flow[flow] = connection
+        assert connection is not None
+        self._by_dcid[(flow, packet.dcid)] = connection
+        self.summary.initial_packets += 1
+        packet_number, payload = opened
+        connection.largest_client_pn = max(connection.largest_client_pn, packet_number)
+        if connection.record is not None:
+            return
+        for offset, data in crypto_frames(payload):
+            connection.client_initial.add(offset, data)
+        message = connection.client_initial.message()
+        if message is not None:
+            self._client_hello(connection, message, datagram)
+
+    def _client_hello(self, connection: _Connection, message: bytes, datagram: Datagram) -> None:
+        try:
+            hello = pull_client_hello(Buffer(data=message))
+        except Exception:  # aioquic raises its TLS alerts and BufferReadError on malformed input
+            self.summary.bad_client_hellos += 1
+            connection.record = _UNPARSEABLE
+            return
+        extensions = dict(hello.other_extensions)
+        raw = next((extensions[e] for e in TRANSPORT_PARAMETERS_EXTENSIONS if e in extensions), b"")
+        decoded = decode_transport_parameters(raw, sender="client")
+        user_agent = next((p.raw for p in decoded.parameters if p.id == _USER_AGENT_ID), None)
+        src_ip, src_port, dst_ip, dst_port = connection.flow
+        connection.record = ClientHelloRecord(
+            hello_id=len(self.hellos) + 1,
+            first_frame=connection.first_frame,
+            frame=datagram.frame,
+            time=datagram.time,
+            src_ip=src_ip,
+            src_port=src_port,
+            dst_ip=dst_ip,
+            dst_port=dst_port,
+            quic_version=connection.version,
+            original_dcid=connection.original_dcid,
+            sni=hello.server_name,
+            alpn=tuple(hello.alpn_protocols or ()),
+            transport_parameters=decoded,
+            client=self._client or (user_agent.decode(errors="replace") if user_agent else None),
+        )
+        self.hellos.append(connection.record)
+        if self._keylog is not None and hello.random in self._keylog:
+            connection.handshake_secret = self._keylog[hello.random]
+
+    def _server_packet(self, connection: _Connection, packet: LongPacket) -> None:
+        """Follow the server far enough to read its EncryptedExtensions (key log only)."""
+        if connection.done_server or connection.record in (None, _UNPARSEABLE):
+            return
+        if packet.packet_type == QuicPacketType.INITIAL and connection.cipher_suite is None:
+            if connection.server_keys is None:
+                connection.server_keys = initial_keys(connection.original_dcid, connection.version, of_client=False)
+            opened = unprotect(packet, connection.server_keys)
+            if opened is None:
+                return
+            for offset, data in crypto_frames(opened[1]):
+                connection.server_initial.add(offset, data)
+            message = connection.server_initial.message()
+            if message is None:
+                return
+            try:
+                connection.cipher_suite = pull_server_hello(Buffer(data=message)).cipher_suite
+            except Exception:  # a malformed ServerHello ends the server side, not the capture
+                connection.done_server = True
+                return
+            secret = connection.handshake_secret
+            if secret is None:
+                connection.done_server = True
+                return
+            connection.handshake_keys = CryptoContext()
+            connection.handshake_keys.setup(cipher_suite=connection.cipher_suite, secret=secret, version=connection.version)
+            pending, connection.pending_handshake = connection.pending_handshake, []
+            for early in pending:
+                self._server_handshake(connection, early)
+        elif packet.packet_type == QuicPacketType.HANDSHAKE:
+            if connection.handshake_keys is None:
+                connection.pending_handshake.append(packet)
+            else:
+                self._server_handshake(connection, packet)
+
+    def _server_handshake(self, connection: _Connection, packet: LongPacket) -> None:
+        assert connection.handshake_keys is not None and connection.record is not None
+        opened = unprotect(packet, connection.handshake_keys)
+        if opened is None:
+            return
+        for offset, data in crypto_frames(opened[1]):
+            connection.server_handshake.add(offset, data)
+        message = connection.server_handshake.message()
+        if message is None:
+            return
+        connection.done_server = True
+        try:
+            extensions = dict(pull_encrypted_extensions(Buffer(data=message)).other_extensions)
+        except Exception:  # not an EncryptedExtensions: nothing to report for this server
+            return
+        raw = next((extensions[e] for e in TRANSPORT_PARAMETERS_EXTENSIONS if e in extensions), None)
+        if raw is not None:
+            connection.record.server_transport_parameters = decode_transport_parameters(raw, sender="server")
+
+
+# Marks a connection whose ClientHello did not parse, so that retransmissions are not parsed again.
+_UNPARSEABLE = ClientHelloRecord(0, 0, 0, 0.0, "", 0, "", 0, 0, b"", None, (), decode_transport_parameters(b""), None)
+
+
+def extract_hellos(datagrams: Iterable[Datagram], keylog: dict[bytes, bytes] | None = None, client: str | None = None) -> CaptureResult:
+    extractor = HelloExtractor(keylog, client)
+    for datagram in datagrams:
+        extractor.feed(datagram)
+    return CaptureResult(extractor.hellos, extractor.summary)
+
+
+def read_capture(
+    path: Path | str,
+    keylog: Path | str | None = None,
+    client: str | None = None,
+    ports: tuple[int, ...] = (),
+) -> CaptureResult:
+    """Every ClientHello in a pcap/pcapng file; ToolError when there is none or the file is bad."""
+    secrets = read_keylog(keylog) if keylog is not None else None
+    result = extract_hellos(long_header_datagrams(path, ports), secrets, client)
+    if not result.hellos:
+        summary = result.summary
+        if summary.datagrams == 0:
+            raise ToolError(f"{path}: no QUIC long-header packets in this capture")
+        raise ToolError(
+            f"{path}: no complete QUIC ClientHello among {summary.datagrams} long-header datagrams "
+            f"({summary.initial_packets} client Initials opened, {summary.unopened_initials} not, "
+            f"{summary.other_versions} packets of other versions)"
+        )
+    return result
+

@@ -1,0 +1,107 @@
+"""The capture front end: tshark (found and version-checked through pyshark) yields
+the raw UDP payloads that may hold QUIC long-header packets.
+
+pyshark's per-packet objects cost about a millisecond each (it parses
+tshark's JSON/PDML in Python), far too slow for 100,000 Initials. So the
+selection happens inside tshark with a display filter on the first payload
+byte, tshark prints only the few fields needed, and Python just reads lines
+(bench/bench_pcap.py measures both ways).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyshark.tshark import tshark as pyshark_tshark
+
+from tparams.errors import ToolError
+
+# Long header bit set. The QUIC dissector is switched off: its heuristics cost
+# time, and tshark 4.0 drops packets whose QUIC bit is greased (RFC 9287).
+LONG_HEADER_FILTER = "udp.payload[0] & 0x80"
+_FIELDS = (
+    "frame.number",
+    "frame.time_epoch",
+    "ip.src",
+    "ipv6.src",
+    "udp.srcport",
+    "ip.dst",
+    "ipv6.dst",
+    "udp.dstport",
+    "udp.payload",
+)
+
+
+@dataclass(frozen=True)
+class Datagram:
+    frame: int
+    time: float
+    src_ip: str
+    src_port: int
+    dst_ip: str
+    dst_port: int
+    payload: bytes
+
+
+def tshark_path() -> str:
+    try:
+        return pyshark_tshark.get_process_path()
+    except pyshark_tshark.TSharkNotFoundException as exc:
+        raise ToolError("tshark is not installed (Debian package 'tshark')") from exc
+
+
+def tshark_version() -> str:
+    return str(pyshark_tshark.get_tshark_version(tshark_path()))
+
+
+def tshark_command(path: Path | str, display_filter: str, fields: tuple[str, ...]) -> list[str]:
+    command = [tshark_path(), "-n", "-r", str(path), "--disable-protocol", "quic", "-Y", display_filter]
+    command += ["-T", "fields", "-E", "separator=/t", "-E", "occurrence=l"]
+    for field in fields:
+        command += ["-e", field]
+    return command
+
+
+def long_header_datagrams(path: Path | str, ports: tuple[int, ...] = ()) -> Iterator[Datagram]:
+    """Every UDP payload in the capture whose first byte has the long-header bit set.
+
+    ``ports`` narrows the selection (either end) inside tshark. A missing,
+    unreadable, or truncated capture raises ToolError after the packets before
+    the damage have been yielded, so the caller decides what partial data is worth.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ToolError(f"{path}: no such capture file")
+    display_filter = LONG_HEADER_FILTER
+    if ports:
+        display_filter += " && udp.port in {" + " ".join(str(p) for p in ports) + "}"
+    process = subprocess.Popen(
+        tshark_command(path, display_filter, _FIELDS),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        for line in process.stdout:
+            columns = line.rstrip("\n").split("\t")
+            if len(columns) != len(_FIELDS) or not columns[8]:
+                continue
+            frame, when, src4, src6, sport, dst4, dst6, dport, payload = columns
+            yield Datagram(
+                int(frame), float(when), src4 or src6, int(sport), dst4 or dst6, int(dport), bytes.fromhex(payload)
+            )
+        stderr = process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    if process.returncode != 0:
+        problem = next(
+            (line.removeprefix("tshark: ") for line in stderr.splitlines() if line.startswith("tshark:")),
+            f"tshark exited with status {process.returncode}",
+        )
+        raise ToolError(f"cannot read capture {path}: {problem}")
