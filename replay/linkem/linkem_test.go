@@ -1,0 +1,172 @@
+package main
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func TestBernoulliRate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	b := &Bernoulli{P: 0.01}
+	drops := 0
+	const n = 200000
+	for i := 0; i < n; i++ {
+		if b.Drop(rng) {
+			drops++
+		}
+	}
+	// 200k samples at 1%: standard deviation 44.5, allow 5 sigma.
+	if math.Abs(float64(drops)-2000) > 225 {
+		t.Fatalf("dropped %d of %d, want about 2000", drops, n)
+	}
+}
+
+func TestGilbertElliottStationaryAndBursty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	g := &GilbertElliott{P: 0.01, R: 0.25, LossBad: 1, LossGood: 0}
+	want := g.StationaryLoss() // 0.01/0.26 = 3.85%
+	const n = 400000
+	drops, runs, prev := 0, 0, false
+	for i := 0; i < n; i++ {
+		d := g.Drop(rng)
+		if d {
+			drops++
+			if !prev {
+				runs++
+			}
+		}
+		prev = d
+	}
+	got := float64(drops) / n
+	if math.Abs(got-want) > 0.1*want {
+		t.Fatalf("loss %.4f, want %.4f", got, want)
+	}
+	// Bad state lasts 1/R = 4 packets on average: losses come in bursts,
+	// unlike Bernoulli where the mean run is barely above 1.
+	if mean := float64(drops) / float64(runs); mean < 3 || mean > 5 {
+		t.Fatalf("mean loss burst %.2f packets, want about 4", mean)
+	}
+}
+
+func TestShaperPacesAtRate(t *testing.T) {
+	s := Shaper{RateBitsPerSec: 8e6} // 1 byte per microsecond
+	var last int64
+	for i := 0; i < 10; i++ {
+		d, ok := s.Admit(0, 1000)
+		if !ok {
+			t.Fatal("unlimited queue dropped")
+		}
+		last = d
+	}
+	if last != int64(10*time.Millisecond) {
+		t.Fatalf("10 x 1000 B at 8 Mbit/s leave at %v, want 10ms", time.Duration(last))
+	}
+	// An idle link sends at once after the backlog drained.
+	if d, _ := s.Admit(int64(time.Second), 1000); d != int64(time.Second+time.Millisecond) {
+		t.Fatalf("idle link departure %v", time.Duration(d))
+	}
+}
+
+func TestShaperDropTailByPacketsAndBytes(t *testing.T) {
+	s := Shaper{RateBitsPerSec: 8e6, LimitPackets: 3}
+	admitted := 0
+	for i := 0; i < 5; i++ {
+		if _, ok := s.Admit(0, 1000); ok {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("admitted %d with a 3-packet queue", admitted)
+	}
+	// After the first packet left (1 ms), one slot is free again.
+	if _, ok := s.Admit(int64(time.Millisecond), 1000); !ok {
+		t.Fatal("slot not freed after departure")
+	}
+	if p, b := s.Backlog(int64(time.Millisecond)); p != 3 || b != 3000 {
+		t.Fatalf("backlog %d packets %d bytes", p, b)
+	}
+	sb := Shaper{RateBitsPerSec: 8e6, LimitBytes: 2500}
+	ok1, ok2, ok3 := admit(&sb), admit(&sb), admit(&sb)
+	if !ok1 || !ok2 || ok3 {
+		t.Fatalf("byte limit 2500 with 1000 B packets: %v %v %v", ok1, ok2, ok3)
+	}
+}
+
+func admit(s *Shaper) bool { _, ok := s.Admit(0, 1000); return ok }
+
+func TestShaperUnlimitedPassesAtOnce(t *testing.T) {
+	s := Shaper{}
+	if d, ok := s.Admit(42, 1500); !ok || d != 42 {
+		t.Fatalf("unlimited shaper: %d %v", d, ok)
+	}
+}
+
+func TestPathModelDelayJitterKeepsOrder(t *testing.T) {
+	m := pathModel{cfg: DirectionConfig{Delay: 30 * time.Millisecond, Jitter: 5 * time.Millisecond},
+		rng: rand.New(rand.NewPCG(5, 6))}
+	var prev int64
+	var sum float64
+	const n = 10000
+	for i := 0; i < n; i++ {
+		// 20 ms apart: wider than the jitter range, so keeping order
+		// never shifts a packet and the mean must be the configured delay.
+		now := int64(i) * int64(20*time.Millisecond)
+		due, v := m.decide(now, 100)
+		if v != deliver {
+			t.Fatal("no loss configured but not delivered")
+		}
+		if due < prev {
+			t.Fatal("jitter reordered packets")
+		}
+		if d := due - now; d < int64(25*time.Millisecond) || d > int64(35*time.Millisecond) {
+			t.Fatalf("delay %v outside 30ms +- 5ms", time.Duration(d))
+		}
+		sum += float64(due - now)
+		prev = due
+	}
+	if mean := sum / n / 1e6; mean < 29.8 || mean > 30.2 {
+		t.Fatalf("mean delay %.2f ms", mean)
+	}
+	// Dense traffic: jitter must still never reorder.
+	for i := 0; i < n; i++ {
+		now := int64(n)*int64(20*time.Millisecond) + int64(i)*int64(100*time.Microsecond)
+		due, _ := m.decide(now, 100)
+		if due < prev {
+			t.Fatal("jitter reordered dense packets")
+		}
+		prev = due
+	}
+}
+
+func TestPathModelReorderSkipsDelay(t *testing.T) {
+	m := pathModel{cfg: DirectionConfig{Delay: 30 * time.Millisecond, ReorderP: 0.25},
+		rng: rand.New(rand.NewPCG(7, 8))}
+	now := 0
+	counts := map[verdict]int{}
+	for i := 0; i < 20000; i++ {
+		due, v := m.decide(int64(now), 100)
+		counts[v]++
+		if v == deliverNow && due != int64(now) {
+			t.Fatal("reordered packet was delayed")
+		}
+	}
+	if f := float64(counts[deliverNow]) / 20000; f < 0.23 || f > 0.27 {
+		t.Fatalf("reordered fraction %.3f, want 0.25", f)
+	}
+}
+
+func TestHistogramQuantiles(t *testing.T) {
+	var h errorHistogram
+	for i := 0; i < 99; i++ {
+		h.Add(500) // 0.5 us
+	}
+	h.Add(int64(3 * time.Millisecond))
+	if q := h.Quantile(0.5); q != 1 {
+		t.Fatalf("p50 %v us", q)
+	}
+	if q := h.Quantile(1); q != 3001 {
+		t.Fatalf("max bucket %v us", q)
+	}
+}
