@@ -1,0 +1,130 @@
+"""The one interface every QUIC stack implements, so adding a stack is one file.
+
+A stack turns (parameter set, options) into two command lines, a server and a
+bulk-download client, and says which of the twelve parameters its command
+lines can actually carry. The runner executes the commands inside the
+testbed's namespaces; the stack never starts processes itself, so the runner
+alone owns timing, CPU/RSS accounting and clean-up.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from tparams.paramset import ParamSet
+
+Role = Literal["client", "server"]
+REPO_ROOT = Path(__file__).resolve().parents[2]
+GO_BIN_DIR = REPO_ROOT / "build" / "bin"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything about one run that is not a transport parameter."""
+
+    size: int
+    autotune: bool = False
+    cc: Literal["cubic", "bbr"] = "cubic"
+    qlog_dir: Path | None = None
+    timeout_s: float = 600.0
+
+
+@dataclass
+class Applied:
+    """What a command line carries: requested values it applied, and the ones it could not."""
+
+    flags: list[str] = field(default_factory=list)
+    applied: dict[str, int | bool] = field(default_factory=dict)
+    not_applied: dict[str, int | bool] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ClientPlan:
+    """How to run the client and where its result comes from.
+
+    ``body_fifo``: the client writes the response body to this path, which the
+    runner creates as a FIFO and drains, counting bytes and timing the last
+    one (for clients that print no result of their own). Otherwise the client
+    prints one JSON object on stdout with ``bytes`` and ``duration_s``.
+    """
+
+    argv: list[str]
+    body_fifo: Path | None = None
+
+
+@dataclass
+class ClientResult:
+    bytes: int
+    duration_s: float | None  # request to last byte; None: the runner uses its own clock
+    extra: dict = field(default_factory=dict)
+
+
+class Stack(ABC):
+    name: str
+    #: parameters each role's command line can set; the rest are reported as not applied
+    settable: dict[Role, frozenset[str]]
+
+    @abstractmethod
+    def unavailable_reason(self) -> str | None:
+        """None when the stack can run here, else one line saying why and how to fix it."""
+
+    @abstractmethod
+    def server_command(self, params: ParamSet | None, opts: RunOptions, ip: str, port: int, workdir: Path) -> tuple[list[str], Applied]:
+        ...
+
+    @abstractmethod
+    def client_command(self, params: ParamSet | None, opts: RunOptions, server_ip: str, port: int, workdir: Path) -> tuple[ClientPlan, Applied]:
+        ...
+
+    def parse_client_output(self, stdout: str) -> ClientResult:
+        """Default: the last JSON line of stdout, as our own clients print it."""
+        for line in reversed(stdout.strip().splitlines()):
+            if line.startswith("{"):
+                data = json.loads(line)
+                return ClientResult(int(data["bytes"]), data.get("duration_s"), data)
+        raise ValueError("client printed no result JSON")
+
+    def split(self, params: ParamSet | None, role: Role) -> tuple[dict, dict]:
+        """Requested values (those the set sends) split into settable and not settable here."""
+        requested = {k: v for k, v in (params.as_sent() if params else {}).items() if v is not None}
+        can = self.settable[role]
+        return ({k: v for k, v in requested.items() if k in can},
+                {k: v for k, v in requested.items() if k not in can})
+
+
+def which(binary: str) -> str | None:
+    return shutil.which(binary)
+
+
+def ensure_certificate(workdir: Path) -> tuple[Path, Path]:
+    """A throw-away self-signed key and certificate for the lab server (clients do not verify)."""
+    key_path, cert_path = workdir / "key.pem", workdir / "cert.pem"
+    if key_path.exists() and cert_path.exists():
+        return key_path, cert_path
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "qreplay.lab")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("qreplay.lab")]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    workdir.mkdir(parents=True, exist_ok=True)
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key_path, cert_path
