@@ -1,0 +1,83 @@
+"""A small aioquic HTTP/3 server for the lab: answers every request with 200 and a short body.
+
+Run inside a lab namespace by the "aioquic" server kind:
+    python -m scanner.lab.aioquic_server --host IP --port 443 --certificate C --private-key K
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from aioquic.asyncio import QuicConnectionProtocol, serve
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import HeadersReceived
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
+from aioquic.quic.events import ProtocolNegotiated, QuicEvent
+
+from tparams.codec import decode_transport_parameters
+from tparams.paramset import ParamSet
+
+
+class Http3ServerProtocol(QuicConnectionProtocol):
+    """HTTP/3 once ALPN says h3; every request gets the same small response."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._http: H3Connection | None = None
+
+    def quic_event_received(self, event: QuicEvent) -> None:
+        if isinstance(event, ProtocolNegotiated) and event.alpn_protocol in H3_ALPN:
+            self._http = H3Connection(self._quic)
+        if self._http is None:
+            return
+        for h3_event in self._http.handle_event(event):
+            if isinstance(h3_event, HeadersReceived):
+                body = b"aioquic lab server\n"
+                self._http.send_headers(h3_event.stream_id, [
+                    (b":status", b"200"), (b"content-type", b"text/plain"),
+                    (b"content-length", str(len(body)).encode())])
+                self._http.send_data(h3_event.stream_id, body, end_stream=True)
+        self.transmit()
+
+
+def configuration(certificate: str | None = None, private_key: str | None = None,
+                  is_client: bool = False) -> QuicConfiguration:
+    config = QuicConfiguration(is_client=is_client, alpn_protocols=H3_ALPN)
+    if certificate:
+        config.load_cert_chain(certificate, private_key)
+    return config
+
+
+def expected_transport_parameters() -> dict[str, int | bool]:
+    """The performance parameters this server sends, computed by aioquic itself
+    from the same configuration (client and server serialise the same locals)."""
+    connection = QuicConnection(configuration=configuration(is_client=True))
+    connection._version = connection._configuration.supported_versions[0]
+    sent = ParamSet.from_decoded(decode_transport_parameters(connection._serialize_transport_parameters()))
+    return {name: value for name, value in sent.as_sent().items() if value is not None}
+
+
+async def run(host: str, port: int, config: QuicConfiguration) -> None:
+    await serve(host, port, configuration=config, create_protocol=Http3ServerProtocol)
+    print(f"listening on {host}:{port}", flush=True)
+    await asyncio.Future()
+
+
+def arguments(description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--port", type=int, default=443)
+    parser.add_argument("--certificate", required=True)
+    parser.add_argument("--private-key", required=True)
+    return parser
+
+
+def main() -> None:
+    args = arguments(__doc__.splitlines()[0]).parse_args()
+    asyncio.run(run(args.host, args.port, configuration(args.certificate, args.private_key)))
+
+
+if __name__ == "__main__":
+    main()

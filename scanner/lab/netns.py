@@ -1,0 +1,202 @@
+"""Network-namespace primitives shared by the lab and the replay testbed.
+
+Everything here acts on *named* namespaces (``/run/netns/<name>``) so that a
+crashed run leaves something a sweeper can find by name prefix. Links,
+addresses and routes go through pyroute2 (netlink, no fork per call); starting
+processes goes through ``ip netns exec`` because it also gives the process the
+namespace's own /sys and /etc/netns view, which pyroute2 does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from pyroute2 import IPRoute
+from pyroute2 import netns as _netns
+
+from tparams.errors import ToolError
+
+# Processes this Python process started and has not yet reaped; the test suite
+# checks it is empty at the end of a session.
+STARTED_PIDS: set[int] = set()
+
+
+def list_namespaces(prefix: str = "") -> list[str]:
+    return sorted(name for name in _netns.listnetns() if name.startswith(prefix))
+
+
+def create_namespace(name: str) -> None:
+    """A fresh namespace with loopback up; refuses to reuse an existing one."""
+    if name in _netns.listnetns():
+        raise ToolError(f"network namespace {name} already exists")
+    _netns.create(name)
+    with IPRoute(netns=name) as ipr:
+        ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+
+
+def delete_namespace(name: str) -> None:
+    """Kill what runs in it, then remove it (its interfaces go with it). Idempotent."""
+    if name not in _netns.listnetns():
+        return
+    for pid in namespace_pids(name):
+        stop_process(pid)
+    with contextlib.suppress(FileNotFoundError):
+        _netns.remove(name)
+
+
+def namespace_pids(name: str) -> list[int]:
+    try:
+        return [int(pid) for pid in _netns.ns_pids().get(name, [])]
+    except (OSError, ValueError):
+        return []
+
+
+def add_veth(ns_a: str, if_a: str, ns_b: str, if_b: str) -> None:
+    """A veth pair created directly inside the two namespaces, so the root
+    namespace never sees the names (two labs side by side cannot collide)."""
+    with IPRoute(netns=ns_a) as ipr:
+        ipr.link("add", ifname=if_a, kind="veth", peer={"ifname": if_b, "net_ns_fd": ns_b})
+
+
+def add_bridge(ns: str, ifname: str) -> None:
+    with IPRoute(netns=ns) as ipr:
+        ipr.link("add", ifname=ifname, kind="bridge")
+
+
+def set_master(ns: str, ifname: str, bridge: str) -> None:
+    with IPRoute(netns=ns) as ipr:
+        ipr.link("set", index=_index(ipr, ns, ifname), master=_index(ipr, ns, bridge))
+
+
+def link_up(ns: str, ifname: str) -> None:
+    with IPRoute(netns=ns) as ipr:
+        ipr.link("set", index=_index(ipr, ns, ifname), state="up")
+
+
+def add_address(ns: str, ifname: str, address: str, prefixlen: int) -> None:
+    with IPRoute(netns=ns) as ipr:
+        ipr.addr("add", index=_index(ipr, ns, ifname), address=address, prefixlen=prefixlen)
+
+
+def add_route(ns: str, destination: str, gateway: str | None = None, blackhole: bool = False) -> None:
+    """``destination`` is a CIDR or "default"; ``blackhole`` drops silently (no ICMP)."""
+    spec: dict[str, object] = {"dst": destination}
+    if blackhole:
+        spec["type"] = "blackhole"
+    elif gateway:
+        spec["gateway"] = gateway
+    with IPRoute(netns=ns) as ipr:
+        ipr.route("add", **spec)
+
+
+def set_sysctl(ns: str, key: str, value: str | int) -> None:
+    """``key`` in dotted form (net.ipv4.ip_forward). /proc/sys/net shows the
+    namespace of the opening thread, hence the brief switch."""
+    path = Path("/proc/sys") / key.replace(".", "/")
+    with in_namespace(ns):
+        path.write_text(f"{value}\n")
+
+
+@contextlib.contextmanager
+def in_namespace(ns: str) -> Iterator[None]:
+    """Run the block with this thread inside ``ns``: sockets created in it
+    stay in ``ns`` after the block (the kernel binds a socket to the namespace
+    it was created in)."""
+    _netns.pushns(ns)
+    try:
+        yield
+    finally:
+        _netns.popns()
+
+
+def ns_command(ns: str, argv: Sequence[str]) -> list[str]:
+    return ["ip", "netns", "exec", ns, *argv]
+
+
+def start_process(
+    ns: str,
+    argv: Sequence[str],
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen:
+    """Start ``argv`` inside ``ns`` in its own session (so Ctrl-C in the
+    caller's terminal does not reach it and a whole group can be signalled),
+    stdout and stderr appended to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        # `ip netns exec` execs argv in place, so the pid is the server's own.
+        process = subprocess.Popen(
+            ns_command(ns, argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=None if env is None else {**os.environ, **env},
+            cwd=cwd,
+            start_new_session=True,
+        )
+    STARTED_PIDS.add(process.pid)
+    return process
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        # A zombie still "exists" to kill(0); it is not alive for us.
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def stop_process(pid: int, grace: float = 2.0) -> None:
+    """SIGTERM to the process group (or the process), SIGKILL after ``grace`` seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        _signal(pid, sig)
+        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 2.0)
+        while time.monotonic() < deadline:
+            _reap(pid)
+            if not pid_alive(pid):
+                STARTED_PIDS.discard(pid)
+                return
+            time.sleep(0.02)
+    _reap(pid)
+    STARTED_PIDS.discard(pid)
+
+
+def sweep(prefix: str) -> list[str]:
+    """Kill every process in, then delete, every namespace named ``prefix*``:
+    the cleanup after a crash, when no state file says what was there."""
+    if not prefix:
+        raise ValueError("sweep needs a non-empty prefix")
+    removed = list_namespaces(prefix)
+    for name in removed:
+        delete_namespace(name)
+    return removed
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _index(ipr: IPRoute, ns: str, ifname: str) -> int:
+    found = ipr.link_lookup(ifname=ifname)
+    if not found:
+        raise ToolError(f"no interface {ifname} in network namespace {ns}")
+    return found[0]

@@ -1,0 +1,112 @@
+"""What the lab looks like: addresses, namespaces and servers, as data.
+
+Layout (all inside 198.18.0.0/15, the benchmarking range; nothing routes out):
+
+    client ns  eth0 198.18.0.2/24 ── default via 198.18.0.1 (its ONLY route off-link)
+       │
+    core ns    client0 198.18.0.1/24, bridge lab0 198.18.1.1/24, ip_forward=1,
+       │       no default route, 198.18.1.240/28 blackholed (silent addresses)
+       ├── one namespace per server: eth0 198.18.1.X/24, route 198.18.0.0/15 via 198.18.1.1
+       └── the UDP-closed host: address up, nothing listening (ICMP port unreachable)
+
+Addresses of the default lab (port 443 everywhere):
+
+    198.18.1.10  ngtcp2-alpha       alpha.lab.test      ngtcp2 gtlsserver, thesis set alpha
+    198.18.1.11  ngtcp2-beta        beta.lab.test       ngtcp2 gtlsserver, thesis set beta
+    198.18.1.20  caddy              caddy.lab.test      caddy (quic-go), HTTP/3 + HTTPS/TCP with Alt-Svc
+    198.18.1.30  aioquic            aioquic.lab.test    our aioquic HTTP/3 server
+    198.18.1.40  broken-garbage     garbage.lab.test    answers every datagram with random bytes
+    198.18.1.41  broken-duplicate   duplicate.lab.test  real handshake, initial_max_data sent twice
+    198.18.1.42  broken-truncated   truncated.lab.test  real handshake, max_idle_timeout a truncated varint
+    198.18.1.43  broken-short-token short-token.lab.test real handshake, 15-byte stateless_reset_token
+    198.18.1.100 udp-closed host    closed.lab.test
+    198.18.1.240-255 silent (routed to a blackhole in the core)
+    Reserved for later kinds: 198.18.1.50-59 (quic-go servers), 198.18.1.53 (DNS).
+
+Any other address of 198.18.1.0/24 is also silent (ARP fails in the core).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tparams.paramset import ParamSet
+from tparams.setfile import paramset_from_document
+
+LAB_DOMAIN = "lab.test"
+SETS_DIR = Path(__file__).resolve().parents[2] / "datasets" / "sets"
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One server to run: ``kind`` names a registered ServerKind; ``options``
+    are that kind's own settings (e.g. transport parameters, a mode)."""
+
+    name: str
+    kind: str
+    ip: str
+    port: int = 443
+    sni: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def server_name(self) -> str:
+        return self.sni or f"{self.name}.{LAB_DOMAIN}"
+
+
+@dataclass(frozen=True)
+class Topology:
+    servers: tuple[ServerSpec, ...]
+    client_ip: str = "198.18.0.2"
+    core_client_ip: str = "198.18.0.1"
+    client_prefixlen: int = 24
+    core_server_ip: str = "198.18.1.1"
+    server_prefixlen: int = 24
+    lab_range: str = "198.18.0.0/15"
+    closed_hosts: tuple[str, ...] = ("198.18.1.100",)
+    silent_range: str = "198.18.1.240/28"
+
+    def with_servers(self, *servers: ServerSpec) -> "Topology":
+        return replace(self, servers=self.servers + servers)
+
+    def addresses(self) -> dict[str, Any]:
+        """The addresses as plain data, for state.json and ``lab status --json``."""
+        return {
+            "client": self.client_ip,
+            "core_client_side": self.core_client_ip,
+            "core_server_side": self.core_server_ip,
+            "server_subnet": f"{self.core_server_ip.rsplit('.', 1)[0]}.0/{self.server_prefixlen}",
+            "lab_range": self.lab_range,
+            "closed_hosts": list(self.closed_hosts),
+            "silent_range": self.silent_range,
+        }
+
+
+def builtin_set(name: str) -> ParamSet:
+    """A built-in parameter set of datasets/sets by name (alpha, beta, ...)."""
+    return paramset_from_document(json.loads((SETS_DIR / f"{name}.json").read_text()))
+
+
+def default_topology() -> Topology:
+    return Topology(
+        servers=(
+            ServerSpec("ngtcp2-alpha", "ngtcp2", "198.18.1.10", sni=f"alpha.{LAB_DOMAIN}",
+                       options={"parameter_set": "alpha", "parameters": builtin_set("alpha").as_sent()}),
+            ServerSpec("ngtcp2-beta", "ngtcp2", "198.18.1.11", sni=f"beta.{LAB_DOMAIN}",
+                       options={"parameter_set": "beta", "parameters": builtin_set("beta").as_sent()}),
+            ServerSpec("caddy", "caddy", "198.18.1.20"),
+            ServerSpec("aioquic", "aioquic", "198.18.1.30"),
+            ServerSpec("broken-garbage", "broken", "198.18.1.40", sni=f"garbage.{LAB_DOMAIN}",
+                       options={"mode": "garbage"}),
+            ServerSpec("broken-duplicate", "broken", "198.18.1.41", sni=f"duplicate.{LAB_DOMAIN}",
+                       options={"mode": "duplicate-parameter"}),
+            ServerSpec("broken-truncated", "broken", "198.18.1.42", sni=f"truncated.{LAB_DOMAIN}",
+                       options={"mode": "truncated-varint"}),
+            ServerSpec("broken-short-token", "broken", "198.18.1.43", sni=f"short-token.{LAB_DOMAIN}",
+                       options={"mode": "short-reset-token"}),
+        )
+    )
