@@ -1,0 +1,68 @@
+"""`qscan lab up|down|status`: the local Internet of QUIC servers the tests and the demo use."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from scanner import lab as lab_api
+
+INSTANCE_HELP = "Lab instance name: namespaces are called <instance>-*, state lives in /run/<instance>."
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Bring the lab (QUIC servers in network namespaces on 198.18.0.0/15) up or down.",
+                        no_args_is_help=True)
+    app.add_typer(group, name="lab")
+
+    @group.command("up")
+    def up_command(
+        instance: str = typer.Option(lab_api.DEFAULT_INSTANCE, help=INSTANCE_HELP),
+        json_output: bool = typer.Option(False, "--json", help="Print the lab's state as JSON."),
+    ) -> None:
+        """Start the lab and leave it running (refused if it is already up); waits until every server answers."""
+        lab_api.up(instance=instance)
+        _show(lab_api.status(instance), json_output)
+
+    @group.command("down")
+    def down_command(instance: str = typer.Option(lab_api.DEFAULT_INSTANCE, help=INSTANCE_HELP)) -> None:
+        """Stop every server and delete every lab namespace, also leftovers of a crashed run. Idempotent."""
+        removed = lab_api.down(instance)
+        typer.echo(f"lab {instance} down ({len(removed)} namespaces removed)")
+
+    @group.command("status")
+    def status_command(
+        instance: str = typer.Option(lab_api.DEFAULT_INSTANCE, help=INSTANCE_HELP),
+        json_output: bool = typer.Option(False, "--json", help="Print the state as JSON (null when down)."),
+    ) -> None:
+        """What runs where: namespace, server, kind, address, pid and whether it is alive."""
+        _show(lab_api.status(instance), json_output)
+
+
+def _show(state: dict | None, json_output: bool) -> None:
+    if json_output:
+        typer.echo(json.dumps(state, indent=2))
+        return
+    console = Console()
+    if state is None:
+        console.print("lab is down")
+        return
+    if "servers" not in state:
+        console.print(f"lab {state['instance']} is down but left namespaces behind: "
+                      f"{', '.join(state['leftover_namespaces'])}; `qscan lab down` removes them")
+        return
+    table = Table(title=f"lab {state['instance']} (up since {state['started_at']}, client namespace "
+                        f"{state['client_namespace']} at {state['addresses']['client']})")
+    for column in ("namespace", "server", "kind", "library", "address:port", "sni", "pid", "alive"):
+        table.add_column(column)
+    for server in state["servers"]:
+        address = f"{server['ip']}:{server['port']}" + (" udp+tcp" if server["serves_tcp"] else "")
+        table.add_row(server["namespace"], server["name"], server["kind"], server["library"], address,
+                      server["sni"], str(server["pid"]), "yes" if server["alive"] else "[red]NO[/red]")
+    console.print(table)
+    addresses = state["addresses"]
+    console.print(f"UDP-closed hosts: {', '.join(addresses['closed_hosts'])}; silent: {addresses['silent_range']}; "
+                  f"no route outside {addresses['lab_range']}")
