@@ -1,0 +1,397 @@
+"""Experiments: conditions x repetitions, each run a real download through a stack over the testbed.
+
+A *condition* is one (client set, server set, link) point; an experiment is
+a list of conditions, each repeated ``reps`` times. Every run is a row in
+the results file, failed ones included (a timeout or a crash is data, as in
+the thesis), written per condition in one batch so that an interrupted
+experiment keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from replay import store
+from replay.sets import NamedSet
+from replay.stacks.base import ClientResult, RunOptions, Stack
+
+SERVER_PORT = 4433
+SERVER_READY_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Link:
+    """The link of one condition, in the testbed's own LinkConfig terms (see replay/link.py)."""
+
+    delay_ms: float = 0.0  # server -> client, as the thesis put netem on the client's ingress
+    delay_up_ms: float = 0.0
+    jitter_ms: float = 0.0
+    loss_pct: float = 0.0
+    rate_bps: int | None = None
+    queue: str | None = None
+
+    def config(self):
+        from replay.link import LinkConfig
+
+        return LinkConfig(delay_down_ms=self.delay_ms, delay_up_ms=self.delay_up_ms, jitter_ms=self.jitter_ms,
+                          loss_pct=self.loss_pct, rate_bps=self.rate_bps, queue=self.queue)
+
+
+@dataclass(frozen=True)
+class Condition:
+    client: NamedSet
+    server: NamedSet | None
+    link: Link
+    sweep_param: str | None = None
+    sweep_value: int | None = None
+
+
+@dataclass
+class Experiment:
+    kind: str  # single | sweep | matrix
+    stack: Stack
+    conditions: list[Condition]
+    options: RunOptions
+    reps: int = 10
+    link_backend: str = "auto"  # auto | netem | relay | loopback
+    command_line: str | None = None
+    experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+
+class Loopback:
+    """Both ends on 127.0.0.1 in the current namespace: no emulation, for quick checks of a stack."""
+
+    client_ns = server_ns = None
+    client_ip = server_ip = "127.0.0.1"
+    backend = "loopback"
+
+    def interface_counters(self) -> dict:
+        return {}
+
+
+@contextmanager
+def open_path(link: Link, backend: str) -> Iterator[object]:
+    if backend == "loopback":
+        if link != Link():
+            from tparams.errors import ToolError
+
+            raise ToolError("--link loopback cannot emulate delay, loss or rate; use auto, netem or relay")
+        yield Loopback()
+        return
+    from replay.testbed import Testbed
+
+    with Testbed(link=link.config(), backend=backend) as testbed:
+        yield testbed
+
+
+# --- one run -------------------------------------------------------------------------------------
+
+def _in_ns(ns: str | None, argv: list[str]) -> list[str]:
+    # `ip netns exec` execs the command in place, so the pid (and wait4's rusage) is the stack's own.
+    return ["ip", "netns", "exec", ns, *argv] if ns else argv
+
+
+class _Process:
+    """A child whose exit status and resource usage (wait4) are collected by a thread."""
+
+    def __init__(self, argv: list[str], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE):
+        self.popen = subprocess.Popen(argv, stdout=stdout, stderr=stderr, start_new_session=True)
+        self.started = time.monotonic()
+        self.ended: float | None = None
+        self.status: int | None = None
+        self.rusage = None
+        self._waiter = threading.Thread(target=self._wait, daemon=True)
+        self._waiter.start()
+
+    def _wait(self) -> None:
+        _, status, self.rusage = os.wait4(self.popen.pid, 0)
+        self.ended = time.monotonic()
+        self.status = os.waitstatus_to_exitcode(status)
+        self.popen.returncode = self.status  # keep Popen from waiting on a reaped pid
+
+    def wait(self, timeout: float | None) -> bool:
+        self._waiter.join(timeout)
+        return not self._waiter.is_alive()
+
+    def stop(self, grace_s: float = 3.0) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if self.wait(0):
+                return
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+            if self.wait(grace_s):
+                return
+
+    def cpu_s(self) -> float | None:
+        return None if self.rusage is None else self.rusage.ru_utime + self.rusage.ru_stime
+
+    def maxrss_kb(self) -> int | None:
+        return None if self.rusage is None else self.rusage.ru_maxrss
+
+    def stderr_tail(self) -> str:
+        if self.popen.stderr is None:
+            return ""
+        text = self.popen.stderr.read().decode(errors="replace").strip()
+        return " | ".join(text.splitlines()[-3:])[-400:]
+
+
+class _FifoDrain:
+    """Reads a client's response body from a FIFO: counts bytes, notes when the last one came."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        os.mkfifo(path)
+        self.bytes = 0
+        self.last_byte: float | None = None
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        with open(self.path, "rb", buffering=0) as fifo:
+            while chunk := fifo.read(1 << 20):
+                self.bytes += len(chunk)
+                self.last_byte = time.monotonic()
+
+    def finish(self) -> None:
+        if self._thread.is_alive():
+            try:  # the client never opened its output: release the reader blocked in open()
+                os.close(os.open(self.path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+        self._thread.join(5)
+
+
+def _wait_listening(ns: str | None, port: int, server: _Process) -> None:
+    deadline = time.monotonic() + SERVER_READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.wait(0):
+            raise RuntimeError(f"server exited with status {server.status}: {server.stderr_tail()}")
+        out = subprocess.run(_in_ns(ns, ["ss", "-Hnlu", f"sport = :{port}"]), capture_output=True, text=True).stdout
+        if out.strip():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"server did not listen on UDP port {port} within {SERVER_READY_TIMEOUT_S:.0f} s")
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _counter_delta(before, after, prefix: str = "") -> dict[str, int]:
+    """Flattened numeric differences of two (nested) counter snapshots: {'client_tx_packets': 12, ...}."""
+    delta = {}
+    if isinstance(after, dict):
+        for key, value in after.items():
+            delta.update(_counter_delta((before or {}).get(key) if isinstance(before, dict) else None, value,
+                                        f"{prefix}{key}_"))
+    elif isinstance(after, (int, float)) and not isinstance(after, bool):
+        delta[prefix.rstrip("_")] = after - (before if isinstance(before, (int, float)) else 0)
+    return delta
+
+
+COUNTER_COLUMNS = tuple(f"{side}_{way}_{unit}" for side in ("client", "server")
+                        for way in ("tx", "rx") for unit in ("packets", "bytes"))
+
+
+def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep: int,
+             experiment_id: str, backend: str) -> dict:
+    """One download; always returns a row, with status ok | timeout | failed."""
+    row: dict = {
+        "experiment_id": experiment_id, "run_id": uuid.uuid4().hex,
+        "started_at": datetime.datetime.now(), "set_name": condition.client.name,
+        "set_fingerprint": condition.client.params.fingerprint(),
+        "server_set_name": condition.server.name if condition.server else None,
+        "stack": stack.name, "link_backend": getattr(path, "backend", backend),
+        "delay_ms": condition.link.delay_ms, "delay_up_ms": condition.link.delay_up_ms,
+        "jitter_ms": condition.link.jitter_ms, "loss_pct": condition.link.loss_pct,
+        "rate_bps": condition.link.rate_bps, "queue": condition.link.queue,
+        "sweep_param": condition.sweep_param, "sweep_value": condition.sweep_value,
+        "rep": rep, "size_bytes": options.size, "autotune": options.autotune, "cc": options.cc,
+    }
+    warnings: list[str] = []
+    port = SERVER_PORT if path.server_ns else _free_udp_port()
+    with tempfile.TemporaryDirectory(prefix="qreplay-") as tmp:
+        workdir = Path(tmp)
+        server_params = condition.server.params if condition.server else None
+        server_argv, server_applied = stack.server_command(server_params, options, path.server_ip, port, workdir)
+        plan, client_applied = stack.client_command(condition.client.params, options, path.server_ip, port, workdir)
+        for role, applied in (("client", client_applied), ("server", server_applied)):
+            row[f"requested_{role}"] = json.dumps({**applied.applied, **applied.not_applied})
+            row[f"applied_{role}"] = json.dumps(applied.applied)
+            row[f"not_applied_{role}"] = json.dumps(applied.not_applied)
+            if applied.not_applied:
+                warnings.append(f"{stack.name} {role} could not apply: "
+                                + ", ".join(f"{k}={v}" for k, v in applied.not_applied.items()))
+            warnings += [f"{role}: {note}" for note in applied.notes]
+        row["warnings"] = json.dumps(warnings)
+        row["server_argv"] = json.dumps(_in_ns(path.server_ns, server_argv))
+        row["client_argv"] = json.dumps(_in_ns(path.client_ns, plan.argv))
+
+        server = _Process(_in_ns(path.server_ns, server_argv))
+        client = None
+        try:
+            _wait_listening(path.server_ns, port, server)
+            before = path.interface_counters()
+            drain = _FifoDrain(plan.body_fifo) if plan.body_fifo else None
+            stdout_file = open(workdir / "client.stdout", "w+b")
+            client = _Process(_in_ns(path.client_ns, plan.argv), stdout=stdout_file)
+            finished = client.wait(options.timeout_s)
+            if not finished:
+                client.stop()
+            if drain:
+                drain.finish()
+            after = path.interface_counters()
+            counters = _counter_delta(before, after)
+            row["counters"] = json.dumps(counters)
+            row.update({k: v for k, v in counters.items() if k in COUNTER_COLUMNS})
+            row["wall_s"] = (client.ended or time.monotonic()) - client.started
+            stdout_file.seek(0)
+            stdout = stdout_file.read().decode(errors="replace")
+            stdout_file.close()
+            result = _client_result(stack, stdout, drain, client)
+            if result:
+                row["bytes"] = result.bytes
+                row["duration_s"] = result.duration_s
+                row["timing"] = result.extra.get("timing", "request to last byte (client)")
+                if result.duration_s and result.duration_s > 0:
+                    row["goodput_mbps"] = result.bytes * 8 / result.duration_s / 1e6
+            if not finished:
+                row["status"], row["error"] = "timeout", f"no completion within {options.timeout_s:.0f} s"
+            elif client.status != 0:
+                row["status"], row["error"] = "failed", f"client exit status {client.status}: {client.stderr_tail()}"
+            elif not result or result.bytes != options.size:
+                row["status"] = "failed"
+                row["error"] = f"received {result.bytes if result else 0} of {options.size} bytes"
+            else:
+                row["status"] = "ok"
+        except (RuntimeError, OSError, ValueError) as exc:
+            row["status"], row["error"] = "failed", str(exc)[:400]
+        finally:
+            if client:
+                client.stop()
+                row["client_cpu_s"], row["client_maxrss_kb"] = client.cpu_s(), client.maxrss_kb()
+            server.stop()
+            row["server_cpu_s"], row["server_maxrss_kb"] = server.cpu_s(), server.maxrss_kb()
+    if row["status"] != "ok":
+        row["goodput_mbps"] = None  # a failed run is kept, but never averaged in
+    return row
+
+
+def _client_result(stack: Stack, stdout: str, drain: _FifoDrain | None, client: _Process) -> ClientResult | None:
+    if drain:
+        if drain.last_byte is None:
+            return ClientResult(drain.bytes, None)
+        # No request timestamp is printed by such clients: time from client start, handshake included,
+        # as the interop runner's goodput test (the thesis's) times the whole client.
+        return ClientResult(drain.bytes, drain.last_byte - client.started,
+                            {"timing": "client start to last byte (runner)"})
+    try:
+        return stack.parse_client_output(stdout)
+    except (ValueError, KeyError):
+        return None
+
+
+# --- experiments ---------------------------------------------------------------------------------
+
+def run_experiment(experiment: Experiment, results: str | Path,
+                   on_run: Callable[[dict], None] | None = None) -> list[dict]:
+    """Run every condition ``reps`` times, storing each condition's runs as one batch."""
+    reason = experiment.stack.unavailable_reason()
+    if reason:
+        from tparams.errors import ToolError
+
+        raise ToolError(f"stack {experiment.stack.name} is not usable: {reason}")
+    con = store.connect(results)
+    record = {
+        "experiment_id": experiment.experiment_id, "kind": experiment.kind,
+        "started_at": datetime.datetime.now(), "stack": experiment.stack.name,
+        "link_backend": experiment.link_backend, "size_bytes": experiment.options.size,
+        "reps": experiment.reps, "autotune": experiment.options.autotune, "cc": experiment.options.cc,
+        "command_line": experiment.command_line,
+        "config": json.dumps({"conditions": [_describe(c) for c in experiment.conditions],
+                              "timeout_s": experiment.options.timeout_s,
+                              "qlog_dir": str(experiment.options.qlog_dir or "")}),
+    }
+    store.upsert_experiment(con, record)
+    rows: list[dict] = []
+    try:
+        for condition in experiment.conditions:
+            batch = []
+            try:
+                with open_path(condition.link, experiment.link_backend) as path:
+                    for rep in range(1, experiment.reps + 1):
+                        row = run_once(experiment.stack, path, condition, experiment.options, rep,
+                                       experiment.experiment_id, experiment.link_backend)
+                        batch.append(row)
+                        if on_run:
+                            on_run(row)
+            finally:
+                store.insert(con, "runs", batch)
+                rows += batch
+        record["finished_at"] = datetime.datetime.now()
+        store.upsert_experiment(con, record)
+    finally:
+        con.close()
+    return rows
+
+
+def _describe(condition: Condition) -> dict:
+    return {"set": condition.client.name, "server_set": condition.server.name if condition.server else None,
+            "link": condition.link.__dict__, "sweep_param": condition.sweep_param,
+            "sweep_value": condition.sweep_value}
+
+
+# --- statistics ----------------------------------------------------------------------------------
+
+# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then the normal 1.96).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def summarize(values: list[float]) -> dict:
+    """n, mean, sample standard deviation and the 95% confidence interval of the mean."""
+    n = len(values)
+    if n == 0:
+        return {"n": 0, "mean": None, "stddev": None, "ci95_low": None, "ci95_high": None}
+    mean = statistics.fmean(values)
+    if n == 1:
+        return {"n": 1, "mean": mean, "stddev": None, "ci95_low": None, "ci95_high": None}
+    stddev = statistics.stdev(values)
+    half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96) * stddev / math.sqrt(n)
+    return {"n": n, "mean": mean, "stddev": stddev, "ci95_low": mean - half, "ci95_high": mean + half}
+
+
+def summaries(rows: list[dict]) -> list[dict]:
+    """One summary per condition, in the order the conditions ran."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        key = (row["set_name"], row["server_set_name"], row["delay_ms"], row["loss_pct"],
+               row["sweep_param"], row["sweep_value"])
+        groups.setdefault(key, []).append(row)
+    out = []
+    for (set_name, server_set, delay, loss, param, value), group in groups.items():
+        ok = [r["goodput_mbps"] for r in group if r["status"] == "ok"]
+        out.append({"set_name": set_name, "server_set_name": server_set, "delay_ms": delay, "loss_pct": loss,
+                    "sweep_param": param, "sweep_value": value, "runs": len(group),
+                    "failed": len(group) - len(ok), **summarize(ok)})
+    return out
