@@ -1,0 +1,286 @@
+"""The installed browsers as QUIC clients: launch, capture, extract.
+
+A browser is started headless in a fresh profile, forced onto HTTP/3 against
+a QUIC server on loopback (ngtcp2's gtlsserver with a throw-away certificate)
+while tshark captures that port. Only the ClientHello matters, so a refused
+certificate is fine. The browser's key log comes along, which also yields
+the lab server's EncryptedExtensions. Browser, tshark and server run in their
+own process groups and are always ended, also on Ctrl-C and SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from scanner.capture.extract import CaptureResult, read_capture
+from scanner.capture.frontend import tshark_path
+from tparams.errors import ToolError
+
+LAB_HOST = "lab.test"
+LOOPBACK = "127.0.0.1"
+BROWSERS = ("chromium", "firefox")
+_EXECUTABLES = {"chromium": "chromium", "firefox": "firefox-esr"}
+SERVER_EXECUTABLE = "gtlsserver"  # Debian package ngtcp2-server
+
+
+@dataclass(frozen=True)
+class BrowserCapture:
+    browser: str  # "chromium" or "firefox-esr": the executable that ran
+    version: str  # exact, as the browser prints it, e.g. "156.0.8078.79"
+    version_line: str
+    command: list[str]
+    captured_at: str  # UTC, ISO 8601
+    capture_file: Path
+    keylog_file: Path
+    result: CaptureResult
+
+    @property
+    def label(self) -> str:
+        return f"{self.browser}-{self.version}"
+
+
+def browser_version(browser: str) -> tuple[str, str]:
+    """(exact version, the line the browser printed) of the installed browser."""
+    executable = _executable(browser)
+    try:
+        output = subprocess.run(
+            [executable, "--version"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except subprocess.TimeoutExpired as exc:
+        raise ToolError(f"{executable} --version did not answer within 30 s") from exc
+    line = next((line.strip() for line in output.splitlines() if re.search(r"\d+\.\d+", line)), "")
+    match = re.search(r"(\d+(?:\.\d+)+[a-z]*)", line)
+    if not match:
+        raise ToolError(f"cannot read the version of {executable} from {output.strip()!r}")
+    return match.group(1), line
+
+
+def capture_browser(
+    browser: str,
+    workdir: Path | None = None,
+    timeout: float = 40.0,
+    progress: Callable[[str], None] = lambda _: None,
+) -> BrowserCapture:
+    """Run ``browser`` against a lab server on loopback and extract every ClientHello it sent.
+
+    The capture and key log stay in ``workdir`` (a fresh temporary directory
+    when not given, which the caller may delete).
+    """
+    executable = _executable(browser)
+    if shutil.which(SERVER_EXECUTABLE) is None:
+        raise ToolError(f"{SERVER_EXECUTABLE} is not installed (Debian package ngtcp2-server)")
+    version, version_line = browser_version(browser)
+    workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"qscan-{browser}-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    capture_file = workdir / f"{_EXECUTABLES[browser]}.pcapng"
+    keylog_file = workdir / f"{_EXECUTABLES[browser]}.keys"
+    for stale in (capture_file, keylog_file):
+        stale.unlink(missing_ok=True)
+    port = _free_udp_port()
+    key_file, cert_file = _throwaway_certificate(workdir)
+    command = _browser_command(browser, executable, workdir, port)
+    captured_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    with _process_groups() as start:
+        progress(f"lab server on {LOOPBACK}:{port}")
+        start([SERVER_EXECUTABLE, "-q", LOOPBACK, str(port), str(key_file), str(cert_file)], workdir / "server.log")
+        _start_tshark(start, port, capture_file, workdir / "tshark.log")
+        progress(f"{executable} {version}")
+        environment = {**os.environ, "SSLKEYLOGFILE": str(keylog_file), "MOZ_HEADLESS": "1"}
+        browser_process = start(command, workdir / "browser.log", environment)
+        _wait_for_hello(browser_process, capture_file, port, timeout)
+        # Let retransmissions and retries on other ports land in the capture too.
+        time.sleep(1.0)
+    result = read_capture(
+        capture_file, keylog_file if _has_secrets(keylog_file) else None, client=f"{_EXECUTABLES[browser]} {version}", ports=(port,)
+    )
+    return BrowserCapture(_EXECUTABLES[browser], version, version_line, command, captured_at, capture_file, keylog_file, result)
+
+
+def _executable(browser: str) -> str:
+    if browser not in _EXECUTABLES:
+        raise ToolError(f"unknown browser {browser!r} (choose one of {', '.join(BROWSERS)})")
+    executable = _EXECUTABLES[browser]
+    if shutil.which(executable) is None:
+        raise ToolError(f"{executable} is not installed (Debian package {executable})")
+    return executable
+
+
+def _browser_command(browser: str, executable: str, workdir: Path, port: int) -> list[str]:
+    url = f"https://{LAB_HOST}:{port}/"
+    profile = workdir / "profile"
+    shutil.rmtree(profile, ignore_errors=True)
+    profile.mkdir()
+    if browser == "chromium":
+        return [
+            executable,
+            "--headless",
+            "--no-sandbox",  # we run as root in the lab
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--enable-quic",
+            f"--origin-to-force-quic-on={LAB_HOST}:{port}",
+            f"--host-resolver-rules=MAP {LAB_HOST} {LOOPBACK}",
+            "--ignore-certificate-errors",
+            "--dump-dom",
+            url,
+        ]
+    preferences = {
+        "network.http.http3.enable": True,
+        "network.http.http3.alt-svc-mapping-for-testing": f'{LAB_HOST};h3=":{port}"',
+        "network.dns.localDomains": LAB_HOST,
+        # Keep a fresh profile quiet: no update, telemetry or portal checks to other hosts.
+        "app.update.enabled": False,
+        "browser.shell.checkDefaultBrowser": False,
+        "datareporting.policy.dataSubmissionEnabled": False,
+        "toolkit.telemetry.reportingpolicy.firstRun": False,
+        "network.captive-portal-service.enabled": False,
+        "network.connectivity-service.enabled": False,
+        "browser.safebrowsing.update.enabled": False,
+        "extensions.update.enabled": False,
+        "network.proxy.type": 0,
+    }
+    (profile / "user.js").write_text(
+        "".join(f"user_pref({_js(name)}, {_js(value)});\n" for name, value in preferences.items())
+    )
+    return [executable, "--headless", "--no-remote", "--profile", str(profile), "--screenshot", str(workdir / "page.png"), url]
+
+
+def _js(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind((LOOPBACK, 0))
+        return probe.getsockname()[1]
+
+
+def _throwaway_certificate(workdir: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, LAB_HOST)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(LAB_HOST)]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    key_file, cert_file = workdir / "server.key", workdir / "server.crt"
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    return key_file, cert_file
+
+
+Starter = Callable[..., subprocess.Popen]
+
+
+@contextlib.contextmanager
+def _process_groups() -> Iterator[Starter]:
+    """Start processes in their own groups; end every group on the way out, whatever happens.
+
+    SIGTERM is turned into an exception meanwhile, so that a killed qscan
+    still runs the clean-up instead of leaving a browser behind.
+    """
+    processes: list[subprocess.Popen] = []
+    logs = []
+
+    def start(command: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+        handle = open(log, "wb")
+        logs.append(handle)
+        process = subprocess.Popen(
+            command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
+        processes.append(process)
+        return process
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = None
+    with contextlib.suppress(ValueError):  # not the main thread: the caller handles signals
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield start
+    finally:
+        # Newest first: the browser, then tshark (SIGINT lets it finish the file), then the server.
+        for process in reversed(processes):
+            _end_group(process, signal.SIGINT if process.args[0] == tshark_path() else signal.SIGTERM)
+        for handle in logs:
+            handle.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _end_group(process: subprocess.Popen, first_signal: int) -> None:
+    for sig, grace in ((first_signal, 5.0), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    # Children that outlived the leader (browser helpers) are still in the group.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _start_tshark(start: Starter, port: int, capture_file: Path, log: Path) -> None:
+    tshark = start([tshark_path(), "-i", "lo", "-f", f"udp port {port}", "-w", str(capture_file)], log)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if tshark.poll() is not None:
+            raise ToolError(f"tshark could not capture on lo: {log.read_text(errors='replace').strip()[-300:]}")
+        if b"Capturing on" in log.read_bytes():
+            return
+        time.sleep(0.1)
+    raise ToolError("tshark did not start capturing on lo within 15 s")
+
+
+def _wait_for_hello(browser: subprocess.Popen, capture_file: Path, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        if capture_file.exists() and capture_file.stat().st_size > 0:
+            with contextlib.suppress(ToolError):  # the file may end mid-packet while it is written
+                if read_capture(capture_file, ports=(port,)).hellos:
+                    return
+        if browser.poll() is not None:
+            return
+    raise ToolError(f"{browser.args[0]} sent no complete QUIC ClientHello within {timeout:.0f} s")
+
+
+def _has_secrets(keylog_file: Path) -> bool:
+    return keylog_file.exists() and b"SERVER_HANDSHAKE_TRAFFIC_SECRET" in keylog_file.read_bytes()
