@@ -1,0 +1,104 @@
+"""Interface, source address and gateway MAC for ZMap, from a namespace's routes.
+
+ZMap 2.1.1 needs all three given explicitly or it waits. They are found the
+way the kernel would route the first probe: ``ip route get`` for a target
+address gives the interface, the preferred source and the gateway; the
+gateway's MAC comes from the neighbour table, after one datagram to the
+gateway's discard port makes the kernel resolve it if it has not already.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from dataclasses import dataclass
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from scanner.lab.netns import in_namespace
+from tparams.errors import ToolError
+
+# Neighbour states without a usable link-layer address (linux/neighbour.h).
+_NUD_INCOMPLETE, _NUD_FAILED = 0x01, 0x20
+_DISCARD_PORT = 9
+
+
+@dataclass(frozen=True)
+class Route:
+    interface: str
+    source_ip: str
+    gateway_mac: str
+
+
+def detect_route(
+    probe_address: str,
+    netns: str | None = None,
+    interface: str | None = None,
+    source_ip: str | None = None,
+    gateway_mac: str | None = None,
+    resolve: bool = True,
+) -> Route:
+    """Fill in what the caller did not give. ``resolve=False`` sends nothing
+    (dry runs): an unknown gateway MAC is then reported as unresolved."""
+    where = f"network namespace {netns}" if netns else "this network namespace"
+    with IPRoute(**({"netns": netns} if netns else {})) as ipr:
+        if interface is not None and not ipr.link_lookup(ifname=interface):
+            raise ToolError(f"unknown interface {interface!r} in {where}")
+        try:
+            found = ipr.route("get", dst=probe_address)[0]
+        except NetlinkError as exc:
+            raise ToolError(f"no route to {probe_address} in {where} ({exc.args[-1]})") from None
+        oif = found.get("RTA_OIF")
+        gateway = found.get("RTA_GATEWAY")
+        route_interface = ipr.get_links(oif)[0].get("IFLA_IFNAME")
+        interface = interface or route_interface
+        if source_ip is None:
+            if interface == route_interface and found.get("RTA_PREFSRC"):
+                source_ip = found.get("RTA_PREFSRC")
+            else:
+                addresses = ipr.get_addr(family=socket.AF_INET, index=ipr.link_lookup(ifname=interface)[0])
+                if not addresses:
+                    raise ToolError(f"interface {interface} has no IPv4 address in {where}; give --source-ip")
+                source_ip = addresses[0].get("IFA_ADDRESS")
+        if gateway_mac is None:
+            if gateway is None:
+                raise ToolError(f"{probe_address} is on-link from {interface}, not behind a gateway; "
+                                "ZMap sends every probe to one gateway MAC: give --gateway-mac")
+            gateway_mac = _neighbour_mac(ipr, gateway)
+            if gateway_mac is None and resolve:
+                _provoke_arp(gateway, netns)
+                deadline = time.monotonic() + 3.0
+                while gateway_mac is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    gateway_mac = _neighbour_mac(ipr, gateway)
+            if gateway_mac is None:
+                if resolve:
+                    raise ToolError(f"gateway {gateway} in {where} does not answer ARP; give --gateway-mac")
+                gateway_mac = f"<MAC of {gateway}, resolved at run time>"
+    return Route(interface, source_ip, gateway_mac)
+
+
+def check_raw_socket_permission(netns: str | None = None) -> None:
+    """ZMap sends and captures on raw packet sockets; without CAP_NET_RAW it
+    fails deep in libpcap, so say so first and in one line."""
+    with in_namespace(netns) if netns else contextlib.nullcontext():
+        try:
+            socket.socket(socket.AF_PACKET, socket.SOCK_RAW).close()
+        except PermissionError:
+            raise ToolError("no permission to open raw sockets (ZMap needs root or CAP_NET_RAW)") from None
+
+
+def _neighbour_mac(ipr: IPRoute, address: str) -> str | None:
+    for entry in ipr.get_neighbours(dst=address):
+        if entry.get("NDA_LLADDR") and not entry["state"] & (_NUD_INCOMPLETE | _NUD_FAILED):
+            return entry.get("NDA_LLADDR")
+    return None
+
+
+def _provoke_arp(gateway: str, netns: str | None) -> None:
+    with in_namespace(netns) if netns else contextlib.nullcontext():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            with contextlib.suppress(OSError):
+                sock.sendto(b"", (gateway, _DISCARD_PORT))
