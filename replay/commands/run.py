@@ -1,0 +1,258 @@
+"""The experiment commands: the default one (`qreplay --set firefox --delay 30ms`), sweep, matrix, sets."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from replay import sets as sets_api
+from replay.runner import Condition, Experiment, Link, run_experiment, summaries
+from replay.stacks import get_stack
+from replay.stacks.base import RunOptions
+from replay.store import DEFAULT_RESULTS
+from tparams.errors import ToolError
+from tparams.paramset import PERFORMANCE_PARAMETERS
+
+# Options shared by every experiment command (declared once, used in each signature).
+SetOpt = Annotated[str, typer.Option("--set", help="Client set: NAME (see `qreplay sets`), a set FILE, or "
+                                                   "scan.duckdb:topN; aliases firefox, chrome, chromium.")]
+ServerSetOpt = Annotated[Optional[str], typer.Option("--server-set", help="Server set (same forms as --set); "
+                                                                          "default: the stack's own defaults.")]
+ClientParamOpt = Annotated[Optional[list[str]], typer.Option("--client-param", metavar="NAME=VALUE",
+                                                             help="Override one client parameter (repeatable).")]
+ServerParamOpt = Annotated[Optional[list[str]], typer.Option("--server-param", metavar="NAME=VALUE",
+                                                             help="Override one server parameter (repeatable).")]
+DelayOpt = Annotated[str, typer.Option("--delay", help="One-way delay added server->client, e.g. 30ms.")]
+DelayUpOpt = Annotated[str, typer.Option("--delay-up", help="One-way delay added client->server.")]
+JitterOpt = Annotated[str, typer.Option("--jitter", help="Delay jitter, e.g. 1ms.")]
+LossOpt = Annotated[str, typer.Option("--loss", help="Packet loss each direction, percent, e.g. 0.1%.")]
+RateOpt = Annotated[Optional[str], typer.Option("--rate", help="Link rate, e.g. 1gbit (default: unlimited).")]
+QueueOpt = Annotated[Optional[str], typer.Option("--queue", help="Queue limit of the link, in packets or bytes "
+                                                                 "(default: the testbed's, at least one BDP).")]
+SizeOpt = Annotated[str, typer.Option("--size", help="Download size, e.g. 500MB (decimal) or 64MiB.")]
+RepsOpt = Annotated[int, typer.Option("--reps", min=1, help="Repetitions per condition.")]
+StackOpt = Annotated[str, typer.Option("--stack", help="QUIC stack: ngtcp2, quicgo, aioquic or lsquic.")]
+LinkOpt = Annotated[str, typer.Option("--link", help="Link backend: auto, netem (kernel), relay (linkem), or "
+                                                     "loopback (no emulation, 127.0.0.1).")]
+AutotuneOpt = Annotated[bool, typer.Option("--autotune/--no-autotune", help="Let flow-control windows grow; "
+                                           "default off: windows stay at the advertised values.")]
+CcOpt = Annotated[str, typer.Option("--cc", help="Congestion control: cubic or bbr.")]
+QlogOpt = Annotated[Optional[Path], typer.Option("--qlog", help="Write qlog files of every run into this directory.")]
+OutOpt = Annotated[Path, typer.Option("--out", help="Results DuckDB file (appended to).")]
+TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a run counts as failed "
+                                                     "(default: long enough for 5 Mbit/s).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the summaries as JSON lines instead of a table.")]
+
+SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+              "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """'500MB' -> 500000000 (decimal units as in the thesis's '500 MB file'; KiB/MiB/GiB binary)."""
+    match = SIZE.match(text)
+    unit = (match[2] or "").lower() if match else None
+    if not match or unit not in SIZE_UNITS or float(match[1]) * SIZE_UNITS[unit] < 1:
+        raise ToolError(f"--size: {text!r} is not a size like 500MB, 64MiB or 1000000")
+    return int(float(match[1]) * SIZE_UNITS[unit])
+
+
+def make_link(delay: str, delay_up: str, jitter: str, loss: str, rate: str | None, queue: str | None) -> Link:
+    from replay import link as link_api
+
+    return Link(delay_ms=link_api.parse_duration_ms(delay), delay_up_ms=link_api.parse_duration_ms(delay_up),
+                jitter_ms=link_api.parse_duration_ms(jitter), loss_pct=link_api.parse_percent(loss),
+                rate_bps=link_api.parse_rate_bps(rate) if rate else None, queue=queue)
+
+
+def make_options(size: str, autotune: bool, cc: str, qlog: Path | None, timeout: float | None) -> RunOptions:
+    if cc not in ("cubic", "bbr"):
+        raise ToolError(f"--cc must be cubic or bbr, not {cc!r}")
+    size_bytes = parse_size(size)
+    return RunOptions(size=size_bytes, autotune=autotune, cc=cc, qlog_dir=qlog,
+                      timeout_s=timeout or 30 + size_bytes * 8 / 5e6)
+
+
+def server_set(spec: str | None, overrides: list[str] | None) -> sets_api.NamedSet | None:
+    if spec is None and not overrides:
+        return None
+    from tparams.paramset import ParamSet
+
+    base = sets_api.resolve_one(spec) if spec else sets_api.NamedSet("stack-default", ParamSet(), "stack defaults")
+    return sets_api.with_overrides(base, overrides or [])
+
+
+def execute(experiment: Experiment, out: Path, json_output: bool) -> list[dict]:
+    """Run with a progress bar, then print per-condition summaries (table or JSON lines)."""
+    console = Console(stderr=True)
+    reason = experiment.stack.unavailable_reason()
+    if reason:
+        raise ToolError(f"stack {experiment.stack.name} is not usable here: {reason}")
+    total = len(experiment.conditions) * experiment.reps
+    warned: set[str] = set()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task(f"{experiment.kind} on {experiment.stack.name}", total=total)
+
+        def on_run(row: dict) -> None:
+            for line in json.loads(row["warnings"] or "[]"):
+                if line not in warned:
+                    warned.add(line)
+                    progress.console.print(f"[yellow]warning:[/] {line}")
+            goodput = f"{row['goodput_mbps']:.1f} Mbit/s" if row.get("goodput_mbps") else row.get("error", "")
+            progress.console.print(f"{row['set_name']} delay {row['delay_ms']:g} ms loss {row['loss_pct']:g}% "
+                                   f"rep {row['rep']}: {row['status']} {goodput}")
+            progress.advance(task)
+
+        rows = run_experiment(experiment, out, on_run)
+    show_summaries(summaries(rows), json_output)
+    console.print(f"results: {out} (experiment {experiment.experiment_id})")
+    return rows
+
+
+def show_summaries(rows: list[dict], json_output: bool) -> None:
+    if json_output:
+        for row in rows:
+            typer.echo(json.dumps(row))
+        return
+    table = Table(title="goodput (Mbit/s; failed runs excluded from the statistics)")
+    for column in ("set", "server set", "delay ms", "loss %", "swept", "n", "failed", "mean", "stddev", "95% CI"):
+        table.add_column(column, justify="right" if column not in ("set", "server set", "swept") else "left")
+    fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    for s in rows:
+        swept = f"{s['sweep_param']}={s['sweep_value']}" if s["sweep_param"] else ""
+        ci = "-" if s["ci95_low"] is None else f"{s['ci95_low']:.1f}..{s['ci95_high']:.1f}"
+        table.add_row(s["set_name"], s["server_set_name"] or "(stack default)", f"{s['delay_ms']:g}",
+                      f"{s['loss_pct']:g}", swept, str(s["n"]), str(s["failed"]), fmt(s["mean"]),
+                      fmt(s["stddev"]), ci)
+    Console().print(table)
+
+
+def _command_line() -> str:
+    return shlex.join(["qreplay", *sys.argv[1:]])
+
+
+def _comma_list(text: str, what: str) -> list[str]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise ToolError(f"{what}: give a comma-separated list")
+    return items
+
+
+def register(app: typer.Typer) -> None:
+    @app.callback(invoke_without_command=True)
+    def replay(
+        ctx: typer.Context,
+        set_spec: SetOpt = "firefox", server_set_spec: ServerSetOpt = None,
+        client_param: ClientParamOpt = None, server_param: ServerParamOpt = None,
+        delay: DelayOpt = "0ms", delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", loss: LossOpt = "0%",
+        rate: RateOpt = None, queue: QueueOpt = None, size: SizeOpt = "500MB", reps: RepsOpt = 10,
+        stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", autotune: AutotuneOpt = False, cc: CcOpt = "cubic",
+        qlog: QlogOpt = None, out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
+    ) -> None:
+        """Download through a QUIC stack over an emulated link with a client parameter set, REPS times.
+
+        Without a subcommand: one experiment, e.g. `qreplay --set firefox --delay 30ms`.
+        """
+        if ctx.invoked_subcommand is not None:
+            return
+        clients = [sets_api.with_overrides(s, client_param or []) for s in sets_api.resolve(set_spec)]
+        for named in clients:
+            Console(stderr=True).print(f"set: {named.name} ({named.source})")
+        the_link = make_link(delay, delay_up, jitter, loss, rate, queue)
+        server = server_set(server_set_spec, server_param)
+        experiment = Experiment("single", get_stack(stack), [Condition(c, server, the_link) for c in clients],
+                                make_options(size, autotune, cc, qlog, timeout), reps, link, _command_line())
+        execute(experiment, out, json_output)
+
+    @app.command("sweep")
+    def sweep(
+        param: Annotated[str, typer.Option("--param", help="The parameter to vary, e.g. initial_max_data.")],
+        values: Annotated[str, typer.Option("--values", help="Comma-separated values, e.g. 196608,1048576.")],
+        side: Annotated[str, typer.Option("--side", help="Whose parameter to vary: client or server.")] = "client",
+        set_spec: SetOpt = "lsquic-client-default", server_set_spec: ServerSetOpt = None,
+        client_param: ClientParamOpt = None, server_param: ServerParamOpt = None,
+        delay: DelayOpt = "30ms", delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", loss: LossOpt = "0%",
+        rate: RateOpt = None, queue: QueueOpt = None, size: SizeOpt = "500MB", reps: RepsOpt = 10,
+        stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", autotune: AutotuneOpt = False, cc: CcOpt = "cubic",
+        qlog: QlogOpt = None, out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
+    ) -> None:
+        """Vary one parameter, all else fixed (the thesis's figures 5.4 and 5.6); default 30 ms, LSQUIC client set."""
+        if param not in PERFORMANCE_PARAMETERS:
+            raise ToolError(f"--param: {param!r} is not one of {', '.join(PERFORMANCE_PARAMETERS)}")
+        if side not in ("client", "server"):
+            raise ToolError(f"--side must be client or server, not {side!r}")
+        client = sets_api.with_overrides(sets_api.resolve_one(set_spec), client_param or [])
+        server = server_set(server_set_spec, server_param)
+        conditions = []
+        for value in _comma_list(values, "--values"):
+            override = [f"{param}={value}"]
+            swept_value = int(getattr(sets_api.with_overrides(client, override).params, param))
+            if side == "client":
+                conditions.append(Condition(sets_api.with_overrides(client, override), server,
+                                            make_link(delay, delay_up, jitter, loss, rate, queue), param, swept_value))
+            else:
+                base = server or server_set(None, override)
+                conditions.append(Condition(client, sets_api.with_overrides(base, override) if server else base,
+                                            make_link(delay, delay_up, jitter, loss, rate, queue), param, swept_value))
+        experiment = Experiment("sweep", get_stack(stack), conditions,
+                                make_options(size, autotune, cc, qlog, timeout), reps, link, _command_line())
+        execute(experiment, out, json_output)
+
+    @app.command("matrix")
+    def matrix(
+        sets: Annotated[str, typer.Option("--sets", help="Comma-separated client sets (any --set form).")]
+        = "firefox,chrome,lsquic-client-default",
+        delays: Annotated[str, typer.Option("--delays", help="Comma-separated one-way delays, e.g. 0,10,20,30 "
+                                                               "(ms when no unit).")] = "0,10,20,30,40,50",
+        losses: Annotated[str, typer.Option("--losses", help="Comma-separated loss percentages.")] = "0",
+        server_set_spec: ServerSetOpt = None, client_param: ClientParamOpt = None, server_param: ServerParamOpt = None,
+        delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", rate: RateOpt = None, queue: QueueOpt = None,
+        size: SizeOpt = "500MB", reps: RepsOpt = 10, stack: StackOpt = "ngtcp2", link: LinkOpt = "auto",
+        autotune: AutotuneOpt = False, cc: CcOpt = "cubic", qlog: QlogOpt = None, out: OutOpt = DEFAULT_RESULTS,
+        timeout: TimeoutOpt = None, json_output: JsonOpt = False,
+    ) -> None:
+        """Every set under every delay and loss (the thesis's figures 5.1-5.3)."""
+        clients = [sets_api.with_overrides(s, client_param or [])
+                   for spec in _comma_list(sets, "--sets") for s in sets_api.resolve(spec)]
+        server = server_set(server_set_spec, server_param)
+        links = [make_link(d if re.search(r"[a-z]", d) else f"{d}ms", delay_up, jitter,
+                           x if x.endswith("%") else f"{x}%", rate, queue)
+                 for d in _comma_list(delays, "--delays") for x in _comma_list(losses, "--losses")]
+        conditions = [Condition(c, server, lk) for lk in links for c in clients]
+        experiment = Experiment("matrix", get_stack(stack), conditions,
+                                make_options(size, autotune, cc, qlog, timeout), reps, link, _command_line())
+        execute(experiment, out, json_output)
+
+    @app.command("sets")
+    def sets_command(json_output: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+                     scan: Annotated[Optional[Path], typer.Option("--scan", help="Also list this scan's top sets.")]
+                     = None,
+                     top: Annotated[int, typer.Option("--top", min=1, help="How many scan sets.")] = 10) -> None:
+        """List built-in sets, what the browser aliases mean now, and (with --scan) a scan's most common sets."""
+        rows = sets_api.list_sets()
+        if scan:
+            rows += [{"name": s.name, "role": "scan", "description": s.source,
+                      "parameters": {k: v for k, v in s.params.as_sent().items() if v is not None}}
+                     for s in sets_api.top_sets(scan, top)]
+        if json_output:
+            for row in rows:
+                typer.echo(json.dumps(row))
+            return
+        table = Table(title="parameter sets (use with --set / --sets)")
+        for column in ("name", "role", "description"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(row["name"], row["role"] or "", row["description"])
+        Console().print(table)
+
+
