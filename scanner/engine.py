@@ -1,0 +1,618 @@
+"""Stateful QUIC handshake engine: many aioquic connections, one event loop, few sockets.
+
+aioquic's QuicConnection is sans-I/O, so one process drives thousands of
+handshakes from a single epoll loop over a handful of UDP sockets: datagrams
+are demultiplexed by (socket, peer address), each connection's timer sits in
+one heap. Worker processes (``workers``) split the targets to use the cores.
+
+What aioquic would swallow or refuse is kept: the server's raw
+``quic_transport_parameters`` bytes are taken before aioquic parses them and
+decoded by tparams.codec (wire order, GREASE, unknown ids, findings), so a
+server with malformed parameters becomes a ``protocol_error`` record with the
+codec's findings instead of an exception. Certificates are recorded and
+verified against certifi's roots, but verification never stops a handshake.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import heapq
+import ipaddress
+import multiprocessing
+import os
+import queue
+import select
+import socket
+import ssl
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import certifi
+from aioquic import tls
+from aioquic.buffer import Buffer
+from aioquic.quic import events
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection, QuicConnectionError
+from aioquic.quic.packet import QuicErrorCode, QuicProtocolVersion
+from cryptography import x509
+from cryptography.utils import CryptographyDeprecationWarning
+from cryptography.hazmat.primitives import hashes
+from cryptography.x509 import verification
+
+from tparams.codec import DecodedParameters, decode_transport_parameters
+from tparams.errors import ToolError
+from tparams.paramset import ParamSet, order_fingerprint, order_signature
+
+from scanner.targets import Target
+
+# Outcomes of one attempt (the `status` column).
+OK = "ok"
+TIMEOUT = "timeout"
+VERSION_NEGOTIATION = "version_negotiation"
+CONNECTION_CLOSE = "connection_close"
+TLS_ALERT = "tls_alert"
+PROTOCOL_ERROR = "protocol_error"
+STATUSES = (OK, TIMEOUT, VERSION_NEGOTIATION, CONNECTION_CLOSE, TLS_ALERT, PROTOCOL_ERROR)
+
+GROUPS = {
+    "x25519": tls.Group.X25519,
+    "x448": tls.Group.X448,
+    "secp256r1": tls.Group.SECP256R1,
+    "secp384r1": tls.Group.SECP384R1,
+}
+_GROUP_NAMES = {value: name for name, value in GROUPS.items()} | {tls.Group.SECP521R1: "secp521r1"}
+_TLS_VERSIONS = {0x0304: "TLS 1.3", 0x0303: "TLS 1.2"}
+_CRYPTO_ERROR = QuicErrorCode.CRYPTO_ERROR  # 0x100 + TLS alert (RFC 9001, 4.8)
+
+
+@dataclass(frozen=True)
+class ScanSettings:
+    alpn: str = "h3"
+    timeout: float = 5.0  # seconds from the first Initial to giving up
+    rate: float = 100.0  # new handshakes per second over all workers; 0 = unlimited
+    concurrency: int = 1000  # handshakes in flight over all workers
+    workers: int = 1
+    sockets: int = 4  # UDP sockets per worker and address family
+    # Key shares sent in the ClientHello. aioquic offers four (P-256, P-384,
+    # X25519, X448), costing ~0.4 ms of key generation per handshake; two cover
+    # what servers pick (as Chrome and quic-go do). Keys are never reused.
+    groups: tuple[str, ...] = ("x25519", "secp256r1")
+    keylog_file: str | None = None  # SSLKEYLOGFILE-format secrets, for tshark
+
+    def __post_init__(self) -> None:
+        if not self.alpn or len(self.alpn.encode()) > 255:
+            raise ToolError("--alpn must be 1-255 bytes")
+        if self.timeout <= 0:
+            raise ToolError("--timeout must be positive")
+        if self.rate < 0:
+            raise ToolError("--rate must be >= 0 (0 = unlimited)")
+        if self.concurrency < 1 or self.workers < 1 or self.sockets < 1:
+            raise ToolError("--concurrency, --workers and sockets must be >= 1")
+        unknown = [g for g in self.groups if g not in GROUPS]
+        if unknown or not self.groups:
+            raise ToolError(f"unknown key-exchange group(s) {unknown} (known: {', '.join(GROUPS)})")
+
+
+@dataclass
+class Certificate:
+    sha256: str
+    subject: str
+    issuer: str
+    sans: list[str]
+    not_before: dt.datetime
+    not_after: dt.datetime
+
+
+@dataclass
+class HandshakeRecord:
+    """Everything one attempt observed; the store turns a batch of these into rows."""
+
+    ip: str
+    port: int
+    sni: str | None
+    started_at: dt.datetime
+    finished_at: dt.datetime
+    handshake_ms: float | None  # first Initial sent -> handshake complete (ok only)
+    status: str
+    error: str | None = None
+    error_code: int | None = None
+    closed_by: str | None = None  # "server" or "client" for connection_close/tls_alert/protocol_error
+    offered_versions: list[int] | None = None
+    retry: bool = False
+    quic_version: int | None = None
+    alpn: str | None = None
+    tls_version: str | None = None
+    cipher_suite: str | None = None
+    key_exchange_group: str | None = None
+    certificates: list[Certificate] = field(default_factory=list)
+    certificate_verified: bool | None = None
+    certificate_error: str | None = None
+    datagrams_received: int = 0
+    transport_parameters_raw: bytes | None = None
+    decoded: DecodedParameters | None = None
+
+    @property
+    def target(self) -> Target:
+        return Target(self.ip, self.port, self.sni)
+
+    @property
+    def param_set(self) -> ParamSet | None:
+        return None if self.decoded is None else ParamSet.from_decoded(self.decoded)
+
+    @property
+    def order_signature(self) -> str | None:
+        return None if self.decoded is None else order_signature(self.decoded.ids)
+
+    @property
+    def order_fingerprint(self) -> str | None:
+        return None if self.decoded is None else order_fingerprint(self.decoded.ids)
+
+
+class _RecordingTlsContext(tls.Context):
+    """tls.Context that remembers the key-exchange group and TLS version of the ServerHello."""
+
+    server_group: int | None = None
+    server_tls_version: int | None = None
+
+    def _client_handle_hello(self, input_buf: Buffer, output_buf: Buffer) -> None:
+        super()._client_handle_hello(input_buf, output_buf)
+        # The buffer now holds exactly the ServerHello aioquic accepted.
+        hello = tls.pull_server_hello(Buffer(data=input_buf.data))
+        self.server_group = hello.key_share[0] if hello.key_share else None
+        self.server_tls_version = hello.supported_version
+
+
+class _RecordingConnection(QuicConnection):
+    """QuicConnection that keeps what a scanner needs and aioquic would discard."""
+
+    def __init__(self, configuration: QuicConfiguration, groups: Sequence[int]):
+        super().__init__(configuration=configuration)
+        self._groups = list(groups)
+        self.raw_transport_parameters: bytes | None = None
+        self.transport_parameters_rejected: str | None = None
+        self.closed_by_peer = False
+        self.offered_versions: list[int] | None = None
+        self.retry_seen = False
+        self.datagrams_received = 0
+
+    def _initialize(self, peer_cid: bytes) -> None:
+        super()._initialize(peer_cid)
+        self.tls.__class__ = _RecordingTlsContext
+        self.tls._supported_groups = list(self._groups)
+
+    def _parse_transport_parameters(self, data: bytes, from_session_ticket: bool = False) -> None:
+        if not from_session_ticket:
+            self.raw_transport_parameters = bytes(data)
+        try:
+            super()._parse_transport_parameters(data, from_session_ticket)
+        except QuicConnectionError as exc:
+            self.transport_parameters_rejected = exc.reason_phrase
+            raise
+
+    def _handle_connection_close_frame(self, context, frame_type, buf) -> None:  # type: ignore[no-untyped-def]
+        self.closed_by_peer = self._close_event is None
+        super()._handle_connection_close_frame(context, frame_type, buf)
+
+    def receive_datagram(self, data: bytes, addr, now: float) -> None:  # type: ignore[no-untyped-def]
+        self.datagrams_received += 1
+        if len(data) >= 7 and data[0] & 0x80:
+            version = int.from_bytes(data[1:5], "big")
+            if version == QuicProtocolVersion.NEGOTIATION:
+                self.offered_versions = _version_negotiation_list(data)
+            elif (version == QuicProtocolVersion.VERSION_1 and data[0] & 0x30 == 0x30) or (
+                version == QuicProtocolVersion.VERSION_2 and data[0] & 0x30 == 0x00
+            ):
+                self.retry_seen = True
+        super().receive_datagram(data, addr, now)
+
+
+def _version_negotiation_list(data: bytes) -> list[int]:
+    # RFC 9000 17.2.1: flags, version 0, DCID len+DCID, SCID len+SCID, versions.
+    offset = 5
+    offset += 1 + data[offset]
+    if offset >= len(data):
+        return []
+    offset += 1 + data[offset]
+    return [int.from_bytes(data[i : i + 4], "big") for i in range(offset, len(data) - 3, 4)]
+
+
+class _CertificateChecker:
+    """Chain and name verification against certifi's roots, loaded once per worker."""
+
+    def __init__(self) -> None:
+        with open(certifi.where(), "rb") as handle, warnings.catch_warnings():
+            # One certifi root has a non-positive serial; cryptography only warns.
+            warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+            self._store = verification.Store(x509.load_pem_x509_certificates(handle.read()))
+
+    def check(self, leaf: x509.Certificate, chain: list[x509.Certificate], name: str) -> str | None:
+        """None when the chain verifies for ``name``, else why not."""
+        try:
+            try:
+                subject: verification.DNSName | verification.IPAddress = verification.IPAddress(
+                    ipaddress.ip_address(name)
+                )
+            except ValueError:
+                subject = verification.DNSName(name)
+            verifier = verification.PolicyBuilder().store(self._store).build_server_verifier(subject)
+            verifier.verify(leaf, chain)
+        except (verification.VerificationError, ValueError) as exc:
+            return str(exc) or type(exc).__name__
+        return None
+
+
+def _describe_certificate(cert: x509.Certificate) -> Certificate:
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        sans = [str(v) for v in names.get_values_for_type(x509.DNSName)]
+        sans += [str(v) for v in names.get_values_for_type(x509.IPAddress)]
+    except (x509.ExtensionNotFound, ValueError):
+        sans = []
+    return Certificate(
+        sha256=cert.fingerprint(hashes.SHA256()).hex(),
+        subject=cert.subject.rfc4514_string(),
+        issuer=cert.issuer.rfc4514_string(),
+        sans=sans,
+        not_before=cert.not_valid_before_utc,
+        not_after=cert.not_valid_after_utc,
+    )
+
+
+class _Attempt:
+    __slots__ = ("target", "conn", "sock", "addr", "key", "started", "started_wall", "deadline", "timer", "record")
+
+    def __init__(self, target: Target, conn: _RecordingConnection, sock: socket.socket, addr: tuple, key: tuple):
+        self.target = target
+        self.conn = conn
+        self.sock = sock
+        self.addr = addr
+        self.key = key
+        self.started = time.monotonic()
+        self.started_wall = dt.datetime.now(dt.timezone.utc)
+        self.deadline = 0.0
+        self.timer: float | None = None
+        self.record: HandshakeRecord | None = None
+
+
+class HandshakeLoop:
+    """One process's share of a scan: an epoll loop over few sockets, many connections.
+
+    ``emit`` receives each finished HandshakeRecord; ``should_stop`` is polled
+    so a parent can interrupt.
+    """
+
+    def __init__(self, settings: ScanSettings, emit: Callable[[HandshakeRecord], None], share: float = 1.0):
+        self.settings = settings
+        self.emit = emit
+        self.rate = settings.rate * share
+        self.concurrency = max(1, int(settings.concurrency * share))
+        self.groups = [GROUPS[g] for g in settings.groups]
+        self.checker = _CertificateChecker()
+        self.keylog = open(settings.keylog_file, "a") if settings.keylog_file else None
+        self.epoll = select.epoll()
+        self.sockets: dict[int, list[socket.socket]] = {}
+        self.by_fd: dict[int, tuple[int, socket.socket]] = {}
+        self.inflight: dict[tuple, _Attempt] = {}
+        self.timers: list[tuple[float, int, tuple]] = []
+        self.sequence = 0
+
+    def _sockets_for(self, family: int) -> list[socket.socket]:
+        if family not in self.sockets:
+            af = socket.AF_INET6 if family == 6 else socket.AF_INET
+            sockets = []
+            for _ in range(self.settings.sockets):
+                sock = socket.socket(af, socket.SOCK_DGRAM)
+                sock.setblocking(False)
+                # Thousands of handshakes answer in bursts; the default 208 KiB
+                # receive buffer drops server flights under load.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+                sock.bind(("::" if family == 6 else "0.0.0.0", 0))
+                self.epoll.register(sock.fileno(), select.EPOLLIN)
+                self.by_fd[sock.fileno()] = (family, sock)
+                sockets.append(sock)
+            self.sockets[family] = sockets
+        return self.sockets[family]
+
+    def close(self) -> None:
+        for sockets in self.sockets.values():
+            for sock in sockets:
+                sock.close()
+        self.epoll.close()
+        if self.keylog:
+            self.keylog.close()
+
+    # -- one attempt --------------------------------------------------------
+
+    def _start(self, target: Target, now: float) -> bool:
+        """Start a handshake; False when the target's address is busy on every socket."""
+        for index, sock in enumerate(self._sockets_for(target.family)):
+            key = (sock.fileno(), target.ip, target.port)
+            if key not in self.inflight:
+                break
+        else:
+            return False
+        configuration = QuicConfiguration(
+            is_client=True,
+            alpn_protocols=[self.settings.alpn],
+            server_name=target.sni,
+            verify_mode=ssl.CERT_NONE,
+            secrets_log_file=self.keylog,
+        )
+        conn = _RecordingConnection(configuration, self.groups)
+        addr = (target.ip, target.port)
+        attempt = _Attempt(target, conn, sock, addr, key)
+        attempt.deadline = now + self.settings.timeout
+        self.inflight[key] = attempt
+        conn.connect(addr, now=now)
+        self._service(attempt, now)
+        return True
+
+    def _service(self, attempt: _Attempt, now: float) -> None:
+        """Handle the connection's events, send what it has, re-arm its timer."""
+        conn = attempt.conn
+        event = conn.next_event()
+        while event is not None:
+            if isinstance(event, events.HandshakeCompleted) and attempt.record is None:
+                attempt.record = self._completed(attempt, now)
+                conn.close(error_code=QuicErrorCode.NO_ERROR)
+            elif isinstance(event, events.ConnectionTerminated) and attempt.record is None:
+                attempt.record = self._terminated(attempt, event, now)
+            event = conn.next_event()
+        for data, addr in conn.datagrams_to_send(now=now):
+            try:
+                attempt.sock.sendto(data, addr)
+            except OSError:
+                pass  # a full buffer or unreachable peer: QUIC's own loss recovery or the timeout decide
+        if attempt.record is not None:
+            self._finish(attempt)
+            return
+        timer = conn.get_timer()
+        when = attempt.deadline if timer is None else min(timer, attempt.deadline)
+        if when != attempt.timer:
+            attempt.timer = when
+            self.sequence += 1
+            heapq.heappush(self.timers, (when, self.sequence, attempt.key))
+
+    def _finish(self, attempt: _Attempt) -> None:
+        del self.inflight[attempt.key]
+        self.emit(attempt.record)  # type: ignore[arg-type]
+
+    def _base_record(self, attempt: _Attempt, status: str, now: float) -> HandshakeRecord:
+        conn = attempt.conn
+        context = conn.tls
+        raw = conn.raw_transport_parameters
+        record = HandshakeRecord(
+            ip=attempt.target.ip,
+            port=attempt.target.port,
+            sni=attempt.target.sni,
+            started_at=attempt.started_wall,
+            finished_at=attempt.started_wall + dt.timedelta(seconds=now - attempt.started),
+            handshake_ms=None,
+            status=status,
+            offered_versions=conn.offered_versions,
+            retry=conn.retry_seen,
+            datagrams_received=conn.datagrams_received,
+            transport_parameters_raw=raw,
+            decoded=None if raw is None else decode_transport_parameters(raw, "server"),
+        )
+        if context is not None:
+            record.alpn = context.alpn_negotiated
+            if context.key_schedule is not None:
+                record.cipher_suite = tls.CipherSuite(context.key_schedule.cipher_suite).name
+                record.quic_version = conn._version
+            group = getattr(context, "server_group", None)
+            if group is not None:
+                record.key_exchange_group = _GROUP_NAMES.get(group, f"0x{group:04x}")
+            version = getattr(context, "server_tls_version", None)
+            if version is not None:
+                record.tls_version = _TLS_VERSIONS.get(version, f"0x{version:04x}")
+            if context._peer_certificate is not None:
+                chain = [context._peer_certificate, *context._peer_certificate_chain]
+                record.certificates = [_describe_certificate(c) for c in chain]
+        return record
+
+    def _completed(self, attempt: _Attempt, now: float) -> HandshakeRecord:
+        record = self._base_record(attempt, OK, now)
+        record.handshake_ms = (now - attempt.started) * 1000.0
+        context = attempt.conn.tls
+        if context._peer_certificate is not None:
+            error = self.checker.check(
+                context._peer_certificate, context._peer_certificate_chain, attempt.target.sni or attempt.target.ip
+            )
+            record.certificate_verified = error is None
+            record.certificate_error = error
+        return record
+
+    def _terminated(self, attempt: _Attempt, event: events.ConnectionTerminated, now: float) -> HandshakeRecord:
+        conn = attempt.conn
+        code = event.error_code
+        if conn.offered_versions is not None and not conn.closed_by_peer and conn.raw_transport_parameters is None:
+            status = VERSION_NEGOTIATION
+        elif conn.transport_parameters_rejected is not None or (
+            conn.raw_transport_parameters is not None
+            and code == QuicErrorCode.TRANSPORT_PARAMETER_ERROR
+            and not conn.closed_by_peer
+        ):
+            status = PROTOCOL_ERROR
+        elif _CRYPTO_ERROR <= code < _CRYPTO_ERROR + 0x100:
+            status = TLS_ALERT
+        elif conn.closed_by_peer:
+            status = CONNECTION_CLOSE
+        else:
+            status = PROTOCOL_ERROR
+        record = self._base_record(attempt, status, now)
+        record.error_code = code
+        record.closed_by = "server" if conn.closed_by_peer else "client"
+        record.error = event.reason_phrase or None
+        if status == TLS_ALERT:
+            record.error = f"alert {code - _CRYPTO_ERROR}" + (f": {event.reason_phrase}" if event.reason_phrase else "")
+        elif status == VERSION_NEGOTIATION:
+            offered = ", ".join(f"0x{v:08x}" for v in conn.offered_versions or [])
+            record.error = f"no common version; server offers {offered or 'none'}"
+        elif status == PROTOCOL_ERROR and record.decoded is not None and record.decoded.findings:
+            record.error = "; ".join(f.detail for f in record.decoded.findings)
+        return record
+
+    def _timed_out(self, attempt: _Attempt, now: float) -> None:
+        record = self._base_record(attempt, TIMEOUT, now)
+        received = attempt.conn.datagrams_received
+        record.error = f"no handshake within {self.settings.timeout:g} s ({received} datagram(s) received)"
+        attempt.record = record
+        # A timed-out peer gets nothing more: no state to close politely.
+        self._finish(attempt)
+
+    # -- the loop -------------------------------------------------------------
+
+    def run(self, targets: Iterable[Target], should_stop: Callable[[], bool] = lambda: False) -> None:
+        pending = list(targets)
+        pending.reverse()  # pop() from the end keeps file order
+        deferred: list[Target] = []
+        interval = 1.0 / self.rate if self.rate > 0 else 0.0
+        next_start = time.monotonic()
+        buffer = bytearray(65536)
+        while pending or deferred or self.inflight:
+            now = time.monotonic()
+            if should_stop():
+                break
+            # Start new handshakes, paced by the rate, bounded by concurrency.
+            burst = 0
+            while (pending or deferred) and len(self.inflight) < self.concurrency and next_start <= now:
+                target = deferred.pop() if deferred else pending.pop()
+                if not self._start(target, now):
+                    deferred.insert(0, target)
+                    break
+                next_start = max(next_start + interval, now - 0.05) if interval else now
+                burst += 1
+                if burst >= 256:
+                    break  # let the loop read answers between large bursts
+            # Wait for datagrams until the next timer or the next start slot.
+            wake = self.timers[0][0] if self.timers else now + 0.1
+            if (pending or deferred) and len(self.inflight) < self.concurrency:
+                wake = min(wake, next_start)
+            wait = max(0.0, min(wake - time.monotonic(), 0.1))
+            touched: dict[tuple, _Attempt] = {}
+            for fd, _ in self.epoll.poll(wait):
+                _, sock = self.by_fd[fd]
+                while True:
+                    try:
+                        size, addr = sock.recvfrom_into(buffer)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError:
+                        continue  # ICMP errors surface here; the timeout records them
+                    key = (fd, _canonical_ip(addr[0]), addr[1])
+                    attempt = self.inflight.get(key)
+                    if attempt is None:
+                        continue  # late packets of a finished attempt
+                    attempt.conn.receive_datagram(bytes(buffer[:size]), addr, now=time.monotonic())
+                    touched[key] = attempt
+            now = time.monotonic()
+            for key, attempt in touched.items():
+                if key in self.inflight:
+                    self._service(attempt, now)
+            # Timers due.
+            while self.timers and self.timers[0][0] <= now:
+                when, _, key = heapq.heappop(self.timers)
+                attempt = self.inflight.get(key)
+                if attempt is None or attempt.timer != when:
+                    continue
+                attempt.timer = None
+                if now >= attempt.deadline:
+                    self._timed_out(attempt, now)
+                else:
+                    attempt.conn.handle_timer(now=now)
+                    self._service(attempt, now)
+
+
+_IP_CACHE: dict[str, str] = {}
+
+
+def _canonical_ip(text: str) -> str:
+    # Sockets report IPv6 in compressed form and may carry a scope; targets are canonical.
+    ip = _IP_CACHE.get(text)
+    if ip is None:
+        ip = _IP_CACHE[text] = str(ipaddress.ip_address(text.split("%", 1)[0]))
+    return ip
+
+
+def _worker(targets: list[Target], settings: ScanSettings, share: float, results: "multiprocessing.Queue") -> None:
+    batch: list[HandshakeRecord] = []
+    last = time.monotonic()
+
+    def emit(record: HandshakeRecord) -> None:
+        nonlocal last
+        batch.append(record)
+        if len(batch) >= 200 or time.monotonic() - last > 0.2:
+            results.put(list(batch))
+            batch.clear()
+            last = time.monotonic()
+
+    loop = HandshakeLoop(settings, emit, share)
+    try:
+        loop.run(targets)
+    finally:
+        loop.close()
+        if batch:
+            results.put(list(batch))
+        results.put(None)
+
+
+def scan_targets(
+    targets: Sequence[Target],
+    settings: ScanSettings,
+    on_records: Callable[[list[HandshakeRecord]], None],
+) -> None:
+    """Handshake with every target; ``on_records`` receives finished records in small batches.
+
+    With one worker the loop runs in this process; with more, each worker
+    process takes every n-th target and the records come back over a queue.
+    """
+    workers = max(1, min(settings.workers, len(targets)))
+    if workers == 1:
+        batch: list[HandshakeRecord] = []
+        last = [time.monotonic()]
+
+        def emit(record: HandshakeRecord) -> None:
+            batch.append(record)
+            if len(batch) >= 200 or time.monotonic() - last[0] > 0.2:
+                on_records(list(batch))
+                batch.clear()
+                last[0] = time.monotonic()
+
+        loop = HandshakeLoop(settings, emit)
+        try:
+            loop.run(targets)
+        finally:
+            loop.close()
+        if batch:
+            on_records(batch)
+        return
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    processes = [
+        context.Process(target=_worker, args=(list(targets[i::workers]), settings, 1.0 / workers, results), daemon=True)
+        for i in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    try:
+        running = workers
+        while running:
+            try:
+                item = results.get(timeout=1.0)
+            except queue.Empty:
+                if not any(p.is_alive() for p in processes):
+                    raise ToolError("a scan worker died without reporting") from None
+                continue
+            if item is None:
+                running -= 1
+            else:
+                on_records(item)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+            process.join(timeout=5)

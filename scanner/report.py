@@ -1,0 +1,227 @@
+"""Popularity of transport-parameter values and sets in a scan (the thesis's tables 5.1-5.7).
+
+Each function takes a DuckDB connection to a scan file and returns a polars
+DataFrame, so notebooks and `qscan report` share one computation.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from tparams.errors import ToolError
+from tparams.paramset import PERFORMANCE_PARAMETERS
+
+from scanner.store import ScanStore
+
+FORMATS = ("table", "csv", "json", "markdown")
+_TWELVE = ", ".join(PERFORMANCE_PARAMETERS)
+
+
+def summary(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """One row: attempts, distinct targets, targets reached, distinct parameter sets."""
+    return con.execute(
+        """
+        SELECT count(*) AS attempts,
+               count(DISTINCT (ip, port, sni)) AS targets,
+               count(DISTINCT (ip, port, sni)) FILTER (WHERE status = 'ok') AS reached,
+               count(DISTINCT set_fingerprint) FILTER (WHERE status = 'ok') AS distinct_sets,
+               count(DISTINCT order_fingerprint) FILTER (WHERE status = 'ok') AS distinct_orders
+        FROM handshakes
+        """
+    ).pl()
+
+
+def status_counts(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    return con.execute(
+        """
+        SELECT status, count(*) AS attempts, round(100.0 * count(*) / sum(count(*)) OVER (), 2) AS share_pct
+        FROM handshakes GROUP BY status ORDER BY attempts DESC, status
+        """
+    ).pl()
+
+
+def top_sets(con: duckdb.DuckDBPyConnection, top: int = 10) -> pl.DataFrame:
+    """The most common sets of the twelve (as sent), with endpoints and share of completed handshakes."""
+    return con.execute(
+        f"""
+        SELECT row_number() OVER (ORDER BY count(*) DESC, set_fingerprint) AS rank,
+               set_fingerprint, count(*) AS endpoints,
+               round(100.0 * count(*) / sum(count(*)) OVER (), 2) AS share_pct,
+               {_TWELVE}
+        FROM server_params
+        GROUP BY set_fingerprint, {_TWELVE}
+        ORDER BY rank LIMIT ?
+        """,
+        [top],
+    ).pl()
+
+
+def top_values(con: duckdb.DuckDBPyConnection, top: int = 5) -> pl.DataFrame:
+    """Per parameter, its most common values as sent ('not sent' where absent), in the twelve's order."""
+    casts = ", ".join(f"coalesce(CAST({name} AS VARCHAR), 'not sent') AS {name}" for name in PERFORMANCE_PARAMETERS)
+    order = ", ".join(f"'{name}'" for name in PERFORMANCE_PARAMETERS)
+    return con.execute(
+        f"""
+        WITH long AS (
+            UNPIVOT (SELECT {casts} FROM server_params) ON {_TWELVE} INTO NAME parameter VALUE value
+        ), counted AS (
+            SELECT parameter, value, count(*) AS endpoints,
+                   round(100.0 * count(*) / sum(count(*)) OVER (PARTITION BY parameter), 2) AS share_pct,
+                   row_number() OVER (PARTITION BY parameter ORDER BY count(*) DESC, value) AS rank
+            FROM long GROUP BY parameter, value
+        )
+        SELECT parameter, rank, value, endpoints, share_pct FROM counted
+        WHERE rank <= ?
+        ORDER BY list_position([{order}], parameter), rank
+        """,
+        [top],
+    ).pl()
+
+
+@dataclass
+class Report:
+    summary: pl.DataFrame
+    statuses: pl.DataFrame
+    sets: pl.DataFrame
+    values: pl.DataFrame
+
+    def as_dict(self) -> dict:
+        return {
+            "summary": self.summary.to_dicts()[0],
+            "statuses": self.statuses.to_dicts(),
+            "top_sets": self.sets.to_dicts(),
+            "top_values": self.values.to_dicts(),
+        }
+
+    def long_rows(self) -> list[dict]:
+        """Every figure as one tidy table (section, rank, set_fingerprint, parameter, value, count, share_pct)."""
+        rows = [
+            {"section": "summary", "parameter": key, "value": value, "count": value}
+            for key, value in self.summary.to_dicts()[0].items()
+        ]
+        rows += [
+            {"section": "status", "value": r["status"], "count": r["attempts"], "share_pct": r["share_pct"]}
+            for r in self.statuses.to_dicts()
+        ]
+        for r in self.sets.to_dicts():
+            for name in PERFORMANCE_PARAMETERS:
+                rows.append(
+                    {
+                        "section": "set", "rank": r["rank"], "set_fingerprint": r["set_fingerprint"],
+                        "parameter": name, "value": _cell(r[name]), "count": r["endpoints"], "share_pct": r["share_pct"],
+                    }
+                )  # fmt: skip
+        rows += [
+            {"section": "value", "rank": r["rank"], "parameter": r["parameter"], "value": r["value"],
+             "count": r["endpoints"], "share_pct": r["share_pct"]}
+            for r in self.values.to_dicts()
+        ]  # fmt: skip
+        return rows
+
+
+def build_report(path: str | Path, top: int = 10) -> Report:
+    if top < 1:
+        raise ToolError("--top must be >= 1")
+    with ScanStore.open(path, read_only=True) as store:
+        con = store.con
+        return Report(summary(con), status_counts(con), top_sets(con, top), top_values(con, top))
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "not sent"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def render(report: Report, fmt: str) -> str:
+    """The report as text in one of FORMATS (table = rich console tables)."""
+    if fmt == "json":
+        return json.dumps(report.as_dict(), indent=2, default=str)
+    if fmt == "csv":
+        out = io.StringIO()
+        fields = ["section", "rank", "set_fingerprint", "parameter", "value", "count", "share_pct"]
+        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(report.long_rows())
+        return out.getvalue()
+    if fmt == "markdown":
+        return "\n\n".join(_markdown(title, frame) for title, frame in _sections(report))
+    if fmt == "table":
+        return _rich_tables(report)
+    raise ToolError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+
+
+def _sections(report: Report) -> list[tuple[str, pl.DataFrame]]:
+    # Sets are shown transposed (one column per set) as the thesis's tables do: twelve rows read better.
+    return [
+        ("Summary", report.summary),
+        ("Outcomes", report.statuses),
+        ("Most common parameter sets", _sets_transposed(report.sets)),
+        ("Most common values per parameter", report.values),
+    ]
+
+
+def _sets_transposed(sets: pl.DataFrame) -> pl.DataFrame:
+    rows = [{"parameter": name} for name in ("endpoints", "share_pct", *PERFORMANCE_PARAMETERS)]
+    for record in sets.to_dicts():
+        column = f"#{record['rank']} {record['set_fingerprint']}"
+        for row in rows:
+            row[column] = _cell(record[row["parameter"]])
+    return pl.DataFrame(rows) if sets.height else pl.DataFrame({"parameter": []})
+
+
+def _markdown(title: str, frame: pl.DataFrame) -> str:
+    header = "| " + " | ".join(frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    lines = ["| " + " | ".join(_cell(v) for v in row) + " |" for row in frame.iter_rows()]
+    return "\n".join([f"### {title}", "", header, rule, *lines])
+
+
+def _rich_tables(report: Report) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(record=True, width=200)
+    for title, frame in _sections(report):
+        table = Table(title=title, title_justify="left")
+        for column in frame.columns:
+            table.add_column(column, justify="left" if column in {"parameter", "status", "value"} else "right")
+        for row in frame.iter_rows():
+            table.add_row(*(_cell(v) for v in row))
+        console.print(table)
+    return console.export_text()
+
+
+def export_parquet(path: str | Path, directory: str | Path) -> list[Path]:
+    """Every table and view of the scan file as DIR/<name>.parquet (for sharing; DuckDB/polars read it)."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ToolError(f"cannot create {directory}: {exc.strerror or exc}") from None
+    written = []
+    with ScanStore.open(path, read_only=True) as store:
+        names = [
+            row[0]
+            for row in store.con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY table_name"
+            ).fetchall()
+        ]
+        for name in names:
+            target = directory / f"{name}.parquet"
+            store.con.execute(f"COPY (SELECT * FROM \"{name}\") TO '{_sql_string(str(target))}' (FORMAT parquet)")
+            written.append(target)
+    return written
+
+
+def _sql_string(text: str) -> str:
+    return text.replace("'", "''")

@@ -1,0 +1,90 @@
+"""Target lists: one ``ip[,port[,sni]]`` a line, as `qscan targets` reads them.
+
+A malformed line is a measurement-input problem, not a reason to lose the
+rest of a million-line hitlist: it is reported with its line number and
+skipped, unless the caller asks for strictness.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tparams.errors import ToolError
+
+DEFAULT_PORT = 443
+
+
+@dataclass(frozen=True, order=True)
+class Target:
+    ip: str  # canonical text form (ipaddress), so that lookups by address match
+    port: int = DEFAULT_PORT
+    sni: str | None = None
+
+    @property
+    def family(self) -> int:
+        return 6 if ":" in self.ip else 4
+
+
+@dataclass(frozen=True)
+class BadLine:
+    line_number: int
+    text: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"line {self.line_number}: {self.reason}: {self.text!r}"
+
+
+def parse_target(text: str) -> Target:
+    """One line without comment; raises ValueError with the reason."""
+    fields = [field.strip() for field in text.split(",")]
+    if len(fields) > 3:
+        raise ValueError("more than three fields (ip,port,sni)")
+    try:
+        ip = str(ipaddress.ip_address(fields[0].strip("[]")))
+    except ValueError:
+        raise ValueError(f"not an IPv4 or IPv6 address: {fields[0]!r}") from None
+    port = DEFAULT_PORT
+    if len(fields) > 1 and fields[1]:
+        if not fields[1].isdigit() or not 0 < int(fields[1]) < 65536:
+            raise ValueError(f"port must be 1-65535, not {fields[1]!r}")
+        port = int(fields[1])
+    sni = fields[2] if len(fields) > 2 and fields[2] else None
+    if sni is not None and (any(c.isspace() for c in sni) or len(sni) > 253):
+        raise ValueError(f"not a server name: {sni!r}")
+    return Target(ip, port, sni)
+
+
+def parse_targets(lines: Iterable[str]) -> tuple[list[Target], list[BadLine]]:
+    """Targets in file order (duplicates dropped: one attempt per target) and the bad lines."""
+    targets: dict[Target, None] = {}
+    bad: list[BadLine] = []
+    for number, line in enumerate(lines, start=1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            targets.setdefault(parse_target(text))
+        except ValueError as exc:
+            bad.append(BadLine(number, text, str(exc)))
+    return list(targets), bad
+
+
+def read_targets(source: str, strict: bool = False) -> tuple[list[Target], list[BadLine]]:
+    """Read FILE (or ``-`` for stdin). With ``strict`` any bad line rejects the file."""
+    if source == "-":
+        targets, bad = parse_targets(sys.stdin)
+    else:
+        path = Path(source)
+        try:
+            with path.open(encoding="utf-8", errors="replace") as handle:
+                targets, bad = parse_targets(handle)
+        except OSError as exc:
+            raise ToolError(f"cannot read targets file {source}: {exc.strerror or exc}") from None
+    if strict and bad:
+        raise ToolError(f"{source}: {len(bad)} malformed line(s), first {bad[0]} (--strict)")
+    return targets, bad

@@ -1,0 +1,92 @@
+-- qscan handshake results, schema component 'scan', version 1. One DuckDB file per scan
+-- (or campaign); written in batches by scanner.store, one transaction a batch.
+-- Contract (see schemas/README.md): handshakes, server_params, transport_parameters.
+
+CREATE TABLE IF NOT EXISTS schema_version (
+    name    VARCHAR PRIMARY KEY,
+    version INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO schema_version VALUES ('scan', 1);
+
+-- One row per invocation that wrote into the file (a resumed scan keeps its scan_id).
+CREATE TABLE IF NOT EXISTS scans (
+    scan_id       INTEGER PRIMARY KEY,
+    kind          VARCHAR NOT NULL,      -- targets | ipv4 | domains | ... (the qscan command)
+    started_at    TIMESTAMPTZ NOT NULL,
+    finished_at   TIMESTAMPTZ,           -- NULL: still running, or killed
+    command_line  VARCHAR,
+    settings      VARCHAR                -- JSON: the engine settings of the scan
+);
+
+-- One row per handshake attempt.
+CREATE TABLE IF NOT EXISTS handshakes (
+    scan_id             INTEGER NOT NULL,
+    handshake_id        BIGINT NOT NULL,     -- unique in the file; joins handshake_parameters
+    ip                  VARCHAR NOT NULL,
+    port                INTEGER NOT NULL,
+    sni                 VARCHAR,
+    started_at          TIMESTAMPTZ NOT NULL,
+    finished_at         TIMESTAMPTZ NOT NULL,
+    handshake_ms        DOUBLE,              -- first Initial sent -> handshake complete; ok only
+    status              VARCHAR NOT NULL,    -- ok | timeout | version_negotiation | connection_close | tls_alert | protocol_error
+    error               VARCHAR,             -- human-readable reason when status <> 'ok'
+    error_code          BIGINT,              -- QUIC error code of the CONNECTION_CLOSE (0x100+alert for TLS)
+    closed_by           VARCHAR,             -- server | client
+    offered_versions    BIGINT[],            -- from a Version Negotiation packet
+    retry               BOOLEAN NOT NULL,    -- a Retry packet was seen
+    datagrams_received  INTEGER NOT NULL,
+    quic_version        BIGINT,
+    alpn                VARCHAR,
+    tls_version         VARCHAR,
+    cipher_suite        VARCHAR,
+    key_exchange_group  VARCHAR,
+    certificates        STRUCT(sha256 VARCHAR, subject VARCHAR, issuer VARCHAR, sans VARCHAR[],
+                               not_before TIMESTAMPTZ, not_after TIMESTAMPTZ)[],  -- leaf first
+    certificate_verified BOOLEAN,            -- against certifi's roots and the SNI/IP; recorded, not enforced
+    certificate_error   VARCHAR,
+    transport_parameters_raw BLOB,           -- the server's extension body exactly as received
+    findings            STRUCT(kind VARCHAR, detail VARCHAR, position INTEGER, param_id BIGINT)[],
+    -- The twelve performance parameters as sent (NULL = not sent), tparams.paramset names.
+    max_idle_timeout                    BIGINT,
+    max_udp_payload_size                BIGINT,
+    initial_max_data                    BIGINT,
+    initial_max_stream_data_bidi_local  BIGINT,
+    initial_max_stream_data_bidi_remote BIGINT,
+    initial_max_stream_data_uni         BIGINT,
+    initial_max_streams_bidi            BIGINT,
+    initial_max_streams_uni             BIGINT,
+    ack_delay_exponent                  BIGINT,
+    max_ack_delay                       BIGINT,
+    disable_active_migration            BOOLEAN,
+    active_connection_id_limit          BIGINT,
+    set_fingerprint     VARCHAR,             -- ParamSet.fingerprint() of the twelve
+    order_fingerprint   VARCHAR,             -- of the wire order of all ids (GREASE normalised)
+    order_signature     VARCHAR              -- the same order, readable: '00-02-0f-...-G'
+);
+
+-- Every parameter the server sent, in wire order (GREASE and unknown ids included).
+CREATE TABLE IF NOT EXISTS handshake_parameters (
+    handshake_id BIGINT NOT NULL,
+    position     INTEGER NOT NULL,           -- 0-based wire position
+    param_id     BIGINT NOT NULL,
+    name         VARCHAR NOT NULL,           -- tparams.registry name, 'GREASE', or 'unknown_0x..'
+    value        BIGINT,                     -- integer-typed parameters that decoded
+    value_text   VARCHAR,                    -- others: 'true' for flags, hex for ids/tokens/opaque, text for structures
+    raw          BLOB NOT NULL
+);
+
+CREATE OR REPLACE VIEW server_params AS
+SELECT scan_id, handshake_id, ip, port, sni,
+       max_idle_timeout, max_udp_payload_size, initial_max_data,
+       initial_max_stream_data_bidi_local, initial_max_stream_data_bidi_remote,
+       initial_max_stream_data_uni, initial_max_streams_bidi, initial_max_streams_uni,
+       ack_delay_exponent, max_ack_delay, disable_active_migration, active_connection_id_limit,
+       set_fingerprint, order_fingerprint, order_signature
+FROM handshakes
+WHERE status = 'ok';
+
+CREATE OR REPLACE VIEW transport_parameters AS
+SELECT h.scan_id, h.handshake_id, h.ip, h.port, h.sni, h.status,
+       p.position, p.param_id, p.name, p.value, p.value_text, lower(hex(p.raw)) AS raw_hex
+FROM handshake_parameters p
+JOIN handshakes h USING (handshake_id);
