@@ -1,0 +1,26 @@
+-- Server-library identification (qscan targets --identify; scanner/identify.py).
+-- One row per target and identification run. `library` is a library name of
+-- datasets/library_signatures.json or 'unknown'; `library_evidence` says in
+-- words which order, close and values led there. The order signature and the
+-- invalid-ALPN close are kept so that a later signatures file can re-classify
+-- without sending a packet.
+CREATE TABLE IF NOT EXISTS server_library (
+    ip                    VARCHAR NOT NULL,
+    port                  INTEGER NOT NULL,
+    sni                   VARCHAR,
+    identified_at         TIMESTAMP WITH TIME ZONE NOT NULL,
+    library               VARCHAR NOT NULL,
+    library_evidence      VARCHAR NOT NULL,
+    order_signature       VARCHAR,          -- tparams.paramset.order_signature of the h3 handshake
+    order_fingerprint     VARCHAR,
+    close_error_code      BIGINT,           -- CONNECTION_CLOSE answering ALPN 'invalid'
+    close_reason_phrase   VARCHAR,
+    signatures_date       VARCHAR           -- provenance date of the signatures used
+);
+
+CREATE OR REPLACE VIEW libraries AS
+SELECT library, count(*) AS targets,
+       round(100.0 * count(*) / sum(count(*)) OVER (), 1) AS share_pct
+FROM (SELECT DISTINCT ON (ip, port) * FROM server_library ORDER BY ip, port, identified_at DESC)
+GROUP BY library
+ORDER BY targets DESC, library;
