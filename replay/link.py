@@ -1,0 +1,408 @@
+"""The emulated path between the client and server namespaces: its settings
+(LinkConfig), the parsers for what users type ("30ms", "1gbit", "0.5%"), and
+the link backends behind one small interface.
+
+Semantics follow the thesis, which put netem on the client's ingress: delay
+has a value per direction, while jitter, loss, reordering and the rate limit
+with its queue act on the server-to-client ("down") direction, the one that
+carries the download.
+
+Adding a backend is one LinkBackend subclass registered in BACKENDS.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyroute2 import IPRoute
+
+from scanner.lab import netns
+from tparams.errors import ToolError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LINKEM = REPO_ROOT / "build" / "bin" / "linkem"
+MTU = 1500
+PATH_DEVICE = "qrep0"  # the path's interface inside each namespace (namespaced, so never collides)
+# netem's own default queue; the seeds' lesson is that it must also hold at
+# least one bandwidth-delay product, hence the max() in queue_limit().
+DEFAULT_QUEUE_PACKETS = 1000
+
+
+# --- parsing what users type ------------------------------------------------------------------------
+
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+_DURATION_UNITS_MS = {"": 1.0, "ms": 1.0, "s": 1000.0, "us": 0.001, "µs": 0.001}
+_RATE_UNITS = {"": 1, "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
+_SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2}
+
+
+def parse_duration_ms(text: str | float | int, what: str = "delay") -> float:
+    """"30ms", "0.5s", "250us" or a bare number of milliseconds -> milliseconds."""
+    if isinstance(text, (int, float)):
+        value, unit = float(text), ""
+    else:
+        m = re.fullmatch(_NUMBER + r"\s*(ms|s|us|µs)?", str(text).strip().lower())
+        if not m:
+            raise ToolError(f"malformed {what} {text!r}: use e.g. 30ms, 0.5s, 250us or a number of milliseconds")
+        value, unit = float(m.group(1)), m.group(2) or ""
+    if not math.isfinite(value) or value < 0:
+        raise ToolError(f"{what} must be a non-negative duration, got {text!r}")
+    return value * _DURATION_UNITS_MS[unit]
+
+
+def parse_rate_bps(text: str | int) -> int:
+    """"1gbit", "50mbit", "800kbit" or a bare number of bits per second -> bits/s (tc's units)."""
+    if isinstance(text, int):
+        value, unit = float(text), ""
+    else:
+        m = re.fullmatch(_NUMBER + r"\s*([kmgt]?bit)?(?:/s)?", str(text).strip().lower())
+        if not m:
+            raise ToolError(f"malformed rate {text!r}: use e.g. 1gbit, 50mbit, 800kbit or bits per second")
+        value, unit = float(m.group(1)), m.group(2) or ""
+    bps = int(value * _RATE_UNITS[unit])
+    if bps <= 0:
+        raise ToolError(f"rate must be positive, got {text!r}")
+    return bps
+
+
+def parse_percent(text: str | float | int, what: str = "loss") -> float:
+    """"0.5%" or "0.5" -> 0.5 (percent, 0..100)."""
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = re.fullmatch(_NUMBER + r"\s*%?", str(text).strip())
+        if not m:
+            raise ToolError(f"malformed {what} {text!r}: use a percentage such as 1% or 0.5")
+        value = float(m.group(1))
+    if not 0 <= value <= 100:
+        raise ToolError(f"{what} must be between 0 and 100 percent, got {text!r}")
+    return value
+
+
+def parse_queue(text: str) -> tuple[int | None, int | None]:
+    """"1000" or "1000p" -> (1000 packets, None); "256kb", "2mb", "64000b" -> (None, bytes)."""
+    m = re.fullmatch(r"(\d+)\s*(p|b|kb|mb)?", str(text).strip().lower())
+    if not m or int(m.group(1)) == 0:
+        raise ToolError(f"malformed queue {text!r}: use packets (1000 or 1000p) or bytes (256kb, 2mb, 64000b)")
+    count, unit = int(m.group(1)), m.group(2) or "p"
+    return (count, None) if unit == "p" else (None, count * _SIZE_UNITS[unit])
+
+
+@dataclass(frozen=True)
+class GilbertElliott:
+    """Burst loss with netem's gemodel parameters, all percents: ``p`` good->bad,
+    ``r`` bad->good, ``loss_bad`` (netem's 1-h) and ``loss_good`` (1-k)."""
+
+    p: float
+    r: float
+    loss_bad: float = 100.0
+    loss_good: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> "GilbertElliott":
+        """"P,R[,LOSS_BAD[,LOSS_GOOD]]" in percents, e.g. "1%,25%"."""
+        parts = [p for p in str(text).split(",")]
+        if not 2 <= len(parts) <= 4:
+            raise ToolError(f"malformed Gilbert-Elliott loss {text!r}: use P,R[,LOSS_BAD[,LOSS_GOOD]] in percent")
+        return cls(*(parse_percent(p, "Gilbert-Elliott parameter") for p in parts))
+
+    @property
+    def stationary_loss_pct(self) -> float:
+        if self.p + self.r == 0:
+            return self.loss_good
+        return (self.r * self.loss_good + self.p * self.loss_bad) / (self.p + self.r)
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """One setting of the emulated path (see the module docstring for which direction each applies to)."""
+
+    delay_down_ms: float = 0.0
+    delay_up_ms: float = 0.0
+    jitter_ms: float = 0.0
+    loss_pct: float = 0.0
+    gilbert: GilbertElliott | None = None
+    rate_bps: int | None = None
+    queue: str | None = None  # packets ("1000", "1000p") or bytes ("256kb"); default: queue_limit()
+    reorder_pct: float = 0.0
+
+    def __post_init__(self):
+        for name in ("delay_down_ms", "delay_up_ms", "jitter_ms"):
+            parse_duration_ms(getattr(self, name), name)
+        parse_percent(self.loss_pct, "loss")
+        parse_percent(self.reorder_pct, "reorder")
+        if self.loss_pct and self.gilbert:
+            raise ToolError("give either Bernoulli loss or Gilbert-Elliott loss, not both")
+        if self.rate_bps is not None and self.rate_bps <= 0:
+            raise ToolError(f"rate must be positive, got {self.rate_bps}")
+        if self.queue is not None:
+            parse_queue(self.queue)
+        if self.reorder_pct and not self.delay_down_ms:
+            raise ToolError("reordering sends some packets without the delay, so it needs a down delay")
+
+    @property
+    def rtt_ms(self) -> float:
+        return self.delay_down_ms + self.delay_up_ms
+
+    def queue_limit(self) -> tuple[int | None, int | None]:
+        """(packets, bytes) of the down queue: as given, else the larger of
+        netem's 1000 packets and one bandwidth-delay product."""
+        if self.queue is not None:
+            return parse_queue(self.queue)
+        packets = DEFAULT_QUEUE_PACKETS
+        if self.rate_bps:
+            bdp_bytes = self.rate_bps / 8 * max(self.rtt_ms, 1.0) / 1000
+            packets = max(packets, math.ceil(bdp_bytes / MTU))
+        return packets, None
+
+    def describe(self) -> str:
+        parts = [f"delay {self.delay_down_ms:g}ms down/{self.delay_up_ms:g}ms up"]
+        if self.jitter_ms:
+            parts.append(f"jitter {self.jitter_ms:g}ms")
+        if self.loss_pct:
+            parts.append(f"loss {self.loss_pct:g}%")
+        if self.gilbert:
+            g = self.gilbert
+            parts.append(f"gilbert p={g.p:g}% r={g.r:g}% ({g.stationary_loss_pct:.2f}% mean)")
+        if self.rate_bps:
+            packets, size = self.queue_limit()
+            parts.append(f"rate {self.rate_bps / 1e6:g}Mbit/s queue {packets}p" if packets
+                         else f"rate {self.rate_bps / 1e6:g}Mbit/s queue {size}B")
+        if self.reorder_pct:
+            parts.append(f"reorder {self.reorder_pct:g}%")
+        return ", ".join(parts)
+
+
+# --- backends ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Availability:
+    ok: bool
+    reason: str  # why not, or what it uses when it works
+
+
+class LinkBackend(ABC):
+    """Joins the client and server namespaces by a path of MTU 1500 and emulates LinkConfig on it."""
+
+    name: str
+
+    @classmethod
+    @abstractmethod
+    def availability(cls) -> Availability: ...
+
+    def __init__(self, client_ns: str, server_ns: str, client_ip: str, server_ip: str, workdir: Path):
+        self.client_ns, self.server_ns = client_ns, server_ns
+        self.client_ip, self.server_ip = client_ip, server_ip
+        self.workdir = workdir
+
+    @abstractmethod
+    def attach(self, config: LinkConfig) -> None:
+        """Build the path (interfaces, addresses) and apply ``config``."""
+
+    @abstractmethod
+    def apply(self, config: LinkConfig) -> None:
+        """Change the emulation of an attached path."""
+
+    def link_counters(self) -> dict:
+        """The emulator's own cumulative counters (drops by cause), {} if it has none."""
+        return {}
+
+    def detach(self) -> None:
+        """Stop whatever runs outside the namespaces; the interfaces go with the namespaces."""
+
+    def _address(self, ifname: str) -> None:
+        for ns, ip in ((self.client_ns, self.client_ip), (self.server_ns, self.server_ip)):
+            with IPRoute(netns=ns) as ipr:
+                index = ipr.link_lookup(ifname=ifname)[0]
+                ipr.link("set", index=index, mtu=MTU)
+            netns.add_address(ns, ifname, ip, 24)
+            netns.link_up(ns, ifname)
+
+
+def _run(argv: list[str]) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode:
+        raise ToolError(f"{' '.join(argv)}: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+
+
+class NetemBackend(LinkBackend):
+    """Kernel tc netem, the seeds' method: a veth pair; netem on the client's
+    egress (up) and, through an ifb, on its ingress (down); tbf for the rate
+    on the server's egress."""
+
+    name = "netem"
+    IFB = "qrep-ifb"
+
+    @classmethod
+    @functools.cache
+    def availability(cls) -> Availability:
+        scratch = f"qrep-probe-{os.getpid()}"
+        netns.create_namespace(scratch)
+        try:
+            netns.add_veth(scratch, "probe0", scratch, "probe1")
+            for argv, what in (
+                (["tc", "qdisc", "add", "dev", "probe0", "root", "netem", "delay", "1ms"], "sch_netem"),
+                (["ip", "link", "add", "probe-ifb", "type", "ifb"], "ifb"),
+                (["tc", "qdisc", "add", "dev", "probe1", "root", "tbf", "rate", "1gbit", "burst", "64k",
+                  "latency", "10ms"], "sch_tbf"),
+            ):
+                done = subprocess.run(netns.ns_command(scratch, argv), capture_output=True, text=True)
+                if done.returncode:
+                    return Availability(False, f"kernel has no {what} ({done.stderr.strip() or 'tc failed'})")
+        finally:
+            netns.delete_namespace(scratch)
+        return Availability(True, "kernel sch_netem + ifb + tbf")
+
+    def attach(self, config: LinkConfig) -> None:
+        netns.add_veth(self.client_ns, PATH_DEVICE, self.server_ns, PATH_DEVICE)
+        self._address(PATH_DEVICE)
+        self._tc(self.client_ns, ["ip", "link", "add", self.IFB, "type", "ifb"])
+        self._tc(self.client_ns, ["ip", "link", "set", self.IFB, "up"])
+        self._tc(self.client_ns, ["tc", "qdisc", "add", "dev", PATH_DEVICE, "handle", "ffff:", "ingress"])
+        self._tc(self.client_ns, ["tc", "filter", "add", "dev", PATH_DEVICE, "parent", "ffff:", "matchall",
+                                  "action", "mirred", "egress", "redirect", "dev", self.IFB])
+        self.apply(config)
+
+    def apply(self, config: LinkConfig) -> None:
+        packets, size = config.queue_limit()
+        limit = packets or max(1, size // MTU)
+        down = ["delay", f"{config.delay_down_ms}ms"]
+        if config.jitter_ms:
+            down.append(f"{config.jitter_ms}ms")
+        if config.loss_pct:
+            down += ["loss", "random", f"{config.loss_pct}%"]
+        if config.gilbert:
+            g = config.gilbert
+            down += ["loss", "gemodel", f"{g.p}%", f"{g.r}%", f"{g.loss_bad}%", f"{g.loss_good}%"]
+        if config.reorder_pct:
+            down += ["reorder", f"{config.reorder_pct}%"]
+        self._tc(self.client_ns, ["tc", "qdisc", "replace", "dev", self.IFB, "root", "netem", *down,
+                                  "limit", str(limit)])
+        self._tc(self.client_ns, ["tc", "qdisc", "replace", "dev", PATH_DEVICE, "root", "netem", "delay",
+                                  f"{config.delay_up_ms}ms", "limit", str(limit)])
+        if config.rate_bps:
+            self._tc(self.server_ns, ["tc", "qdisc", "replace", "dev", PATH_DEVICE, "root", "tbf", "rate",
+                                      str(config.rate_bps), "burst", "64k", "limit", str(size or packets * MTU)])
+        else:
+            subprocess.run(netns.ns_command(self.server_ns, ["tc", "qdisc", "del", "dev", PATH_DEVICE, "root"]),
+                           capture_output=True)
+
+    def _tc(self, ns: str, argv: list[str]) -> None:
+        _run(netns.ns_command(ns, argv))
+
+
+class RelayBackend(LinkBackend):
+    """linkem, our userspace emulator: a tun device in each namespace, both
+    held by one linkem process that relays between them."""
+
+    name = "relay"
+
+    @classmethod
+    def availability(cls) -> Availability:
+        if not LINKEM.exists():
+            return Availability(False, f"{LINKEM.relative_to(REPO_ROOT)} is missing: run scripts/setup.sh (needs Go)")
+        if not Path("/dev/net/tun").exists():
+            return Availability(False, "/dev/net/tun is missing (no tun driver)")
+        return Availability(True, f"linkem userspace relay over tun ({LINKEM.relative_to(REPO_ROOT)})")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.process: subprocess.Popen | None = None
+        self.stats_file = self.workdir / "linkem-stats.json"
+        self.final_counters: dict = {}
+
+    def attach(self, config: LinkConfig) -> None:
+        for ns in (self.client_ns, self.server_ns):
+            _run(["ip", "-n", ns, "tuntap", "add", "mode", "tun", "dev", PATH_DEVICE])
+        self._address(PATH_DEVICE)
+        self.apply(config)
+
+    def apply(self, config: LinkConfig) -> None:
+        # Restarting costs a few milliseconds and the packets in flight,
+        # which is cheap between runs and keeps linkem free of a control channel.
+        self.detach()
+        self.stats_file.unlink(missing_ok=True)
+        log = self.workdir / "linkem.log"
+        with open(log, "ab") as err, open(self.workdir / "linkem.out", "wb") as out:
+            self.process = subprocess.Popen(
+                [str(LINKEM), "relay", *self.flags(config), "--stats-file", str(self.stats_file)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+        netns.STARTED_PIDS.add(self.process.pid)
+        deadline = time.monotonic() + 5
+        while not self.stats_file.exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.detach()
+                tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+                raise ToolError(f"linkem did not start: {tail[0] if tail else 'no output'}")
+            time.sleep(0.005)
+
+    def flags(self, config: LinkConfig) -> list[str]:
+        flags = ["--client-netns", self.client_ns, "--client-dev", PATH_DEVICE,
+                 "--server-netns", self.server_ns, "--server-dev", PATH_DEVICE, "--mtu", str(MTU),
+                 "--down-delay", f"{config.delay_down_ms}ms", "--up-delay", f"{config.delay_up_ms}ms"]
+        if config.jitter_ms:
+            flags += ["--down-jitter", f"{config.jitter_ms}ms"]
+        if config.loss_pct:
+            flags += ["--down-loss", str(config.loss_pct)]
+        if config.gilbert:
+            g = config.gilbert
+            flags += ["--down-gilbert", f"{g.p},{g.r},{g.loss_bad},{g.loss_good}"]
+        if config.reorder_pct:
+            flags += ["--down-reorder", str(config.reorder_pct)]
+        if config.rate_bps:
+            packets, size = config.queue_limit()
+            flags += ["--down-rate", str(config.rate_bps)]
+            flags += ["--down-queue-packets", str(packets)] if packets else ["--down-queue-bytes", str(size)]
+        return flags
+
+    def link_counters(self) -> dict:
+        if self.process is None or self.process.poll() is not None:
+            return self.final_counters
+        before = self.stats_file.stat().st_mtime_ns
+        self.process.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 1
+        while self.stats_file.stat().st_mtime_ns == before and time.monotonic() < deadline:
+            time.sleep(0.002)
+        return json.loads(self.stats_file.read_text())
+
+    def detach(self) -> None:
+        if self.process is None:
+            return
+        netns.stop_process(self.process.pid)
+        self.process.wait()
+        out = (self.workdir / "linkem.out").read_text().strip().splitlines()
+        if out:
+            self.final_counters = json.loads(out[-1])
+        self.process = None
+
+
+BACKENDS: dict[str, type[LinkBackend]] = {b.name: b for b in (NetemBackend, RelayBackend)}
+# auto: the kernel's emulator where it exists (what the thesis used), else ours.
+AUTO_ORDER = ("netem", "relay")
+
+
+def select_backend(choice: str) -> type[LinkBackend]:
+    if choice == "auto":
+        reasons = []
+        for name in AUTO_ORDER:
+            available = BACKENDS[name].availability()
+            if available.ok:
+                return BACKENDS[name]
+            reasons.append(f"{name}: {available.reason}")
+        raise ToolError("no link backend works here (" + "; ".join(reasons) + ")")
+    if choice not in BACKENDS:
+        raise ToolError(f"unknown link backend {choice!r}: choose auto, {', '.join(BACKENDS)}")
+    available = BACKENDS[choice].availability()
+    if not available.ok:
+        raise ToolError(f"link backend {choice} is not usable here: {available.reason}")
+    return BACKENDS[choice]

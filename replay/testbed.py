@@ -1,0 +1,389 @@
+"""The replay testbed: a client and a server network namespace joined by an
+emulated path (replay/link.py), with UDP socket buffers enlarged for the run.
+
+    with Testbed(link=LinkConfig(delay_down_ms=30), backend="auto") as tb:
+        server = tb.start_server(["gtlsserver", ...])
+        tb.run_client(["gtlsclient", tb.server_ip, ...], timeout=60)
+
+Everything is torn down on exit, Ctrl-C, SIGTERM and exceptions; namespaces
+left by a crashed process (named qrep-<pid>-...) are swept by the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyroute2 import IPRoute
+
+from replay.link import LINKEM, PATH_DEVICE, LinkBackend, LinkConfig, select_backend
+from scanner.lab import netns
+from tparams.errors import ToolError
+
+PREFIX = "qrep-"
+CLIENT_IP = "198.18.100.1"
+SERVER_IP = "198.18.100.2"
+# The Kempf thesis: default UDP buffers (208 KiB) dropped packets and about
+# 2 MiB was best; it used 1664 KiB, and so do we.
+BUFFER_BYTES = 1664 * 1024
+BUFFER_SYSCTLS = ("net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default")
+SYSCTL_STATE = Path("/run/qreplay/socket-buffers.json")
+_counter = itertools.count()
+
+
+def sweep_stale() -> list[str]:
+    """Delete qrep- namespaces whose creating process is gone (a crash or SIGKILL)."""
+    removed = []
+    for name in netns.list_namespaces(PREFIX):
+        m = re.match(rf"{PREFIX}(\d+)-", name)
+        if m and not netns.pid_alive(int(m.group(1))):
+            netns.delete_namespace(name)
+            removed.append(name)
+    return removed
+
+
+class SocketBuffers:
+    """Raises the UDP socket buffer sysctls for the run and restores them after.
+
+    On this kernel net.core.{r,w}mem_* are global (read-only inside a
+    namespace), so several testbeds at once share one raise: a state file
+    under a lock keeps the original values and the live holders, and the
+    last holder to leave restores. A holder that died is ignored, so a crash
+    never leaves the machine raised for good."""
+
+    def __init__(self, size: int = BUFFER_BYTES):
+        self.size = size
+
+    def __enter__(self) -> "SocketBuffers":
+        with self._locked() as state:
+            if not state["holders"]:
+                _restore(state.get("saved", {}))  # a crashed holder's raise
+                state["saved"] = {key: _read_sysctl(key) for key in BUFFER_SYSCTLS}
+            state["holders"].append(os.getpid())
+            for key in BUFFER_SYSCTLS:
+                # Never lower a maximum somebody set higher on purpose.
+                value = max(self.size, state["saved"][key]) if key.endswith("_max") else self.size
+                _write_sysctl(key, value)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._locked() as state:
+            with contextlib.suppress(ValueError):
+                state["holders"].remove(os.getpid())
+            if not state["holders"]:
+                _restore(state.pop("saved", {}))
+
+    @contextlib.contextmanager
+    def _locked(self):
+        SYSCTL_STATE.parent.mkdir(parents=True, exist_ok=True)
+        with open(SYSCTL_STATE.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                state = json.loads(SYSCTL_STATE.read_text())
+            except (FileNotFoundError, ValueError):
+                state = {}
+            state["holders"] = [p for p in state.get("holders", []) if netns.pid_alive(p)]
+            yield state
+            if state["holders"] or state.get("saved"):
+                SYSCTL_STATE.write_text(json.dumps(state))
+            else:
+                SYSCTL_STATE.unlink(missing_ok=True)
+
+
+def _sysctl_path(key: str) -> Path:
+    return Path("/proc/sys") / key.replace(".", "/")
+
+
+def _read_sysctl(key: str) -> int:
+    return int(_sysctl_path(key).read_text())
+
+
+def _write_sysctl(key: str, value: int) -> None:
+    try:
+        _sysctl_path(key).write_text(f"{value}\n")
+    except OSError as exc:
+        raise ToolError(f"cannot set {key} (run as root): {exc.strerror}") from exc
+
+
+def _restore(saved: dict) -> None:
+    for key, value in saved.items():
+        _write_sysctl(key, value)
+
+
+@dataclass
+class ProcessResult:
+    argv: list[str]
+    returncode: int | None  # None: killed at the timeout
+    stdout: str
+    wall_s: float
+    cpu_s: float
+    max_rss_kib: int
+
+
+class Testbed:
+    """Two namespaces (client, server) and the emulated path between them."""
+
+    def __init__(self, link: LinkConfig | None = None, backend: str = "auto", workdir: Path | None = None,
+                 buffer_bytes: int = BUFFER_BYTES):
+        self.link = link or LinkConfig()
+        self.backend_class = select_backend(backend)
+        self.backend = self.backend_class.name
+        tag = f"{PREFIX}{os.getpid()}-{next(_counter)}"
+        self.client_ns, self.server_ns = f"{tag}-c", f"{tag}-s"
+        self.client_ip, self.server_ip = CLIENT_IP, SERVER_IP
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="qreplay-testbed-")
+        self.workdir = Path(workdir or self._tmp.name)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._buffers = SocketBuffers(buffer_bytes)
+        self._path: LinkBackend | None = None
+        self._processes: list[subprocess.Popen] = []
+        self._old_sigterm = None
+
+    def __enter__(self) -> "Testbed":
+        self._catch_sigterm()
+        try:
+            sweep_stale()
+            netns.create_namespace(self.client_ns)
+            netns.create_namespace(self.server_ns)
+            self._path = self.backend_class(self.client_ns, self.server_ns, self.client_ip, self.server_ip,
+                                            self.workdir)
+            self._path.attach(self.link)
+            self._buffers.__enter__()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Idempotent teardown; each step runs even if an earlier one failed."""
+        steps = [lambda p=p: self._stop(p) for p in self._processes]
+        if self._path:
+            steps.append(self._path.detach)
+        steps += [lambda: netns.delete_namespace(self.client_ns), lambda: netns.delete_namespace(self.server_ns)]
+        if self._path:
+            steps.append(lambda: self._buffers.__exit__(None, None, None))
+        errors = []
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # keep tearing down; report the first failure after
+                errors.append(exc)
+        self._processes.clear()
+        self._path = None
+        if self._old_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
+        if self._tmp:
+            self._tmp.cleanup()
+        if errors:
+            raise errors[0]
+
+    def _catch_sigterm(self) -> None:
+        # A plain SIGTERM would end Python without running __exit__; turn it
+        # into SystemExit so the namespaces go too. Only where we may.
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            self._old_sigterm = signal.SIG_DFL
+            signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(143)))
+
+    # --- processes ----------------------------------------------------------------------------------
+
+    def start_server(self, argv: Sequence[str], log_name: str = "server.log") -> subprocess.Popen:
+        return self._start(self.server_ns, argv, log_name)
+
+    def start_client(self, argv: Sequence[str], log_name: str = "client.log") -> subprocess.Popen:
+        return self._start(self.client_ns, argv, log_name)
+
+    def _start(self, ns: str, argv: Sequence[str], log_name: str) -> subprocess.Popen:
+        process = netns.start_process(ns, list(argv), self.workdir / log_name)
+        self._processes.append(process)
+        return process
+
+    def run_client(self, argv: Sequence[str], timeout: float = 60.0) -> ProcessResult:
+        """Run ``argv`` in the client namespace to the end (killed after ``timeout`` s)."""
+        return self.run_in(self.client_ns, argv, timeout)
+
+    def run_in(self, ns: str, argv: Sequence[str], timeout: float = 60.0) -> ProcessResult:
+        full = netns.ns_command(ns, list(argv))
+        started = time.monotonic()
+        with tempfile.TemporaryFile(dir=self.workdir) as out:
+            process = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+            netns.STARTED_PIDS.add(process.pid)
+            returncode, rusage = _wait4(process, timeout)
+            out.seek(0)
+            text = out.read().decode(errors="replace")
+        return ProcessResult(list(argv), returncode, text, time.monotonic() - started,
+                             rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss)
+
+    def _stop(self, process: subprocess.Popen) -> None:
+        if process.poll() is None:
+            netns.stop_process(process.pid)
+        process.poll()
+        netns.STARTED_PIDS.discard(process.pid)
+
+    # --- the path -----------------------------------------------------------------------------------
+
+    def reconfigure(self, link: LinkConfig) -> None:
+        """Change the emulation in place (netem: tc replace; relay: linkem restart, a few ms)."""
+        self._path.apply(link)
+        self.link = link
+
+    def interface_counters(self) -> dict:
+        """Cumulative packets and bytes of each end's path interface, as
+        {"client": {"tx": {"packets", "bytes"}, "rx": {...}}, "server": {...}},
+        plus the emulator's own counters (drops by cause) under "link"."""
+        counters = {}
+        for role, ns in (("client", self.client_ns), ("server", self.server_ns)):
+            with IPRoute(netns=ns) as ipr:
+                stats = ipr.get_links(ipr.link_lookup(ifname=PATH_DEVICE)[0])[0].get_attr("IFLA_STATS64")
+            counters[role] = {way: {"packets": stats[f"{way}_packets"], "bytes": stats[f"{way}_bytes"],
+                                    "dropped": stats[f"{way}_dropped"]} for way in ("tx", "rx")}
+        link = {d: {k: v for k, v in c.items() if not k.startswith("delay_error")}
+                for d, c in self._path.link_counters().items() if isinstance(c, dict)}
+        if link:
+            counters["link"] = link
+        return counters
+
+    def link_counters(self) -> dict:
+        """The emulator's full counters including delay-error quantiles ({} for netem)."""
+        return self._path.link_counters()
+
+
+def _wait4(process: subprocess.Popen, timeout: float):
+    """Wait for ``process`` with its resource usage; kill its group at the timeout."""
+    deadline = time.monotonic() + timeout
+    returncode = None
+    while True:
+        pid, status, rusage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            returncode = os.waitstatus_to_exitcode(status)
+            break
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            _, _, rusage = os.wait4(process.pid, 0)
+            break
+        time.sleep(0.005)
+    process.returncode = returncode if returncode is not None else -9
+    netns.STARTED_PIDS.discard(process.pid)
+    return returncode, rusage
+
+
+# --- calibration ------------------------------------------------------------------------------------
+
+@dataclass
+class Calibration:
+    backend: str
+    link: LinkConfig
+    rtt: dict  # linkem ping summary: rtt_min/p50/mean/p99/max_ms, sent, received, loss_pct
+    rate: dict | None  # iperf3 UDP download: bits_per_second, lost_percent, packets
+    link_counters: dict
+
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        """(quantity, configured, measured, note) for a table."""
+        rows = [("RTT p50", f"{self.link.rtt_ms:.3f} ms", f"{self.rtt['rtt_p50_ms']:.3f} ms",
+                 f"error {self.rtt['rtt_p50_ms'] - self.link.rtt_ms:+.3f} ms, "
+                 f"p99 {self.rtt['rtt_p99_ms']:.3f} ms"),
+                ("loss (echo, down)", f"{self.expected_loss_pct:g} %", f"{self.rtt['loss_pct']:.2f} %",
+                 f"{self.rtt['sent'] - self.rtt['received']} of {self.rtt['sent']} lost")]
+        if self.rate:
+            configured = f"{self.link.rate_bps / 1e6:g} Mbit/s" if self.link.rate_bps else "unlimited"
+            rows.append(("rate (UDP down)", configured, f"{self.rate['bits_per_second'] / 1e6:.1f} Mbit/s",
+                         f"{self.rate['lost_percent']:.2f} % of {self.rate['packets']} datagrams lost"))
+        for direction in ("down", "up"):
+            c = self.link_counters.get(direction)
+            if c:
+                rows.append((f"linkem {direction} delay error", "0", f"p50 {c['delay_error_p50_us']:g} us",
+                             f"p99 {c['delay_error_p99_us']:g} us, dropped loss/queue "
+                             f"{c['dropped_loss']}/{c['dropped_queue']}"))
+        return rows
+
+    @property
+    def expected_loss_pct(self) -> float:
+        return self.link.gilbert.stationary_loss_pct if self.link.gilbert else self.link.loss_pct
+
+    def as_dict(self) -> dict:
+        return {"backend": self.backend, "link": self.link.describe(), "configured_rtt_ms": self.link.rtt_ms,
+                "configured_loss_pct": self.expected_loss_pct, "configured_rate_bps": self.link.rate_bps,
+                "rtt": self.rtt, "rate": self.rate, "link_counters": self.link_counters}
+
+
+ECHO_PORT = 7007
+IPERF_PORT = 5201
+
+
+def measure_rtt(tb: Testbed, count: int = 2000, interval_ms: float = 1.0) -> dict:
+    """UDP echo round trips from the client to the server namespace (linkem's ping/echo)."""
+    echo = tb.start_server([str(LINKEM), "echo", "--listen", f"{tb.server_ip}:{ECHO_PORT}"], "echo.log")
+    try:
+        done = tb.run_client([str(LINKEM), "ping", "--target", f"{tb.server_ip}:{ECHO_PORT}", "--count",
+                              str(count), "--interval", f"{interval_ms}ms",
+                              "--wait", f"{max(500, 4 * tb.link.rtt_ms):.0f}ms"],
+                             timeout=count * interval_ms / 1000 + 30)
+    finally:
+        tb._stop(echo)
+    if done.returncode != 0:
+        raise ToolError(f"linkem ping failed: {done.stdout.strip()[-200:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure_rate(tb: Testbed, seconds: float = 3.0, offered_bps: int | None = None) -> dict:
+    """Server-to-client UDP bulk transfer with iperf3; the receiver's rate and loss."""
+    if not shutil.which("iperf3"):
+        raise ToolError("iperf3 is missing: apt-get install iperf3 (or run scripts/setup.sh)")
+    if offered_bps is None:
+        # Over-drive a configured rate by 20% so the limit, not the sender, decides.
+        offered_bps = int(tb.link.rate_bps * 1.2) if tb.link.rate_bps else 0
+    server = tb.start_server(["iperf3", "-s", "-1", "-B", tb.server_ip, "-p", str(IPERF_PORT)], "iperf3.log")
+    try:
+        _wait_udp_or_tcp_listening(tb, IPERF_PORT)
+        done = tb.run_client(["iperf3", "-c", tb.server_ip, "-p", str(IPERF_PORT), "-u", "-R", "-J",
+                              "-l", "1400", "-b", str(offered_bps), "-t", str(seconds)], timeout=seconds + 30)
+    finally:
+        tb._stop(server)
+    try:
+        result = json.loads(done.stdout)
+        summary = result["end"]["sum"]
+    except (ValueError, KeyError) as exc:
+        raise ToolError(f"iperf3 failed: {done.stdout.strip()[-200:]}") from exc
+    return {"bits_per_second": summary["bits_per_second"], "lost_percent": summary["lost_percent"],
+            "packets": summary["packets"], "lost_packets": summary["lost_packets"],
+            "offered_bps": offered_bps, "seconds": seconds}
+
+
+def _wait_udp_or_tcp_listening(tb: Testbed, port: int, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = subprocess.run(netns.ns_command(tb.server_ns, ["ss", "-Hltn", f"sport = :{port}"]),
+                              capture_output=True, text=True)
+        if done.stdout.strip():
+            return
+        time.sleep(0.02)
+    raise ToolError(f"iperf3 server did not listen on port {port} within {timeout:g}s")
+
+
+def calibrate(link: LinkConfig, backend: str = "auto", pings: int = 2000, ping_interval_ms: float = 1.0,
+              rate_seconds: float = 3.0, measure_throughput: bool = True) -> Calibration:
+    """Configured versus achieved RTT, loss and rate of one backend."""
+    with Testbed(link=link, backend=backend) as tb:
+        rtt = measure_rtt(tb, pings, ping_interval_ms)
+        counters = tb.link_counters()  # delay error of the echo traffic, before the bulk load
+        rate = measure_rate(tb, rate_seconds) if measure_throughput else None
+        return Calibration(tb.backend, link, rtt, rate, counters)
