@@ -102,24 +102,31 @@ def open_path(link: Link, backend: str) -> Iterator[object]:
 # --- one run -------------------------------------------------------------------------------------
 
 def _in_ns(ns: str | None, argv: list[str]) -> list[str]:
-    # `ip netns exec` execs the command in place, so the pid (and wait4's rusage) is the stack's own.
     return ["ip", "netns", "exec", ns, *argv] if ns else argv
 
 
-class _Process:
-    """A child whose exit status and resource usage (wait4) are collected by a thread."""
+def _measured(argv: list[str], usage_file: Path) -> list[str]:
+    # GNU time forks the stack from its own small image: a child exec'd straight from this Python
+    # process would inherit its peak RSS (Linux keeps the pre-exec high-water mark), so wait4's
+    # ru_maxrss here would report Python's memory, not the stack's.
+    return ["/usr/bin/time", "-f", "%U %S %M", "-o", str(usage_file), *argv]
 
-    def __init__(self, argv: list[str], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE):
-        self.popen = subprocess.Popen(argv, stdout=stdout, stderr=stderr, start_new_session=True)
+
+class _Process:
+    """A stack process in a namespace; its exit is collected by a thread, its CPU and peak RSS by GNU time."""
+
+    def __init__(self, ns: str | None, argv: list[str], usage_file: Path, stdout=subprocess.DEVNULL):
+        self.usage_file = usage_file
+        self.popen = subprocess.Popen(_in_ns(ns, _measured(argv, usage_file)), stdout=stdout,
+                                      stderr=subprocess.PIPE, start_new_session=True)
         self.started = time.monotonic()
         self.ended: float | None = None
         self.status: int | None = None
-        self.rusage = None
         self._waiter = threading.Thread(target=self._wait, daemon=True)
         self._waiter.start()
 
     def _wait(self) -> None:
-        _, status, self.rusage = os.wait4(self.popen.pid, 0)
+        _, status = os.waitpid(self.popen.pid, 0)
         self.ended = time.monotonic()
         self.status = os.waitstatus_to_exitcode(status)
         self.popen.returncode = self.status  # keep Popen from waiting on a reaped pid
@@ -129,21 +136,33 @@ class _Process:
         return not self._waiter.is_alive()
 
     def stop(self, grace_s: float = 3.0) -> None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if self.wait(0):
-                return
+        """SIGTERM to the stack alone (GNU time must survive to write the usage), then SIGKILL to all."""
+        if self.wait(0):
+            return
+        try:
+            children = Path(f"/proc/{self.popen.pid}/task/{self.popen.pid}/children").read_text().split()
+        except OSError:
+            children = []
+        for child in children:
             try:
-                os.killpg(self.popen.pid, sig)
+                os.kill(int(child), signal.SIGTERM)
             except ProcessLookupError:
                 pass
-            if self.wait(grace_s):
-                return
+        if self.wait(grace_s):
+            return
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.wait(grace_s)
 
-    def cpu_s(self) -> float | None:
-        return None if self.rusage is None else self.rusage.ru_utime + self.rusage.ru_stime
-
-    def maxrss_kb(self) -> int | None:
-        return None if self.rusage is None else self.rusage.ru_maxrss
+    def usage(self) -> tuple[float | None, int | None]:
+        """(CPU seconds, peak RSS in KiB) of the stack; None when it was killed before GNU time wrote them."""
+        try:
+            fields = self.usage_file.read_text().split("\n")[-2].split()
+            return float(fields[0]) + float(fields[1]), int(fields[2])
+        except (OSError, IndexError, ValueError):
+            return None, None
 
     def stderr_tail(self) -> str:
         if self.popen.stderr is None:
@@ -243,17 +262,16 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                                 + ", ".join(f"{k}={v}" for k, v in applied.not_applied.items()))
             warnings += [f"{role}: {note}" for note in applied.notes]
         row["warnings"] = json.dumps(warnings)
-        row["server_argv"] = json.dumps(_in_ns(path.server_ns, server_argv))
-        row["client_argv"] = json.dumps(_in_ns(path.client_ns, plan.argv))
-
-        server = _Process(_in_ns(path.server_ns, server_argv))
+        server = _Process(path.server_ns, server_argv, workdir / "server.usage")
+        row["server_argv"] = json.dumps(server.popen.args)
         client = None
         try:
             _wait_listening(path.server_ns, port, server)
             before = path.interface_counters()
             drain = _FifoDrain(plan.body_fifo) if plan.body_fifo else None
             stdout_file = open(workdir / "client.stdout", "w+b")
-            client = _Process(_in_ns(path.client_ns, plan.argv), stdout=stdout_file)
+            client = _Process(path.client_ns, plan.argv, workdir / "client.usage", stdout=stdout_file)
+            row["client_argv"] = json.dumps(client.popen.args)
             finished = client.wait(options.timeout_s)
             if not finished:
                 client.stop()
@@ -288,9 +306,9 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         finally:
             if client:
                 client.stop()
-                row["client_cpu_s"], row["client_maxrss_kb"] = client.cpu_s(), client.maxrss_kb()
+                row["client_cpu_s"], row["client_maxrss_kb"] = client.usage()
             server.stop()
-            row["server_cpu_s"], row["server_maxrss_kb"] = server.cpu_s(), server.maxrss_kb()
+            row["server_cpu_s"], row["server_maxrss_kb"] = server.usage()
     if row["status"] != "ok":
         row["goodput_mbps"] = None  # a failed run is kept, but never averaged in
     return row

@@ -1,0 +1,57 @@
+"""quic-go through our own bulk client and server (replay/quicgo, built to build/bin by scripts/setup.sh).
+
+quic-go advertises a single stream window for every stream type, so each
+side sets the one that governs the download (the client's bidi_local, the
+server's bidi_remote) and reports the other two as not applied.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from replay.stacks.base import GO_BIN_DIR, Applied, ClientPlan, RunOptions, Stack, ensure_certificate
+from tparams.paramset import ParamSet
+
+COMMON = ("max_idle_timeout", "initial_max_data", "initial_max_streams_bidi", "initial_max_streams_uni")
+STREAM_WINDOW = {"client": "initial_max_stream_data_bidi_local", "server": "initial_max_stream_data_bidi_remote"}
+
+
+class QuicGo(Stack):
+    name = "quicgo"
+    settable = {role: frozenset((*COMMON, window)) for role, window in STREAM_WINDOW.items()}
+
+    def __init__(self, bin_dir: Path = GO_BIN_DIR):
+        self.client_binary, self.server_binary = bin_dir / "qgclient", bin_dir / "qgserver"
+
+    def unavailable_reason(self) -> str | None:
+        missing = [p.name for p in (self.client_binary, self.server_binary) if not p.exists()]
+        return f"{' and '.join(missing)} not built: run scripts/setup.sh (needs Go)" if missing else None
+
+    def _flags(self, params: ParamSet | None, opts: RunOptions, role) -> tuple[list[str], Applied]:
+        settable, not_settable = self.split(params, role)
+        applied = Applied(applied=settable, not_applied=not_settable)
+        applied.flags = [f"-{name}={value}" for name, value in settable.items()]
+        if opts.autotune:
+            applied.flags.append("-autotune")
+        if opts.cc != "cubic":
+            applied.notes.append(f"quic-go has no {opts.cc}: it ran with its CUBIC")
+        env = []
+        if opts.qlog_dir:
+            Path(opts.qlog_dir, role).mkdir(parents=True, exist_ok=True)
+            env = ["env", f"QLOGDIR={Path(opts.qlog_dir, role)}"]
+        return env, applied
+
+    def server_command(self, params, opts, ip, port, workdir):
+        key, cert = ensure_certificate(workdir)
+        env, applied = self._flags(params, opts, "server")
+        return [*env, str(self.server_binary), f"-addr={ip}:{port}", f"-cert={cert}", f"-key={key}",
+                *applied.flags], applied
+
+    def client_command(self, params, opts, server_ip, port, workdir):
+        env, applied = self._flags(params, opts, "client")
+        argv = [*env, str(self.client_binary), f"-addr={server_ip}:{port}", f"-size={opts.size}",
+                f"-timeout={int(opts.timeout_s)}s", *applied.flags]
+        return ClientPlan(argv), applied
+
+
+STACK = QuicGo()
