@@ -26,7 +26,7 @@ _TWELVE = ", ".join(PERFORMANCE_PARAMETERS)
 
 def summary(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     """One row: attempts, distinct targets, targets reached, distinct parameter sets."""
-    return con.execute(
+    return con.sql(
         """
         SELECT count(*) AS attempts,
                count(DISTINCT (ip, port, sni)) AS targets,
@@ -39,7 +39,7 @@ def summary(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
 
 
 def status_counts(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
-    return con.execute(
+    return con.sql(
         """
         SELECT status, count(*) AS attempts, round(100.0 * count(*) / sum(count(*)) OVER (), 2) AS share_pct
         FROM handshakes GROUP BY status ORDER BY attempts DESC, status
@@ -49,7 +49,7 @@ def status_counts(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
 
 def top_sets(con: duckdb.DuckDBPyConnection, top: int = 10) -> pl.DataFrame:
     """The most common sets of the twelve (as sent), with endpoints and share of completed handshakes."""
-    return con.execute(
+    return con.sql(
         f"""
         SELECT row_number() OVER (ORDER BY count(*) DESC, set_fingerprint) AS rank,
                set_fingerprint, count(*) AS endpoints,
@@ -59,7 +59,7 @@ def top_sets(con: duckdb.DuckDBPyConnection, top: int = 10) -> pl.DataFrame:
         GROUP BY set_fingerprint, {_TWELVE}
         ORDER BY rank LIMIT ?
         """,
-        [top],
+        params=[top],
     ).pl()
 
 
@@ -67,7 +67,7 @@ def top_values(con: duckdb.DuckDBPyConnection, top: int = 5) -> pl.DataFrame:
     """Per parameter, its most common values as sent ('not sent' where absent), in the twelve's order."""
     casts = ", ".join(f"coalesce(CAST({name} AS VARCHAR), 'not sent') AS {name}" for name in PERFORMANCE_PARAMETERS)
     order = ", ".join(f"'{name}'" for name in PERFORMANCE_PARAMETERS)
-    return con.execute(
+    return con.sql(
         f"""
         WITH long AS (
             UNPIVOT (SELECT {casts} FROM server_params) ON {_TWELVE} INTO NAME parameter VALUE value
@@ -81,7 +81,7 @@ def top_values(con: duckdb.DuckDBPyConnection, top: int = 5) -> pl.DataFrame:
         WHERE rank <= ?
         ORDER BY list_position([{order}], parameter), rank
         """,
-        [top],
+        params=[top],
     ).pl()
 
 
@@ -190,7 +190,7 @@ def _rich_tables(report: Report) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(record=True, width=200)
+    console = Console(file=io.StringIO(), record=True, width=200)
     for title, frame in _sections(report):
         table = Table(title=title, title_justify="left")
         for column in frame.columns:

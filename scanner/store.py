@@ -102,7 +102,7 @@ class ScanStore:
     def __init__(self, con: duckdb.DuckDBPyConnection, path: str):
         self.con = con
         self.path = path
-        self._next_handshake_id = con.execute("SELECT coalesce(max(handshake_id), 0) + 1 FROM handshakes").fetchone()[0]
+        self._next_handshake_id = con.execute("SELECT coalesce(max(handshake_id), 0) + 1 FROM handshakes").fetchall()[0][0]
 
     @classmethod
     def open(cls, path: str | Path, read_only: bool = False) -> "ScanStore":
@@ -143,13 +143,13 @@ class ScanStore:
     def begin_scan(self, kind: str, settings: Mapping[str, Any], command_line: str | None = None, resume: bool = False) -> int:
         """A new scan_id, or with ``resume`` the latest scan of the same kind."""
         if resume:
-            row = self.con.execute(
+            rows = self.con.execute(
                 "SELECT scan_id FROM scans WHERE kind = ? ORDER BY scan_id DESC LIMIT 1", [kind]
-            ).fetchone()
-            if row is not None:
-                self.con.execute("UPDATE scans SET finished_at = NULL WHERE scan_id = ?", [row[0]])
-                return int(row[0])
-        scan_id = self.con.execute("SELECT coalesce(max(scan_id), 0) + 1 FROM scans").fetchone()[0]
+            ).fetchall()
+            if rows:
+                self.con.execute("UPDATE scans SET finished_at = NULL WHERE scan_id = ?", [rows[0][0]])
+                return int(rows[0][0])
+        scan_id = self.con.execute("SELECT coalesce(max(scan_id), 0) + 1 FROM scans").fetchall()[0][0]
         self.con.execute(
             "INSERT INTO scans VALUES (?, ?, ?, NULL, ?, ?)",
             [scan_id, kind, dt.datetime.now(dt.timezone.utc), command_line, json.dumps(dict(settings), default=str)],
@@ -160,7 +160,7 @@ class ScanStore:
         self.con.execute("UPDATE scans SET finished_at = ? WHERE scan_id = ?", [dt.datetime.now(dt.timezone.utc), scan_id])
 
     def handshake_count(self) -> int:
-        return int(self.con.execute("SELECT count(*) FROM handshakes").fetchone()[0])
+        return int(self.con.execute("SELECT count(*) FROM handshakes").fetchall()[0][0])
 
     def recorded_targets(self, scan_id: int | None = None) -> set[Target]:
         query = "SELECT DISTINCT ip, port, sni FROM handshakes" + (" WHERE scan_id = ?" if scan_id is not None else "")
@@ -260,20 +260,20 @@ def apply_schema(con: duckdb.DuckDBPyConnection, name: str, version: int, ddl: s
 def _component_version(con: duckdb.DuckDBPyConnection, name: str) -> int | None:
     if not _has_table(con, "schema_version"):
         return None
-    row = con.execute("SELECT version FROM schema_version WHERE name = ?", [name]).fetchone()
-    return None if row is None else int(row[0])
+    rows = con.execute("SELECT version FROM schema_version WHERE name = ?", [name]).fetchall()
+    return int(rows[0][0]) if rows else None
 
 
 def _has_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     return bool(
         con.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_name = ? AND table_schema = 'main'", [table]
-        ).fetchone()[0]
+        ).fetchall()[0][0]
     )
 
 
 def _check_foreign(con: duckdb.DuckDBPyConnection, path: str) -> None:
-    tables = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'").fetchone()[0]
+    tables = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'").fetchall()[0][0]
     if tables and not _has_table(con, "schema_version"):
         raise ToolError(f"{path} is a DuckDB file of another schema (no schema_version table); use a new --out")
 
