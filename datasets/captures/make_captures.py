@@ -1,0 +1,78 @@
+"""Re-make the committed captures: both installed browsers, ngtcp2's and aioquic's clients.
+
+    .venv/bin/python datasets/captures/make_captures.py [OUTDIR]
+
+Every capture is of loopback traffic to a throw-away lab server (gtlsserver);
+the key logs belong to those throw-away sessions and are committed so that
+tests can exercise ``qscan pcap --keylog``. Update PROVENANCE.md after a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from scanner.browser import LAB_HOST, LOOPBACK, capture_browser, lab_capture
+
+
+def aioquic_client(port: int) -> None:
+    """One HTTP/3 handshake attempt with aioquic's default client parameters."""
+    from aioquic.asyncio import connect
+    from aioquic.quic.configuration import QuicConfiguration
+
+    async def attempt() -> None:
+        configuration = QuicConfiguration(is_client=True, alpn_protocols=["h3"], server_name=LAB_HOST)
+        configuration.verify_mode = ssl.CERT_NONE
+        async with connect(LOOPBACK, port, configuration=configuration, wait_connected=True):
+            pass
+
+    asyncio.run(asyncio.wait_for(attempt(), 5))
+
+
+def capture_library_client(name: str, workdir: Path) -> Path:
+    with lab_capture(workdir, name) as lab:
+        if name == "gtlsclient":
+            url = f"https://{LAB_HOST}:{lab.port}/"
+            command = ["gtlsclient", "-q", "--exit-on-all-streams-close", "--timeout=3s", LOOPBACK, str(lab.port), url]
+        else:
+            command = [sys.executable, __file__, "--aioquic-client", str(lab.port)]
+        client = lab.start(command, workdir / f"{name}-client.log")
+        try:
+            client.wait(15)
+        except subprocess.TimeoutExpired:
+            pass
+        time.sleep(0.5)
+    return lab.capture_file
+
+
+def main(outdir: Path) -> None:
+    outdir.mkdir(parents=True, exist_ok=True)
+    made = []
+    with tempfile.TemporaryDirectory(prefix="qscan-captures-") as scratch:
+        for browser in ("chromium", "firefox"):
+            capture = capture_browser(browser, Path(scratch) / browser)
+            for source, suffix in ((capture.capture_file, ".pcapng"), (capture.keylog_file, ".keys")):
+                shutil.copy(source, outdir / f"{capture.label}{suffix}")
+            made.append(outdir / f"{capture.label}.pcapng")
+            print(capture.label, capture.version_line, capture.captured_at, " ".join(capture.command))
+        for name in ("gtlsclient", "aioquic"):
+            shutil.copy(capture_library_client(name, Path(scratch)), outdir / f"{name}.pcapng")
+            made.append(outdir / f"{name}.pcapng")
+    subprocess.run(["mergecap", "-w", str(outdir / "mixed-clients.pcapng"), *map(str, made)], check=True)
+    print("wrote", ", ".join(p.name for p in made), "and mixed-clients.pcapng to", outdir)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--aioquic-client"]:
+        try:
+            aioquic_client(int(sys.argv[2]))
+        except Exception as exc:  # the ClientHello is out; how the handshake ends does not matter here
+            print(f"aioquic client: {exc!r}", file=sys.stderr)
+    else:
+        main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent)
