@@ -22,7 +22,6 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
 from tparams.errors import ToolError
@@ -37,11 +36,12 @@ from tparams.library import (
 from tparams.paramset import ParamSet
 
 from scanner.engine import CONNECTION_CLOSE, OK, TLS_ALERT, HandshakeRecord, ScanSettings, scan_targets
+from scanner.store import SCHEMA_DIR, ScanStore
 from scanner.targets import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNATURES_PATH = ROOT / "datasets" / "library_signatures.json"
-SCHEMA_PATH = ROOT / "schemas" / "duckdb" / "library_v1.sql"
+LIBRARY_SCHEMA = ("library", 1, SCHEMA_DIR / "library_v1.sql")
 INVALID_ALPN = "invalid"
 
 
@@ -134,21 +134,21 @@ def identify_targets(
 
 
 def store_identifications(db_path: Path | str, frame: pl.DataFrame, signatures_date: str | None = None) -> None:
-    """Append the rows to the scan DuckDB's ``server_library`` table, one transaction."""
+    """Append the rows to the scan file's ``server_library`` table, one transaction."""
     frame = frame.with_columns(pl.lit(signatures_date, dtype=pl.String).alias("signatures_date"))
-    with duckdb.connect(str(db_path)) as con:
-        con.execute("BEGIN")
-        con.execute(SCHEMA_PATH.read_text())
-        con.register("new_rows", frame.to_arrow())
-        con.execute("INSERT INTO server_library BY NAME SELECT * FROM new_rows")
-        con.execute("COMMIT")
+    with ScanStore.open(db_path) as store:
+        store.apply_schema(*LIBRARY_SCHEMA[:2], LIBRARY_SCHEMA[2].read_text())
+        store.append({"server_library": frame.to_arrow()})
 
 
 def read_identifications(db_path: Path | str) -> pl.DataFrame:
-    """The latest verdict per target."""
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        return con.sql("SELECT DISTINCT ON (ip, port) * FROM server_library "
-                       "ORDER BY ip, port, identified_at DESC").pl()
+    """The latest verdict per target (empty when the scan ran without --identify)."""
+    with ScanStore.open(db_path, read_only=True) as store:
+        if not store.con.execute("SELECT table_name FROM information_schema.tables "
+                                 "WHERE table_name = 'server_library'").fetchall():
+            return pl.DataFrame(schema=_SCHEMA)
+        return store.con.sql("SELECT DISTINCT ON (ip, port) * FROM server_library "
+                             "ORDER BY ip, port, identified_at DESC").pl()
 
 
 # -- learning the signatures from the lab -------------------------------------------------

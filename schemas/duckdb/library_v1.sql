@@ -3,7 +3,9 @@
 -- datasets/library_signatures.json or 'unknown'; `library_evidence` says in
 -- words which order, close and values led there. The order signature and the
 -- invalid-ALPN close are kept so that a later signatures file can re-classify
--- without sending a packet.
+-- without sending a packet. Applied through scanner.store.ScanStore.apply_schema.
+INSERT OR IGNORE INTO schema_version VALUES ('library', 1);
+
 CREATE TABLE IF NOT EXISTS server_library (
     ip                    VARCHAR NOT NULL,
     port                  INTEGER NOT NULL,
