@@ -84,33 +84,57 @@ def capture_browser(
     when not given, which the caller may delete).
     """
     executable = _executable(browser)
-    if shutil.which(SERVER_EXECUTABLE) is None:
-        raise ToolError(f"{SERVER_EXECUTABLE} is not installed (Debian package ngtcp2-server)")
     version, version_line = browser_version(browser)
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"qscan-{browser}-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    capture_file = workdir / f"{_EXECUTABLES[browser]}.pcapng"
-    keylog_file = workdir / f"{_EXECUTABLES[browser]}.keys"
-    for stale in (capture_file, keylog_file):
-        stale.unlink(missing_ok=True)
-    port = _free_udp_port()
-    key_file, cert_file = _throwaway_certificate(workdir)
-    command = _browser_command(browser, executable, workdir, port)
     captured_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    with _process_groups() as start:
-        progress(f"lab server on {LOOPBACK}:{port}")
-        start([SERVER_EXECUTABLE, "-q", LOOPBACK, str(port), str(key_file), str(cert_file)], workdir / "server.log")
-        _start_tshark(start, port, capture_file, workdir / "tshark.log")
-        progress(f"{executable} {version}")
-        environment = {**os.environ, "SSLKEYLOGFILE": str(keylog_file), "MOZ_HEADLESS": "1"}
-        browser_process = start(command, workdir / "browser.log", environment)
-        _wait_for_hello(browser_process, capture_file, port, timeout)
+    with lab_capture(workdir, _EXECUTABLES[browser]) as lab:
+        command = _browser_command(browser, executable, workdir, lab.port)
+        progress(f"{executable} {version} against {LAB_HOST}:{lab.port}")
+        environment = {**os.environ, "SSLKEYLOGFILE": str(lab.keylog_file), "MOZ_HEADLESS": "1"}
+        browser_process = lab.start(command, workdir / "browser.log", environment)
+        _wait_for_hello(browser_process, lab.capture_file, lab.port, timeout)
         # Let retransmissions and retries on other ports land in the capture too.
         time.sleep(1.0)
     result = read_capture(
-        capture_file, keylog_file if _has_secrets(keylog_file) else None, client=f"{_EXECUTABLES[browser]} {version}", ports=(port,)
+        lab.capture_file,
+        lab.keylog_file if _has_secrets(lab.keylog_file) else None,
+        client=f"{_EXECUTABLES[browser]} {version}",
+        ports=(lab.port,),
     )
-    return BrowserCapture(_EXECUTABLES[browser], version, version_line, command, captured_at, capture_file, keylog_file, result)
+    return BrowserCapture(
+        _EXECUTABLES[browser], version, version_line, command, captured_at, lab.capture_file, lab.keylog_file, result
+    )
+
+
+Starter = Callable[..., subprocess.Popen]
+
+
+@dataclass(frozen=True)
+class LabCapture:
+    """A QUIC server on loopback with tshark capturing its port; ``start`` runs a client beside them."""
+
+    port: int
+    capture_file: Path
+    keylog_file: Path  # where clients that honour SSLKEYLOGFILE should write
+    start: Starter  # start(command, log_file, env=None) -> Popen, ended with the lab
+
+
+@contextlib.contextmanager
+def lab_capture(workdir: Path, name: str) -> Iterator[LabCapture]:
+    """Server and capture for clients of any kind; on exit everything is ended and the
+    capture file is complete."""
+    capture_file, keylog_file = workdir / f"{name}.pcapng", workdir / f"{name}.keys"
+    for stale in (capture_file, keylog_file):
+        stale.unlink(missing_ok=True)
+    if shutil.which(SERVER_EXECUTABLE) is None:
+        raise ToolError(f"{SERVER_EXECUTABLE} is not installed (Debian package ngtcp2-server)")
+    port = _free_udp_port()
+    key_file, cert_file = _throwaway_certificate(workdir)
+    with _process_groups() as start:
+        start([SERVER_EXECUTABLE, "-q", LOOPBACK, str(port), str(key_file), str(cert_file)], workdir / f"{name}-server.log")
+        _start_tshark(start, port, capture_file, workdir / f"{name}-tshark.log")
+        yield LabCapture(port, capture_file, keylog_file, start)
 
 
 def _executable(browser: str) -> str:
@@ -201,9 +225,6 @@ def _throwaway_certificate(workdir: Path) -> tuple[Path, Path]:
     )
     cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     return key_file, cert_file
-
-
-Starter = Callable[..., subprocess.Popen]
 
 
 @contextlib.contextmanager
