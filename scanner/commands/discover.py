@@ -1,0 +1,103 @@
+"""qscan ipv4 | domains | merge: find QUIC servers (ZMap, DNS, Alt-Svc), then handshake with them."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tparams.errors import ToolError
+
+from scanner.discovery.ipv4 import prepare, scan_ipv4
+from scanner.discovery.plan import make_plan, parse_shard
+from scanner.discovery.response import format_version
+from scanner.engine import ScanSettings
+
+_err = Console(stderr=True)
+
+
+def confirm_or_refuse(plan_lines: list[str], whole_space: bool, yes: bool) -> None:
+    """Print the plan; a whole-space scan (the Internet) starts only after an
+    interactive yes or --yes, and never without a terminal to ask on."""
+    for line in plan_lines:
+        _err.print(line, highlight=False, markup=False, soft_wrap=True)
+    if not whole_space or yes:
+        return
+    if not sys.stdin.isatty():
+        raise ToolError("refusing to scan the whole IPv4 space without confirmation: pass --yes "
+                        "(no terminal to ask on)")
+    answer = input("This scan sends to the Internet. Start it? [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise ToolError("scan not started (answered no)")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("ipv4")
+    def ipv4_command(
+        cidrs: list[str] = typer.Argument(None, help="IPv4 ranges (CIDR) or addresses; none = the whole IPv4 "
+                                          "space minus the blocklist (asks first, see --yes)."),
+        out: Path = typer.Option(..., "--out", "-o", help="DuckDB file to write (new; ZMap's files go to OUT.zmap/)."),
+        port: int = typer.Option(443, help="UDP port to probe."),
+        rate: int = typer.Option(10000, help="ZMap send rate, probes per second."),
+        cooldown: int = typer.Option(8, help="Seconds ZMap keeps listening after the last probe."),
+        interface: str = typer.Option(None, help="Interface to send on (default: the one routing to the targets)."),
+        source_ip: str = typer.Option(None, help="Source address (default: the route's preferred source)."),
+        gateway_mac: str = typer.Option(None, help="Gateway MAC (default: the route's gateway, from the neighbour table)."),
+        blocklist: Path = typer.Option(None, help="CIDRs never probed, ZMap format (default: datasets/blocklist/"
+                                       "default.conf, reserved and special-purpose ranges)."),
+        allowlist: Path = typer.Option(None, help="CIDRs to probe, ZMap format (added to the ranges given)."),
+        shard: str = typer.Option("0/1", help="This host's shard I/N of the scan (ZMap sharding; needs --seed)."),
+        seed: int = typer.Option(None, help="ZMap permutation seed; the same on every shard of a scan."),
+        netns: str = typer.Option(None, help="Run inside this network namespace (default: where qscan runs)."),
+        discover_only: bool = typer.Option(False, "--discover-only", help="Stop after ZMap; no handshakes."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, the exact ZMap command and the "
+                                     "payload hex; send nothing."),
+        yes: bool = typer.Option(False, "--yes", help="Start a whole-space scan without asking."),
+        timeout: float = typer.Option(5.0, help="Seconds to wait for each handshake."),
+        handshake_rate: float = typer.Option(100.0, help="New handshakes per second (0 = unlimited)."),
+        concurrency: int = typer.Option(1000, help="Handshakes in flight at once."),
+        workers: int = typer.Option(1, help="Handshake worker processes."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+        json_output: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
+    ) -> None:
+        """Find QUIC servers with ZMap (a Version Negotiation probe), then handshake with each one found."""
+        index, total = parse_shard(shard)
+        plan = make_plan(cidrs or [], port, rate, cooldown, blocklist, allowlist, index, total)
+        settings = ScanSettings(timeout=timeout, rate=handshake_rate, concurrency=concurrency, workers=workers)
+        if dry_run:
+            prepared = prepare(plan, out, netns, interface, source_ip, gateway_mac, seed, dry_run=True)
+            for line in plan.lines():
+                typer.echo(line)
+            typer.echo(f"probe:      version {format_version(prepared.probe.version)}, "
+                       f"{len(prepared.probe.payload)} bytes")
+            typer.echo(f"payload:    {prepared.probe.hex}")
+            typer.echo(f"command:    {prepared.command}")
+            return
+        # Before anything is resolved or sent: only the plan has been computed so far.
+        confirm_or_refuse(plan.lines(), plan.whole_space, yes)
+        prepared = prepare(plan, out, netns, interface, source_ip, gateway_mac, seed)
+        show = not quiet and sys.stderr.isatty()
+        with Progress(TextColumn("zmap"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                      TimeElapsedColumn(), console=_err, disable=not show) as bar:
+            task = bar.add_task("zmap", total=1.0)
+            result = scan_ipv4(prepared, out, settings, netns, discover_only, shlex.join(sys.argv),
+                               on_zmap_progress=lambda done: bar.update(task, completed=done), progress=show)
+        summary = {
+            "scan_id": result.scan_id, "out": str(out), "probes_sent": result.discovery.probes_sent,
+            "quic_servers": len(result.discovery.found), "answers": dict(sorted(result.discovery.answers.items())),
+            "handshakes": result.handshakes_attempted, "handshakes_ok": result.handshakes_ok,
+            "seconds_discovery": round(result.seconds_discovery, 3),
+            "seconds_handshakes": round(result.seconds_handshakes, 3),
+        }
+        if json_output:
+            typer.echo(json.dumps(summary))
+        else:
+            answers = ", ".join(f"{k} {v}" for k, v in summary["answers"].items()) or "none"
+            typer.echo(f"scan {result.scan_id} in {out}: {summary['probes_sent']} probes, "
+                       f"{summary['quic_servers']} QUIC servers (answers: {answers})"
+                       + ("" if discover_only else f"; {result.handshakes_ok}/{result.handshakes_attempted} handshakes ok"))

@@ -1,0 +1,183 @@
+"""`qscan ipv4` as a library call: ZMap discovery, then handshakes, one file, one scan_id.
+
+``netns`` runs the whole scan inside a named network namespace (ZMap through
+``ip netns exec``, the handshake sockets created inside it); without it the
+scan runs wherever the process already is (e.g. under ``ip netns exec``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from tparams.errors import ToolError
+
+from scanner.commands.scan import scan_into
+from scanner.discovery.netinfo import Route, check_raw_socket_permission, detect_route
+from scanner.discovery.plan import WHOLE_SPACE, Plan, subtract
+from scanner.discovery.probe import Probe, make_probe
+from scanner.discovery.zmap import Outcome, ZMapFiles, command_text, read_results, run_zmap, write_inputs, zmap_command
+from scanner.engine import ScanSettings
+from scanner.lab.netns import in_namespace
+from scanner.store import SCHEMA_DIR, ScanStore
+from scanner.targets import Target
+
+DISCOVERY_SCHEMA = ("discovery", 1, SCHEMA_DIR / "discovery_v1.sql")
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+DISCOVERY_ARROW = pa.schema([
+    ("scan_id", pa.int32()), ("shard", pa.int32()), ("ip", pa.string()), ("port", pa.int32()),
+    ("versions", pa.list_(pa.int64())), ("time", _TIMESTAMP),
+])
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything decided before the first packet: what a dry run prints."""
+
+    plan: Plan
+    route: Route
+    probe: Probe
+    seed: int
+    files: ZMapFiles
+    argv: list[str]
+
+    @property
+    def command(self) -> str:
+        return command_text(self.argv)
+
+
+@dataclass
+class IPv4Result:
+    scan_id: int
+    discovery: Outcome
+    handshakes_attempted: int = 0
+    handshakes_ok: int = 0
+    seconds_discovery: float = 0.0
+    seconds_handshakes: float = 0.0
+
+
+def zmap_dir(out: str | Path) -> Path:
+    return Path(f"{out}.zmap")
+
+
+def open_discovery_store(out: str | Path) -> ScanStore:
+    store = ScanStore.open(out)
+    try:
+        store.apply_schema(DISCOVERY_SCHEMA[0], DISCOVERY_SCHEMA[1], DISCOVERY_SCHEMA[2].read_text())
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def prepare(
+    plan: Plan,
+    out: str | Path,
+    netns: str | None = None,
+    interface: str | None = None,
+    source_ip: str | None = None,
+    gateway_mac: str | None = None,
+    seed: int | None = None,
+    dry_run: bool = False,
+) -> Prepared:
+    """Resolve the route and write ZMap's input files; sends nothing when ``dry_run``."""
+    if plan.shards > 1 and seed is None:
+        raise ToolError("--shard needs --seed: every shard must walk the same address permutation")
+    if not dry_run:
+        check_raw_socket_permission(netns)
+    first = subtract(plan.targets or [WHOLE_SPACE], plan.blocklist)[0].network_address
+    route = detect_route(str(first), netns, interface, source_ip, gateway_mac, resolve=not dry_run)
+    probe = make_probe()
+    seed = secrets.randbits(31) if seed is None else seed
+    files = ZMapFiles(zmap_dir(out))
+    write_inputs(plan, probe, files)
+    return Prepared(plan, route, probe, seed, files, zmap_command(plan, route, files, seed))
+
+
+def scan_ipv4(
+    prepared: Prepared,
+    out: str | Path,
+    settings: ScanSettings,
+    netns: str | None = None,
+    discover_only: bool = False,
+    command_line: str | None = None,
+    on_zmap_progress: Callable[[float], None] | None = None,
+    progress: bool = False,
+) -> IPv4Result:
+    """Run ZMap, store valid answers in ``discovery``, then handshake with each
+    responsive address under the same scan_id."""
+    plan = prepared.plan
+    with open_discovery_store(out) as store:
+        if store.handshake_count() or store.con.execute("SELECT count(*) FROM discovery").fetchone()[0]:
+            raise ToolError(f"{out} already holds a scan; use a new --out (shards go to separate files, "
+                            "then `qscan merge`)")
+        scan_settings = {"discovery": _discovery_settings(prepared), "handshake": dataclasses.asdict(settings)}
+        scan_id = store.begin_scan("ipv4", scan_settings, command_line)
+    started = dt.datetime.now(dt.timezone.utc)
+    metadata = run_zmap(prepared.argv, prepared.files, netns, on_zmap_progress)
+    outcome = read_results(prepared.files, prepared.probe, plan.port)
+    outcome.probes_sent = metadata.get("total_sent")
+    finished = dt.datetime.now(dt.timezone.utc)
+    with open_discovery_store(out) as store:
+        store.append({"discovery": _discovery_table(scan_id, plan.shard, outcome),
+                      "discovery_runs": _run_table(scan_id, prepared, outcome, started, finished)})
+        if discover_only:
+            store.finish_scan(scan_id)
+    result = IPv4Result(scan_id, outcome, seconds_discovery=(finished - started).total_seconds())
+    if discover_only:
+        return result
+    targets = [Target(d.ip, d.port) for d in outcome.found]
+    with in_namespace(netns) if netns else contextlib.nullcontext():
+        handshakes = scan_into(out, targets, settings, kind="ipv4", resume=True, command_line=command_line,
+                               progress=progress)
+    if handshakes.scan_id != scan_id:
+        raise AssertionError(f"handshakes went to scan {handshakes.scan_id}, discovery to {scan_id}")
+    result.handshakes_attempted = handshakes.attempted
+    result.handshakes_ok = handshakes.ok
+    result.seconds_handshakes = handshakes.seconds
+    return result
+
+
+def _discovery_settings(prepared: Prepared) -> dict:
+    plan = prepared.plan
+    return {
+        "targets": [str(t) for t in plan.targets], "port": plan.port, "rate": plan.rate, "cooldown": plan.cooldown,
+        "shard": plan.shard, "shards": plan.shards, "seed": prepared.seed, "blocklist": plan.blocklist_source,
+        "interface": prepared.route.interface, "source_ip": prepared.route.source_ip,
+        "gateway_mac": prepared.route.gateway_mac, "probe_version": f"0x{prepared.probe.version:08x}",
+    }
+
+
+def _discovery_table(scan_id: int, shard: int, outcome: Outcome) -> pa.Table:
+    found = outcome.found
+    return pa.Table.from_pydict({
+        "scan_id": [scan_id] * len(found), "shard": [shard] * len(found),
+        "ip": [d.ip for d in found], "port": [d.port for d in found],
+        "versions": [list(d.versions) for d in found], "time": [d.time for d in found],
+    }, schema=DISCOVERY_ARROW)
+
+
+def _run_table(scan_id: int, prepared: Prepared, outcome: Outcome, started: dt.datetime,
+               finished: dt.datetime) -> pa.Table:
+    plan = prepared.plan
+    answers = sorted(outcome.answers.items())
+    return pa.Table.from_pylist([{
+        "scan_id": scan_id, "shard": plan.shard, "shards": plan.shards, "seed": prepared.seed,
+        "targets": [str(t) for t in plan.targets], "blocklist": [str(b) for b in plan.blocklist],
+        "port": plan.port, "rate": plan.rate, "probe_version": prepared.probe.version,
+        "probe_hex": prepared.probe.hex, "probes_sent": outcome.probes_sent, "answers": answers,
+        "started_at": started, "finished_at": finished, "zmap_command": prepared.command,
+    }], schema=pa.schema([
+        ("scan_id", pa.int32()), ("shard", pa.int32()), ("shards", pa.int32()), ("seed", pa.int64()),
+        ("targets", pa.list_(pa.string())), ("blocklist", pa.list_(pa.string())), ("port", pa.int32()),
+        ("rate", pa.int32()), ("probe_version", pa.int64()), ("probe_hex", pa.string()),
+        ("probes_sent", pa.int64()), ("answers", pa.map_(pa.string(), pa.int64())),
+        ("started_at", _TIMESTAMP), ("finished_at", _TIMESTAMP), ("zmap_command", pa.string()),
+    ]))
