@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import heapq
 import ipaddress
+import logging
 import multiprocessing
 import os
 import queue
@@ -35,7 +36,7 @@ from aioquic.buffer import Buffer
 from aioquic.quic import events
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection, QuicConnectionError
-from aioquic.quic.packet import QuicErrorCode, QuicProtocolVersion
+from aioquic.quic.packet import QuicErrorCode, QuicFrameType, QuicProtocolVersion
 from cryptography import x509
 from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.hazmat.primitives import hashes
@@ -171,6 +172,7 @@ class _RecordingConnection(QuicConnection):
         super().__init__(configuration=configuration)
         self._groups = list(groups)
         self.raw_transport_parameters: bytes | None = None
+        self.decoded_transport_parameters: DecodedParameters | None = None
         self.transport_parameters_rejected: str | None = None
         self.closed_by_peer = False
         self.offered_versions: list[int] | None = None
@@ -185,6 +187,16 @@ class _RecordingConnection(QuicConnection):
     def _parse_transport_parameters(self, data: bytes, from_session_ticket: bool = False) -> None:
         if not from_session_ticket:
             self.raw_transport_parameters = bytes(data)
+            self.decoded_transport_parameters = decode_transport_parameters(data, "server")
+            if self.decoded_transport_parameters.findings:
+                # RFC 9000 7.4/18.2: duplicates, bad lengths and out-of-range values are
+                # TRANSPORT_PARAMETER_ERRORs, also where aioquic would let them pass.
+                self.transport_parameters_rejected = self.decoded_transport_parameters.findings[0].detail
+                raise QuicConnectionError(
+                    error_code=QuicErrorCode.TRANSPORT_PARAMETER_ERROR,
+                    frame_type=QuicFrameType.CRYPTO,
+                    reason_phrase="malformed transport parameters",
+                )
         try:
             super()._parse_transport_parameters(data, from_session_ticket)
         except QuicConnectionError as exc:
@@ -289,6 +301,8 @@ class HandshakeLoop:
         self.rate = settings.rate * share
         self.concurrency = max(1, int(settings.concurrency * share))
         self.groups = [GROUPS[g] for g in settings.groups]
+        # Hostile servers are the point of a scan; their failures are records, not log noise.
+        logging.getLogger("quic").setLevel(logging.CRITICAL)
         self.checker = _CertificateChecker()
         self.keylog = open(settings.keylog_file, "a") if settings.keylog_file else None
         self.epoll = select.epoll()
@@ -396,7 +410,7 @@ class HandshakeLoop:
             retry=conn.retry_seen,
             datagrams_received=conn.datagrams_received,
             transport_parameters_raw=raw,
-            decoded=None if raw is None else decode_transport_parameters(raw, "server"),
+            decoded=conn.decoded_transport_parameters,
         )
         if context is not None:
             record.alpn = context.alpn_negotiated
