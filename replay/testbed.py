@@ -144,13 +144,16 @@ class Testbed:
         tag = f"{PREFIX}{os.getpid()}-{next(_counter)}"
         self.client_ns, self.server_ns = f"{tag}-c", f"{tag}-s"
         self.client_ip, self.server_ip = CLIENT_IP, SERVER_IP
-        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="qreplay-testbed-")
-        self.workdir = Path(workdir or self._tmp.name)
+        # mkdtemp, not TemporaryDirectory: the latter's finalizer would also
+        # run in pyroute2's forked children and delete the directory under us.
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="qreplay-testbed-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._buffers = SocketBuffers(buffer_bytes)
         self._path: LinkBackend | None = None
         self._processes: list[subprocess.Popen] = []
         self._old_sigterm = None
+        self._owner = os.getpid()
 
     def __enter__(self) -> "Testbed":
         self._catch_sigterm()
@@ -172,6 +175,10 @@ class Testbed:
 
     def close(self) -> None:
         """Idempotent teardown; each step runs even if an earlier one failed."""
+        if os.getpid() != self._owner:
+            # pyroute2 forks to create namespaces; a child unwinding through
+            # our frames must not tear down the parent's testbed.
+            return
         steps = [lambda p=p: self._stop(p) for p in self._processes]
         if self._path:
             steps.append(self._path.detach)
@@ -189,8 +196,8 @@ class Testbed:
         if self._old_sigterm is not None:
             signal.signal(signal.SIGTERM, self._old_sigterm)
             self._old_sigterm = None
-        if self._tmp:
-            self._tmp.cleanup()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
         if errors:
             raise errors[0]
 
@@ -327,6 +334,8 @@ class Calibration:
 
 ECHO_PORT = 7007
 IPERF_PORT = 5201
+UDP_PAYLOAD = 1400
+IP_UDP_HEADERS = 28  # rates are compared at the IP level, where the link limit applies
 
 
 def measure_rtt(tb: Testbed, count: int = 2000, interval_ms: float = 1.0) -> dict:
@@ -344,7 +353,7 @@ def measure_rtt(tb: Testbed, count: int = 2000, interval_ms: float = 1.0) -> dic
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure_rate(tb: Testbed, seconds: float = 3.0, offered_bps: int | None = None) -> dict:
+def measure_rate(tb: Testbed, seconds: float = 4.0, offered_bps: int | None = None) -> dict:
     """Server-to-client UDP bulk transfer with iperf3; the receiver's rate and loss."""
     if not shutil.which("iperf3"):
         raise ToolError("iperf3 is missing: apt-get install iperf3 (or run scripts/setup.sh)")
@@ -355,15 +364,20 @@ def measure_rate(tb: Testbed, seconds: float = 3.0, offered_bps: int | None = No
     try:
         _wait_udp_or_tcp_listening(tb, IPERF_PORT)
         done = tb.run_client(["iperf3", "-c", tb.server_ip, "-p", str(IPERF_PORT), "-u", "-R", "-J",
-                              "-l", "1400", "-b", str(offered_bps), "-t", str(seconds)], timeout=seconds + 30)
+                              "-l", str(UDP_PAYLOAD), "-b", str(offered_bps), "-t", str(seconds)], timeout=seconds + 30)
     finally:
         tb._stop(server)
     try:
         result = json.loads(done.stdout)
-        summary = result["end"]["sum"]
+        summary, intervals = result["end"]["sum"], result["intervals"]
     except (ValueError, KeyError) as exc:
         raise ToolError(f"iperf3 failed: {done.stdout.strip()[-200:]}") from exc
-    return {"bits_per_second": summary["bits_per_second"], "lost_percent": summary["lost_percent"],
+    # The receiver's per-second rates, without the first second (start-up):
+    # the end summary would count the queue's drain after the sender stops.
+    steady = [i["sum"]["bits_per_second"] for i in intervals[1:]] or [summary["bits_per_second"]]
+    payload_bps = sum(steady) / len(steady)
+    return {"bits_per_second": payload_bps * (UDP_PAYLOAD + IP_UDP_HEADERS) / UDP_PAYLOAD,
+            "payload_bits_per_second": payload_bps, "lost_percent": summary["lost_percent"],
             "packets": summary["packets"], "lost_packets": summary["lost_packets"],
             "offered_bps": offered_bps, "seconds": seconds}
 
@@ -380,7 +394,7 @@ def _wait_udp_or_tcp_listening(tb: Testbed, port: int, timeout: float = 5.0) -> 
 
 
 def calibrate(link: LinkConfig, backend: str = "auto", pings: int = 2000, ping_interval_ms: float = 1.0,
-              rate_seconds: float = 3.0, measure_throughput: bool = True) -> Calibration:
+              rate_seconds: float = 4.0, measure_throughput: bool = True) -> Calibration:
     """Configured versus achieved RTT, loss and rate of one backend."""
     with Testbed(link=link, backend=backend) as tb:
         rtt = measure_rtt(tb, pings, ping_interval_ms)
