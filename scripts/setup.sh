@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(zmap tshark ngtcp2-client ngtcp2-server caddy iproute2 dnsmasq-base
-              chromium firefox-esr libcap2-bin procps)
+              chromium firefox-esr libcap2-bin procps iperf3)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
