@@ -166,8 +166,16 @@ def register(app: typer.Typer) -> None:
         scan: Path = typer.Argument(..., help="A DuckDB scan file written by qscan."),
         fmt: str = typer.Option("table", "--format", "-f", help=f"Output format: {', '.join(FORMATS)}."),
         top: int = typer.Option(10, help="How many sets and values per parameter to list."),
+        compare: Path = typer.Option(None, "--compare", help="A later scan of the same population: show the sets "
+                                     "that appeared, vanished, grew, shrank and the value shifts from SCAN to it."),
     ) -> None:
         """Targets reached, distinct parameter sets, most common sets and values (thesis tables 5.1-5.7)."""
+        # --compare (scanner/analysis.py, issue 7): the two-scan comparison instead of the popularity report.
+        if compare is not None:
+            from scanner.analysis import compare_scans, render_comparison
+
+            sys.stdout.write(render_comparison(compare_scans(scan, compare), fmt, top).rstrip("\n") + "\n")
+            return
         if fmt not in FORMATS:
             raise ToolError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
         sys.stdout.write(render(build_report(scan, top), fmt).rstrip("\n") + "\n")
