@@ -13,6 +13,7 @@ import datetime
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -20,6 +21,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,36 +29,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from replay import store
+from replay.link import LinkConfig
 from replay.sets import NamedSet
 from replay.stacks.base import ClientResult, RunOptions, Stack
+from tparams.errors import ToolError
 
 SERVER_PORT = 4433
 SERVER_READY_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
-class Link:
-    """The link of one condition, in the testbed's own LinkConfig terms (see replay/link.py)."""
-
-    delay_ms: float = 0.0  # server -> client, as the thesis put netem on the client's ingress
-    delay_up_ms: float = 0.0
-    jitter_ms: float = 0.0
-    loss_pct: float = 0.0
-    rate_bps: int | None = None
-    queue: str | None = None
-
-    def config(self):
-        from replay.link import LinkConfig
-
-        return LinkConfig(delay_down_ms=self.delay_ms, delay_up_ms=self.delay_up_ms, jitter_ms=self.jitter_ms,
-                          loss_pct=self.loss_pct, rate_bps=self.rate_bps, queue=self.queue)
-
-
-@dataclass(frozen=True)
 class Condition:
     client: NamedSet
     server: NamedSet | None
-    link: Link
+    link: LinkConfig
     sweep_param: str | None = None
     sweep_value: int | None = None
 
@@ -80,22 +66,25 @@ class Loopback:
     client_ip = server_ip = "127.0.0.1"
     backend = "loopback"
 
+    def reconfigure(self, link: LinkConfig) -> None:
+        if link != LinkConfig():
+            raise ToolError("--link loopback cannot emulate delay, loss or rate; use auto, netem or relay")
+
     def interface_counters(self) -> dict:
         return {}
 
 
 @contextmanager
-def open_path(link: Link, backend: str) -> Iterator[object]:
+def open_path(backend: str, first: LinkConfig) -> Iterator[object]:
+    """The testbed for a whole experiment; conditions change its link in place (cheaper than rebuilding)."""
     if backend == "loopback":
-        if link != Link():
-            from tparams.errors import ToolError
-
-            raise ToolError("--link loopback cannot emulate delay, loss or rate; use auto, netem or relay")
-        yield Loopback()
+        path = Loopback()
+        path.reconfigure(first)
+        yield path
         return
     from replay.testbed import Testbed
 
-    with Testbed(link=link.config(), backend=backend) as testbed:
+    with Testbed(link=first, backend=backend) as testbed:
         yield testbed
 
 
@@ -209,6 +198,20 @@ def _wait_listening(ns: str | None, port: int, server: _Process) -> None:
     raise RuntimeError(f"server did not listen on UDP port {port} within {SERVER_READY_TIMEOUT_S:.0f} s")
 
 
+@contextmanager
+def _run_workdir() -> Iterator[Path]:
+    """A scratch directory removed only by this process: pyroute2 forks helpers that inherit the
+    testbed's SIGTERM-to-SystemExit handler, and a helper unwinding through a TemporaryDirectory
+    would delete the parent's directory mid-run."""
+    owner = os.getpid()
+    workdir = Path(tempfile.mkdtemp(prefix="qreplay-run-"))
+    try:
+        yield workdir
+    finally:
+        if os.getpid() == owner:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
 def _free_udp_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.bind(("127.0.0.1", 0))
@@ -240,7 +243,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         "set_fingerprint": condition.client.params.fingerprint(),
         "server_set_name": condition.server.name if condition.server else None,
         "stack": stack.name, "link_backend": getattr(path, "backend", backend),
-        "delay_ms": condition.link.delay_ms, "delay_up_ms": condition.link.delay_up_ms,
+        "delay_ms": condition.link.delay_down_ms, "delay_up_ms": condition.link.delay_up_ms,
         "jitter_ms": condition.link.jitter_ms, "loss_pct": condition.link.loss_pct,
         "rate_bps": condition.link.rate_bps, "queue": condition.link.queue,
         "sweep_param": condition.sweep_param, "sweep_value": condition.sweep_value,
@@ -248,8 +251,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
     }
     warnings: list[str] = []
     port = SERVER_PORT if path.server_ns else _free_udp_port()
-    with tempfile.TemporaryDirectory(prefix="qreplay-") as tmp:
-        workdir = Path(tmp)
+    with _run_workdir() as workdir:
         server_params = condition.server.params if condition.server else None
         server_argv, server_applied = stack.server_command(server_params, options, path.server_ip, port, workdir)
         plan, client_applied = stack.client_command(condition.client.params, options, path.server_ip, port, workdir)
@@ -302,7 +304,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             else:
                 row["status"] = "ok"
         except (RuntimeError, OSError, ValueError) as exc:
-            row["status"], row["error"] = "failed", str(exc)[:400]
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            row["status"], row["error"] = "failed", f"{exc} ({Path(where.filename).name}:{where.lineno})"[:400]
         finally:
             if client:
                 client.stop()
@@ -335,8 +338,6 @@ def run_experiment(experiment: Experiment, results: str | Path,
     """Run every condition ``reps`` times, storing each condition's runs as one batch."""
     reason = experiment.stack.unavailable_reason()
     if reason:
-        from tparams.errors import ToolError
-
         raise ToolError(f"stack {experiment.stack.name} is not usable: {reason}")
     con = store.connect(results)
     record = {
@@ -351,20 +352,24 @@ def run_experiment(experiment: Experiment, results: str | Path,
     }
     store.upsert_experiment(con, record)
     rows: list[dict] = []
+    path_link = experiment.conditions[0].link
     try:
-        for condition in experiment.conditions:
-            batch = []
-            try:
-                with open_path(condition.link, experiment.link_backend) as path:
+        with open_path(experiment.link_backend, experiment.conditions[0].link) as path:
+            for condition in experiment.conditions:
+                if condition.link != path_link:
+                    path.reconfigure(condition.link)
+                    path_link = condition.link
+                batch = []
+                try:
                     for rep in range(1, experiment.reps + 1):
                         row = run_once(experiment.stack, path, condition, experiment.options, rep,
                                        experiment.experiment_id, experiment.link_backend)
                         batch.append(row)
                         if on_run:
                             on_run(row)
-            finally:
-                store.insert(con, "runs", batch)
-                rows += batch
+                finally:
+                    store.insert(con, "runs", batch)
+                    rows += batch
         record["finished_at"] = datetime.datetime.now()
         store.upsert_experiment(con, record)
     finally:
@@ -374,7 +379,7 @@ def run_experiment(experiment: Experiment, results: str | Path,
 
 def _describe(condition: Condition) -> dict:
     return {"set": condition.client.name, "server_set": condition.server.name if condition.server else None,
-            "link": condition.link.__dict__, "sweep_param": condition.sweep_param,
+            "link": condition.link.describe(), "sweep_param": condition.sweep_param,
             "sweep_value": condition.sweep_value}
 
 

@@ -15,7 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from replay import sets as sets_api
-from replay.runner import Condition, Experiment, Link, run_experiment, summaries
+from replay.link import LinkConfig, parse_duration_ms, parse_percent, parse_rate_bps
+from replay.runner import Condition, Experiment, run_experiment, summaries
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
 from replay.store import DEFAULT_RESULTS
@@ -66,12 +67,11 @@ def parse_size(text: str) -> int:
     return int(float(match[1]) * SIZE_UNITS[unit])
 
 
-def make_link(delay: str, delay_up: str, jitter: str, loss: str, rate: str | None, queue: str | None) -> Link:
-    from replay import link as link_api
-
-    return Link(delay_ms=link_api.parse_duration_ms(delay), delay_up_ms=link_api.parse_duration_ms(delay_up),
-                jitter_ms=link_api.parse_duration_ms(jitter), loss_pct=link_api.parse_percent(loss),
-                rate_bps=link_api.parse_rate_bps(rate) if rate else None, queue=queue)
+def make_link(delay: str, delay_up: str, jitter: str, loss: str, rate: str | None, queue: str | None) -> LinkConfig:
+    return LinkConfig(delay_down_ms=parse_duration_ms(delay, "--delay"),
+                      delay_up_ms=parse_duration_ms(delay_up, "--delay-up"),
+                      jitter_ms=parse_duration_ms(jitter, "--jitter"), loss_pct=parse_percent(loss, "--loss"),
+                      rate_bps=parse_rate_bps(rate) if rate else None, queue=queue)
 
 
 def make_options(size: str, autotune: bool, cc: str, qlog: Path | None, timeout: float | None) -> RunOptions:
@@ -225,8 +225,7 @@ def register(app: typer.Typer) -> None:
         clients = [sets_api.with_overrides(s, client_param or [])
                    for spec in _comma_list(sets, "--sets") for s in sets_api.resolve(spec)]
         server = server_set(server_set_spec, server_param)
-        links = [make_link(d if re.search(r"[a-z]", d) else f"{d}ms", delay_up, jitter,
-                           x if x.endswith("%") else f"{x}%", rate, queue)
+        links = [make_link(d, delay_up, jitter, x, rate, queue)
                  for d in _comma_list(delays, "--delays") for x in _comma_list(losses, "--losses")]
         conditions = [Condition(c, server, lk) for lk in links for c in clients]
         experiment = Experiment("matrix", get_stack(stack), conditions,
