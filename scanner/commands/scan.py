@@ -138,7 +138,7 @@ def register(app: typer.Typer) -> None:
         """Complete a QUIC handshake with every target and record what each server sent."""
         targets, bad = read_targets(file, strict=strict)
         for line in bad:
-            _err.print(f"[yellow]skipped[/] {file} {line}", highlight=False)
+            print(f"skipped {file} {line}", file=sys.stderr)  # one line each, never wrapped: greppable
         if sni:
             targets = list(dict.fromkeys(t if t.sni else dataclasses.replace(t, sni=sni) for t in targets))
         settings = ScanSettings(

@@ -1,0 +1,195 @@
+"""The handshake engine against the lab's real servers, checked against the
+lab's own configuration and against tshark's decoding of the same handshakes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from scanner.commands.scan import scan_into
+from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, ScanSettings
+from scanner.lab import Lab
+from scanner.targets import Target
+from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet
+
+pytestmark = pytest.mark.lab
+
+QSCAN = str(Path(sys.executable).with_name("qscan"))
+MALFORMED = ("broken-duplicate", "broken-truncated", "broken-short-token")
+# tshark field -> our parameter name (tshark 4.0 names).
+TSHARK_FIELDS = {
+    "quic.parameter.max_idle_timeout": "max_idle_timeout",
+    "quic.parameter.initial_max_data": "initial_max_data",
+    "quic.parameter.initial_max_stream_data_bidi_local": "initial_max_stream_data_bidi_local",
+    "quic.parameter.initial_max_stream_data_bidi_remote": "initial_max_stream_data_bidi_remote",
+    "quic.parameter.initial_max_stream_data_uni": "initial_max_stream_data_uni",
+    "quic.parameter.initial_max_streams_bidi": "initial_max_streams_bidi",
+    "quic.parameter.initial_max_streams_uni": "initial_max_streams_uni",
+    "quic.parameter.active_connection_id_limit": "active_connection_id_limit",
+}
+
+
+def lab_targets(lab: Lab) -> list[Target]:
+    return [Target(s.ip, s.port, s.sni) for s in lab.servers]
+
+
+def client_interface(lab: Lab) -> str:
+    out = subprocess.run(["ip", "-n", lab.client_ns, "-o", "link"], capture_output=True, text=True, check=True).stdout
+    names = [line.split(":")[1].strip().split("@")[0] for line in out.splitlines()]
+    return next(name for name in names if name != "lo")
+
+
+@pytest.fixture(scope="module")
+def lab_scan(lab: Lab, tmp_path_factory: pytest.TempPathFactory):
+    """One scan of every lab server, captured by tshark in the client namespace, with the TLS secrets."""
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark is not installed")
+    tmp = tmp_path_factory.mktemp("engine")
+    pcap, keylog, out = tmp / "scan.pcapng", tmp / "keys.log", tmp / "scan.duckdb"
+    capture = subprocess.Popen(
+        ["ip", "netns", "exec", lab.client_ns, "tshark", "-q", "-i", client_interface(lab), "-f", "udp", "-w", str(pcap)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        time.sleep(1.5)  # tshark needs a moment before it captures
+        with lab.in_client():
+            outcome = scan_into(out, lab_targets(lab), ScanSettings(timeout=3.0, keylog_file=str(keylog)))
+        time.sleep(0.5)
+    finally:
+        capture.send_signal(signal.SIGINT)
+        capture.wait(timeout=10)
+    con = duckdb.connect(str(out), read_only=True)
+    yield lab, outcome, con, pcap, keylog
+    con.close()
+
+
+def test_every_server_recorded_once(lab_scan):
+    lab, outcome, con, *_ = lab_scan
+    rows = con.execute("SELECT ip, port, sni, count(*) FROM handshakes GROUP BY ALL").fetchall()
+    assert sorted((ip, port, sni) for ip, port, sni, _ in rows) == sorted((s.ip, s.port, s.sni) for s in lab.servers)
+    assert all(count == 1 for *_, count in rows)
+    assert outcome.attempted == len(lab.servers)
+
+
+def test_parameters_match_lab_configuration(lab_scan):
+    lab, _, con, *_ = lab_scan
+    known = [s for s in lab.servers if s.transport_parameters is not None and s.kind in ("ngtcp2", "aioquic")]
+    assert any(s.kind == "ngtcp2" for s in known)
+    columns = ", ".join(PERFORMANCE_PARAMETERS)
+    for server in known:
+        row = con.execute(f"SELECT {columns}, set_fingerprint FROM server_params WHERE ip = ?", [server.ip]).fetchall()
+        assert len(row) == 1, f"{server.name} did not complete"
+        recorded = ParamSet.from_mapping(dict(zip(PERFORMANCE_PARAMETERS, row[0][:-1])))
+        expected = ParamSet.from_mapping(server.transport_parameters)
+        assert recorded == expected, server.name
+        assert row[0][-1] == expected.fingerprint()
+
+
+def test_parameters_match_tshark(lab_scan):
+    lab, _, con, pcap, keylog = lab_scan
+    fields = ["ip.src", *TSHARK_FIELDS]
+    result = subprocess.run(
+        ["tshark", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog}", "-Y", "quic.parameter.initial_max_data && ip.src != "
+         + lab.addresses["client"], "-T", "fields", "-E", "separator=\t", "-E", "occurrence=f", *[f"-e{f}" for f in fields]],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    seen = {}
+    for line in result.stdout.splitlines():
+        ip, *values = line.split("\t")
+        seen[ip] = dict(zip(TSHARK_FIELDS.values(), values))
+    ngtcp2 = [s for s in lab.servers if s.kind == "ngtcp2"]
+    assert ngtcp2 and all(s.ip in seen for s in ngtcp2), f"tshark decoded parameters of {sorted(seen)}"
+    for ip, values in seen.items():
+        rows = con.execute("SELECT name, value FROM transport_parameters WHERE ip = ? AND value IS NOT NULL", [ip]).fetchall()
+        ours = dict(rows)
+        for name, text in values.items():
+            if text:
+                assert ours.get(name) == int(text), (ip, name)
+
+
+def test_wire_order_and_raw_bytes_kept(lab_scan):
+    lab, _, con, *_ = lab_scan
+    for server in lab.servers:
+        rows = con.execute(
+            "SELECT position, raw_hex FROM transport_parameters WHERE ip = ? ORDER BY position", [server.ip]
+        ).fetchall()
+        raw = con.execute("SELECT transport_parameters_raw FROM handshakes WHERE ip = ?", [server.ip]).fetchall()[0][0]
+        if raw is None:
+            continue
+        assert [p for p, _ in rows] == list(range(len(rows)))
+        # Every parameter's raw value is a slice of the extension, in order.
+        offset = 0
+        for _, raw_hex in rows:
+            found = bytes(raw).find(bytes.fromhex(raw_hex), offset)
+            assert found >= 0
+            offset = found + len(raw_hex) // 2
+
+
+def test_broken_servers_yield_error_rows(lab_scan):
+    lab, _, con, *_ = lab_scan
+    for name in MALFORMED:
+        server = lab.server(name)
+        status, findings, error = con.execute(
+            "SELECT status, findings, error FROM handshakes WHERE ip = ?", [server.ip]
+        ).fetchall()[0]
+        assert status == PROTOCOL_ERROR, name
+        assert findings and error, name
+    garbage = lab.server("broken-garbage")
+    status, received = con.execute("SELECT status, datagrams_received FROM handshakes WHERE ip = ?", [garbage.ip]).fetchall()[0]
+    assert status in (TIMEOUT, PROTOCOL_ERROR) and received > 0
+
+
+def test_good_servers_complete_with_tls_details(lab_scan):
+    lab, _, con, *_ = lab_scan
+    for server in (s for s in lab.servers if s.kind in ("ngtcp2", "caddy", "aioquic")):
+        row = con.execute(
+            "SELECT status, alpn, tls_version, cipher_suite, key_exchange_group, len(certificates), quic_version, handshake_ms"
+            " FROM handshakes WHERE ip = ?",
+            [server.ip],
+        ).fetchall()[0]
+        assert row[0] == OK, server.name
+        assert row[1] == "h3" and row[2] == "TLS 1.3" and row[3] and row[4] and row[5] >= 1 and row[6] == 1
+        assert 0 < row[7] < 3000
+
+
+def test_invalid_alpn_is_a_tls_alert(lab: Lab, tmp_path: Path):
+    server = lab.server("ngtcp2-alpha")
+    with lab.in_client():
+        scan_into(tmp_path / "a.duckdb", [Target(server.ip, server.port, server.sni)], ScanSettings(alpn="invalid", timeout=3))
+    con = duckdb.connect(str(tmp_path / "a.duckdb"), read_only=True)
+    status, code, closed_by = con.execute("SELECT status, error_code, closed_by FROM handshakes").fetchall()[0]
+    assert status == TLS_ALERT and code == 0x100 + 120 and closed_by == "server"  # no_application_protocol
+
+
+def test_resume_after_kill_completes_without_duplicates(lab: Lab, tmp_path: Path):
+    # Lab servers plus silent addresses (timeouts) so the scan runs long enough to be killed mid-way.
+    silent = [f"198.18.1.{host},{port}" for host in range(241, 255) for port in range(1000, 1004)]
+    lines = [f"{s.ip},{s.port},{s.sni}" for s in lab.servers] + silent
+    targets = tmp_path / "targets.txt"
+    targets.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "scan.duckdb"
+    argv = [QSCAN, "targets", str(targets), "--out", str(out), "--rate", "20", "--timeout", "1", "-q"]
+    process = subprocess.Popen(["ip", "netns", "exec", lab.client_ns, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(3.0)
+    os.kill(process.pid, signal.SIGKILL)  # ip netns exec execs qscan: this is the scanner itself
+    process.wait()
+    con = duckdb.connect(str(out), read_only=True)
+    before = con.execute("SELECT count(*) FROM handshakes").fetchall()[0][0]
+    con.close()
+    assert 0 < before < len(lines)
+    resumed = lab.run_in_client([*argv, "--resume"], timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    con = duckdb.connect(str(out), read_only=True)
+    total, distinct = con.execute("SELECT count(*), count(DISTINCT (ip, port, sni)) FROM handshakes").fetchall()[0]
+    assert total == distinct == len(lines)
+    assert con.execute("SELECT count(*) FROM handshakes WHERE status = 'ok'").fetchall()[0][0] >= 4
+    assert con.execute("SELECT count(DISTINCT scan_id) FROM handshakes").fetchall()[0][0] == 1

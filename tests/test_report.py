@@ -1,0 +1,77 @@
+"""The popularity report over a real DuckDB scan file; every format parses."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pytest
+
+from scanner.report import build_report, export_parquet, top_sets, top_values
+from scanner.store import ScanStore
+from test_store import ALPHA, record
+from tparams.paramset import ParamSet
+
+QSCAN = str(Path(sys.executable).with_name("qscan"))
+BETA = ParamSet(max_idle_timeout=120000, initial_max_data=196608)
+
+
+@pytest.fixture
+def scan(tmp_path: Path) -> Path:
+    path = tmp_path / "s.duckdb"
+    with ScanStore.open(path) as store:
+        records = [record(f"192.0.2.{i}", ALPHA) for i in range(3)] + [record("198.51.100.1", BETA)]
+        records.append(record("198.51.100.2", None, status="timeout"))
+        store.append_records(store.begin_scan("targets", {}), records)
+    return path
+
+
+def test_sets_and_values_counted(scan: Path):
+    report = build_report(scan, top=5)
+    assert report.summary.to_dicts()[0] | {} == {"attempts": 5, "targets": 5, "reached": 4, "distinct_sets": 2, "distinct_orders": 2}
+    sets = report.sets
+    assert sets["set_fingerprint"].to_list() == [ALPHA.fingerprint(), BETA.fingerprint()]
+    assert sets["endpoints"].to_list() == [3, 1] and sets["share_pct"].to_list() == [75.0, 25.0]
+    values = report.values.filter(pl.col("parameter") == "initial_max_data")
+    assert values.select("value", "endpoints").rows() == [("16777216", 3), ("196608", 1)]
+    not_sent = report.values.filter(pl.col("parameter") == "max_ack_delay")
+    assert not_sent.select("value", "endpoints").rows() == [("not sent", 4)]
+
+
+def test_library_functions_return_polars(scan: Path):
+    con = duckdb.connect(str(scan), read_only=True)
+    assert isinstance(top_sets(con, 1), pl.DataFrame) and top_sets(con, 1).height == 1
+    assert top_values(con, 1).height == 12
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "markdown", "table"])
+def test_cli_formats_parse(scan: Path, fmt: str):
+    result = subprocess.run([QSCAN, "report", str(scan), "--format", fmt, "--top", "3"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    if fmt == "json":
+        data = json.loads(result.stdout)
+        assert data["summary"]["reached"] == 4 and data["top_sets"][0]["endpoints"] == 3
+    elif fmt == "csv":
+        rows = list(csv.DictReader(io.StringIO(result.stdout)))
+        sets = [r for r in rows if r["section"] == "set" and r["parameter"] == "initial_max_data"]
+        assert [(r["value"], r["count"]) for r in sets] == [("16777216", "3"), ("196608", "1")]
+    else:
+        assert ALPHA.fingerprint() in result.stdout and "initial_max_data" in result.stdout
+
+
+def test_report_of_missing_file_is_one_line(tmp_path: Path):
+    result = subprocess.run([QSCAN, "report", str(tmp_path / "none.duckdb")], capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+def test_export_parquet_roundtrips(scan: Path, tmp_path: Path):
+    written = export_parquet(scan, tmp_path / "pq")
+    names = {p.stem for p in written}
+    assert {"handshakes", "server_params", "transport_parameters"} <= names
+    assert pl.read_parquet(tmp_path / "pq" / "server_params.parquet").height == 4

@@ -1,0 +1,132 @@
+"""The scan store on real DuckDB files: schema contract, batches, bad --out."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pytest
+
+from scanner.engine import OK, TIMEOUT, Certificate, HandshakeRecord
+from scanner.store import ScanStore
+from scanner.targets import Target, parse_targets
+from tparams.codec import decode_transport_parameters, encode_transport_parameters
+from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet
+
+QSCAN = str(Path(sys.executable).with_name("qscan"))
+NOW = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+
+
+def record(ip: str, params: ParamSet | None, extra: list[tuple[int, bytes]] = (), status: str = OK) -> HandshakeRecord:
+    raw = None if params is None else encode_transport_parameters([*extra, *params.transport_parameters()])
+    return HandshakeRecord(
+        ip=ip, port=443, sni="example.test", started_at=NOW, finished_at=NOW, handshake_ms=1.5 if status == OK else None,
+        status=status, quic_version=1, alpn="h3",
+        certificates=[Certificate("ab" * 32, "CN=x", "CN=y", ["example.test"], NOW, NOW)],
+        transport_parameters_raw=raw, decoded=None if raw is None else decode_transport_parameters(raw, "server"),
+    )  # fmt: skip
+
+
+ALPHA = ParamSet(max_idle_timeout=30000, initial_max_data=16777216, disable_active_migration=True)
+
+
+def test_contract_views_hold_values_as_sent(tmp_path: Path):
+    path = tmp_path / "s.duckdb"
+    with ScanStore.open(path) as store:
+        scan_id = store.begin_scan("targets", {"rate": 1})
+        store.append_records(scan_id, [record("192.0.2.1", ALPHA, extra=[(0x1B, b"\x01\x02")]), record("192.0.2.2", None, status=TIMEOUT)])
+        store.finish_scan(scan_id)
+    con = duckdb.connect(str(path), read_only=True)
+    assert con.execute("SELECT name, version FROM schema_version").fetchall() == [("scan", 1)]
+    handshakes = con.sql("SELECT * FROM handshakes ORDER BY ip").pl()
+    assert {"ip", "port", "sni", "status", "error", "handshake_ms", "quic_version", "alpn", "scan_id"} <= set(handshakes.columns)
+    assert handshakes["status"].to_list() == ["ok", "timeout"]
+    params = con.sql("SELECT * FROM server_params").pl()
+    assert params.height == 1
+    assert params.select(PERFORMANCE_PARAMETERS).to_dicts()[0] == ALPHA.as_sent()
+    assert params["disable_active_migration"].dtype == pl.Boolean
+    assert params["set_fingerprint"][0] == ALPHA.fingerprint()
+    long = con.sql("SELECT position, param_id, name, value, raw_hex FROM transport_parameters ORDER BY position").fetchall()
+    assert long[0] == (0, 0x1B, "GREASE", None, "0102")  # GREASE kept, in wire order
+    assert ("initial_max_data", 16777216) in [(n, v) for _, _, n, v, _ in long]
+
+
+def test_batches_accumulate_and_ids_stay_unique(tmp_path: Path):
+    path = tmp_path / "s.duckdb"
+    with ScanStore.open(path) as store:
+        scan_id = store.begin_scan("targets", {})
+        store.append_records(scan_id, [record(f"192.0.2.{i}", ALPHA) for i in range(10)])
+    with ScanStore.open(path) as store:  # reopening continues the handshake ids
+        scan_id = store.begin_scan("targets", {}, resume=True)
+        assert scan_id == 1
+        store.append_records(scan_id, [record(f"198.51.100.{i}", ALPHA) for i in range(5)])
+        assert store.recorded_targets(scan_id) >= {Target("192.0.2.3", 443, "example.test")}
+        ids = store.con.execute("SELECT count(DISTINCT handshake_id), count(*) FROM handshakes").fetchall()[0]
+    assert ids == (15, 15)
+
+
+def test_failed_batch_leaves_nothing(tmp_path: Path):
+    with ScanStore.open(tmp_path / "s.duckdb") as store:
+        bad = pl.DataFrame({"no_such_column": [1]})
+        with pytest.raises(duckdb.Error):
+            store.append({"handshakes": store.con.sql("SELECT * FROM handshakes").pl(), "scans": bad})
+        assert store.handshake_count() == 0
+
+
+def test_foreign_schema_is_one_line_error_before_any_packet(tmp_path: Path):
+    foreign = tmp_path / "foreign.duckdb"
+    con = duckdb.connect(str(foreign))
+    con.execute("CREATE TABLE t (x INTEGER)")
+    con.close()
+    targets = tmp_path / "t.txt"
+    targets.write_text("192.0.2.1\n")  # never contacted: the check comes first
+    result = subprocess.run([QSCAN, "targets", str(targets), "--out", str(foreign)], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "another schema" in result.stderr
+    not_duckdb = tmp_path / "text.duckdb"
+    not_duckdb.write_text("hello")
+    result = subprocess.run([QSCAN, "targets", str(targets), "--out", str(not_duckdb)], capture_output=True, text=True)
+    assert result.returncode == 2 and "cannot open" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unwritable_out_is_one_line_error(tmp_path: Path):
+    targets = tmp_path / "t.txt"
+    targets.write_text("192.0.2.1\n")
+    result = subprocess.run(
+        [QSCAN, "targets", str(targets), "--out", str(tmp_path / "missing-dir" / "s.duckdb")], capture_output=True, text=True
+    )
+    assert result.returncode == 2 and result.stderr.startswith("qscan: error: cannot open")
+    assert result.stderr.count("\n") == 1
+
+
+def test_existing_scan_needs_resume(tmp_path: Path):
+    path = tmp_path / "s.duckdb"
+    with ScanStore.open(path) as store:
+        store.append_records(store.begin_scan("targets", {}), [record("192.0.2.1", ALPHA)])
+    targets = tmp_path / "t.txt"
+    targets.write_text("192.0.2.1,443,example.test\n")
+    result = subprocess.run([QSCAN, "targets", str(targets), "--out", str(path)], capture_output=True, text=True)
+    assert result.returncode == 2 and "--resume" in result.stderr
+    # With --resume the only target is already recorded: nothing is sent, nothing duplicated.
+    result = subprocess.run([QSCAN, "targets", str(targets), "--out", str(path), "--resume", "--json"], capture_output=True, text=True)
+    assert result.returncode == 0 and '"skipped": 1' in result.stdout
+
+
+def test_target_lines():
+    targets, bad = parse_targets(["192.0.2.1", "# c", "2001:db8::1,8443,a.test  # x", "bad", "192.0.2.1,0", "192.0.2.1", "[2001:db8::2],443"])
+    assert targets == [Target("192.0.2.1", 443, None), Target("2001:db8::1", 8443, "a.test"), Target("2001:db8::2", 443, None)]
+    assert [b.line_number for b in bad] == [4, 5]
+
+
+def test_strict_rejects_file_and_lenient_reports_lines(tmp_path: Path):
+    targets = tmp_path / "t.txt"
+    targets.write_text("not-an-ip\n")
+    result = subprocess.run([QSCAN, "targets", str(targets), "--out", str(tmp_path / "a.duckdb"), "--strict"], capture_output=True, text=True)
+    assert result.returncode == 2 and "line 1" in result.stderr
+    assert not (tmp_path / "a.duckdb").exists()
+    result = subprocess.run([QSCAN, "targets", str(targets), "--out", str(tmp_path / "b.duckdb")], capture_output=True, text=True)
+    assert result.returncode == 0 and "line 1" in result.stderr
