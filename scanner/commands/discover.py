@@ -14,9 +14,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from tparams.errors import ToolError
 
 from scanner.discovery.ipv4 import prepare, scan_ipv4
+from scanner.domains import read_domains, scan_domains
 from scanner.discovery.plan import make_plan, parse_shard
 from scanner.discovery.response import format_version
 from scanner.engine import ScanSettings
+from scanner.merge import merge_scans
 
 _err = Console(stderr=True)
 
@@ -100,4 +102,54 @@ def register(app: typer.Typer) -> None:
             answers = ", ".join(f"{k} {v}" for k, v in summary["answers"].items()) or "none"
             typer.echo(f"scan {result.scan_id} in {out}: {summary['probes_sent']} probes, "
                        f"{summary['quic_servers']} QUIC servers (answers: {answers})"
+                       + ("" if discover_only else f"; {result.handshakes_ok}/{result.handshakes_attempted} handshakes ok"))
+
+    @app.command("merge")
+    def merge_command(
+        inputs: list[Path] = typer.Argument(..., help="Scan files to merge (e.g. the shards of one scan)."),
+        out: Path = typer.Option(..., "--out", "-o", help="New DuckDB file to write."),
+        json_output: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
+    ) -> None:
+        """Merge scan files into one; the shards of one ZMap scan become one scan."""
+        result = merge_scans(inputs, out)
+        if json_output:
+            typer.echo(json.dumps({"out": str(out), "inputs": result.inputs, "scans": result.scans, "rows": result.rows}))
+        else:
+            rows = ", ".join(f"{t} {n}" for t, n in result.rows.items() if t != "schema_version")
+            typer.echo(f"{out}: {result.inputs} files, {result.scans} scans ({rows})")
+
+    @app.command("domains")
+    def domains_command(
+        file: Path = typer.Argument(..., help="Domains, one a line; `#` comments."),
+        out: Path = typer.Option(..., "--out", "-o", help="DuckDB file to write (new)."),
+        resolver: str = typer.Option(None, help="DNS server address to ask (default: the system's resolver)."),
+        alt_svc: bool = typer.Option(True, "--alt-svc/--no-alt-svc", help="Also fetch Alt-Svc over HTTPS/TCP."),
+        netns: str = typer.Option(None, help="Run inside this network namespace (default: where qscan runs)."),
+        discover_only: bool = typer.Option(False, "--discover-only", help="Gather evidence only; no handshakes."),
+        timeout: float = typer.Option(5.0, help="Seconds for each DNS query, HTTPS fetch and handshake."),
+        handshake_rate: float = typer.Option(100.0, help="New handshakes per second (0 = unlimited)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+        json_output: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
+    ) -> None:
+        """Find QUIC servers behind domains (HTTPS records with h3, Alt-Svc), then handshake with SNI = domain."""
+        domains = read_domains(file)
+        settings = ScanSettings(timeout=timeout, rate=handshake_rate)
+        show = not quiet and sys.stderr.isatty()
+        with Progress(TextColumn("domains"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=_err, disable=not show) as bar:
+            task = bar.add_task("domains", total=len(domains))
+            result = scan_domains(domains, out, settings, resolver, netns, alt_svc, discover_only,
+                                  shlex.join(sys.argv), progress=show, on_domain=lambda: bar.advance(task))
+        by_kind: dict[str, int] = {}
+        for item in result.evidence:
+            by_kind[item.evidence] = by_kind.get(item.evidence, 0) + 1
+        summary = {"scan_id": result.scan_id, "out": str(out), "domains": result.domains,
+                   "evidence": dict(sorted(by_kind.items())), "targets": len(result.targets),
+                   "handshakes": result.handshakes_attempted, "handshakes_ok": result.handshakes_ok}
+        if json_output:
+            typer.echo(json.dumps(summary))
+        else:
+            evidence = ", ".join(f"{k} {v}" for k, v in summary["evidence"].items()) or "none"
+            typer.echo(f"scan {result.scan_id} in {out}: {result.domains} domains (evidence: {evidence}), "
+                       f"{len(result.targets)} QUIC targets"
                        + ("" if discover_only else f"; {result.handshakes_ok}/{result.handshakes_attempted} handshakes ok"))

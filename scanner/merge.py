@@ -1,0 +1,169 @@
+"""`qscan merge`: several scan files (e.g. the shards of one scan) into one.
+
+Generic over schema components: every table of every input is copied (its
+DDL from the input, so components this module does not know survive), with
+``scan_id`` and ``handshake_id`` renumbered so that ids never collide. The
+shards of one ZMap scan (same seed, targets, port and shard count in
+``discovery_runs``) become ONE scan in the output, so a merged sharded scan
+looks like the unsharded one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from tparams.errors import ToolError
+
+_SKIPPED = {"schema_version"}
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    inputs: int
+    scans: int
+    rows: dict[str, int]
+
+
+def merge_scans(inputs: Sequence[str | Path], out: str | Path) -> MergeResult:
+    if not inputs:
+        raise ToolError("merge needs at least one input file")
+    if Path(out).exists():
+        raise ToolError(f"{out} exists; merge writes a new file")
+    if len({Path(p).resolve() for p in inputs}) != len(inputs):
+        raise ToolError("the same file is given twice; its rows would be counted twice")
+    for path in inputs:
+        if not Path(path).is_file():
+            raise ToolError(f"no such scan file: {path}")
+    con = duckdb.connect(str(out))
+    try:
+        scan_keys: dict[str, int] = {}
+        next_scan = 1
+        for number, path in enumerate(inputs):
+            alias = f"in{number}"
+            con.execute(f"ATTACH '{_quote(path)}' AS {alias} (READ_ONLY)")
+            try:
+                _copy_components(con, alias, path)
+                mapping = {}
+                for old in _scan_ids(con, alias):
+                    key = _shard_group(con, alias, old) or f"{path}#{old}"
+                    if key not in scan_keys:
+                        scan_keys[key] = next_scan
+                        next_scan += 1
+                    mapping[old] = scan_keys[key]
+                _copy_rows(con, alias, mapping)
+            finally:
+                con.execute(f"DETACH {alias}")
+        rows = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in _tables(con, _main(con))}
+        return MergeResult(len(inputs), len(set(scan_keys.values())), rows)
+    except BaseException:
+        con.close()
+        Path(out).unlink(missing_ok=True)
+        raise
+    finally:
+        con.close()
+
+
+def _copy_components(con: duckdb.DuckDBPyConnection, alias: str, path: str | Path) -> None:
+    if "schema_version" not in _tables(con, alias):
+        raise ToolError(f"{path} is not a qscan file (no schema_version table)")
+    have = dict(con.execute("SELECT name, version FROM main.schema_version").fetchall()) \
+        if "schema_version" in _tables(con, _main(con)) else {}
+    for name, version in con.execute(f"SELECT name, version FROM {alias}.schema_version").fetchall():
+        if name in have and have[name] != version:
+            raise ToolError(f"{path} has schema {name} v{version}, earlier inputs v{have[name]}; cannot merge")
+    existing = set(_tables(con, _main(con)))
+    for table, sql in con.execute(
+        "SELECT table_name, sql FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main'", [alias]
+    ).fetchall():
+        if table not in existing:
+            con.execute(sql)
+    if "schema_version" in existing or "schema_version" in _tables(con, _main(con)):
+        con.execute(f"INSERT OR IGNORE INTO main.schema_version SELECT * FROM {alias}.schema_version")
+    for view, sql in con.execute(
+        "SELECT view_name, sql FROM duckdb_views() WHERE database_name = ? AND schema_name = 'main' AND NOT internal",
+        [alias],
+    ).fetchall():
+        if view not in _views(con):
+            con.execute(sql)
+
+
+def _copy_rows(con: duckdb.DuckDBPyConnection, alias: str, mapping: dict[int, int]) -> None:
+    con.execute("CREATE OR REPLACE TEMP TABLE scan_map (old INTEGER, new INTEGER)")
+    con.executemany("INSERT INTO scan_map VALUES (?, ?)", list(mapping.items()))
+    handshake_offset = 0
+    if "handshakes" in _tables(con, _main(con)):
+        handshake_offset = con.execute("SELECT coalesce(max(handshake_id), 0) FROM main.handshakes").fetchone()[0]
+    for table in _tables(con, alias):
+        if table in _SKIPPED:
+            continue
+        columns = _columns(con, alias, table)
+        replace = []
+        if "scan_id" in columns:
+            replace.append("(SELECT new FROM scan_map WHERE old = t.scan_id) AS scan_id")
+        if "handshake_id" in columns:
+            replace.append(f"t.handshake_id + {handshake_offset} AS handshake_id")
+        select = f"SELECT * REPLACE ({', '.join(replace)}) FROM {alias}.\"{table}\" t" if replace \
+            else f"SELECT * FROM {alias}.\"{table}\" t"
+        if table == "scans":
+            # One row per merged scan: the shards' rows collapse into the first, spanning all of them.
+            con.execute(f"INSERT INTO main.scans BY NAME SELECT * FROM ({select}) s "
+                        "WHERE s.scan_id NOT IN (SELECT scan_id FROM main.scans)")
+            con.execute(f"UPDATE main.scans m SET started_at = least(m.started_at, s.started_at), "
+                        f"finished_at = CASE WHEN m.finished_at IS NULL OR s.finished_at IS NULL THEN NULL "
+                        f"ELSE greatest(m.finished_at, s.finished_at) END FROM ({select}) s "
+                        "WHERE m.scan_id = s.scan_id")
+        else:
+            con.execute(f'INSERT INTO main."{table}" BY NAME {select}')
+
+
+def _shard_group(con: duckdb.DuckDBPyConnection, alias: str, scan_id: int) -> str | None:
+    if "discovery_runs" not in _tables(con, alias):
+        return None
+    row = con.execute(
+        f"SELECT seed, targets, port, shards, probe_hex FROM {alias}.discovery_runs WHERE scan_id = ? LIMIT 1",
+        [scan_id],
+    ).fetchone()
+    if row is None or row[3] <= 1:
+        return None
+    seed, targets, port, shards, _ = row
+    return json.dumps({"seed": seed, "targets": targets, "port": port, "shards": shards})
+
+
+def _scan_ids(con: duckdb.DuckDBPyConnection, alias: str) -> list[int]:
+    ids: set[int] = set()
+    for table in _tables(con, alias):
+        if "scan_id" in _columns(con, alias, table):
+            ids |= {r[0] for r in con.execute(f'SELECT DISTINCT scan_id FROM {alias}."{table}"').fetchall()}
+    return sorted(ids)
+
+
+def _tables(con: duckdb.DuckDBPyConnection, database: str) -> list[str]:
+    return [r[0] for r in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name = 'main' ORDER BY table_name",
+        [database],
+    ).fetchall()]
+
+
+def _views(con: duckdb.DuckDBPyConnection) -> set[str]:
+    return {r[0] for r in con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE database_name = current_database() AND NOT internal").fetchall()}
+
+
+def _columns(con: duckdb.DuckDBPyConnection, database: str, table: str) -> list[str]:
+    return [r[0] for r in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND table_name = ?", [database, table]
+    ).fetchall()]
+
+
+def _main(con: duckdb.DuckDBPyConnection) -> str:
+    """The output file's own catalog (DuckDB names it after the file, not "main")."""
+    return con.execute("SELECT current_database()").fetchone()[0]
+
+
+def _quote(path: str | Path) -> str:
+    return str(path).replace("'", "''")
