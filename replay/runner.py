@@ -106,8 +106,11 @@ class _Process:
 
     def __init__(self, ns: str | None, argv: list[str], usage_file: Path, stdout=subprocess.DEVNULL):
         self.usage_file = usage_file
-        self.popen = subprocess.Popen(_in_ns(ns, _measured(argv, usage_file)), stdout=stdout,
-                                      stderr=subprocess.PIPE, start_new_session=True)
+        # stderr to a file, not a pipe: a chatty stack must never block on a full pipe mid-run.
+        self.stderr_file = usage_file.with_suffix(".stderr")
+        with open(self.stderr_file, "wb") as stderr:
+            self.popen = subprocess.Popen(_in_ns(ns, _measured(argv, usage_file)), stdout=stdout,
+                                          stderr=stderr, start_new_session=True)
         self.started = time.monotonic()
         self.ended: float | None = None
         self.status: int | None = None
@@ -154,9 +157,12 @@ class _Process:
             return None, None
 
     def stderr_tail(self) -> str:
-        if self.popen.stderr is None:
+        try:
+            with open(self.stderr_file, "rb") as stderr:
+                stderr.seek(max(0, self.stderr_file.stat().st_size - 4096))
+                text = stderr.read().decode(errors="replace").strip()
+        except OSError:
             return ""
-        text = self.popen.stderr.read().decode(errors="replace").strip()
         return " | ".join(text.splitlines()[-3:])[-400:]
 
 
@@ -271,8 +277,11 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             _wait_listening(path.server_ns, port, server)
             before = path.interface_counters()
             drain = _FifoDrain(plan.body_fifo) if plan.body_fifo else None
-            stdout_file = open(workdir / "client.stdout", "w+b")
+            # The drain holds the FIFO open for reading, so opening it for writing does not block.
+            stdout_file = open(plan.body_fifo if plan.body_on_stdout else workdir / "client.stdout", "w+b")
             client = _Process(path.client_ns, plan.argv, workdir / "client.usage", stdout=stdout_file)
+            if plan.body_on_stdout:
+                stdout_file.close()  # else the drain would wait for our copy of the write end too
             row["client_argv"] = json.dumps(client.popen.args)
             finished = client.wait(options.timeout_s)
             if not finished:
@@ -284,8 +293,10 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             row["counters"] = json.dumps(counters)
             row.update({k: v for k, v in counters.items() if k in COUNTER_COLUMNS})
             row["wall_s"] = (client.ended or time.monotonic()) - client.started
-            stdout_file.seek(0)
-            stdout = stdout_file.read().decode(errors="replace")
+            stdout = ""
+            if not plan.body_on_stdout:
+                stdout_file.seek(0)
+                stdout = stdout_file.read().decode(errors="replace")
             stdout_file.close()
             result = _client_result(stack, stdout, drain, client)
             if result:
