@@ -17,7 +17,8 @@ from rich.table import Table
 from replay import sets as sets_api
 from replay.link import LinkConfig, parse_duration_ms, parse_percent, parse_rate_bps
 from replay.runner import Condition, Experiment, run_experiment, summaries
-from replay.stacks import get_stack
+from replay.commands.link import DoctorRow, register_doctor_rows
+from replay.stacks import all_stacks, get_stack
 from replay.stacks.base import RunOptions
 from replay.store import DEFAULT_RESULTS
 from tparams.errors import ToolError
@@ -146,6 +147,19 @@ def _comma_list(text: str, what: str) -> list[str]:
     if not items:
         raise ToolError(f"{what}: give a comma-separated list")
     return items
+
+
+def stack_doctor_rows() -> list[DoctorRow]:
+    """One `qreplay doctor` row per stack: usable here, and which parameters each side can set."""
+    rows = []
+    for name, stack in all_stacks().items():
+        reason = stack.unavailable_reason()
+        detail = reason or "; ".join(f"{role} sets {len(params)} of 12" for role, params in stack.settable.items())
+        rows.append(DoctorRow("stack", name, reason is None, detail))
+    return rows
+
+
+register_doctor_rows(stack_doctor_rows)
 
 
 def register(app: typer.Typer) -> None:
