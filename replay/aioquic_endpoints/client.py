@@ -1,0 +1,54 @@
+"""aioquic bulk client: downloads --size bytes and prints one JSON line (bytes, request to last byte)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+from aioquic.asyncio import QuicConnectionProtocol, connect
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import StreamDataReceived
+
+from replay.aioquic_endpoints.common import ALPN, add_parameter_flags, apply_parameters
+
+
+class BulkClient(QuicConnectionProtocol):
+    args: argparse.Namespace
+
+    def __init__(self, quic, *a, **kw):
+        apply_parameters(quic, self.args)
+        super().__init__(quic, *a, **kw)
+        self.received = 0
+        self.done = asyncio.get_running_loop().create_future()
+
+    def quic_event_received(self, event) -> None:
+        if isinstance(event, StreamDataReceived):
+            self.received += len(event.data)
+            if event.end_stream and not self.done.done():
+                self.done.set_result(time.monotonic())
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--port", type=int, default=4433)
+    parser.add_argument("--size", type=int, required=True)
+    parser.add_argument("--timeout", type=float, default=600)
+    add_parameter_flags(parser)
+    args = parser.parse_args()
+    configuration = QuicConfiguration(is_client=True, alpn_protocols=[ALPN], verify_mode=False)
+    BulkClient.args = args
+    async with connect(args.host, args.port, configuration=configuration, create_protocol=BulkClient) as client:
+        stream_id = client._quic.get_next_available_stream_id()
+        request = time.monotonic()
+        client._quic.send_stream_data(stream_id, args.size.to_bytes(8, "big"), end_stream=True)
+        client.transmit()
+        last_byte = await asyncio.wait_for(client.done, args.timeout)
+        print(json.dumps({"bytes": client.received, "duration_s": last_byte - request,
+                          "timing": "request to last byte (client)"}))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,62 @@
+"""aioquic bulk server: answers each stream's 8-byte size with that many bytes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from aioquic.asyncio import QuicConnectionProtocol, serve
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import StreamDataReceived
+
+from replay.aioquic_endpoints.common import ALPN, add_parameter_flags, apply_parameters
+
+CHUNK = bytes(1 << 16)
+BACKLOG = 8 << 20  # bytes a stream may hold unacknowledged before we stop handing it more
+
+
+class BulkServer(QuicConnectionProtocol):
+    args: argparse.Namespace
+
+    def __init__(self, quic, *a, **kw):
+        apply_parameters(quic, self.args)
+        super().__init__(quic, *a, **kw)
+        self._requests: dict[int, bytes] = {}
+
+    def quic_event_received(self, event) -> None:
+        if isinstance(event, StreamDataReceived):
+            data = self._requests.get(event.stream_id, b"") + event.data
+            self._requests[event.stream_id] = data
+            if len(data) >= 8 and event.end_stream:
+                asyncio.ensure_future(self._send(event.stream_id, int.from_bytes(data[:8], "big")))
+
+    async def _send(self, stream_id: int, remaining: int) -> None:
+        # Hand data over in slices and yield, so aioquic's flow control (not our buffer) paces the sender.
+        while remaining > 0:
+            n = min(remaining, len(CHUNK))
+            remaining -= n
+            self._quic.send_stream_data(stream_id, CHUNK[:n], end_stream=remaining == 0)
+            self.transmit()
+            sender = self._quic._streams[stream_id].sender
+            while len(sender._buffer) > BACKLOG:  # unacknowledged data: let ACKs drain it
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(0)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=4433)
+    parser.add_argument("--cert", required=True)
+    parser.add_argument("--key", required=True)
+    add_parameter_flags(parser)
+    args = parser.parse_args()
+    configuration = QuicConfiguration(is_client=False, alpn_protocols=[ALPN])
+    configuration.load_cert_chain(args.cert, args.key)
+    BulkServer.args = args
+    await serve(args.host, args.port, configuration=configuration, create_protocol=BulkServer)
+    await asyncio.Future()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
