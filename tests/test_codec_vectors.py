@@ -8,44 +8,17 @@ GSO batch), we must still find the complete set.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from scanner.capture.extract import read_capture
-from scanner.capture.frontend import tshark_path
+from scanner.capture.frontend import TSHARK_NAMED, tshark_client_hellos
 from tparams.codec import decode_transport_parameters
-from tparams.paramset import PERFORMANCE_PARAMETERS
 
 CAPTURES = Path(__file__).resolve().parent.parent / "datasets" / "captures"
 CHROMIUM = next(CAPTURES.glob("chromium-*.pcapng"))
 FIREFOX = next(CAPTURES.glob("firefox-esr-*.pcapng"))
-# Integer parameters tshark 4.0 names with a field of their own (tls.quic.parameter.<name>).
-TSHARK_NAMED = [name for name in PERFORMANCE_PARAMETERS if name != "disable_active_migration"]
-
-
-def tshark_client_hellos(capture: Path) -> dict[int, dict[str, list[int]]]:
-    """frame -> {"type": ids, "length": lengths, <name>: [value]} as tshark decodes them."""
-    fields = ["frame.number", "tls.quic.parameter.type", "tls.quic.parameter.length"]
-    fields += [f"tls.quic.parameter.{name}" for name in TSHARK_NAMED]
-    command = [tshark_path(), "-n", "-r", str(capture), "-Y", "tls.handshake.type == 1", "-T", "fields"]
-    command += ["-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=,"]
-    for field in fields:
-        command += ["-e", field]
-    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    decoded = {}
-    for line in output.splitlines():
-        columns = line.split("\t")
-        frame, types, lengths, *values = columns
-        entry = {"type": [int(v) for v in types.split(",") if v], "length": [int(v) for v in lengths.split(",") if v]}
-        for name, value in zip(TSHARK_NAMED, values):
-            if value:
-                entry[name] = [int(v) for v in value.split(",")]
-        decoded[int(frame)] = entry
-    return decoded
-
-
 @pytest.mark.parametrize("capture", ["chromium", "gtlsclient", "aioquic", "mixed-clients"])
 def test_codec_agrees_with_tshark_where_tshark_decodes(capture: str) -> None:
     path = CHROMIUM if capture == "chromium" else CAPTURES / f"{capture}.pcapng"

@@ -1,4 +1,5 @@
-"""Re-make the committed captures: both installed browsers, ngtcp2's and aioquic's clients.
+"""Re-make the committed captures (both installed browsers, ngtcp2's and aioquic's
+clients) and the browsers' set files in datasets/sets.
 
     .venv/bin/python datasets/captures/make_captures.py [OUTDIR]
 
@@ -10,6 +11,7 @@ tests can exercise ``qscan pcap --keylog``. Update PROVENANCE.md after a run.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import ssl
 import subprocess
@@ -19,6 +21,9 @@ import time
 from pathlib import Path
 
 from scanner.browser import LAB_HOST, LOOPBACK, capture_browser, lab_capture
+from scanner.capture.results import browser_set_document
+
+SETS_DIR = Path(__file__).resolve().parent.parent / "sets"
 
 
 def aioquic_client(port: int) -> None:
@@ -60,6 +65,9 @@ def main(outdir: Path) -> None:
             for source, suffix in ((capture.capture_file, ".pcapng"), (capture.keylog_file, ".keys")):
                 shutil.copy(source, outdir / f"{capture.label}{suffix}")
             made.append(outdir / f"{capture.label}.pcapng")
+            document = browser_set_document(capture)
+            document["provenance"]["capture_file"] = f"datasets/captures/{capture.label}.pcapng"
+            (SETS_DIR / f"{capture.label}.json").write_text(json.dumps(document, indent=2) + "\n")
             print(capture.label, capture.version_line, capture.captured_at, " ".join(capture.command))
         for name in ("gtlsclient", "aioquic"):
             shutil.copy(capture_library_client(name, Path(scratch)), outdir / f"{name}.pcapng")

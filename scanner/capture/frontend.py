@@ -18,6 +18,7 @@ from pathlib import Path
 from pyshark.tshark import tshark as pyshark_tshark
 
 from tparams.errors import ToolError
+from tparams.paramset import PERFORMANCE_PARAMETERS
 
 # Long header bit set. The QUIC dissector is switched off: its heuristics cost
 # time, and tshark 4.0 drops packets whose QUIC bit is greased (RFC 9287).
@@ -105,3 +106,33 @@ def long_header_datagrams(path: Path | str, ports: tuple[int, ...] = ()) -> Iter
             f"tshark exited with status {process.returncode}",
         )
         raise ToolError(f"cannot read capture {path}: {problem}")
+
+
+# Integer parameters tshark 4.0 names with a field of their own (tls.quic.parameter.<name>).
+TSHARK_NAMED = tuple(name for name in PERFORMANCE_PARAMETERS if name != "disable_active_migration")
+
+
+def tshark_client_hellos(capture: Path | str) -> dict[int, dict[str, list[int]]]:
+    """tshark's own reading of the client transport parameters, the cross-check for ours.
+
+    frame -> {"type": ids in wire order, "length": value lengths, <name>: [value]}
+    for every ClientHello tshark decodes (it decodes none of a browser's GSO batch).
+    """
+    fields = ["frame.number", "tls.quic.parameter.type", "tls.quic.parameter.length"]
+    fields += [f"tls.quic.parameter.{name}" for name in TSHARK_NAMED]
+    command = [tshark_path(), "-n", "-r", str(capture), "-Y", "tls.handshake.type == 1", "-T", "fields"]
+    command += ["-E", "separator=/t", "-E", "occurrence=a", "-E", "aggregator=,"]
+    for field in fields:
+        command += ["-e", field]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ToolError(f"tshark cannot read {capture}: {done.stderr.strip().splitlines()[-1:]}")
+    decoded = {}
+    for line in done.stdout.splitlines():
+        frame, types, lengths, *values = line.split("\t")
+        entry = {"type": [int(v) for v in types.split(",") if v], "length": [int(v) for v in lengths.split(",") if v]}
+        for name, value in zip(TSHARK_NAMED, values):
+            if value:
+                entry[name] = [int(v) for v in value.split(",")]
+        decoded[int(frame)] = entry
+    return decoded

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from scanner.browser import BrowserCapture
 from scanner.capture.extract import CaptureResult, ClientHelloRecord
+from scanner.capture.frontend import tshark_version
 from scanner.store import SCHEMA_DIR, ScanStore, _value_text
 from tparams.codec import DecodedParameters
 from tparams.errors import ToolError
@@ -150,3 +153,22 @@ def choose_hello(hellos: list[ClientHelloRecord], hello_id: int | None) -> Clien
         listing = "; ".join(f"{', '.join(str(h.hello_id) for h in group)}" for group in groups.values())
         raise ToolError(f"the capture holds {len(groups)} different client sets (ClientHellos {listing}); pick one with --hello")
     return hellos[0]
+
+
+def browser_set_document(captured: BrowserCapture) -> dict[str, Any]:
+    """The set file of one browser run; refused when the browser sent different sets."""
+    groups = distinct_sets(captured.result.hellos)
+    if len(groups) > 1:
+        raise ToolError(f"{captured.label} sent {len(groups)} different parameter sets in one run; not saving a set")
+    provenance = {
+        "source": "qscan browser (scanner.browser): headless browser against gtlsserver on loopback, captured with tshark",
+        "browser": captured.browser,
+        "browser_version": captured.version,
+        "version_line": captured.version_line,
+        "captured_at": captured.captured_at,
+        "command": shlex.join(captured.command),
+        "client_hellos": len(captured.result.hellos),
+        "tshark": tshark_version(),
+    }
+    description = f"{captured.version_line} (Debian) client transport parameters, captured on loopback"
+    return set_document(captured.label, captured.result.hellos[0], provenance, description)

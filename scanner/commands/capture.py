@@ -13,11 +13,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from scanner.browser import BROWSERS, BrowserCapture, capture_browser
+from scanner.browser import BROWSERS, capture_browser
 from scanner.capture.extract import CaptureResult, ClientHelloRecord, read_capture
 from scanner.capture.frontend import tshark_version
-from scanner.capture.results import choose_hello, distinct_sets, set_document, store_capture
-from tparams.errors import ToolError
+from scanner.capture.results import browser_set_document, choose_hello, set_document, store_capture
 from tparams.paramset import ParamSet
 from tparams.setfile import describe
 
@@ -76,26 +75,8 @@ def browser(
         if out is not None:
             store_capture(out, captured.result, captured.capture_file, "browser", settings, _command_line())
         if save_set:
-            _write_set(sets_dir, captured.label, _browser_set(captured))
+            _write_set(sets_dir, captured.label, browser_set_document(captured))
     _report(captured.result, as_json, out)
-
-
-def _browser_set(captured: BrowserCapture) -> dict[str, Any]:
-    groups = distinct_sets(captured.result.hellos)
-    if len(groups) > 1:
-        raise ToolError(f"{captured.label} sent {len(groups)} different parameter sets in one run; not saving a set")
-    provenance = {
-        "source": "qscan browser (scanner.browser): headless browser against gtlsserver on loopback, captured with tshark",
-        "browser": captured.browser,
-        "browser_version": captured.version,
-        "version_line": captured.version_line,
-        "captured_at": captured.captured_at,
-        "command": shlex.join(captured.command),
-        "client_hellos": len(captured.result.hellos),
-        "tshark": tshark_version(),
-    }
-    description = f"{captured.version_line} (Debian) client transport parameters, captured on loopback"
-    return set_document(captured.label, captured.result.hellos[0], provenance, description)
 
 
 def _write_set(sets_dir: Path, name: str, document: dict[str, Any]) -> None:
