@@ -14,6 +14,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -83,12 +84,16 @@ class Lab:
     @classmethod
     @contextlib.contextmanager
     def up(cls, topology: Topology | None = None, instance: str = DEFAULT_INSTANCE) -> Iterator["Lab"]:
+        owner = os.getpid()
         with _sigterm_as_interrupt():
             lab = up(topology, instance)
             try:
                 yield lab
             finally:
-                lab.down()
+                # A forked child (pyroute2 forks helpers) that unwinds through
+                # here on an exception must not tear down its parent's lab.
+                if os.getpid() == owner:
+                    lab.down()
 
     @classmethod
     def current(cls, instance: str = DEFAULT_INSTANCE) -> "Lab":
@@ -124,20 +129,24 @@ def up(topology: Topology | None = None, instance: str = DEFAULT_INSTANCE) -> La
     """Bring the lab up and leave it running; on any failure (or Ctrl-C)
     half way, everything started so far is torn down before the error rises."""
     topology = topology or default_topology()
+    _check_instance(instance)
     _check_machine()
     _check_topology(topology)
+    owner = os.getpid()
     with _instance_lock(instance):
         _refuse_if_running(instance)
         try:
             return Lab(_bring_up(topology, instance))
         except BaseException:
-            _tear_down(instance)
+            if os.getpid() == owner:  # see Lab.up: not from a forked helper
+                _tear_down(instance)
             raise
 
 
 def down(instance: str = DEFAULT_INSTANCE) -> list[str]:
     """Stop every server and delete every ``<instance>-`` namespace, whether
     or not a state file says they exist. Idempotent. Returns the deleted namespaces."""
+    _check_instance(instance)
     _check_machine()
     with _instance_lock(instance):
         return _tear_down(instance)
@@ -252,6 +261,12 @@ def _tear_down(instance: str) -> list[str]:
     removed = netns.sweep(f"{instance}-")
     shutil.rmtree(state_dir(instance), ignore_errors=True)
     return removed
+
+
+def _check_instance(instance: str) -> None:
+    # No dash: the sweep of "qlab-*" must never reach the namespaces of an instance "qlab-x".
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,15}", instance):
+        raise ToolError(f"lab instance name {instance!r}: use 1-16 lowercase letters and digits, no dash")
 
 
 def _check_machine() -> None:
