@@ -17,6 +17,7 @@ file consistent. The schema contract is documented in schemas/README.md.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -25,9 +26,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from tparams.codec import PreferredAddress, VersionInformation
+from tparams.codec import DecodedParameters, PreferredAddress, VersionInformation
 from tparams.errors import ToolError
-from tparams.paramset import PERFORMANCE_PARAMETERS
+from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet, order_fingerprint, order_signature
 
 from scanner.engine import HandshakeRecord
 from scanner.targets import Target
@@ -209,12 +210,12 @@ def records_to_arrow(scan_id: int, first_id: int, records: list[HandshakeRecord]
     columns["findings"] = [
         None if r.decoded is None else [f.__dict__ for f in r.decoded.findings] for r in records
     ]
-    param_sets = [r.param_set for r in records]
-    for name in PERFORMANCE_PARAMETERS:
-        columns[name] = [None if s is None else getattr(s, name) for s in param_sets]
-    columns["set_fingerprint"] = [None if s is None else s.fingerprint() for s in param_sets]
-    columns["order_signature"] = [r.order_signature for r in records]
-    columns["order_fingerprint"] = [r.order_fingerprint for r in records]
+    derived = [_derived(r.decoded) for r in records]
+    for index, name in enumerate(PERFORMANCE_PARAMETERS):
+        columns[name] = [None if d is None else d[0][index] for d in derived]
+    columns["set_fingerprint"] = [None if d is None else d[1] for d in derived]
+    columns["order_signature"] = [None if d is None else d[2] for d in derived]
+    columns["order_fingerprint"] = [None if d is None else d[3] for d in derived]
     handshakes = pa.Table.from_pydict(columns, schema=HANDSHAKE_SCHEMA)
 
     rows = [
@@ -228,6 +229,39 @@ def records_to_arrow(scan_id: int, first_id: int, records: list[HandshakeRecord]
         [pa.array(col, type=f.type) for col, f in zip(parameter_columns, PARAMETER_SCHEMA)], schema=PARAMETER_SCHEMA
     )
     return handshakes, parameters
+
+
+_PERFORMANCE = frozenset(PERFORMANCE_PARAMETERS)
+
+
+def _derived(decoded: DecodedParameters | None) -> tuple[tuple, str, str, str] | None:
+    """(the twelve as sent, set fingerprint, order signature, order fingerprint).
+
+    Building a ParamSet costs ~0.25 ms; a scan has few distinct sets and orders
+    among millions of records, so both are memoised on exactly what they read.
+    """
+    if decoded is None:
+        return None
+    twelve = tuple(p for p in decoded.parameters if p.name in _PERFORMANCE)
+    params, fingerprint = _param_set(tuple((p.name, p.value) for p in twelve), twelve)
+    signature, order = _order(decoded.ids)
+    return params, fingerprint, signature, order
+
+
+_SET_CACHE: dict[tuple, tuple[tuple, str]] = {}
+
+
+def _param_set(key: tuple, twelve: tuple) -> tuple[tuple, str]:
+    found = _SET_CACHE.get(key)
+    if found is None:
+        param_set = ParamSet.from_decoded(DecodedParameters(b"", twelve))
+        found = _SET_CACHE[key] = (tuple(param_set.as_sent().values()), param_set.fingerprint())
+    return found
+
+
+@functools.lru_cache(maxsize=65536)
+def _order(ids: tuple[int, ...]) -> tuple[str, str]:
+    return order_signature(ids), order_fingerprint(ids)
 
 
 def _value_text(value: object) -> str | None:
