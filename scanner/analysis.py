@@ -155,10 +155,45 @@ def compare_scans(a: str | Path, b: str | Path) -> dict[str, pl.DataFrame]:
     return compare_frames(server_params(a), server_params(b), labels)
 
 
+# The thesis's two Internet-wide scans: targets reached and distinct sets (datasets/reference/PROVENANCE.md).
+PUBLISHED_SCANS = {"2022-01-27": (290_746, 91), "2022-10-13": (516_877, 148)}
+
+
+def published_scans() -> pl.DataFrame:
+    return pl.DataFrame([{"scan": scan, "reached": reached, "distinct_sets": sets}
+                         for scan, (reached, sets) in PUBLISHED_SCANS.items()])
+
+
+def values_beside_published(top_values: pl.DataFrame, parameter: str) -> pl.DataFrame:
+    """Our most common values of ``parameter`` (``scanner.report.top_values`` rows) by rank,
+    beside the thesis's values and endpoints of both scans (tables 5.2-5.7)."""
+    ours = (top_values.filter(pl.col("parameter") == parameter)
+            .select(pl.col("rank").cast(pl.Int64), "value", "endpoints", "share_pct"))
+    published = reference("scan_top_values").filter(pl.col("parameter") == parameter)
+    for scan in PUBLISHED_SCANS:
+        column = (published.filter(pl.col("scan") == scan)
+                  .select(pl.col("rank").cast(pl.Int64), pl.col("value").alias(f"value_{scan}"),
+                          pl.col("endpoints").cast(pl.Int64).alias(f"endpoints_{scan}")))
+        ours = ours.join(column, on="rank", how="full", coalesce=True)
+    return ours.sort("rank")
+
+
+def stream_data_triples(params: pl.DataFrame, top: int = 10) -> pl.DataFrame:
+    """The most common (bidi_local, bidi_remote, uni) stream-data triples (table 5.5's shape)."""
+    return (
+        params.group_by(bidi_local="initial_max_stream_data_bidi_local",
+                        bidi_remote="initial_max_stream_data_bidi_remote", uni="initial_max_stream_data_uni")
+        .agg(pl.len().alias("endpoints"))
+        .sort("endpoints", "bidi_local", descending=[True, False], nulls_last=True)
+        .head(top)
+        .with_row_index("rank", offset=1)
+    )
+
+
 def published_value_shifts() -> pl.DataFrame:
     """The thesis's own two scans as ``compare_values`` shapes them, from the published
     top values (tables 5.2-5.7) and the reached targets of each scan."""
-    reached = {"2022-01-27": 290_746, "2022-10-13": 516_877}  # datasets/reference/PROVENANCE.md
+    reached = {scan: figures[0] for scan, figures in PUBLISHED_SCANS.items()}
     top = reference("scan_top_values").with_columns(pl.col("endpoints").cast(pl.Int64))
 
     def shares(scan: str) -> pl.DataFrame:
@@ -208,6 +243,7 @@ def execute_notebook(name: str, parameters: Mapping[str, str], timeout: int = 60
 
     notebook = nbformat.read(NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
     env = {**os.environ, **{key: str(value) for key, value in parameters.items()}}
+    # The kernel talks to this process over loopback TCP only (jupyter_client's default).
     client = NotebookClient(notebook, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
     client.execute(env=env)

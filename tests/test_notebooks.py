@@ -1,0 +1,105 @@
+"""The analysis notebooks and the scan comparison, run against real lab scans and a short real replay."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scanner.analysis import compare_scans, render_comparison, render_notebooks, server_params
+from scanner.commands.scan import scan_into
+from scanner.engine import ScanSettings
+from scanner.targets import Target
+
+BIN = Path(sys.executable).parent
+# Scan A sees set alpha, scan B set beta (the thesis's most common sets of its two scans);
+# caddy and aioquic are in both; B also meets a broken server and both a garbage one.
+SCAN_A = ("ngtcp2-alpha", "caddy", "aioquic", "broken-garbage")
+SCAN_B = ("ngtcp2-beta", "caddy", "aioquic", "broken-duplicate", "broken-garbage")
+
+
+@pytest.fixture(scope="module")
+def scans(lab, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("scans")
+    paths = {}
+    with lab.in_client():
+        for label, names in (("a", SCAN_A), ("b", SCAN_B)):
+            targets = [Target(s.ip, s.port, s.sni) for s in (lab.server(n) for n in names)]
+            paths[label] = directory / f"scan_{label}.duckdb"
+            scan_into(paths[label], targets, ScanSettings(timeout=3.0, rate=0))
+    return paths, lab
+
+
+@pytest.fixture(scope="module")
+def replay_db(tmp_path_factory):
+    """A short real replay: two client sets, two delays, two repetitions of a 1 MB download."""
+    qreplay = BIN / "qreplay"
+    if shutil.which(str(qreplay)) is None:
+        pytest.skip("qreplay is not installed in this environment")
+    out = tmp_path_factory.mktemp("replay") / "replay.duckdb"
+    result = subprocess.run(
+        [str(qreplay), "matrix", "--sets", "firefox,chrome", "--delays", "0ms,10ms", "--losses", "0",
+         "--size", "1MB", "--reps", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"qreplay could not run here: {result.stderr.strip().splitlines()[-1:]}")
+    return out
+
+
+@pytest.mark.lab
+def test_comparison_of_two_lab_scans(scans):
+    paths, lab = scans
+    result = compare_scans(paths["a"], paths["b"])
+    alpha = {row["initial_max_data"] for row in result["vanished"].to_dicts()}
+    beta = {row["initial_max_data"] for row in result["appeared"].to_dicts()}
+    assert alpha == {lab.server("ngtcp2-alpha").transport_parameters["initial_max_data"]}
+    assert beta == {lab.server("ngtcp2-beta").transport_parameters["initial_max_data"]}
+    assert result["grew"].height == result["shrank"].height == 0  # caddy and aioquic: same share in both
+    assert set(result["sets"]["change"]) == {"appeared", "vanished", "unchanged"}
+    shifts = {(r["parameter"], r["value"]): r["share_delta_pp"] for r in result["value_shifts"].to_dicts()}
+    assert shifts[("initial_max_data", "196608")] > 0 and shifts[("initial_max_data", "16777216")] < 0
+    assert result["summary"]["endpoints"].to_list() == [3, 3]  # completed handshakes only
+
+
+@pytest.mark.lab
+def test_qscan_report_compare_prints_the_changes(scans):
+    paths, _ = scans
+    done = subprocess.run([str(BIN / "qscan"), "report", str(paths["a"]), "--compare", str(paths["b"])],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "sets that appeared (1)" in done.stdout and "sets that vanished (1)" in done.stdout
+    as_json = render_comparison(compare_scans(paths["a"], paths["b"]), "json")
+    assert '"change": "appeared"' in as_json
+
+
+def _text(html: str) -> str:
+    return re.sub(r"<[^>]+>", " ", html)
+
+
+@pytest.mark.lab
+def test_notebooks_execute_and_put_our_tables_beside_the_published_ones(scans, replay_db, tmp_path):
+    paths, lab = scans
+    written = render_notebooks(paths["a"], tmp_path, other_scan_db=paths["b"], replay_db=replay_db)
+    html = {path.stem: path.read_text() for path in written}
+    assert set(html) == {"parameter_popularity", "scan_comparison", "replay_goodput"}
+
+    popularity = _text(html["parameter_popularity"])
+    fingerprints = set(server_params(paths["a"])["set_fingerprint"])
+    assert len(fingerprints) == 3 and all(f in popularity for f in fingerprints)  # our sets ...
+    assert "68892" in popularity and "290746" in popularity  # ... beside the thesis's table 5.1 and scan size
+    assert html["parameter_popularity"].count("data:image/png") >= 2  # value bars (log axis) + heatmap
+
+    comparison = _text(html["scan_comparison"])
+    assert "appeared: 1 set(s)" in comparison and "vanished: 1 set(s)" in comparison
+    assert "180489" in comparison  # the thesis's max_idle_timeout=120000 count on 2022-10-13
+    assert html["scan_comparison"].count("data:image/png") >= 1
+
+    replay = _text(html["replay_goodput"])
+    assert "firefox-109" in replay and "chrome-109" in replay
+    assert "1069.48" in replay  # published headline beside our runs
+    assert html["replay_goodput"].count("data:image/png") >= 1  # goodput vs delay with bands
