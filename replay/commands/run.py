@@ -98,6 +98,8 @@ def execute(experiment: Experiment, out: Path, json_output: bool) -> list[dict]:
     reason = experiment.stack.unavailable_reason()
     if reason:
         raise ToolError(f"stack {experiment.stack.name} is not usable here: {reason}")
+    for named in {c.client.name: c.client for c in experiment.conditions}.values():
+        console.print(f"set: {named.name} ({named.source})")
     total = len(experiment.conditions) * experiment.reps
     warned: set[str] = set()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -179,13 +181,13 @@ def register(app: typer.Typer) -> None:
         """
         if ctx.invoked_subcommand is not None:
             return
-        clients = [sets_api.with_overrides(s, client_param or []) for s in sets_api.resolve(set_spec)]
-        for named in clients:
-            Console(stderr=True).print(f"set: {named.name} ({named.source})")
         the_link = make_link(delay, delay_up, jitter, loss, rate, queue)
+        options = make_options(size, autotune, cc, qlog, timeout)
+        the_stack = get_stack(stack)
+        clients = [sets_api.with_overrides(s, client_param or []) for s in sets_api.resolve(set_spec)]
         server = server_set(server_set_spec, server_param)
-        experiment = Experiment("single", get_stack(stack), [Condition(c, server, the_link) for c in clients],
-                                make_options(size, autotune, cc, qlog, timeout), reps, link, _command_line())
+        experiment = Experiment("single", the_stack, [Condition(c, server, the_link) for c in clients],
+                                options, reps, link, _command_line())
         execute(experiment, out, json_output)
 
     @app.command("sweep")
