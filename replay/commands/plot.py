@@ -1,0 +1,132 @@
+"""`qreplay plot results.duckdb`: the thesis's figure types from a results file, as PNG plus one HTML page."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tparams.errors import ToolError
+
+
+def load_summary(results: Path):
+    """Per-condition statistics (successful runs only) as a polars DataFrame."""
+    import duckdb
+
+    if not results.exists():
+        raise ToolError(f"results file {results} does not exist")
+    try:
+        con = duckdb.connect(str(results), read_only=True)
+        frame = con.sql("SELECT * FROM run_summary").pl()
+    except duckdb.Error as exc:
+        raise ToolError(f"{results} is not a qreplay results file: {str(exc).splitlines()[0]}") from None
+    con.close()
+    return frame
+
+
+def plot_results(results: Path, out_dir: Path) -> list[Path]:
+    """Write goodput-vs-delay, sweep and packet-count figures; returns the PNG paths plus the HTML page."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import polars as pl
+
+    summary = load_summary(results).filter(pl.col("n") > 0)
+    if summary.is_empty():
+        raise ToolError(f"{results} has no successful runs to plot")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures: list[tuple[str, Path]] = []
+
+    def band(ax, frame, x: str, label: str) -> None:
+        frame = frame.sort(x)
+        xs, mean = frame[x].to_list(), frame["mean_mbps"].to_list()
+        sd = [s or 0.0 for s in frame["stddev_mbps"].to_list()]
+        ax.plot(xs, mean, marker="o", label=label)
+        ax.fill_between(xs, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], alpha=0.25)
+
+    plain = summary.filter(pl.col("sweep_param").is_null())
+    if not plain.is_empty():
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for (set_name, stack, autotune), group in plain.group_by(["set_name", "stack", "autotune"],
+                                                                 maintain_order=True):
+            band(ax, group.group_by("delay_ms").agg(pl.col("mean_mbps").mean(), pl.col("stddev_mbps").mean()),
+                 "delay_ms", f"{set_name} ({stack}{', autotune' if autotune else ''})")
+        ax.set(xlabel="added one-way delay (ms)", ylabel="goodput (Mbit/s)",
+               title="Goodput vs delay per client set (band: ±1 standard deviation)")
+        ax.legend(fontsize="small")
+        figures.append(("Goodput vs delay", _save(fig, out_dir / "goodput_vs_delay.png")))
+
+    swept = summary.filter(pl.col("sweep_param").is_not_null())
+    for param in swept["sweep_param"].unique().sort().to_list():
+        frame = swept.filter(pl.col("sweep_param") == param)
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for (delay, autotune, stack), group in frame.group_by(["delay_ms", "autotune", "stack"], maintain_order=True):
+            band(ax, group, "sweep_value", f"{stack}, {delay:g} ms{', autotune' if autotune else ', pinned'}")
+        ax.set_xscale("log")
+        ax.set(xlabel=f"client {param} (bytes)", ylabel="goodput (Mbit/s)", title=f"Sweep of {param}")
+        ax.legend(fontsize="small")
+        figures.append((f"Sweep of {param}", _save(fig, out_dir / f"sweep_{param}.png")))
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        pinned = frame.filter(~pl.col("autotune")).sort("sweep_value")
+        labels = [str(v) for v in pinned["sweep_value"].to_list()]
+        xs = range(len(labels))
+        ax.bar([x - 0.2 for x in xs], pinned["mean_client_tx_packets"].fill_null(0).to_list(), 0.4,
+               label="sent by client")
+        ax.bar([x + 0.2 for x in xs], pinned["mean_server_tx_packets"].fill_null(0).to_list(), 0.4,
+               label="sent by server")
+        ax.set_xticks(list(xs), labels, rotation=30, fontsize="small")
+        ax.set(xlabel=f"client {param} (bytes)", ylabel="packets per download (mean)",
+               title=f"Packets per download, sweep of {param}")
+        ax.legend(fontsize="small")
+        figures.append((f"Packet counts, {param}", _save(fig, out_dir / f"packets_{param}.png")))
+
+    page = out_dir / "report.html"
+    page.write_text(_html(results, figures, summary))
+    return [path for _, path in figures] + [page]
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def _html(results: Path, figures: list[tuple[str, Path]], summary) -> str:
+    """One self-contained page: the figures inline, then the statistics table."""
+    parts = [f"<!doctype html><meta charset=utf-8><title>qreplay: {html.escape(results.name)}</title>",
+             f"<h1>qreplay results: {html.escape(str(results))}</h1>"]
+    for title, path in figures:
+        data = base64.b64encode(path.read_bytes()).decode()
+        parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>")
+    columns = ["stack", "set_name", "delay_ms", "loss_pct", "sweep_param", "sweep_value", "autotune", "runs", "n",
+               "mean_mbps", "stddev_mbps"]
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(row[c]))}</td>" for c in columns) + "</tr>"
+                   for row in summary.select(columns).iter_rows(named=True))
+    parts.append("<h2>Statistics (successful runs)</h2><table border=1 cellpadding=3><tr>"
+                 + "".join(f"<th>{c}</th>" for c in columns) + f"</tr>{rows}</table>")
+    return "\n".join(parts)
+
+
+def _cell(value) -> str:
+    return f"{value:.1f}" if isinstance(value, float) else "" if value is None else str(value)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plot")
+    def plot(
+        results: Annotated[Path, typer.Argument(help="A qreplay results DuckDB file.")],
+        out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="Where to write the PNGs and "
+                                                        "report.html (default: <results>-plots).")] = None,
+    ) -> None:
+        """Goodput vs delay per set with deviation bands, sweep curves and packet counts (PNG + HTML)."""
+        written = plot_results(results, out_dir or results.with_name(results.stem + "-plots"))
+        for path in written:
+            typer.echo(str(path))
