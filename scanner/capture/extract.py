@@ -9,6 +9,7 @@ that retries on a new port or after a Retry counts again: that is what it sent.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 from aioquic._buffer import Buffer
 from aioquic.quic.crypto import CryptoContext
 from aioquic.quic.packet import QuicPacketType
-from aioquic.tls import CipherSuite, pull_client_hello, pull_encrypted_extensions, pull_server_hello
+from aioquic.tls import CipherSuite, pull_encrypted_extensions, pull_server_hello
 
 from scanner.capture.frontend import Datagram, long_header_datagrams
 from scanner.capture.quic import (
@@ -34,6 +35,8 @@ from tparams.registry import id_for
 
 # quic_transport_parameters: the RFC 9001 code point, then the draft one old clients used.
 TRANSPORT_PARAMETERS_EXTENSIONS = (0x39, 0xFFA5)
+EXTENSION_SERVER_NAME = 0x00
+EXTENSION_ALPN = 0x10
 _USER_AGENT_ID = id_for("user_agent")
 
 Flow = tuple[str, int, str, int]
@@ -115,6 +118,61 @@ def read_keylog(path: Path | str) -> dict[bytes, bytes]:
     return secrets
 
 
+@dataclass(frozen=True)
+class ClientHelloFields:
+    random: bytes
+    sni: str | None
+    alpn: tuple[str, ...]
+    transport_parameters: bytes  # empty when the extension is absent
+
+
+def parse_client_hello(message: bytes) -> ClientHelloFields:
+    """The few ClientHello fields a capture needs; ValueError when it is not one.
+
+    aioquic's pull_client_hello parses every extension into Python objects
+    (key shares, signature lists, ...), three times the cost of the whole
+    rest of the per-connection work; this walks the extensions and reads three.
+    """
+    try:
+        if message[0] != 1:
+            raise ValueError(f"handshake message type {message[0]}, not ClientHello")
+        end = 4 + int.from_bytes(message[1:4], "big")
+        random = message[6:38]
+        pos = 38
+        pos += 1 + message[pos]  # legacy_session_id
+        pos += 2 + struct.unpack_from("!H", message, pos)[0]  # cipher_suites
+        pos += 1 + message[pos]  # legacy_compression_methods
+        extensions_end = pos + 2 + struct.unpack_from("!H", message, pos)[0]
+        pos += 2
+        if extensions_end > end or end > len(message):
+            raise ValueError("extensions run past the message")
+        sni, alpn, found = None, (), {}
+        while pos < extensions_end:
+            kind, length = struct.unpack_from("!HH", message, pos)
+            body = message[pos + 4 : pos + 4 + length]
+            pos += 4 + length
+            if len(body) != length or pos > extensions_end:
+                raise ValueError(f"extension {kind:#x} runs past the extensions")
+            if kind == EXTENSION_SERVER_NAME and len(body) > 5 and body[2] == 0:  # first entry, host_name
+                sni = body[5 : 5 + struct.unpack_from("!H", body, 3)[0]].decode("ascii", "replace")
+            elif kind == EXTENSION_ALPN:
+                alpn = tuple(_length_prefixed(body[2:]))
+            elif kind in TRANSPORT_PARAMETERS_EXTENSIONS:
+                found.setdefault(kind, body)
+    except (IndexError, struct.error) as exc:
+        raise ValueError(f"truncated ClientHello: {exc}") from None
+    raw = next((found[e] for e in TRANSPORT_PARAMETERS_EXTENSIONS if e in found), b"")
+    return ClientHelloFields(random, sni, alpn, raw)
+
+
+def _length_prefixed(data: bytes) -> Iterator[str]:
+    pos = 0
+    while pos < len(data):
+        length = data[pos]
+        yield data[pos + 1 : pos + 1 + length].decode("ascii", "replace")
+        pos += 1 + length
+
+
 class HelloExtractor:
     """Feed datagrams in capture order; collects one record per complete ClientHello."""
 
@@ -167,14 +225,12 @@ class HelloExtractor:
 
     def _client_hello(self, connection: _Connection, message: bytes, datagram: Datagram) -> None:
         try:
-            hello = pull_client_hello(Buffer(data=message))
-        except Exception:  # aioquic raises its TLS alerts and BufferReadError on malformed input
+            hello = parse_client_hello(message)
+        except ValueError:
             self.summary.bad_client_hellos += 1
             connection.record = _UNPARSEABLE
             return
-        extensions = dict(hello.other_extensions)
-        raw = next((extensions[e] for e in TRANSPORT_PARAMETERS_EXTENSIONS if e in extensions), b"")
-        decoded = decode_transport_parameters(raw, sender="client")
+        decoded = decode_transport_parameters(hello.transport_parameters, sender="client")
         user_agent = next((p.raw for p in decoded.parameters if p.id == _USER_AGENT_ID), None)
         src_ip, src_port, dst_ip, dst_port = connection.flow
         connection.record = ClientHelloRecord(
@@ -188,8 +244,8 @@ class HelloExtractor:
             dst_port=dst_port,
             quic_version=connection.version,
             original_dcid=connection.original_dcid,
-            sni=hello.server_name,
-            alpn=tuple(hello.alpn_protocols or ()),
+            sni=hello.sni,
+            alpn=hello.alpn,
             transport_parameters=decoded,
             client=self._client or (user_agent.decode(errors="replace") if user_agent else None),
         )

@@ -13,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from aioquic.quic.crypto import CryptoContext, CryptoPair
+from aioquic.quic.crypto import (
+    INITIAL_CIPHER_SUITE,
+    INITIAL_SALT_VERSION_1,
+    INITIAL_SALT_VERSION_2,
+    CryptoContext,
+    cipher_suite_hash,
+    hkdf_expand_label,
+    hkdf_extract,
+)
 from aioquic.quic.packet import (
     PACKET_LONG_TYPE_DECODE_VERSION_1,
     PACKET_LONG_TYPE_DECODE_VERSION_2,
@@ -98,12 +106,26 @@ def long_packets(payload: bytes) -> Iterator[LongPacket]:
         offset = end
 
 
+_INITIAL_HASH = cipher_suite_hash(INITIAL_CIPHER_SUITE)
+_INITIAL_SALTS = {QuicProtocolVersion.VERSION_1: INITIAL_SALT_VERSION_1, QuicProtocolVersion.VERSION_2: INITIAL_SALT_VERSION_2}
+
+
 def initial_keys(dcid: bytes, version: int, of_client: bool) -> CryptoContext:
-    """The Initial keys protecting what the client (``of_client``) or the server sends."""
-    pair = CryptoPair()
-    # setup_initial(is_client=False) gives the server's view: it receives with the client's keys.
-    pair.setup_initial(cid=dcid, is_client=not of_client, version=version)
-    return pair.recv
+    """The Initial keys protecting what the client (``of_client``) or the server sends.
+
+    aioquic's own derivation (RFC 9001, 5.2), one direction only:
+    CryptoPair.setup_initial derives both, and a capture of many clients
+    spends most of its key time on the direction it never opens.
+    """
+    initial_secret = hkdf_extract(_INITIAL_HASH, _INITIAL_SALTS[version], dcid)  # type: ignore[index]
+    label = b"client in" if of_client else b"server in"
+    keys = CryptoContext()
+    keys.setup(
+        cipher_suite=INITIAL_CIPHER_SUITE,
+        secret=hkdf_expand_label(_INITIAL_HASH, initial_secret, label, b"", _INITIAL_HASH.digest_size),
+        version=version,
+    )
+    return keys
 
 
 def unprotect(packet: LongPacket, keys: CryptoContext, expected_packet_number: int = 0) -> tuple[int, bytes] | None:
@@ -128,7 +150,12 @@ def crypto_frames(payload: bytes) -> Iterator[tuple[int, bytes]]:
         while pos < size:
             frame_type = payload[pos]
             pos += 1
-            if frame_type in (FRAME_PADDING, FRAME_PING):
+            if frame_type == FRAME_PADDING:
+                # Initials are padded to 1200+ bytes; skip the run in C, not byte by byte.
+                rest = payload[pos:]
+                pos += len(rest) - len(rest.lstrip(b"\x00"))
+                continue
+            if frame_type == FRAME_PING:
                 continue
             if frame_type in (FRAME_ACK, FRAME_ACK_ECN):
                 _, pos = decode_varint(payload, pos)  # largest acknowledged
