@@ -141,6 +141,15 @@ def store_identifications(db_path: Path | str, frame: pl.DataFrame, signatures_d
         store.append({"server_library": frame.to_arrow()})
 
 
+def identify_into(out: Path | str, targets: Sequence[Target], settings: ScanSettings,
+                  signatures: LibrarySignatures, h3_records: Sequence[HandshakeRecord]) -> dict[str, int]:
+    """What ``qscan targets --identify`` runs after its scan: the invalid-ALPN pass,
+    verdicts stored in ``out``; returns targets per library."""
+    frame = identify_targets(targets, settings, signatures, h3_records=h3_records)
+    store_identifications(out, frame, signatures.learned_at)
+    return dict(frame.group_by("library").len().sort("library").iter_rows())
+
+
 def read_identifications(db_path: Path | str) -> pl.DataFrame:
     """The latest verdict per target (empty when the scan ran without --identify)."""
     with ScanStore.open(db_path, read_only=True) as store:

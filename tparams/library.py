@@ -75,6 +75,7 @@ class LibrarySignature:
 @dataclass(frozen=True)
 class LibrarySignatures:
     signatures: tuple[LibrarySignature, ...]
+    learned_at: str | None = None
 
     @classmethod
     def from_document(cls, document: Mapping[str, object]) -> "LibrarySignatures":
@@ -94,7 +95,7 @@ class LibrarySignatures:
                 closes=tuple(CloseObservation(c["error_code"], c["reason_phrase"])
                              for c in entry.get("invalid_alpn_close", [])),
             ))
-        return cls(tuple(signatures))
+        return cls(tuple(signatures), document.get("provenance", {}).get("learned_at"))
 
     @property
     def libraries(self) -> tuple[str, ...]:
