@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tparams.errors import ToolError
 
 from scanner.engine import OK, HandshakeRecord, ScanSettings, scan_targets
+from scanner import identify as identify_api
 from scanner.report import FORMATS, build_report, export_parquet, render
 from scanner.store import ScanStore
 from scanner.targets import Target, read_targets
@@ -134,6 +135,8 @@ def register(app: typer.Typer) -> None:
         keylog: Path = typer.Option(None, help="Append TLS secrets (SSLKEYLOGFILE format) here, e.g. for tshark."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
         json_output: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
+        identify: bool = typer.Option(False, "--identify", help="Also name each server's QUIC library: one more "
+                                      "handshake per target offering ALPN `invalid`; verdicts in table server_library."),
     ) -> None:
         """Complete a QUIC handshake with every target and record what each server sent."""
         targets, bad = read_targets(file, strict=strict)
@@ -146,11 +149,18 @@ def register(app: typer.Typer) -> None:
             groups=tuple(g.strip() for g in groups.split(",") if g.strip()),
             keylog_file=str(keylog) if keylog else None,
         )  # fmt: skip
+        # --identify (scanner/identify.py, issue 7): signatures checked before any packet, the scan's own
+        # handshakes kept for their order, then the invalid-ALPN pass.
+        signatures = identify_api.load_signatures() if identify else None
+        h3_records: list = []
         outcome = scan_into(
             out, targets, settings, resume=resume, progress=not quiet and sys.stderr.isatty(),
-            command_line=shlex.join(["qscan", *sys.argv[1:]]),
+            command_line=shlex.join(["qscan", *sys.argv[1:]]), on_batch=h3_records.extend if identify else None,
         )  # fmt: skip
         summary = dataclasses.asdict(outcome) | {"bad_lines": len(bad), "out": str(out)}
+        if signatures is not None:
+            summary["libraries"] = identify_api.identify_into(out, targets, settings, signatures, h3_records)
+            print(f"libraries: {summary['libraries']}", file=sys.stderr)
         if json_output:
             import json
 
