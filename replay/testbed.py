@@ -136,6 +136,8 @@ class ProcessResult:
 class Testbed:
     """Two namespaces (client, server) and the emulated path between them."""
 
+    __test__ = False  # the name starts with "Test"; keep pytest from collecting it
+
     def __init__(self, link: LinkConfig | None = None, backend: str = "auto", workdir: Path | None = None,
                  buffer_bytes: int = BUFFER_BYTES):
         self.link = link or LinkConfig()
@@ -207,7 +209,15 @@ class Testbed:
         if threading.current_thread() is threading.main_thread() and \
                 signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             self._old_sigterm = signal.SIG_DFL
-            signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(143)))
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        if os.getpid() != self._owner:
+            # pyroute2's forked helpers inherit this handler and are stopped
+            # with SIGTERM: they must simply die, not unwind into our code.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise SystemExit(143)
 
     # --- processes ----------------------------------------------------------------------------------
 

@@ -1,0 +1,116 @@
+"""The replay testbed: real namespaces, real linkem, measured against what was configured."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+import pytest
+
+from replay.link import GilbertElliott, LinkConfig, NetemBackend, RelayBackend, parse_duration_ms, \
+    parse_percent, parse_queue, parse_rate_bps, select_backend
+from replay.testbed import BUFFER_BYTES, PREFIX, Testbed, calibrate, measure_rate, measure_rtt
+from scanner.lab import netns
+from tparams.errors import ToolError
+
+root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
+relay = pytest.mark.skipif(os.geteuid() != 0 or not RelayBackend.availability().ok,
+                           reason="needs root and build/bin/linkem")
+
+
+def test_parsers():
+    assert parse_duration_ms("30ms") == 30 and parse_duration_ms("0.5s") == 500
+    assert parse_duration_ms("250us") == 0.25 and parse_duration_ms("7") == 7
+    assert parse_rate_bps("1gbit") == 10**9 and parse_rate_bps("50mbit") == 5 * 10**7
+    assert parse_percent("0.5%") == 0.5 and parse_percent("1") == 1
+    assert parse_queue("1000") == (1000, None) and parse_queue("256kb") == (None, 256 * 1024)
+    assert GilbertElliott.parse("1%,25%").stationary_loss_pct == pytest.approx(100 / 26)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: parse_duration_ms("30 parsecs"), lambda: parse_duration_ms("-5ms"), lambda: parse_rate_bps("fast"),
+    lambda: parse_rate_bps("0mbit"), lambda: parse_percent("120%"), lambda: parse_percent("lots"),
+    lambda: parse_queue("0"), lambda: parse_queue("12 furlongs"), lambda: GilbertElliott.parse("1"),
+    lambda: LinkConfig(loss_pct=1, gilbert=GilbertElliott(1, 25)), lambda: LinkConfig(reorder_pct=5),
+    lambda: select_backend("pigeon"),
+])
+def test_bad_input_is_one_line_tool_error(call):
+    with pytest.raises(ToolError) as info:
+        call()
+    assert "\n" not in str(info.value) and str(info.value)
+
+
+def test_default_queue_holds_a_bandwidth_delay_product():
+    assert LinkConfig().queue_limit() == (1000, None)  # netem's default
+    # 1 Gbit/s x 30 ms = 3.75 MB = 2500 packets of 1500 B.
+    assert LinkConfig(delay_down_ms=30, rate_bps=10**9).queue_limit() == (2500, None)
+
+
+@root
+def test_netem_is_detected_and_explained():
+    available = NetemBackend.availability()
+    if available.ok:
+        pytest.skip("this kernel has sch_netem; the relay-only path is not exercised")
+    assert re.search(r"no (sch_netem|ifb|sch_tbf)", available.reason)
+    with pytest.raises(ToolError, match="netem is not usable here"):
+        select_backend("netem")
+    print(f"netem backend unavailable: {available.reason}")
+
+
+@root
+def test_netem_backend_calibrates_when_present():
+    available = NetemBackend.availability()
+    if not available.ok:
+        pytest.skip(f"netem backend not usable here: {available.reason}")
+    result = calibrate(LinkConfig(delay_down_ms=20), "netem", pings=300, measure_throughput=False)
+    assert abs(result.rtt["rtt_p50_ms"] - 20) < 1
+
+
+@pytest.mark.lab
+@relay
+def test_delay_20ms_measured_within_1ms_and_nothing_leaks():
+    before = set(netns.list_namespaces(PREFIX))
+    with Testbed(link=LinkConfig(delay_down_ms=20), backend="relay") as tb:
+        names = {tb.client_ns, tb.server_ns}
+        assert names <= set(netns.list_namespaces(PREFIX))
+        assert int(open("/proc/sys/net/core/rmem_default").read()) == BUFFER_BYTES
+        rtt = measure_rtt(tb, count=400, interval_ms=2.0)
+        counters = tb.interface_counters()
+    assert abs(rtt["rtt_p50_ms"] - 20.0) < 1.0, rtt
+    assert counters["client"]["tx"]["packets"] >= 400 and counters["server"]["rx"]["packets"] >= 400
+    assert not names & set(netns.list_namespaces(PREFIX))
+    assert set(netns.list_namespaces(PREFIX)) <= before
+
+
+@pytest.mark.lab
+@relay
+def test_one_percent_loss_within_three_sigma():
+    n = 6000
+    with Testbed(link=LinkConfig(delay_down_ms=1, loss_pct=1), backend="relay") as tb:
+        rtt = measure_rtt(tb, count=n, interval_ms=0.3)
+    lost = rtt["sent"] - rtt["received"]
+    sigma = math.sqrt(n * 0.01 * 0.99)
+    assert abs(lost - n * 0.01) < 3 * sigma, rtt
+
+
+@pytest.mark.lab
+@relay
+def test_rate_50mbit_within_10_percent():
+    with Testbed(link=LinkConfig(delay_down_ms=5, rate_bps=50_000_000), backend="relay") as tb:
+        rate = measure_rate(tb, seconds=3)
+        dropped_queue = tb.link_counters()["down"]["dropped_queue"]
+    assert abs(rate["bits_per_second"] - 50e6) < 5e6, rate
+    assert dropped_queue > 0  # offered 20% over the limit: the drop-tail queue must overflow
+
+
+@pytest.mark.lab
+@relay
+def test_exception_inside_tears_everything_down():
+    with pytest.raises(RuntimeError):
+        with Testbed(backend="relay") as tb:
+            names = {tb.client_ns, tb.server_ns}
+            server = tb.start_server(["sleep", "60"])
+            raise RuntimeError("boom")
+    assert not names & set(netns.list_namespaces(PREFIX))
+    assert not netns.pid_alive(server.pid)
