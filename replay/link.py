@@ -386,7 +386,26 @@ class RelayBackend(LinkBackend):
         self.process = None
 
 
-BACKENDS: dict[str, type[LinkBackend]] = {b.name: b for b in (NetemBackend, RelayBackend)}
+class VethBackend(LinkBackend):
+    """A plain veth pair, no emulation: the baseline the emulators are measured against."""
+
+    name = "veth"
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return Availability(True, "plain veth pair, no emulation (baseline only)")
+
+    def attach(self, config: LinkConfig) -> None:
+        netns.add_veth(self.client_ns, PATH_DEVICE, self.server_ns, PATH_DEVICE)
+        self._address(PATH_DEVICE)
+        self.apply(config)
+
+    def apply(self, config: LinkConfig) -> None:
+        if config != LinkConfig():
+            raise ToolError("the veth backend cannot emulate delay, loss or rate; use auto, netem or relay")
+
+
+BACKENDS: dict[str, type[LinkBackend]] = {b.name: b for b in (NetemBackend, RelayBackend, VethBackend)}
 # auto: the kernel's emulator where it exists (what the thesis used), else ours.
 AUTO_ORDER = ("netem", "relay")
 

@@ -77,6 +77,7 @@ func runRelay(args []string) error {
 	mtu := fs.Int("mtu", 1500, "largest packet relayed")
 	lineLen := fs.Int("delay-line", 1<<16, "packets the delay line of each direction holds")
 	spin := fs.Duration("spin", 150*time.Microsecond, "spin instead of sleeping for the last part of each wait")
+	realtime := fs.Bool("realtime", true, "run the writers at SCHED_FIFO priority (needs root; sharper timing under load)")
 	seed := fs.Uint64("seed", 0, "random seed (0: from the clock)")
 	statsFile := fs.String("stats-file", "", "write counters as JSON here")
 	statsEvery := fs.Duration("stats-interval", 0, "also write counters this often (0: only on SIGUSR1 and exit)")
@@ -120,7 +121,7 @@ func runRelay(args []string) error {
 	for _, d := range dirs {
 		d.line = make(chan *packet, *lineLen)
 		d.stats = stats[d.name]
-		d.clock, d.spin, d.pool = clock, *spin, pool
+		d.clock, d.spin, d.pool, d.realtime = clock, *spin, pool, *realtime
 		d.onFatal = func(e error) { fatal <- e }
 		go d.readLoop()
 		go d.writeLoop()

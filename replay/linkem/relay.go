@@ -22,16 +22,17 @@ type packet struct {
 // The reader goroutine decides each packet's fate; the writer goroutine
 // owns the delay line and sends each packet when it is due.
 type direction struct {
-	name    string
-	in, out int
-	model   pathModel
-	line    chan *packet
-	pending atomic.Int64 // packets in the delay line or being written by the writer
-	stats   *DirectionStats
-	clock   func() int64
-	spin    time.Duration
-	pool    *sync.Pool
-	onFatal func(error)
+	name     string
+	in, out  int
+	model    pathModel
+	line     chan *packet
+	pending  atomic.Int64 // packets in the delay line or being written by the writer
+	stats    *DirectionStats
+	clock    func() int64
+	spin     time.Duration
+	realtime bool
+	pool     *sync.Pool
+	onFatal  func(error)
 }
 
 func (d *direction) readLoop() {
@@ -92,6 +93,12 @@ func (d *direction) writeLoop() {
 	// nanosleep under a 1 us timer slack instead.
 	runtime.LockOSThread()
 	unix.Prctl(unix.PR_SET_TIMERSLACK, 1000, 0, 0, 0)
+	if d.realtime {
+		// Real-time priority: on a busy machine an ordinary thread waits
+		// milliseconds for a core, which is the whole delay error.
+		// Best effort: without the privilege it stays an ordinary thread.
+		unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: 10}, 0)
+	}
 	for p := range d.line {
 		d.waitUntil(p.due)
 		d.stats.DelayError.Add(d.clock() - p.due)
