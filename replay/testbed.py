@@ -352,6 +352,7 @@ def measure_rtt(tb: Testbed, count: int = 2000, interval_ms: float = 1.0) -> dic
     """UDP echo round trips from the client to the server namespace (linkem's ping/echo)."""
     echo = tb.start_server([str(LINKEM), "echo", "--listen", f"{tb.server_ip}:{ECHO_PORT}"], "echo.log")
     try:
+        _wait_udp_or_tcp_listening(tb, ECHO_PORT)
         done = tb.run_client([str(LINKEM), "ping", "--target", f"{tb.server_ip}:{ECHO_PORT}", "--count",
                               str(count), "--interval", f"{interval_ms}ms",
                               "--wait", f"{max(500, 4 * tb.link.rtt_ms):.0f}ms"],
@@ -395,12 +396,12 @@ def measure_rate(tb: Testbed, seconds: float = 4.0, offered_bps: int | None = No
 def _wait_udp_or_tcp_listening(tb: Testbed, port: int, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        done = subprocess.run(netns.ns_command(tb.server_ns, ["ss", "-Hltn", f"sport = :{port}"]),
+        done = subprocess.run(netns.ns_command(tb.server_ns, ["ss", "-Hltun", f"sport = :{port}"]),
                               capture_output=True, text=True)
         if done.stdout.strip():
             return
         time.sleep(0.02)
-    raise ToolError(f"iperf3 server did not listen on port {port} within {timeout:g}s")
+    raise ToolError(f"nothing listened on port {port} in the server namespace within {timeout:g}s")
 
 
 def calibrate(link: LinkConfig, backend: str = "auto", pings: int = 2000, ping_interval_ms: float = 1.0,
