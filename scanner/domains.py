@@ -30,6 +30,7 @@ from tparams.errors import ToolError
 
 from scanner.commands.scan import scan_into
 from scanner.discovery.ipv4 import open_discovery_store
+from scanner.discovery.netinfo import require_namespace
 from scanner.engine import ScanSettings
 from scanner.lab.netns import in_namespace
 from scanner.targets import Target
@@ -204,6 +205,7 @@ def scan_domains(
     progress: bool = False,
     on_domain: Callable[[], None] | None = None,
 ) -> DomainsResult:
+    require_namespace(netns)
     resolver = make_resolver(nameserver, settings.timeout)
     with open_discovery_store(out) as store:
         if store.handshake_count() or store.con.execute("SELECT count(*) FROM domain_evidence").fetchone()[0]:

@@ -215,3 +215,15 @@ def test_no_raw_socket_permission_is_one_line(lab, tmp_path):
     assert done.stderr.strip().splitlines()[-1] == (
         "qscan: error: no permission to open raw sockets (ZMap needs root or CAP_NET_RAW)")
     assert "Traceback" not in done.stderr
+
+
+def test_unknown_namespace_is_one_line_and_not_created(tmp_path):
+    from scanner.lab.netns import list_namespaces
+
+    for command in (["ipv4", "198.18.1.0/24"], ["ipv4", "198.18.1.0/24", "--dry-run"]):
+        done = subprocess.run([QSCAN, *command, "--netns", "qdisc-absent", "--out", str(tmp_path / "x.duckdb")],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines()[-1] == (
+            "qscan: error: no network namespace 'qdisc-absent' (see `ip netns list`)")
+    assert "qdisc-absent" not in list_namespaces()  # pyroute2 would have created it

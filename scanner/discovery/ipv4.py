@@ -20,7 +20,7 @@ import pyarrow as pa
 from tparams.errors import ToolError
 
 from scanner.commands.scan import scan_into
-from scanner.discovery.netinfo import Route, check_raw_socket_permission, detect_route
+from scanner.discovery.netinfo import Route, check_raw_socket_permission, detect_route, require_namespace
 from scanner.discovery.plan import WHOLE_SPACE, Plan, subtract
 from scanner.discovery.probe import Probe, make_probe
 from scanner.discovery.zmap import Outcome, ZMapFiles, command_text, read_results, run_zmap, write_inputs, zmap_command
@@ -90,6 +90,7 @@ def prepare(
     """Resolve the route and write ZMap's input files; sends nothing when ``dry_run``."""
     if plan.shards > 1 and seed is None:
         raise ToolError("--shard needs --seed: every shard must walk the same address permutation")
+    require_namespace(netns)
     if not dry_run:
         check_raw_socket_permission(netns)
     first = subtract(plan.targets or [WHOLE_SPACE], plan.blocklist)[0].network_address

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from scanner.lab.netns import in_namespace
+from scanner.lab.netns import in_namespace, list_namespaces
 from tparams.errors import ToolError
 
 # Neighbour states without a usable link-layer address (linux/neighbour.h).
@@ -42,6 +42,7 @@ def detect_route(
 ) -> Route:
     """Fill in what the caller did not give. ``resolve=False`` sends nothing
     (dry runs): an unknown gateway MAC is then reported as unresolved."""
+    require_namespace(netns)
     where = f"network namespace {netns}" if netns else "this network namespace"
     with IPRoute(**({"netns": netns} if netns else {})) as ipr:
         if interface is not None and not ipr.link_lookup(ifname=interface):
@@ -78,6 +79,12 @@ def detect_route(
                     raise ToolError(f"gateway {gateway} in {where} does not answer ARP; give --gateway-mac")
                 gateway_mac = f"<MAC of {gateway}, resolved at run time>"
     return Route(interface, source_ip, gateway_mac)
+
+
+def require_namespace(netns: str | None) -> None:
+    """Fail on a namespace that does not exist (pyroute2 would quietly create it)."""
+    if netns is not None and netns not in list_namespaces():
+        raise ToolError(f"no network namespace {netns!r} (see `ip netns list`)")
 
 
 def check_raw_socket_permission(netns: str | None = None) -> None:
