@@ -17,6 +17,8 @@ from scanner.engine import ScanSettings
 from scanner.targets import Target
 
 BIN = Path(sys.executable).parent
+CAPTURES = Path(__file__).resolve().parents[1] / "datasets" / "captures"
+CLIENT_CAPTURES = {"chromium-156.0.8078.79.pcapng": "chromium-156", "firefox-esr-153.7.0esr.pcapng": "firefox-esr-153"}
 # Scan A sees set alpha, scan B set beta (the thesis's most common sets of its two scans);
 # caddy and aioquic are in both; B also meets a broken server and both a garbage one.
 SCAN_A = ("ngtcp2-alpha", "caddy", "aioquic", "broken-garbage")
@@ -32,6 +34,11 @@ def scans(lab, tmp_path_factory):
             targets = [Target(s.ip, s.port, s.sni) for s in (lab.server(n) for n in names)]
             paths[label] = directory / f"scan_{label}.duckdb"
             scan_into(paths[label], targets, ScanSettings(timeout=3.0, rate=0))
+    # Clients beside servers (table 5.8): the project's own browser captures into scan A, by qscan pcap.
+    for capture, client in CLIENT_CAPTURES.items():
+        done = subprocess.run([str(BIN / "qscan"), "pcap", str(CAPTURES / capture), "--out", str(paths["a"]),
+                               "--client", client], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
     return paths, lab
 
 
@@ -93,6 +100,7 @@ def test_notebooks_execute_and_put_our_tables_beside_the_published_ones(scans, r
     fingerprints = set(server_params(paths["a"])["set_fingerprint"])
     assert len(fingerprints) == 3 and all(f in popularity for f in fingerprints)  # our sets ...
     assert "68892" in popularity and "290746" in popularity  # ... beside the thesis's table 5.1 and scan size
+    assert all(client in popularity for client in CLIENT_CAPTURES.values())  # clients beside servers (5.8)
     assert html["parameter_popularity"].count("data:image/png") >= 2  # value bars (log axis) + heatmap
 
     comparison = _text(html["scan_comparison"])
