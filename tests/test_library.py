@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +141,18 @@ def test_an_order_that_varies_between_connections_is_learned_as_randomised():
     verdict = classify(LibrarySignatures.from_document(document), (0x05, 0x01, 0x04, 0x06))
     assert verdict.library == "lib-r" and "randomised" in verdict.library_evidence
     assert classify(LibrarySignatures.from_document(document), (0x05, 0x01, 0x04, 0x07, 0x08, 0x09)).library == UNKNOWN
+
+
+@pytest.mark.lab
+def test_qscan_targets_identify_stores_a_verdict_per_target(lab, tmp_path):
+    targets = tmp_path / "targets.txt"
+    targets.write_text("".join(f"{s.ip},{s.port},{s.sni}\n" for s in lab.servers))
+    out = tmp_path / "scan.duckdb"
+    qscan = Path(sys.executable).parent / "qscan"
+    done = lab.run_in_client([str(qscan), "targets", str(targets), "--out", str(out), "--identify",
+                              "--timeout", "3", "--quiet", "--json"], timeout=120)
+    assert done.returncode == 0, done.stderr
+    libraries = json.loads(done.stdout)["libraries"]
+    assert libraries == {"aioquic": 1, "ngtcp2": 2, "quic-go": 1, "unknown": len(lab.servers_of("broken"))}
+    stored = read_identifications(out)
+    assert stored.height == len(lab.servers) and stored["signatures_date"].is_not_null().all()
