@@ -27,7 +27,6 @@ import polars as pl
 from tparams.errors import ToolError
 from tparams.library import (
     CloseObservation,
-    Identification,
     LibrarySignatures,
     ServerObservations,
     classify_decoded,
