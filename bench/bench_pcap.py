@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import struct
 import tempfile
 import time
@@ -52,6 +53,13 @@ def synthesise(path: Path, count: int) -> None:
             out.write(struct.pack("<IIII", 1_700_000_000 + i // 1000, (i % 1000) * 1000, len(ip), len(ip)) + ip)
 
 
+def _cpu_seconds() -> tuple[float, float]:
+    """(this process, finished children = tshark) user+system CPU seconds: wall time on a
+    shared machine says more about the neighbours than about the code."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
 def pyshark_baseline(path: Path, limit: int) -> float:
     """Seconds per packet for pyshark's own per-packet iteration."""
     capture = pyshark.FileCapture(str(path), display_filter=LONG_HEADER_FILTER, include_raw=True, use_json=True)
@@ -79,15 +87,18 @@ def main() -> None:
         synthesise(path, args.packets)
         print(f"synthesised {args.packets:,} Initials ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - start:.1f} s")
 
-        start = time.perf_counter()
+        start, cpu_before = time.perf_counter(), _cpu_seconds()
         result = read_capture(path)
         ours = time.perf_counter() - start
+        cpu = tuple(after - before for after, before in zip(_cpu_seconds(), cpu_before))
         assert len(result.hellos) == args.packets, f"found {len(result.hellos)} ClientHellos, expected {args.packets}"
 
         per_packet = pyshark_baseline(path, min(args.baseline_packets, args.packets))
         baseline = per_packet * args.packets
         print(f"qscan pcap extraction : {ours:7.1f} s for {args.packets:,} Initials ({args.packets / ours:,.0f}/s), "
               f"{len(result.hellos):,} ClientHellos  [goal: < 60 s]")
+        print(f"  CPU time            : {cpu[0]:7.1f} s Python + {cpu[1]:.1f} s tshark (they overlap: tshark streams); "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         print(f"pyshark per packet    : {per_packet * 1e3:7.2f} ms/packet over {min(args.baseline_packets, args.packets):,} packets, "
               f"{baseline:,.0f} s extrapolated to {args.packets:,}")
         print(f"speed-up              : {baseline / ours:7.1f}x")

@@ -102,10 +102,16 @@ def test_qscan_pcap_stores_one_row_per_client_hello(tmp_path: Path) -> None:
                 "SELECT param_id FROM client_transport_parameters WHERE hello_id = ? ORDER BY position", [hello_id]
             ).fetchall()
             assert [o[0] for o in order] == list(hello.transport_parameters.ids)
-    again = qscan("pcap", str(CHROMIUM), "--out", str(out))  # appends into the same file
+    keylog = CHROMIUM.with_suffix(".keys")
+    again = qscan("pcap", str(CHROMIUM), "--out", str(out), "--keylog", str(keylog))  # appends to the same file
     assert again.returncode == 0, again.stderr
     with duckdb.connect(str(out), read_only=True) as con:
         assert con.execute("SELECT count(DISTINCT hello_id), count(DISTINCT scan_id) FROM client_params").fetchone() == (6, 2)
+        echoed = con.execute(
+            "SELECT s.raw_hex, lower(hex(h.original_dcid)) FROM capture_server_transport_parameters s "
+            "JOIN client_hellos h USING (hello_id) WHERE s.name = 'original_destination_connection_id'"
+        ).fetchall()
+        assert len(echoed) == 1 and echoed[0][0] == echoed[0][1]
 
 
 def test_as_set_writes_a_valid_replayable_set(tmp_path: Path) -> None:

@@ -24,7 +24,6 @@ from scanner.capture.quic import (
     INITIAL_KEY_VERSIONS,
     CryptoStream,
     LongPacket,
-    crypto_frames,
     initial_keys,
     long_packets,
     unprotect,
@@ -85,7 +84,7 @@ class _Connection:
     original_dcid: bytes
     client_keys: CryptoContext
     first_frame: int
-    client_initial: CryptoStream = field(default_factory=CryptoStream)
+    client_initial: CryptoStream | None = field(default_factory=CryptoStream)  # None once parsed
     largest_client_pn: int = 0
     record: ClientHelloRecord | None = None
     # server side, only followed with a key log
@@ -217,13 +216,13 @@ class HelloExtractor:
         connection.largest_client_pn = max(connection.largest_client_pn, packet_number)
         if connection.record is not None:
             return
-        for offset, data in crypto_frames(payload):
-            connection.client_initial.add(offset, data)
-        message = connection.client_initial.message()
+        assert connection.client_initial is not None
+        message = connection.client_initial.add_frames(payload)
         if message is not None:
             self._client_hello(connection, message, datagram)
 
     def _client_hello(self, connection: _Connection, message: bytes, datagram: Datagram) -> None:
+        connection.client_initial = None  # retransmissions are ignored from now on; free the bytes
         try:
             hello = parse_client_hello(message)
         except ValueError:
@@ -261,11 +260,7 @@ class HelloExtractor:
             if connection.server_keys is None:
                 connection.server_keys = initial_keys(connection.original_dcid, connection.version, of_client=False)
             opened = unprotect(packet, connection.server_keys)
-            if opened is None:
-                return
-            for offset, data in crypto_frames(opened[1]):
-                connection.server_initial.add(offset, data)
-            message = connection.server_initial.message()
+            message = connection.server_initial.add_frames(opened[1]) if opened else None
             if message is None:
                 return
             try:
@@ -291,11 +286,7 @@ class HelloExtractor:
     def _server_handshake(self, connection: _Connection, packet: LongPacket) -> None:
         assert connection.handshake_keys is not None and connection.record is not None
         opened = unprotect(packet, connection.handshake_keys)
-        if opened is None:
-            return
-        for offset, data in crypto_frames(opened[1]):
-            connection.server_handshake.add(offset, data)
-        message = connection.server_handshake.message()
+        message = connection.server_handshake.add_frames(opened[1]) if opened else None
         if message is None:
             return
         connection.done_server = True

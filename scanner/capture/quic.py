@@ -202,6 +202,12 @@ class CryptoStream:
             self._chunks[offset] = data
         self._advance()
 
+    def add_frames(self, payload: bytes) -> bytes | None:
+        """Add every CRYPTO frame of an opened packet; the first message once it is complete."""
+        for offset, data in crypto_frames(payload):
+            self.add(offset, data)
+        return self.message()
+
     def _advance(self) -> None:
         progressed = True
         while progressed and self._chunks:

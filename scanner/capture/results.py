@@ -13,7 +13,7 @@ import pyarrow as pa
 from scanner.browser import BrowserCapture
 from scanner.capture.extract import CaptureResult, ClientHelloRecord
 from scanner.capture.frontend import tshark_version
-from scanner.store import SCHEMA_DIR, ScanStore, _value_text
+from scanner.store import _FINDING, _TIMESTAMP, SCHEMA_DIR, ScanStore, _value_text
 from tparams.codec import DecodedParameters
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet, order_fingerprint, order_signature
@@ -21,8 +21,6 @@ from tparams.registry import ParamType, spec_for
 from tparams.setfile import document_for
 
 CAPTURE_SCHEMA = ("capture", 1, SCHEMA_DIR / "capture_v1.sql")
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
-_FINDING = pa.struct([("kind", pa.string()), ("detail", pa.string()), ("position", pa.int32()), ("param_id", pa.int64())])
 HELLO_SCHEMA = pa.schema(
     [
         ("scan_id", pa.int32()),
