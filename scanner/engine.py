@@ -2,8 +2,17 @@
 
 aioquic's QuicConnection is sans-I/O, so one process drives thousands of
 handshakes from a single epoll loop over a handful of UDP sockets: datagrams
-are demultiplexed by (socket, peer address), each connection's timer sits in
-one heap. Worker processes (``workers``) split the targets to use the cores.
+are demultiplexed by the destination connection ID the server must echo (our
+source CID), so any number of handshakes may share one target address; each
+connection's timer sits in one heap. Worker processes (``workers``, default
+the core count) split the targets to use the cores.
+
+What is pure in its input is computed once per distinct input: the
+description and verification of a certificate chain per chain, aioquic's
+per-connection frame table's epoch sets. (Raw transport parameters differ in
+every handshake, carrying its connection IDs, so they are decoded every
+time.) Every handshake still generates its own keys and runs the full TLS
+handshake.
 
 What aioquic would swallow or refuse is kept: the server's raw
 ``quic_transport_parameters`` bytes are taken before aioquic parses them and
@@ -16,6 +25,7 @@ verified against certifi's roots, but verification never stops a handshake.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import heapq
 import ipaddress
 import logging
@@ -30,6 +40,7 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+import aioquic.quic.connection
 import certifi
 from aioquic import tls
 from aioquic.buffer import Buffer
@@ -63,6 +74,10 @@ GROUPS = {
     "secp256r1": tls.Group.SECP256R1,
     "secp384r1": tls.Group.SECP384R1,
 }
+# aioquic builds each connection's frame table from 33 EPOCHS("IH01")-style
+# calls, ~5% of a client handshake's CPU; the sets are frozen, so one each suffices.
+aioquic.quic.connection.EPOCHS = functools.cache(aioquic.quic.connection.EPOCHS)
+
 _GROUP_NAMES = {value: name for name, value in GROUPS.items()} | {tls.Group.SECP521R1: "secp521r1"}
 _TLS_VERSIONS = {0x0304: "TLS 1.3", 0x0303: "TLS 1.2"}
 _CRYPTO_ERROR = QuicErrorCode.CRYPTO_ERROR  # 0x100 + TLS alert (RFC 9001, 4.8)
@@ -74,7 +89,7 @@ class ScanSettings:
     timeout: float = 5.0  # seconds from the first Initial to giving up
     rate: float = 100.0  # new handshakes per second over all workers; 0 = unlimited
     concurrency: int = 1000  # handshakes in flight over all workers
-    workers: int = 1
+    workers: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
     sockets: int = 4  # UDP sockets per worker and address family
     # Key shares sent in the ClientHello. aioquic offers four (P-256, P-384,
     # X25519, X448), costing ~0.4 ms of key generation per handshake; two cover
@@ -220,6 +235,9 @@ class _RecordingConnection(QuicConnection):
         super().receive_datagram(data, addr, now)
 
 
+_CACHE_LIMIT = 65536  # distinct chains kept per cache; a scan sees few, a hostile one many
+
+
 def _version_negotiation_list(data: bytes) -> list[int]:
     # RFC 9000 17.2.1: flags, version 0, DCID len+DCID, SCID len+SCID, versions.
     offset = 5
@@ -231,16 +249,31 @@ def _version_negotiation_list(data: bytes) -> list[int]:
 
 
 class _CertificateChecker:
-    """Chain and name verification against certifi's roots, loaded once per worker."""
+    """Chain and name verification against certifi's roots, loaded once per worker.
+
+    Verdicts are kept per (chain, name) for the life of the worker: a scan
+    meets the same chain on many servers, and a verdict only changes when a
+    certificate expires mid-scan.
+    """
 
     def __init__(self) -> None:
         with open(certifi.where(), "rb") as handle, warnings.catch_warnings():
             # One certifi root has a non-positive serial; cryptography only warns.
             warnings.simplefilter("ignore", CryptographyDeprecationWarning)
             self._store = verification.Store(x509.load_pem_x509_certificates(handle.read()))
+        self._verdicts: dict[tuple, str | None] = {}
 
     def check(self, leaf: x509.Certificate, chain: list[x509.Certificate], name: str) -> str | None:
         """None when the chain verifies for ``name``, else why not."""
+        key = (leaf, *chain, name)
+        if key in self._verdicts:
+            return self._verdicts[key]
+        if len(self._verdicts) >= _CACHE_LIMIT:
+            self._verdicts.clear()
+        verdict = self._verdicts[key] = self._verify(leaf, chain, name)
+        return verdict
+
+    def _verify(self, leaf: x509.Certificate, chain: list[x509.Certificate], name: str) -> str | None:
         try:
             try:
                 subject: verification.DNSName | verification.IPAddress = verification.IPAddress(
@@ -255,7 +288,20 @@ class _CertificateChecker:
         return None
 
 
+_DESCRIBED: dict[x509.Certificate, Certificate] = {}
+
+
 def _describe_certificate(cert: x509.Certificate) -> Certificate:
+    # x509.Certificate hashes and compares by its DER bytes.
+    described = _DESCRIBED.get(cert)
+    if described is None:
+        if len(_DESCRIBED) >= _CACHE_LIMIT:
+            _DESCRIBED.clear()
+        described = _DESCRIBED[cert] = _read_certificate(cert)
+    return described
+
+
+def _read_certificate(cert: x509.Certificate) -> Certificate:
     try:
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         sans = [str(v) for v in names.get_values_for_type(x509.DNSName)]
@@ -275,7 +321,7 @@ def _describe_certificate(cert: x509.Certificate) -> Certificate:
 class _Attempt:
     __slots__ = ("target", "conn", "sock", "addr", "key", "started", "started_wall", "deadline", "timer", "record")
 
-    def __init__(self, target: Target, conn: _RecordingConnection, sock: socket.socket, addr: tuple, key: tuple):
+    def __init__(self, target: Target, conn: _RecordingConnection, sock: socket.socket, addr: tuple, key: bytes):
         self.target = target
         self.conn = conn
         self.sock = sock
@@ -308,9 +354,11 @@ class HandshakeLoop:
         self.epoll = select.epoll()
         self.sockets: dict[int, list[socket.socket]] = {}
         self.by_fd: dict[int, tuple[int, socket.socket]] = {}
-        self.inflight: dict[tuple, _Attempt] = {}
-        self.timers: list[tuple[float, int, tuple]] = []
+        self.inflight: dict[bytes, _Attempt] = {}  # by our source connection ID
+        self.timers: list[tuple[float, int, bytes]] = []
         self.sequence = 0
+        # One configuration per server name: QuicConnection only reads it.
+        self.configurations: dict[str | None, QuicConfiguration] = {}
 
     def _sockets_for(self, family: int) -> list[socket.socket]:
         if family not in self.sockets:
@@ -340,29 +388,28 @@ class HandshakeLoop:
 
     # -- one attempt --------------------------------------------------------
 
-    def _start(self, target: Target, now: float) -> bool:
-        """Start a handshake; False when the target's address is busy on every socket."""
-        for index, sock in enumerate(self._sockets_for(target.family)):
-            key = (sock.fileno(), target.ip, target.port)
-            if key not in self.inflight:
-                break
-        else:
-            return False
-        configuration = QuicConfiguration(
-            is_client=True,
-            alpn_protocols=[self.settings.alpn],
-            server_name=target.sni,
-            verify_mode=ssl.CERT_NONE,
-            secrets_log_file=self.keylog,
-        )
+    def _start(self, target: Target, now: float) -> None:
+        configuration = self.configurations.get(target.sni)
+        if configuration is None:
+            configuration = self.configurations[target.sni] = QuicConfiguration(
+                is_client=True,
+                alpn_protocols=[self.settings.alpn],
+                server_name=target.sni,
+                verify_mode=ssl.CERT_NONE,
+                secrets_log_file=self.keylog,
+                connection_id_length=_CID_LENGTH,
+            )
         conn = _RecordingConnection(configuration, self.groups)
+        while conn.host_cid in self.inflight:  # 2^-64 per pair, but a mix-up would corrupt two records
+            conn = _RecordingConnection(configuration, self.groups)
+        sockets = self._sockets_for(target.family)
+        self.sequence += 1
         addr = (target.ip, target.port)
-        attempt = _Attempt(target, conn, sock, addr, key)
+        attempt = _Attempt(target, conn, sockets[self.sequence % len(sockets)], addr, conn.host_cid)
         attempt.deadline = now + self.settings.timeout
-        self.inflight[key] = attempt
+        self.inflight[attempt.key] = attempt
         conn.connect(addr, now=now)
         self._service(attempt, now)
-        return True
 
     def _service(self, attempt: _Attempt, now: float) -> None:
         """Handle the connection's events, send what it has, re-arm its timer."""
@@ -483,45 +530,50 @@ class HandshakeLoop:
     def run(self, targets: Iterable[Target], should_stop: Callable[[], bool] = lambda: False) -> None:
         pending = list(targets)
         pending.reverse()  # pop() from the end keeps file order
-        deferred: list[Target] = []
         interval = 1.0 / self.rate if self.rate > 0 else 0.0
         next_start = time.monotonic()
-        buffer = bytearray(65536)
-        while pending or deferred or self.inflight:
+        inflight = self.inflight
+        while pending or inflight:
             now = time.monotonic()
             if should_stop():
                 break
             # Start new handshakes, paced by the rate, bounded by concurrency.
             burst = 0
-            while (pending or deferred) and len(self.inflight) < self.concurrency and next_start <= now:
-                target = deferred.pop() if deferred else pending.pop()
-                if not self._start(target, now):
-                    deferred.insert(0, target)
-                    break
+            while pending and len(inflight) < self.concurrency and next_start <= now:
+                self._start(pending.pop(), now)
                 next_start = max(next_start + interval, now - 0.05) if interval else now
                 burst += 1
-                if burst >= 256:
-                    break  # let the loop read answers between large bursts
+                if burst >= 64:
+                    break  # read answers between bursts, or a fast server's flights queue up and time out
             # Wait for datagrams until the next timer or the next start slot.
             wake = self.timers[0][0] if self.timers else now + 0.1
-            if (pending or deferred) and len(self.inflight) < self.concurrency:
+            if pending and len(inflight) < self.concurrency:
                 wake = min(wake, next_start)
             wait = max(0.0, min(wake - time.monotonic(), 0.1))
-            touched: dict[tuple, _Attempt] = {}
+            touched: dict[bytes, _Attempt] = {}
             for fd, _ in self.epoll.poll(wait):
-                _, sock = self.by_fd[fd]
+                recvfrom = self.by_fd[fd][1].recvfrom
                 while True:
                     try:
-                        size, addr = sock.recvfrom_into(buffer)
+                        data, addr = recvfrom(65536)
                     except (BlockingIOError, InterruptedError):
                         break
                     except OSError:
                         continue  # ICMP errors surface here; the timeout records them
-                    key = (fd, _canonical_ip(addr[0]), addr[1])
-                    attempt = self.inflight.get(key)
-                    if attempt is None:
-                        continue  # late packets of a finished attempt
-                    attempt.conn.receive_datagram(bytes(buffer[:size]), addr, now=time.monotonic())
+                    # The server addresses us by our connection ID (RFC 9000 5.2):
+                    # long headers carry its length, short headers ours.
+                    if not data:
+                        continue
+                    if data[0] & 0x80:
+                        key = data[6 : 6 + data[5]] if len(data) > 6 else b""
+                    else:
+                        key = data[1 : 1 + _CID_LENGTH]
+                    attempt = inflight.get(key)
+                    if attempt is None or addr[1] != attempt.addr[1]:
+                        continue  # late packets of a finished attempt, or not from its server
+                    if addr[0] != attempt.addr[0] and _canonical_ip(addr[0]) != attempt.target.ip:
+                        continue
+                    attempt.conn.receive_datagram(data, addr, now=time.monotonic())
                     touched[key] = attempt
             now = time.monotonic()
             for key, attempt in touched.items():
@@ -541,6 +593,7 @@ class HandshakeLoop:
                     self._service(attempt, now)
 
 
+_CID_LENGTH = 8  # our source connection IDs; short-header packets carry no length
 _IP_CACHE: dict[str, str] = {}
 
 
@@ -584,7 +637,9 @@ def scan_targets(
     With one worker the loop runs in this process; with more, each worker
     process takes every n-th target and the records come back over a queue.
     """
-    workers = max(1, min(settings.workers, len(targets)))
+    # A worker costs ~1 s of interpreter start and imports: worth it for
+    # hundreds of targets, not for a handful.
+    workers = max(1, min(settings.workers, len(targets) // 256))
     if workers == 1:
         batch: list[HandshakeRecord] = []
         last = [time.monotonic()]
