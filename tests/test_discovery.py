@@ -155,8 +155,8 @@ def test_ipv4_finds_exactly_the_quic_servers_and_handshakes_with_them(lab, lab_s
     assert {ip for ip, _, _ in found} == _quic_servers(lab)
     assert all(port == 443 and 1 in versions for _, port, versions in found)
     assert summary["probes_sent"] == 256
-    assert summary["answers"]["invalid:not-version-negotiation"] + summary["answers"].get("invalid:short-header", 0) \
-        + summary["answers"].get("invalid:malformed", 0) >= 1  # the garbage server, counted
+    # The garbage server's random bytes fail one check or another: counted, not stored.
+    assert sum(n for reason, n in summary["answers"].items() if reason.startswith("invalid:")) >= 1
     assert summary["answers"]["icmp-unreach"] >= 1  # the UDP-closed host
     handshakes = _rows(out, "SELECT scan_id, ip, status FROM handshakes")
     assert {ip for _, ip, _ in handshakes} == _quic_servers(lab)
