@@ -254,7 +254,7 @@ class HelloExtractor:
 
     def _server_packet(self, connection: _Connection, packet: LongPacket) -> None:
         """Follow the server far enough to read its EncryptedExtensions (key log only)."""
-        if connection.done_server or connection.record in (None, _UNPARSEABLE):
+        if connection.done_server or connection.record is None or connection.record is _UNPARSEABLE:
             return
         if packet.packet_type == QuicPacketType.INITIAL and connection.cipher_suite is None:
             if connection.server_keys is None:

@@ -10,6 +10,7 @@ byte, tshark prints only the few fields needed, and Python just reads lines
 
 from __future__ import annotations
 
+import binascii
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -80,22 +81,26 @@ def long_header_datagrams(path: Path | str, ports: tuple[int, ...] = ()) -> Iter
     if ports:
         display_filter += " && udp.port in {" + " ".join(str(p) for p in ports) + "}"
     process = subprocess.Popen(
-        tshark_command(path, display_filter, _FIELDS),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        tshark_command(path, display_filter, _FIELDS), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     assert process.stdout is not None and process.stderr is not None
     try:
+        # Bytes, not text: the payload column is most of the output, and unhexlify reads bytes.
         for line in process.stdout:
-            columns = line.rstrip("\n").split("\t")
+            columns = line.rstrip(b"\n").split(b"\t")
             if len(columns) != len(_FIELDS) or not columns[8]:
                 continue
             frame, when, src4, src6, sport, dst4, dst6, dport, payload = columns
             yield Datagram(
-                int(frame), float(when), src4 or src6, int(sport), dst4 or dst6, int(dport), bytes.fromhex(payload)
+                int(frame),
+                float(when),
+                (src4 or src6).decode(),
+                int(sport),
+                (dst4 or dst6).decode(),
+                int(dport),
+                binascii.unhexlify(payload),
             )
-        stderr = process.stderr.read()
+        stderr = process.stderr.read().decode(errors="replace")
     finally:
         if process.poll() is None:
             process.kill()
