@@ -36,6 +36,7 @@ PATH_DEVICE = "qrep0"  # the path's interface inside each namespace (namespaced,
 # netem's own default queue; the seeds' lesson is that it must also hold at
 # least one bandwidth-delay product, hence the max() in queue_limit().
 DEFAULT_QUEUE_PACKETS = 1000
+TUN_QUEUE_PACKETS = 10_000
 
 
 # --- parsing what users type ------------------------------------------------------------------------
@@ -324,6 +325,9 @@ class RelayBackend(LinkBackend):
     def attach(self, config: LinkConfig) -> None:
         for ns in (self.client_ns, self.server_ns):
             _run(["ip", "-n", ns, "tuntap", "add", "mode", "tun", "dev", PATH_DEVICE])
+            # tun's default queue (500) holds 5 ms at 100,000 packets/s: a
+            # reader waiting that long for a core would drop what a wire keeps.
+            _run(["ip", "-n", ns, "link", "set", "dev", PATH_DEVICE, "txqueuelen", str(TUN_QUEUE_PACKETS)])
         self._address(PATH_DEVICE)
         self.apply(config)
 

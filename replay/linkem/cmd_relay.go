@@ -7,9 +7,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -74,9 +75,10 @@ func runRelay(args []string) error {
 	clientDev := fs.String("client-dev", "", "tun device in the client namespace")
 	serverNS := fs.String("server-netns", "", "server network namespace")
 	serverDev := fs.String("server-dev", "", "tun device in the server namespace")
-	mtu := fs.Int("mtu", 1500, "largest packet relayed")
+	mtu := fs.Int("mtu", 1500, "largest packet on the wire (GSO bursts of up to 64 KB stand for several)")
 	lineLen := fs.Int("delay-line", 1<<16, "packets the delay line of each direction holds")
-	spin := fs.Duration("spin", 150*time.Microsecond, "spin instead of sleeping for the last part of each wait")
+	spin := fs.Duration("spin", 30*time.Microsecond, "spin instead of sleeping for the last part of each wait")
+	early := fs.Duration("early", 10*time.Microsecond, "send a packet this much before it is due rather than wait for it")
 	realtime := fs.Bool("realtime", true, "run the writers at SCHED_FIFO priority (needs root; sharper timing under load)")
 	seed := fs.Uint64("seed", 0, "random seed (0: from the clock)")
 	statsFile := fs.String("stats-file", "", "write counters as JSON here")
@@ -111,7 +113,28 @@ func runRelay(args []string) error {
 	}
 	start := time.Now()
 	clock := func() int64 { return int64(time.Since(start)) }
-	pool := &sync.Pool{New: func() any { return &packet{buf: make([]byte, *mtu+64)} }}
+	// A direction that treats a GSO burst like each of its packets takes
+	// bursts whole from its input; otherwise the kernel segments them.
+	if err := setOffloads(serverFd, downCfg.treatsBurstsAlike()); err != nil {
+		return fmt.Errorf("offloads of %s: %w", *serverDev, err)
+	}
+	if err := setOffloads(clientFd, upCfg.treatsBurstsAlike()); err != nil {
+		return fmt.Errorf("offloads of %s: %w", *clientDev, err)
+	}
+	pools := newBufferPools(*mtu)
+	// Four goroutines own a thread each (a reader and a writer per
+	// direction). With GOMAXPROCS at the core count (2 here) a thread back
+	// from read() or nanosleep() queued for a P behind a spinning writer:
+	// stalls of many milliseconds. A P for each of them, plus the rest.
+	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), 4+2))
+	// A garbage collection scans goroutine stacks; a real-time reader back
+	// from read() then spins until the scan ends, and when the collector's
+	// thread waits for the same core the pair stalls for the kernel's
+	// 50 ms slices given to ordinary threads (seen: errors of a second).
+	// The relay allocates nothing per packet, so collect only if memory
+	// ever grows far past what the delay lines can hold.
+	debug.SetGCPercent(-1)
+	debug.SetMemoryLimit(1 << 30)
 	fatal := make(chan error, 2)
 	stats := map[string]*DirectionStats{"down": {}, "up": {}}
 	dirs := []*direction{
@@ -121,7 +144,7 @@ func runRelay(args []string) error {
 	for _, d := range dirs {
 		d.line = make(chan *packet, *lineLen)
 		d.stats = stats[d.name]
-		d.clock, d.spin, d.pool, d.realtime = clock, *spin, pool, *realtime
+		d.clock, d.spin, d.early, d.pools, d.realtime = clock, *spin, *early, pools, *realtime
 		d.onFatal = func(e error) { fatal <- e }
 		go d.readLoop()
 		go d.writeLoop()

@@ -18,6 +18,15 @@ type DirectionConfig struct {
 	Shaper   Shaper
 }
 
+// treatsBurstsAlike says whether every packet of a GSO burst would get the
+// burst's own verdict and due time: true for a pure delay, which moves the
+// whole burst as it arrived (at once, as an unlimited link would). Loss,
+// rate, jitter and reordering act per wire packet, so with any of them the
+// kernel segments bursts before linkem sees them.
+func (c DirectionConfig) treatsBurstsAlike() bool {
+	return c.Loss == nil && c.Shaper.RateBitsPerSec == 0 && c.Jitter == 0 && c.ReorderP == 0
+}
+
 type verdict int
 
 const (

@@ -170,3 +170,82 @@ func TestHistogramQuantiles(t *testing.T) {
 		t.Fatalf("max bucket %v us", q)
 	}
 }
+
+func TestHistogramCountsEarlyAsError(t *testing.T) {
+	var h errorHistogram
+	h.Add(-int64(5 * time.Microsecond))
+	if q := h.Quantile(1); q != 6 {
+		t.Fatalf("5 us early lands in bucket %v us, want 6", q)
+	}
+}
+
+// frame builds a virtio_net_hdr plus an IPv4 packet with a UDP or TCP
+// header and `payload` bytes, as linkem reads it from a tun fd.
+func frame(gsoType byte, gsoSize uint16, proto byte, payload int) []byte {
+	l4 := 8
+	if proto == 6 {
+		l4 = 32 // TCP with timestamps: data offset 8 words
+	}
+	f := make([]byte, vnetHdrLen+20+l4+payload)
+	f[1] = gsoType
+	f[4], f[5] = byte(gsoSize), byte(gsoSize>>8)
+	ip := f[vnetHdrLen:]
+	ip[0], ip[9] = 0x45, proto
+	if proto == 6 {
+		ip[20+12] = 8 << 4
+	}
+	return f
+}
+
+func TestWireSegmentsCountsEachPacketOfABurst(t *testing.T) {
+	cases := []struct {
+		name          string
+		frame         []byte
+		packets, size int
+	}{
+		{"plain UDP", frame(vnetGSONone, 0, 17, 1200), 1, 20 + 8 + 1200},
+		// quic-go style: 10 datagrams of 1200 B and a short last one.
+		{"UDP GSO", frame(vnetGSOUDPL4, 1200, 17, 10*1200+300), 11, 11*28 + 10*1200 + 300},
+		{"TCP TSO", frame(vnetGSOTCPv4, 1448, 6, 4*1448), 4, 4*(20+32) + 4*1448},
+		{"TSO with ECN bit", frame(vnetGSOTCPv4|vnetGSOECN, 1448, 6, 2*1448), 2, 2*52 + 2*1448},
+		{"GSO type but not IP", append(make([]byte, vnetHdrLen), 0x00, 1, 2), 1, 3},
+	}
+	for _, c := range cases {
+		if c.name == "GSO type but not IP" {
+			c.frame[1], c.frame[4] = vnetGSOUDPL4, 100
+		}
+		p, b := wireSegments(c.frame)
+		if p != c.packets || b != c.size {
+			t.Errorf("%s: %d packets %d bytes, want %d and %d", c.name, p, b, c.packets, c.size)
+		}
+	}
+}
+
+func TestOnlyAPureDelayTakesBurstsWhole(t *testing.T) {
+	if !(DirectionConfig{Delay: 30 * time.Millisecond}).treatsBurstsAlike() {
+		t.Fatal("a pure delay must take GSO bursts whole")
+	}
+	for name, c := range map[string]DirectionConfig{
+		"loss":    {Loss: &Bernoulli{P: 0.01}},
+		"rate":    {Shaper: Shaper{RateBitsPerSec: 1e9}},
+		"jitter":  {Delay: time.Millisecond, Jitter: time.Millisecond},
+		"reorder": {Delay: time.Millisecond, ReorderP: 0.1},
+	} {
+		if c.treatsBurstsAlike() {
+			t.Errorf("%s acts per wire packet but would take bursts whole", name)
+		}
+	}
+}
+
+func TestBufferPoolsReuseBySize(t *testing.T) {
+	b := newBufferPools(1500)
+	small, big := b.get(100), b.get(20000)
+	if len(small.buf) != vnetHdrLen+1500 || len(big.buf) != maxFrame {
+		t.Fatalf("sizes %d and %d", len(small.buf), len(big.buf))
+	}
+	b.put(small)
+	b.put(big)
+	if b.get(1510) != small || b.get(1511) != big {
+		t.Fatal("returned buffers were not reused by size")
+	}
+}

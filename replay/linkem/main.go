@@ -7,6 +7,8 @@
 //	linkem relay --client-netns NS --client-dev DEV --server-netns NS --server-dev DEV [link flags]
 //	linkem echo --listen ADDR          (UDP echo, for calibration)
 //	linkem ping --target ADDR          (UDP RTT samples, JSON summary)
+//	linkem blast --target ADDR --pps N (paced time-stamped load, sendmmsg)
+//	linkem sink --listen ADDR          (one-way latency of blast's datagrams, JSON summary)
 //
 // "down" is server to client, "up" client to server. Counters are written
 // as JSON to --stats-file (at start, every --stats-interval, on SIGUSR1 and
@@ -20,7 +22,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: linkem relay|echo|ping [flags] (-h for flags)")
+		fmt.Fprintln(os.Stderr, "usage: linkem relay|echo|ping|blast|sink [flags] (-h for flags)")
 		os.Exit(2)
 	}
 	var err error
@@ -31,8 +33,12 @@ func main() {
 		err = runEcho(os.Args[2:])
 	case "ping":
 		err = runPing(os.Args[2:])
+	case "blast":
+		err = runBlast(os.Args[2:])
+	case "sink":
+		err = runSink(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: want relay, echo or ping", os.Args[1])
+		err = fmt.Errorf("unknown command %q: want relay, echo, ping, blast or sink", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "linkem:", err)

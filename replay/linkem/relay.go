@@ -5,17 +5,66 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
+// maxFrame is the largest read from a tun fd: a 64 KB GSO burst and its
+// virtio_net_hdr.
+const maxFrame = vnetHdrLen + 65535
+
 type packet struct {
-	buf []byte
-	n   int
-	due int64
+	buf       []byte // from the pool of its size class
+	n         int    // frame length (virtio_net_hdr included)
+	due       int64
+	segments  int // wire packets it stands for (a GSO burst: several)
+	wireBytes int
+}
+
+// bufferPools hands out packet buffers in two sizes so that a delay line
+// full of small packets does not hold 64 KB each: MTU-sized frames and
+// whole GSO bursts. Buffers are never freed, only returned: in steady state
+// linkem allocates nothing, so the garbage collector never runs (see
+// runRelay) and never stops a real-time thread half way.
+type bufferPools struct {
+	smallSize  int
+	small, big chan *packet
+}
+
+// freeBuffers is how many returned buffers of each size are kept; more
+// than a 30 ms delay line holds at 100,000 packets/s.
+const freeBuffers = 1 << 14
+
+func newBufferPools(mtu int) *bufferPools {
+	return &bufferPools{smallSize: vnetHdrLen + mtu, small: make(chan *packet, freeBuffers),
+		big: make(chan *packet, freeBuffers)}
+}
+
+func (b *bufferPools) get(n int) *packet {
+	free, size := b.small, b.smallSize
+	if n > b.smallSize {
+		free, size = b.big, maxFrame
+	}
+	select {
+	case p := <-free:
+		return p
+	default:
+		return &packet{buf: make([]byte, size)}
+	}
+}
+
+func (b *bufferPools) put(p *packet) {
+	free := b.small
+	if len(p.buf) != b.smallSize {
+		free = b.big
+	}
+	select {
+	case free <- p:
+	default: // more in flight than ever kept: let this one go
+	}
 }
 
 // direction moves packets from one tun fd to the other through a pathModel.
@@ -30,17 +79,22 @@ type direction struct {
 	stats    *DirectionStats
 	clock    func() int64
 	spin     time.Duration
+	early    time.Duration
 	realtime bool
-	pool     *sync.Pool
+	pools    *bufferPools
 	onFatal  func(error)
 }
 
 func (d *direction) readLoop() {
+	// The reader stamps each packet's arrival: if it waits for a core,
+	// packets age in the tun queue unseen and the delay comes out long.
+	// So it ranks above the writer, which it interrupts for a few
+	// microseconds a packet.
+	d.ownThread(readerPriority)
+	frame := make([]byte, maxFrame)
 	for {
-		p := d.pool.Get().(*packet)
-		n, err := unix.Read(d.in, p.buf)
+		n, err := rawRead(d.in, frame)
 		if err != nil {
-			d.pool.Put(p)
 			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
 				continue
 			}
@@ -48,31 +102,33 @@ func (d *direction) readLoop() {
 			return
 		}
 		now := d.clock()
-		d.stats.PacketsIn.Add(1)
-		d.stats.BytesIn.Add(uint64(n))
-		due, v := d.model.decide(now, n)
+		segments, wireBytes := wireSegments(frame[:n])
+		d.stats.PacketsIn.Add(uint64(segments))
+		if segments > 1 {
+			d.stats.BurstsIn.Add(1)
+		}
+		d.stats.BytesIn.Add(uint64(wireBytes))
+		due, v := d.model.decide(now, wireBytes)
 		switch v {
 		case dropLoss:
-			d.stats.DroppedLoss.Add(1)
-			d.pool.Put(p)
+			d.stats.DroppedLoss.Add(uint64(segments))
 		case dropQueue:
-			d.stats.DroppedQueue.Add(1)
-			d.pool.Put(p)
+			d.stats.DroppedQueue.Add(uint64(segments))
 		case deliverNow:
-			d.stats.Reordered.Add(1)
-			d.send(p.buf[:n])
-			d.pool.Put(p)
+			d.stats.Reordered.Add(uint64(segments))
+			d.send(frame[:n], segments, wireBytes)
 		case deliver:
 			if due <= now && d.pending.Load() == 0 {
 				// Nothing ahead of it and already due (0 ms configured):
 				// skipping the hand-off to the writer keeps order and
-				// saves a thread wake-up per packet.
+				// saves a copy and a thread wake-up per packet.
 				d.stats.DelayError.Add(d.clock() - due)
-				d.send(p.buf[:n])
-				d.pool.Put(p)
+				d.send(frame[:n], segments, wireBytes)
 				continue
 			}
-			p.n, p.due = n, due
+			p := d.pools.get(n)
+			p.n = copy(p.buf, frame[:n])
+			p.due, p.segments, p.wireBytes = due, segments, wireBytes
 			d.pending.Add(1)
 			select {
 			case d.line <- p:
@@ -80,14 +136,22 @@ func (d *direction) readLoop() {
 				d.pending.Add(-1)
 				// The delay line is sized for far more than a bandwidth-delay
 				// product; reaching its end means the writer cannot keep up.
-				d.stats.DroppedOverflow.Add(1)
-				d.pool.Put(p)
+				d.stats.DroppedOverflow.Add(uint64(segments))
+				d.pools.put(p)
 			}
 		}
 	}
 }
 
-func (d *direction) writeLoop() {
+// SCHED_FIFO priorities of the threads that move packets (1..99).
+const (
+	writerPriority = 10
+	readerPriority = 11
+)
+
+// ownThread pins the calling goroutine to its thread and, with realtime,
+// raises that thread to SCHED_FIFO at the given priority.
+func (d *direction) ownThread(priority int) {
 	// Go timers wake up to a millisecond late (the netpoller waits in
 	// whole milliseconds), so the writer owns its thread and sleeps with
 	// nanosleep under a 1 us timer slack instead.
@@ -97,23 +161,27 @@ func (d *direction) writeLoop() {
 		// Real-time priority: on a busy machine an ordinary thread waits
 		// milliseconds for a core, which is the whole delay error.
 		// Best effort: without the privilege it stays an ordinary thread.
-		unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: 10}, 0)
+		unix.SchedSetAttr(0, &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: 1 /* SCHED_FIFO */, Priority: uint32(priority)}, 0)
 	}
+}
+
+func (d *direction) writeLoop() {
+	d.ownThread(writerPriority)
 	for p := range d.line {
 		d.waitUntil(p.due)
 		d.stats.DelayError.Add(d.clock() - p.due)
-		d.send(p.buf[:p.n])
-		d.pool.Put(p)
+		d.send(p.buf[:p.n], p.segments, p.wireBytes)
+		d.pools.put(p)
 		d.pending.Add(-1)
 	}
 }
 
-func (d *direction) send(b []byte) {
+func (d *direction) send(frame []byte, segments, wireBytes int) {
 	for {
-		_, err := unix.Write(d.out, b)
+		_, err := rawWrite(d.out, frame)
 		if err == nil {
-			d.stats.PacketsOut.Add(1)
-			d.stats.BytesOut.Add(uint64(len(b)))
+			d.stats.PacketsOut.Add(uint64(segments))
+			d.stats.BytesOut.Add(uint64(wireBytes))
 			return
 		}
 		if errors.Is(err, unix.EINTR) {
@@ -126,18 +194,52 @@ func (d *direction) send(b []byte) {
 	}
 }
 
-// waitUntil sleeps until shortly before the deadline and spins the rest:
-// even hrtimer wake-ups are late by tens of microseconds on a busy machine,
-// spinning is exact to the clock read.
+// waitUntil returns when due is at most `early` ahead: it sleeps until
+// shortly before and spins the rest, because even hrtimer wake-ups are late
+// by tens of microseconds on a busy machine. Sending up to `early` ahead
+// lets the writer pass dense traffic (100,000 packets/s are 10 us apart)
+// back to back and then sleep, instead of spinning on every gap: a
+// real-time thread that never sleeps is throttled by the kernel for tens of
+// milliseconds at a time, which was the whole p99 error.
 func (d *direction) waitUntil(due int64) {
 	for {
 		left := due - d.clock()
-		if left <= 0 {
+		if left <= int64(d.early) {
 			return
 		}
 		if left > int64(d.spin) {
 			ts := unix.NsecToTimespec(left - int64(d.spin))
-			unix.Nanosleep(&ts, nil) // EINTR just means another round
+			rawNanosleep(&ts) // EINTR just means another round
 		}
 	}
+}
+
+// The threads that move packets make their system calls without telling
+// the Go scheduler (RawSyscall): each owns its thread and a P of its own
+// (runRelay raises GOMAXPROCS), so nothing is lost, while the ordinary
+// path (entersyscall/exitsyscall) made a real-time reader back from read()
+// spin until sysmon, an ordinary thread that may be waiting for the very
+// same core, let go of the goroutine's status: stalls of up to a second
+// with linkem pinned to one core. The price: a stop-the-world waits until
+// every such thread is back from its call, so linkem must never stop the
+// world once relaying (no garbage collection, see runRelay).
+
+func rawRead(fd int, b []byte) (int, error) {
+	n, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+func rawWrite(fd int, b []byte) (int, error) {
+	n, _, errno := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+func rawNanosleep(ts *unix.Timespec) {
+	unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(ts)), 0, 0)
 }

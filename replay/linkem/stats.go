@@ -4,8 +4,9 @@ import (
 	"sync/atomic"
 )
 
-// errorHistogram counts delay errors (actual minus intended send time) in
-// microsecond buckets; the last bucket collects everything beyond.
+// errorHistogram counts delay errors (how far the actual send time is from
+// the intended one, early or late) in microsecond buckets; the last bucket
+// collects everything beyond.
 const histBuckets = 20000
 
 type errorHistogram struct {
@@ -15,7 +16,7 @@ type errorHistogram struct {
 
 func (h *errorHistogram) Add(errNs int64) {
 	if errNs < 0 {
-		errNs = 0
+		errNs = -errNs // sent early (see waitUntil): as much an error as late
 	}
 	if errNs > h.maxNs.Load() {
 		h.maxNs.Store(errNs) // single writer per direction: no CAS loop needed
@@ -50,7 +51,8 @@ func (h *errorHistogram) Quantile(q float64) float64 {
 // DirectionStats are the per-direction counters linkem reports; the JSON
 // names are what replay/link.py reads.
 type DirectionStats struct {
-	PacketsIn       atomic.Uint64
+	PacketsIn       atomic.Uint64 // wire packets: a GSO burst counts as its segments
+	BurstsIn        atomic.Uint64 // GSO bursts taken whole (one read, several wire packets)
 	BytesIn         atomic.Uint64
 	PacketsOut      atomic.Uint64
 	BytesOut        atomic.Uint64
@@ -65,6 +67,7 @@ func (d *DirectionStats) Snapshot() map[string]any {
 	return map[string]any{
 		"packets_in":         d.PacketsIn.Load(),
 		"bytes_in":           d.BytesIn.Load(),
+		"bursts_in":          d.BurstsIn.Load(),
 		"packets_out":        d.PacketsOut.Load(),
 		"bytes_out":          d.BytesOut.Load(),
 		"dropped_loss":       d.DroppedLoss.Load(),

@@ -57,10 +57,27 @@ func attach(dev string) (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	// IFF_VNET_HDR always: GSO bursts from the other side must be
+	// writable here whatever this side's own offloads are.
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
 		return -1, err
 	}
 	return fd, nil
+}
+
+// setOffloads lets the kernel hand this fd whole GSO bursts (TCP TSO and
+// UDP USO) with checksums left to finish, or, with on=false, makes it
+// segment and checksum every packet before linkem reads it.
+func setOffloads(fd int, on bool) error {
+	if !on {
+		return unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, 0)
+	}
+	all := tunFCSUM | tunFTSO4 | tunFTSO6
+	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, all|tunFUSO4|tunFUSO6); err != nil {
+		// Kernels before 6.2 know no USO: TCP bursts still help.
+		return unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, all)
+	}
+	return nil
 }
