@@ -216,7 +216,7 @@ def learn_command(argv: Sequence[str]) -> None:
                     "(ALPN h3 and ALPN invalid) and write the library signatures learned.")
     parser.add_argument("--out", type=Path, default=SIGNATURES_PATH, help="signatures file to write")
     parser.add_argument("--repetitions", type=int, default=5, help="handshakes of each kind per server")
-    parser.add_argument("--instance", default="qlab-learn",
+    parser.add_argument("--instance", default="qlablearn",
                         help="lab instance name (its own namespaces, so a running lab is left alone)")
     args = parser.parse_args(argv)
     from scanner.lab import Lab  # the lab needs root; importing it is only for learning

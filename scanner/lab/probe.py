@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import random
 import select
 import socket
 import time
@@ -13,20 +11,8 @@ from subprocess import Popen
 
 from tparams.errors import ToolError
 
+from scanner.discovery.probe import make_probe
 from scanner.lab.netns import in_namespace
-
-# Matches the 0x?a?a?a?a pattern RFC 9000 (15) reserves to force Version Negotiation.
-RESERVED_VERSION = 0x1A2A3A4A
-MIN_INITIAL_SIZE = 1200
-
-
-def version_negotiation_probe() -> bytes:
-    """A long-header packet with a reserved version, padded to 1200 bytes:
-    every QUIC server answers it with Version Negotiation (RFC 9000, 6.1)."""
-    dcid, scid = os.urandom(8), os.urandom(8)
-    header = (bytes([0xC0 | random.getrandbits(4)]) + RESERVED_VERSION.to_bytes(4, "big")
-              + bytes([len(dcid)]) + dcid + bytes([len(scid)]) + scid)
-    return header + bytes(MIN_INITIAL_SIZE - len(header))
 
 
 @dataclass
@@ -76,7 +62,7 @@ def wait_until_ready(client_ns: str, servers: list[Pending], timeout: float) -> 
                                 f"within {timeout:.0f}s: {log_tail(server.log)}")
             for server in pending:
                 if not server.udp_answered:
-                    udp.sendto(version_negotiation_probe(), (server.ip, server.port))
+                    udp.sendto(make_probe().payload, (server.ip, server.port))
                 if server.tcp and not server.tcp_answered:
                     server.tcp_answered = _tcp_accepts(client_ns, server.ip, server.port)
             end = time.monotonic() + 0.1
