@@ -93,7 +93,7 @@ def hellos_to_arrow(scan_id: int, first_id: int, capture_file: str, hellos: list
         "seen_at": [dt.datetime.fromtimestamp(h.time, dt.timezone.utc) for h in hellos],
         "alpn": [list(h.alpn) for h in hellos],
         "transport_parameters_raw": [h.transport_parameters.raw for h in hellos],
-        "findings": [[f.__dict__ for f in h.transport_parameters.findings] for h in hellos],
+        "findings": [[f._asdict() for f in h.transport_parameters.findings] for h in hellos],
         "set_fingerprint": [s.fingerprint() for s in param_sets],
         "order_fingerprint": [order_fingerprint(h.transport_parameters.ids) for h in hellos],
         "order_signature": [order_signature(h.transport_parameters.ids) for h in hellos],

@@ -104,7 +104,7 @@ def hello_summary(hello: ClientHelloRecord) -> dict[str, Any]:
         "client": hello.client,
         "parameters": ParamSet.from_decoded(hello.transport_parameters).as_sent(),
         "wire_order": [f"0x{p.id:x}" for p in hello.transport_parameters.parameters],
-        "findings": [f.__dict__ for f in hello.transport_parameters.findings],
+        "findings": [f._asdict() for f in hello.transport_parameters.findings],
         "server_parameters": None if server is None else ParamSet.from_decoded(server).as_sent(),
     }
 
