@@ -265,7 +265,9 @@ class Testbed:
     def interface_counters(self) -> dict:
         """Cumulative packets and bytes of each end's path interface, as
         {"client": {"tx": {"packets", "bytes"}, "rx": {...}}, "server": {...}},
-        plus the emulator's own counters (drops by cause) under "link"."""
+        plus the emulator's own counters (drops by cause) under "link".
+        Packets are wire packets (of at most the MTU) with linkem; a plain
+        veth counts a GSO burst once."""
         counters = {}
         for role, ns in (("client", self.client_ns), ("server", self.server_ns)):
             with IPRoute(netns=ns) as ipr:
@@ -276,6 +278,12 @@ class Testbed:
                 for d, c in self._path.link_counters().items() if isinstance(c, dict)}
         if link:
             counters["link"] = link
+            # linkem takes GSO/TSO bursts whole, which its tun interfaces
+            # count as one packet each; linkem counts every wire packet.
+            for role, way, direction, end in (("server", "tx", "down", "in"), ("client", "rx", "down", "out"),
+                                              ("client", "tx", "up", "in"), ("server", "rx", "up", "out")):
+                counters[role][way]["packets"] = link[direction][f"packets_{end}"]
+                counters[role][way]["bytes"] = link[direction][f"bytes_{end}"]
         return counters
 
     def link_counters(self) -> dict:
