@@ -204,23 +204,13 @@ def _wait_listening(ns: str | None, port: int, server: _Process) -> None:
     raise RuntimeError(f"server did not listen on UDP port {port} within {SERVER_READY_TIMEOUT_S:.0f} s")
 
 
-def _exit_if_forked(owner: int) -> None:
-    """pyroute2 forks helpers that inherit the testbed's SIGTERM-to-SystemExit handler; a helper
-    unwinding through our frames would stop our processes, delete our files and write to (and
-    corrupt) our DuckDB file. Such a copy leaves at once instead."""
-    if os.getpid() != owner:
-        os._exit(143)
-
-
 @contextmanager
 def _run_workdir() -> Iterator[Path]:
-    """A scratch directory, removed only by this process (see _exit_if_forked)."""
-    owner = os.getpid()
+    """A scratch directory for one run, removed afterwards."""
     workdir = Path(tempfile.mkdtemp(prefix="qreplay-run-"))
     try:
         yield workdir
     finally:
-        _exit_if_forked(owner)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -262,7 +252,6 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         "rep": rep, "size_bytes": options.size, "autotune": options.autotune, "cc": options.cc,
     }
     warnings: list[str] = []
-    owner = os.getpid()
     port = SERVER_PORT if path.server_ns else _free_udp_port()
     with _run_workdir() as workdir:
         server_params = condition.server.params if condition.server else None
@@ -325,7 +314,6 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             where = traceback.extract_tb(exc.__traceback__)[-1]
             row["status"], row["error"] = "failed", f"{exc} ({Path(where.filename).name}:{where.lineno})"[:400]
         finally:
-            _exit_if_forked(owner)
             if client:
                 client.stop()
                 row["client_cpu_s"], row["client_maxrss_kb"] = client.usage()
@@ -359,7 +347,6 @@ def run_experiment(experiment: Experiment, results: str | Path,
     if reason:
         raise ToolError(f"stack {experiment.stack.name} is not usable: {reason}")
     con = store.connect(results)
-    owner = os.getpid()
     record = {
         "experiment_id": experiment.experiment_id, "kind": experiment.kind,
         "started_at": datetime.datetime.now(), "stack": experiment.stack.name,
@@ -388,13 +375,11 @@ def run_experiment(experiment: Experiment, results: str | Path,
                         if on_run:
                             on_run(row)
                 finally:
-                    _exit_if_forked(owner)
                     store.insert(con, "runs", batch)
                     rows += batch
         record["finished_at"] = datetime.datetime.now()
         store.upsert_experiment(con, record)
     finally:
-        _exit_if_forked(owner)
         con.close()
     return rows
 
