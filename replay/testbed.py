@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -154,11 +153,11 @@ class Testbed:
         self._buffers = SocketBuffers(buffer_bytes)
         self._path: LinkBackend | None = None
         self._processes: list[subprocess.Popen] = []
-        self._old_sigterm = None
+        self._signals = contextlib.ExitStack()
         self._owner = os.getpid()
 
     def __enter__(self) -> "Testbed":
-        self._catch_sigterm()
+        self._signals.enter_context(netns.teardown_on_signals())
         try:
             sweep_stale()
             netns.create_namespace(self.client_ns)
@@ -195,29 +194,11 @@ class Testbed:
                 errors.append(exc)
         self._processes.clear()
         self._path = None
-        if self._old_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._old_sigterm)
-            self._old_sigterm = None
+        self._signals.close()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
         if errors:
             raise errors[0]
-
-    def _catch_sigterm(self) -> None:
-        # A plain SIGTERM would end Python without running __exit__; turn it
-        # into SystemExit so the namespaces go too. Only where we may.
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-            self._old_sigterm = signal.SIG_DFL
-            signal.signal(signal.SIGTERM, self._on_sigterm)
-
-    def _on_sigterm(self, signum, frame) -> None:
-        if os.getpid() != self._owner:
-            # pyroute2's forked helpers inherit this handler and are stopped
-            # with SIGTERM: they must simply die, not unwind into our code.
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-        raise SystemExit(143)
 
     # --- processes ----------------------------------------------------------------------------------
 

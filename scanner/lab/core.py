@@ -16,9 +16,7 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -85,7 +83,7 @@ class Lab:
     @contextlib.contextmanager
     def up(cls, topology: Topology | None = None, instance: str = DEFAULT_INSTANCE) -> Iterator["Lab"]:
         owner = os.getpid()
-        with _sigterm_as_interrupt():
+        with netns.teardown_on_signals():
             lab = up(topology, instance)
             try:
                 yield lab
@@ -314,30 +312,6 @@ def _instance_lock(instance: str) -> Iterator[None]:
         except BlockingIOError:
             raise ToolError(f"another `qscan lab up/down` of {instance!r} is running; wait for it") from None
         yield
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """A SIGTERM (e.g. from a test runner's timeout) unwinds like Ctrl-C, so
-    the context manager still tears the lab down."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    owner = os.getpid()
-
-    def interrupt(signum: int, frame: object) -> None:
-        if os.getpid() != owner:
-            # A forked helper (pyroute2 forks to open namespace sockets) must
-            # just die, not unwind the parent's code and tear the lab down.
-            os._exit(128 + signum)
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _read_state(instance: str) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -25,6 +26,36 @@ from tparams.errors import ToolError
 # Processes this Python process started and has not yet reaped; the test suite
 # checks it is empty at the end of a session.
 STARTED_PIDS: set[int] = set()
+
+
+@contextlib.contextmanager
+def teardown_on_signals() -> Iterator[None]:
+    """Within the block, SIGTERM (a test runner's timeout, `kill`) raises
+    SystemExit(143) in this process, so the block's teardown runs as on
+    Ctrl-C; a plain SIGTERM would end Python without it and leave
+    namespaces behind. Forked copies of this process (pyroute2 forks
+    helpers, which inherit the handler and are stopped with SIGTERM) die at
+    once instead of unwinding the parent's frames into its teardown.
+
+    Only from the main thread (the only one that may set handlers), and
+    only over the default action: a caller's own handler, or an enclosing
+    block's, is left in charge."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    owner = os.getpid()
+
+    def on_signal(signum: int, frame: object) -> None:
+        if os.getpid() != owner:
+            os._exit(128 + signum)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def list_namespaces(prefix: str = "") -> list[str]:
