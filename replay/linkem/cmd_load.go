@@ -125,7 +125,7 @@ func runSink(args []string) error {
 		return err
 	}
 	defer unix.Close(fd)
-	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20) // room for seconds of 100,000 small datagrams
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
 		return err
 	}

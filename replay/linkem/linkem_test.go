@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -247,5 +249,61 @@ func TestBufferPoolsReuseBySize(t *testing.T) {
 	b.put(big)
 	if b.get(1510) != small || b.get(1511) != big {
 		t.Fatal("returned buffers were not reused by size")
+	}
+}
+
+// udpFrame is a virtio_net_hdr plus an IPv4/UDP datagram from port 1000
+// to srcPort+1 whose payload bytes all equal fill.
+func udpFrame(srcPort uint16, payload int, fill byte) []byte {
+	f := frame(vnetGSONone, 0, 17, payload)
+	ip := f[vnetHdrLen:]
+	ip[8] = 64
+	copy(ip[12:20], []byte{198, 18, 100, 2, 198, 18, 100, 1})
+	binary.BigEndian.PutUint16(ip[2:4], uint16(len(ip)))
+	binary.BigEndian.PutUint16(ip[20:22], srcPort)
+	binary.BigEndian.PutUint16(ip[22:24], srcPort+1)
+	binary.BigEndian.PutUint16(ip[24:26], uint16(8+payload))
+	for i := 28; i < len(ip); i++ {
+		ip[i] = fill
+	}
+	return f
+}
+
+func TestCoalesceMergesOneFlowIntoAUDPBurst(t *testing.T) {
+	frames := [][]byte{udpFrame(1000, 100, 'a'), udpFrame(1000, 100, 'b'), udpFrame(1000, 60, 'c'),
+		udpFrame(1000, 100, 'd')}
+	out := make([]byte, maxFrame)
+	n, used := coalesce(out, frames)
+	if used != 3 {
+		t.Fatalf("merged %d datagrams, want 3 (a shorter one ends the burst)", used)
+	}
+	burst := out[vnetHdrLen:n]
+	if len(burst) != 28+260 || int(binary.BigEndian.Uint16(burst[2:4])) != len(burst) {
+		t.Fatalf("IP length %d (header says %d)", len(burst), binary.BigEndian.Uint16(burst[2:4]))
+	}
+	if fold(addWords(0, burst[:20])) != 0xffff {
+		t.Fatal("IPv4 header checksum does not verify")
+	}
+	if out[1] != vnetGSOUDPL4 || binary.LittleEndian.Uint16(out[4:6]) != 100 || out[0] != 1 ||
+		binary.LittleEndian.Uint16(out[6:8]) != 20 || binary.LittleEndian.Uint16(out[8:10]) != 6 {
+		t.Fatalf("virtio_net_hdr % x", out[:vnetHdrLen])
+	}
+	if binary.BigEndian.Uint16(burst[24:26]) != 8+260 {
+		t.Fatal("UDP length not the burst's")
+	}
+	pseudo := fold(addWords(0, burst[12:20]) + 17 + 8 + 260)
+	if binary.BigEndian.Uint16(burst[26:28]) != pseudo {
+		t.Fatal("UDP checksum field is not the pseudo-header sum")
+	}
+	if string(burst[28:28+100]) != strings.Repeat("a", 100) || string(burst[128:228]) != strings.Repeat("b", 100) ||
+		string(burst[228:]) != strings.Repeat("c", 60) {
+		t.Fatal("payloads not concatenated in order")
+	}
+	// Another flow, a GSO burst or a larger datagram is never merged.
+	for name, second := range map[string][]byte{"other port": udpFrame(2000, 100, 'x'),
+		"larger": udpFrame(1000, 120, 'x'), "burst": frame(vnetGSOUDPL4, 100, 17, 300)} {
+		if n, used := coalesce(out, [][]byte{udpFrame(1000, 100, 'a'), second}); n != 0 || used != 1 {
+			t.Errorf("%s: merged (%d, %d)", name, n, used)
+		}
 	}
 }

@@ -167,12 +167,67 @@ func (d *direction) ownThread(priority int) {
 
 func (d *direction) writeLoop() {
 	d.ownThread(writerPriority)
-	for p := range d.line {
+	batch := make([]*packet, 0, maxCoalesced)
+	frames := make([][]byte, 0, maxCoalesced)
+	burst := make([]byte, maxFrame)
+	var held *packet // taken from the line but not yet due
+	for {
+		p := held
+		held = nil
+		if p == nil {
+			var open bool
+			if p, open = <-d.line; !open {
+				return
+			}
+		}
 		d.waitUntil(p.due)
-		d.stats.DelayError.Add(d.clock() - p.due)
-		d.send(p.buf[:p.n], p.segments, p.wireBytes)
-		d.pools.put(p)
-		d.pending.Add(-1)
+		// Whatever else is due by now goes out with it, merged where it can
+		// be (see coalesce): a writer that fell behind catches up in bursts.
+		batch = append(batch[:0], p)
+	gather:
+		for len(batch) < maxCoalesced {
+			select {
+			case q := <-d.line:
+				if q.due-d.clock() > int64(d.early) {
+					held = q
+					break gather
+				}
+				batch = append(batch, q)
+			default:
+				break gather
+			}
+		}
+		frames = frames[:0]
+		for _, q := range batch {
+			frames = append(frames, q.buf[:q.n])
+		}
+		d.sendBatch(batch, frames, burst)
+	}
+}
+
+// sendBatch writes packets (frames are their bytes), merging runs of one
+// UDP flow into bursts built in burst, and returns the buffers.
+func (d *direction) sendBatch(batch []*packet, frames [][]byte, burst []byte) {
+	for i := 0; i < len(batch); {
+		n, used := coalesce(burst, frames[i:])
+		now := d.clock()
+		segments, wireBytes := 0, 0
+		for _, p := range batch[i : i+used] {
+			d.stats.DelayError.Add(now - p.due)
+			segments += p.segments
+			wireBytes += p.wireBytes
+		}
+		if n > 0 {
+			d.stats.BurstsOut.Add(1)
+			d.send(burst[:n], segments, wireBytes)
+		} else {
+			d.send(frames[i], segments, wireBytes)
+		}
+		for _, p := range batch[i : i+used] {
+			d.pools.put(p)
+		}
+		d.pending.Add(-int64(used))
+		i += used
 	}
 }
 
@@ -194,22 +249,27 @@ func (d *direction) send(frame []byte, segments, wireBytes int) {
 	}
 }
 
-// waitUntil returns when due is at most `early` ahead: it sleeps until
-// shortly before and spins the rest, because even hrtimer wake-ups are late
-// by tens of microseconds on a busy machine. Sending up to `early` ahead
-// lets the writer pass dense traffic (100,000 packets/s are 10 us apart)
-// back to back and then sleep, instead of spinning on every gap: a
-// real-time thread that never sleeps is throttled by the kernel for tens of
-// milliseconds at a time, which was the whole p99 error.
+// waitUntil returns when due is at most `early` ahead. Long waits sleep
+// until `spin` before and spin the rest, because wake-ups from a long
+// sleep (a core gone idle) come tens of microseconds late; short waits just
+// sleep, since spinning through every gap of dense traffic (100,000
+// packets/s are 10 us apart) kept a core busy and a real-time thread that
+// never sleeps is throttled by the kernel for milliseconds at a time.
+// Sending up to `early` ahead lets the writer pass such traffic in small
+// batches.
 func (d *direction) waitUntil(due int64) {
 	for {
 		left := due - d.clock()
-		if left <= int64(d.early) {
+		switch {
+		case left <= int64(d.early):
 			return
-		}
-		if left > int64(d.spin) {
+		case left > 2*int64(d.spin):
 			ts := unix.NsecToTimespec(left - int64(d.spin))
 			rawNanosleep(&ts) // EINTR just means another round
+		case left <= int64(d.spin):
+			ts := unix.NsecToTimespec(left - int64(d.early))
+			rawNanosleep(&ts)
+			return
 		}
 	}
 }

@@ -55,6 +55,7 @@ type DirectionStats struct {
 	BurstsIn        atomic.Uint64 // GSO bursts taken whole (one read, several wire packets)
 	BytesIn         atomic.Uint64
 	PacketsOut      atomic.Uint64
+	BurstsOut       atomic.Uint64 // writes that merged several UDP datagrams (see coalesce)
 	BytesOut        atomic.Uint64
 	DroppedLoss     atomic.Uint64
 	DroppedQueue    atomic.Uint64
@@ -70,6 +71,7 @@ func (d *DirectionStats) Snapshot() map[string]any {
 		"bursts_in":          d.BurstsIn.Load(),
 		"packets_out":        d.PacketsOut.Load(),
 		"bytes_out":          d.BytesOut.Load(),
+		"bursts_out":         d.BurstsOut.Load(),
 		"dropped_loss":       d.DroppedLoss.Load(),
 		"dropped_queue":      d.DroppedQueue.Load(),
 		"dropped_overflow":   d.DroppedOverflow.Load(),
