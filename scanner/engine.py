@@ -355,6 +355,8 @@ class HandshakeLoop:
         self.sockets: dict[int, list[socket.socket]] = {}
         self.by_fd: dict[int, tuple[int, socket.socket]] = {}
         self.inflight: dict[bytes, _Attempt] = {}  # by our source connection ID
+        self.by_address: dict[tuple[str, int], _Attempt] = {}  # the latest attempt per server address
+        self.retired: dict[bytes, None] = {}  # CIDs of finished attempts, oldest first
         self.timers: list[tuple[float, int, bytes]] = []
         self.sequence = 0
         # One configuration per server name: QuicConnection only reads it.
@@ -408,6 +410,7 @@ class HandshakeLoop:
         attempt = _Attempt(target, conn, sockets[self.sequence % len(sockets)], addr, conn.host_cid)
         attempt.deadline = now + self.settings.timeout
         self.inflight[attempt.key] = attempt
+        self.by_address[addr] = attempt
         conn.connect(addr, now=now)
         self._service(attempt, now)
 
@@ -439,6 +442,11 @@ class HandshakeLoop:
 
     def _finish(self, attempt: _Attempt) -> None:
         del self.inflight[attempt.key]
+        if self.by_address.get(attempt.addr) is attempt:
+            del self.by_address[attempt.addr]
+        self.retired[attempt.key] = None
+        if len(self.retired) > _RETIRED_KEPT:
+            del self.retired[next(iter(self.retired))]
         self.emit(attempt.record)  # type: ignore[arg-type]
 
     def _base_record(self, attempt: _Attempt, status: str, now: float) -> HandshakeRecord:
@@ -569,10 +577,19 @@ class HandshakeLoop:
                     else:
                         key = data[1 : 1 + _CID_LENGTH]
                     attempt = inflight.get(key)
-                    if attempt is None or addr[1] != attempt.addr[1]:
-                        continue  # late packets of a finished attempt, or not from its server
-                    if addr[0] != attempt.addr[0] and _canonical_ip(addr[0]) != attempt.target.ip:
-                        continue
+                    if attempt is None:
+                        if key in self.retired:
+                            continue  # late packets of a finished attempt
+                        # Not addressed to any CID of ours: garbage, or a broken server.
+                        # Its latest attempt gets it, so the record shows it answered.
+                        attempt = self.by_address.get((_canonical_ip(addr[0]), addr[1]))
+                        if attempt is None:
+                            continue
+                        key = attempt.key
+                    elif addr[1] != attempt.addr[1] or (
+                        addr[0] != attempt.addr[0] and _canonical_ip(addr[0]) != attempt.target.ip
+                    ):
+                        continue  # not from its server
                     attempt.conn.receive_datagram(data, addr, now=time.monotonic())
                     touched[key] = attempt
             now = time.monotonic()
@@ -594,6 +611,7 @@ class HandshakeLoop:
 
 
 _CID_LENGTH = 8  # our source connection IDs; short-header packets carry no length
+_RETIRED_KEPT = 65536  # finished CIDs remembered, so their late packets are not taken for garbage
 _IP_CACHE: dict[str, str] = {}
 
 

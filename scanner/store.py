@@ -16,25 +16,31 @@ file consistent. The schema contract is documented in schemas/README.md.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import datetime as dt
-import functools
+import gc
 import json
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
-from tparams.codec import DecodedParameters, PreferredAddress, VersionInformation
+from tparams.codec import DecodedParameters, PreferredAddress, TransportParameter, VersionInformation
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet, order_fingerprint, order_signature
+from tparams.registry import id_for, spec_for
 
 from scanner.engine import HandshakeRecord
 from scanner.targets import Target
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "duckdb"
 SCAN_SCHEMA = ("scan", 1, SCHEMA_DIR / "scan_v1.sql")
+CHECKPOINT_THRESHOLD = "512MB"
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _CERTIFICATE = pa.struct(
@@ -101,9 +107,11 @@ _RECORD_FIELDS = [
 
 class ScanStore:
     def __init__(self, con: duckdb.DuckDBPyConnection, path: str):
-        self.con = con
+        self._con = con
         self.path = path
+        self._pending: concurrent.futures.Future | None = None
         self._next_handshake_id = con.execute("SELECT coalesce(max(handshake_id), 0) + 1 FROM handshakes").fetchall()[0][0]
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="scanstore")
 
     @classmethod
     def open(cls, path: str | Path, read_only: bool = False) -> "ScanStore":
@@ -122,13 +130,33 @@ class ScanStore:
                     raise ToolError(f"{path} holds no qscan results (no 'scan' schema component)")
             else:
                 apply_schema(con, *SCAN_SCHEMA[:2], SCAN_SCHEMA[2].read_text())
+                # DuckDB checkpoints whenever the WAL passes 16 MB, i.e. every batch or
+                # two at speed, tripling write time. A kill -9 replays the WAL on the
+                # next open, so a larger one costs only replay time, never data.
+                con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
         except BaseException:
             con.close()
             raise
         return cls(con, path)
 
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection, once the batch being written in the background is committed."""
+        self._drain()
+        return self._con
+
+    def _drain(self) -> None:
+        """Wait for the background batch; its failure is raised here."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
     def close(self) -> None:
-        self.con.close()
+        try:
+            self._drain()
+        finally:
+            self._writer.shutdown()
+            self._con.close()
 
     def __enter__(self) -> "ScanStore":
         return self
@@ -172,96 +200,188 @@ class ScanStore:
 
     def append(self, tables: Mapping[str, Any]) -> None:
         """Insert Arrow tables or polars DataFrames (columns by name) in ONE transaction."""
-        self.con.begin()
+        self._drain()
+        self._write(tables)
+
+    def _write(self, tables: Mapping[str, Any]) -> None:
+        con = self._con
+        con.begin()
         try:
             for table_name, data in tables.items():
                 if not table_name.isidentifier():
                     raise ValueError(f"not a table name: {table_name!r}")
-                self.con.register("_batch", data)
+                con.register("_batch", data)
                 try:
-                    self.con.execute(f'INSERT INTO "{table_name}" BY NAME SELECT * FROM _batch')
+                    con.execute(f'INSERT INTO "{table_name}" BY NAME SELECT * FROM _batch')
                 finally:
-                    self.con.unregister("_batch")
-            self.con.commit()
+                    con.unregister("_batch")
+            con.commit()
         except BaseException:
-            self.con.rollback()
+            con.rollback()
             raise
 
     def append_records(self, scan_id: int, records: Iterable[HandshakeRecord]) -> int:
-        """Write handshake records and their parameters as one batch; returns how many."""
+        """Queue handshake records and their parameters as one transaction; returns how many.
+
+        The batch is converted here and committed on a writer thread while the
+        caller goes on (DuckDB releases the GIL), so conversion and insertion
+        overlap. One batch at most is in flight: the next call, ``con``,
+        ``close`` and every read wait for it and raise its error. A kill -9
+        loses at most that batch; DuckDB's WAL keeps the file consistent.
+        """
         records = list(records)
         if not records:
             return 0
         first_id = self._next_handshake_id
-        handshakes, parameters = records_to_arrow(scan_id, first_id, records)
-        self.append({"handshakes": handshakes, "handshake_parameters": parameters})
+        with _pause_gc():
+            handshakes, flat, lengths = handshakes_to_arrow(scan_id, first_id, records)
+            parameters = parameters_to_arrow(first_id, flat, lengths)
+        self._drain()
+        self._pending = self._writer.submit(self._write, {"handshakes": handshakes, "handshake_parameters": parameters})
         self._next_handshake_id = first_id + len(records)
         return len(records)
 
 
-def records_to_arrow(scan_id: int, first_id: int, records: list[HandshakeRecord]) -> tuple[pa.Table, pa.Table]:
-    """Columnar conversion: one pass over the records, one pass over their parameters."""
+@contextlib.contextmanager
+def _pause_gc() -> Iterator[None]:
+    # A batch allocates millions of small tuples and lists, none of them cyclic;
+    # the cyclic collector's passes over them cost a third of the conversion.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def handshakes_to_arrow(
+    scan_id: int, first_id: int, records: list[HandshakeRecord]
+) -> tuple[pa.Table, list[TransportParameter], list[int]]:
+    """The handshakes rows of a batch, plus its parameters flattened for parameters_to_arrow.
+
+    Every column is built as one list (or Arrow array) over the batch: one
+    attribute fetch per record for the scalars, one walk over each record's
+    parameters; what repeats across records (the derived set/order columns,
+    certificate structs) is computed once per distinct value and gathered
+    with Arrow ``take``.
+    """
     count = len(records)
-    columns: dict[str, list] = {name: [getattr(r, name) for r in records] for name in _RECORD_FIELDS}
-    columns["scan_id"] = [scan_id] * count
-    handshake_ids = list(range(first_id, first_id + count))
-    columns["handshake_id"] = handshake_ids
-    columns["certificates"] = [[c.__dict__ for c in r.certificates] for r in records]
+    handshake_ids = range(first_id, first_id + count)
+    scalars = zip(*map(_SCALARS, records))
+    columns: dict[str, Any] = dict(zip(_RECORD_FIELDS, scalars))
+    columns["scan_id"] = pa.repeat(pa.scalar(scan_id, pa.int32()), count)  # type: ignore[attr-defined]
+    columns["handshake_id"] = pa.array(handshake_ids, pa.int64())
+    columns["certificates"] = _certificate_column(records)
+    decoded = [r.decoded for r in records]
     columns["findings"] = [
-        None if r.decoded is None else [f.__dict__ for f in r.decoded.findings] for r in records
+        None if d is None else [f._asdict() for f in d.findings] if d.findings else [] for d in decoded
     ]
-    derived = [_derived(r.decoded) for r in records]
-    for index, name in enumerate(PERFORMANCE_PARAMETERS):
-        columns[name] = [None if d is None else d[0][index] for d in derived]
-    columns["set_fingerprint"] = [None if d is None else d[1] for d in derived]
-    columns["order_signature"] = [None if d is None else d[2] for d in derived]
-    columns["order_fingerprint"] = [None if d is None else d[3] for d in derived]
-    handshakes = pa.Table.from_pydict(columns, schema=HANDSHAKE_SCHEMA)
+    # Derived columns: one row per distinct (twelve, order) in the batch, gathered by index.
+    distinct: dict[tuple, int] = {}
+    keys: list[tuple] = []
+    index: list[int | None] = []
+    flat: list[Any] = []
+    lengths: list[int] = []
+    for d in decoded:
+        if d is None:
+            index.append(None)
+            lengths.append(0)
+            continue
+        parameters = d.parameters
+        flat.extend(parameters)
+        lengths.append(len(parameters))
+        # GREASE ids are random per connection; the order columns normalise them, so the key does too.
+        key = (
+            tuple([(p.id, p.value) for p in parameters if p.id in _PERFORMANCE_IDS]),
+            tuple([_GREASE if p.id % 31 == _GREASE else p.id for p in parameters]),
+        )
+        position = distinct.get(key)
+        if position is None:
+            position = distinct[key] = len(keys)
+            keys.append(key)
+        index.append(position)
+    derived = [_derived(twelve, ids) for twelve, ids in keys]
+    take = pa.array(index, pa.int32())
+    for position, name in enumerate(_DERIVED_COLUMNS):
+        column = pa.array([row[position] for row in derived], HANDSHAKE_SCHEMA.field(name).type)
+        columns[name] = column.take(take)
+    return pa.Table.from_pydict(columns, schema=HANDSHAKE_SCHEMA), flat, lengths
 
-    rows = [
-        (handshake_id, p.position, p.id, p.name, p.value if type(p.value) is int else None, _value_text(p.value), p.raw)
-        for handshake_id, r in zip(handshake_ids, records)
-        if r.decoded is not None
-        for p in r.decoded.parameters
-    ]
-    parameter_columns = list(zip(*rows)) if rows else [[] for _ in PARAMETER_SCHEMA]
-    parameters = pa.Table.from_arrays(
-        [pa.array(col, type=f.type) for col, f in zip(parameter_columns, PARAMETER_SCHEMA)], schema=PARAMETER_SCHEMA
+
+def parameters_to_arrow(first_id: int, flat: list[TransportParameter], lengths: list[int]) -> pa.Table:
+    """handshake_parameters rows: ``lengths[i]`` parameters of handshake ``first_id + i``, in ``flat``."""
+    if not flat:
+        return PARAMETER_SCHEMA.empty_table()
+    # TransportParameter is a NamedTuple: one transposition yields every column.
+    positions, param_ids, names, raws, values = zip(*flat)
+    return pa.Table.from_arrays(
+        [
+            pa.array(np.repeat(np.arange(first_id, first_id + len(lengths), dtype=np.int64), lengths), pa.int64()),
+            pa.array(positions, pa.int32()),
+            pa.array(param_ids, pa.int64()),
+            pa.array(names, pa.string()),
+            pa.array([v if type(v) is int else None for v in values], pa.int64()),
+            pa.array([None if type(v) is int else _value_text(v) for v in values], pa.string()),
+            pa.array(raws, pa.binary()),
+        ],
+        schema=PARAMETER_SCHEMA,
     )
-    return handshakes, parameters
 
 
-_PERFORMANCE = frozenset(PERFORMANCE_PARAMETERS)
+_SCALARS = operator.attrgetter(*_RECORD_FIELDS)
+_DERIVED_COLUMNS = (*PERFORMANCE_PARAMETERS, "set_fingerprint", "order_signature", "order_fingerprint")
+_PERFORMANCE_IDS = frozenset(id_for(name) for name in PERFORMANCE_PARAMETERS)
 
 
-def _derived(decoded: DecodedParameters | None) -> tuple[tuple, str, str, str] | None:
-    """(the twelve as sent, set fingerprint, order signature, order fingerprint).
+_GREASE = 27  # GREASE ids are 31 * N + 27 (RFC 9000 18.1); the first stands for all
+
+
+def _certificate_column(records: list[HandshakeRecord]) -> pa.Array:
+    """list<certificate> per record: each distinct certificate converted once, then gathered."""
+    distinct: dict[str, int] = {}
+    unique: list[dict] = []
+    offsets = [0]
+    gather: list[int] = []
+    for record in records:
+        for certificate in record.certificates:
+            position = distinct.get(certificate.sha256)
+            if position is None:
+                position = distinct[certificate.sha256] = len(unique)
+                unique.append(certificate.__dict__)
+            gather.append(position)
+        offsets.append(len(gather))
+    values = pa.array(unique, _CERTIFICATE).take(pa.array(gather, pa.int32()))
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, type=pa.list_(_CERTIFICATE))
+
+
+def _derived(twelve: tuple[tuple[int, object], ...], ids: tuple[int, ...]) -> tuple:
+    """The twelve as sent, set fingerprint, order signature and fingerprint of one distinct key.
 
     Building a ParamSet costs ~0.25 ms; a scan has few distinct sets and orders
-    among millions of records, so both are memoised on exactly what they read.
+    among millions of records, so both are memoised across batches too.
     """
-    if decoded is None:
-        return None
-    twelve = tuple(p for p in decoded.parameters if p.name in _PERFORMANCE)
-    params, fingerprint = _param_set(tuple((p.name, p.value) for p in twelve), twelve)
-    signature, order = _order(decoded.ids)
-    return params, fingerprint, signature, order
-
-
-_SET_CACHE: dict[tuple, tuple[tuple, str]] = {}
-
-
-def _param_set(key: tuple, twelve: tuple) -> tuple[tuple, str]:
-    found = _SET_CACHE.get(key)
+    found = _DERIVED_CACHE.get((twelve, ids))
     if found is None:
-        param_set = ParamSet.from_decoded(DecodedParameters(b"", twelve))
-        found = _SET_CACHE[key] = (tuple(param_set.as_sent().values()), param_set.fingerprint())
+        if len(_DERIVED_CACHE) >= 65536:
+            _DERIVED_CACHE.clear()
+        performance = tuple(p for p in _parameters(twelve) if p.name in _PERFORMANCE)
+        param_set = ParamSet.from_decoded(DecodedParameters(b"", performance))
+        found = _DERIVED_CACHE[(twelve, ids)] = (
+            *param_set.as_sent().values(), param_set.fingerprint(), order_signature(ids), order_fingerprint(ids)
+        )  # fmt: skip
     return found
 
 
-@functools.lru_cache(maxsize=65536)
-def _order(ids: tuple[int, ...]) -> tuple[str, str]:
-    return order_signature(ids), order_fingerprint(ids)
+_DERIVED_CACHE: dict[tuple, tuple] = {}
+
+
+def _parameters(pairs: tuple[tuple[int, object], ...]) -> list[TransportParameter]:
+    return [TransportParameter(position, param_id, spec_for(param_id).name, b"", value)
+            for position, (param_id, value) in enumerate(pairs)]  # fmt: skip
+
+
+_PERFORMANCE = frozenset(PERFORMANCE_PARAMETERS)
 
 
 def _value_text(value: object) -> str | None:

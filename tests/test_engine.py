@@ -26,14 +26,14 @@ QSCAN = str(Path(sys.executable).with_name("qscan"))
 MALFORMED = ("broken-duplicate", "broken-truncated", "broken-short-token")
 # tshark field -> our parameter name (tshark 4.0 names).
 TSHARK_FIELDS = {
-    "quic.parameter.max_idle_timeout": "max_idle_timeout",
-    "quic.parameter.initial_max_data": "initial_max_data",
-    "quic.parameter.initial_max_stream_data_bidi_local": "initial_max_stream_data_bidi_local",
-    "quic.parameter.initial_max_stream_data_bidi_remote": "initial_max_stream_data_bidi_remote",
-    "quic.parameter.initial_max_stream_data_uni": "initial_max_stream_data_uni",
-    "quic.parameter.initial_max_streams_bidi": "initial_max_streams_bidi",
-    "quic.parameter.initial_max_streams_uni": "initial_max_streams_uni",
-    "quic.parameter.active_connection_id_limit": "active_connection_id_limit",
+    "tls.quic.parameter.max_idle_timeout": "max_idle_timeout",
+    "tls.quic.parameter.initial_max_data": "initial_max_data",
+    "tls.quic.parameter.initial_max_stream_data_bidi_local": "initial_max_stream_data_bidi_local",
+    "tls.quic.parameter.initial_max_stream_data_bidi_remote": "initial_max_stream_data_bidi_remote",
+    "tls.quic.parameter.initial_max_stream_data_uni": "initial_max_stream_data_uni",
+    "tls.quic.parameter.initial_max_streams_bidi": "initial_max_streams_bidi",
+    "tls.quic.parameter.initial_max_streams_uni": "initial_max_streams_uni",
+    "tls.quic.parameter.active_connection_id_limit": "active_connection_id_limit",
 }
 
 
@@ -97,7 +97,7 @@ def test_parameters_match_tshark(lab_scan):
     lab, _, con, pcap, keylog = lab_scan
     fields = ["ip.src", *TSHARK_FIELDS]
     result = subprocess.run(
-        ["tshark", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog}", "-Y", "quic.parameter.initial_max_data && ip.src != "
+        ["tshark", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog}", "-Y", "tls.quic.parameter.initial_max_data && ip.src != "
          + lab.addresses["client"], "-T", "fields", "-E", "separator=\t", "-E", "occurrence=f", *[f"-e{f}" for f in fields]],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -107,13 +107,19 @@ def test_parameters_match_tshark(lab_scan):
         ip, *values = line.split("\t")
         seen[ip] = dict(zip(TSHARK_FIELDS.values(), values))
     ngtcp2 = [s for s in lab.servers if s.kind == "ngtcp2"]
+    malformed = {s.ip for s in lab.servers if s.name in MALFORMED}
     assert ngtcp2 and all(s.ip in seen for s in ngtcp2), f"tshark decoded parameters of {sorted(seen)}"
     for ip, values in seen.items():
-        rows = con.execute("SELECT name, value FROM transport_parameters WHERE ip = ? AND value IS NOT NULL", [ip]).fetchall()
-        ours = dict(rows)
+        rows = con.execute(
+            "SELECT name, value FROM transport_parameters WHERE ip = ? AND value IS NOT NULL ORDER BY position", [ip]
+        ).fetchall()
+        ours: dict[str, int] = {}
+        for name, value in rows:  # tshark's occurrence=f: the first of a duplicated parameter
+            ours.setdefault(name, value)
         for name, text in values.items():
-            if text:
-                assert ours.get(name) == int(text), (ip, name)
+            if not text or (ip in malformed and name not in ours):
+                continue  # tshark reads a value out of a truncated varint; our codec records a finding instead
+            assert ours.get(name) == int(text), (ip, name)
 
 
 def test_wire_order_and_raw_bytes_kept(lab_scan):
