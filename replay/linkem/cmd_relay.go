@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 type directionFlags struct {
@@ -146,6 +148,11 @@ func runRelay(args []string) error {
 		d.stats = stats[d.name]
 		d.clock, d.spin, d.early, d.pools, d.realtime = clock, *spin, *early, pools, *realtime
 		d.onFatal = func(e error) { fatal <- e }
+		cfg := d.model.cfg
+		d.batchReads = cfg.Delay == 0 && cfg.Jitter == 0 && cfg.Shaper.RateBitsPerSec == 0
+		if err := unix.SetNonblock(d.in, d.batchReads); err != nil {
+			return err
+		}
 		go d.readLoop()
 		go d.writeLoop()
 	}

@@ -82,8 +82,16 @@ type direction struct {
 	early    time.Duration
 	realtime bool
 	pools    *bufferPools
-	onFatal  func(error)
+	// batchReads: the input fd is non-blocking and the reader gathers what
+	// is queued (a zero-delay direction, whose packets all pass at once).
+	batchReads bool
+	onFatal    func(error)
 }
+
+// readBatch is how many packets the reader of a zero-delay direction
+// gathers (those already waiting in the tun queue) before writing them on
+// together; each may wait for the reads after it, about a microsecond each.
+const readBatch = 16
 
 func (d *direction) readLoop() {
 	// The reader stamps each packet's arrival: if it waits for a core,
@@ -91,18 +99,43 @@ func (d *direction) readLoop() {
 	// So it ranks above the writer, which it interrupts for a few
 	// microseconds a packet.
 	d.ownThread(readerPriority)
-	frame := make([]byte, maxFrame)
+	// Packets passing at once (see below) stay in the reader's own buffers
+	// until written; the others are copied into right-sized pool buffers.
+	own := make([]*packet, readBatch)
+	for i := range own {
+		own[i] = &packet{buf: make([]byte, maxFrame)}
+	}
+	passing := make([]*packet, 0, readBatch)
+	frames := make([][]byte, 0, readBatch)
+	burst := make([]byte, maxFrame)
+	flush := func() {
+		if len(passing) > 0 {
+			frames = frames[:0]
+			for _, p := range passing {
+				frames = append(frames, p.buf[:p.n])
+			}
+			d.sendBatch(passing, frames, burst)
+			passing = passing[:0]
+		}
+	}
 	for {
-		n, err := rawRead(d.in, frame)
+		p := own[len(passing)]
+		n, err := rawRead(d.in, p.buf)
 		if err != nil {
-			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+			if errors.Is(err, unix.EAGAIN) { // only with batchReads: the queue is empty
+				flush()
+				waitReadable(d.in)
+				continue
+			}
+			if errors.Is(err, unix.EINTR) {
 				continue
 			}
 			d.onFatal(fmt.Errorf("%s: read: %w", d.name, err))
 			return
 		}
 		now := d.clock()
-		segments, wireBytes := wireSegments(frame[:n])
+		frame := p.buf[:n]
+		segments, wireBytes := wireSegments(frame)
 		d.stats.PacketsIn.Add(uint64(segments))
 		if segments > 1 {
 			d.stats.BurstsIn.Add(1)
@@ -115,29 +148,34 @@ func (d *direction) readLoop() {
 		case dropQueue:
 			d.stats.DroppedQueue.Add(uint64(segments))
 		case deliverNow:
+			flush()
 			d.stats.Reordered.Add(uint64(segments))
-			d.send(frame[:n], segments, wireBytes)
+			d.send(frame, segments, wireBytes)
 		case deliver:
 			if due <= now && d.pending.Load() == 0 {
 				// Nothing ahead of it and already due (0 ms configured):
 				// skipping the hand-off to the writer keeps order and
 				// saves a copy and a thread wake-up per packet.
-				d.stats.DelayError.Add(d.clock() - due)
-				d.send(frame[:n], segments, wireBytes)
+				p.n, p.due, p.segments, p.wireBytes = n, due, segments, wireBytes
+				passing = append(passing, p)
+				if !d.batchReads || len(passing) == readBatch {
+					flush()
+				}
 				continue
 			}
-			p := d.pools.get(n)
-			p.n = copy(p.buf, frame[:n])
-			p.due, p.segments, p.wireBytes = due, segments, wireBytes
+			flush()
+			q := d.pools.get(n)
+			q.n = copy(q.buf, frame)
+			q.due, q.segments, q.wireBytes = due, segments, wireBytes
 			d.pending.Add(1)
 			select {
-			case d.line <- p:
+			case d.line <- q:
 			default:
 				d.pending.Add(-1)
 				// The delay line is sized for far more than a bandwidth-delay
 				// product; reaching its end means the writer cannot keep up.
 				d.stats.DroppedOverflow.Add(uint64(segments))
-				d.pools.put(p)
+				d.pools.put(q)
 			}
 		}
 	}
@@ -202,11 +240,15 @@ func (d *direction) writeLoop() {
 			frames = append(frames, q.buf[:q.n])
 		}
 		d.sendBatch(batch, frames, burst)
+		for _, q := range batch {
+			d.pools.put(q)
+		}
+		d.pending.Add(-int64(len(batch)))
 	}
 }
 
 // sendBatch writes packets (frames are their bytes), merging runs of one
-// UDP flow into bursts built in burst, and returns the buffers.
+// UDP flow into bursts built in burst.
 func (d *direction) sendBatch(batch []*packet, frames [][]byte, burst []byte) {
 	for i := 0; i < len(batch); {
 		n, used := coalesce(burst, frames[i:])
@@ -223,10 +265,6 @@ func (d *direction) sendBatch(batch []*packet, frames [][]byte, burst []byte) {
 		} else {
 			d.send(frames[i], segments, wireBytes)
 		}
-		for _, p := range batch[i : i+used] {
-			d.pools.put(p)
-		}
-		d.pending.Add(-int64(used))
 		i += used
 	}
 }
@@ -302,4 +340,9 @@ func rawWrite(fd int, b []byte) (int, error) {
 
 func rawNanosleep(ts *unix.Timespec) {
 	unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(ts)), 0, 0)
+}
+
+func waitReadable(fd int) {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 1, 0, 0, 0, 0)
 }
