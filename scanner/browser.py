@@ -24,13 +24,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-
 from scanner.capture.extract import CaptureResult, read_capture
 from scanner.capture.frontend import tshark_path
+from scanner.lab.certs import write_certificate
 from tparams.errors import ToolError
 
 LAB_HOST = "lab.test"
@@ -130,7 +126,8 @@ def lab_capture(workdir: Path, name: str) -> Iterator[LabCapture]:
     if shutil.which(SERVER_EXECUTABLE) is None:
         raise ToolError(f"{SERVER_EXECUTABLE} is not installed (Debian package ngtcp2-server)")
     port = _free_udp_port()
-    key_file, cert_file = _throwaway_certificate(workdir)
+    key_file, cert_file = workdir / "server.key", workdir / "server.crt"
+    write_certificate(cert_file, key_file, [LAB_HOST], [])
     with _process_groups() as start:
         start([SERVER_EXECUTABLE, "-q", LOOPBACK, str(port), str(key_file), str(cert_file)], workdir / f"{name}-server.log")
         _start_tshark(start, port, capture_file, workdir / f"{name}-tshark.log")
@@ -202,29 +199,6 @@ def _free_udp_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.bind((LOOPBACK, 0))
         return probe.getsockname()[1]
-
-
-def _throwaway_certificate(workdir: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, LAB_HOST)])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(LAB_HOST)]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    key_file, cert_file = workdir / "server.key", workdir / "server.crt"
-    key_file.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    return key_file, cert_file
 
 
 @contextlib.contextmanager
