@@ -1,66 +1,185 @@
-"""linkem speed: packets per second relayed with 30 ms delay and the error of
-that delay, and bulk throughput with 0 ms through linkem versus the same two
-namespaces joined by a plain veth pair (the baseline, measured in this run).
+"""linkem speed, each figure against a plain veth pair measured in the same run.
 
-Goals (issue 6): p99 delay error < 0.2 ms at 100,000 packets/s; 0 ms
-throughput >= 80% of the veth baseline.
+1. 30 ms delay, --pps (100,000) datagrams of 64 B a second from `linkem blast`
+   (server namespace, sendmmsg, send time stamped in the payload) to `linkem
+   sink` (client namespace, the kernel's receive time stamp), once with
+   linkem's threads pinned to one core and the load generator on the
+   other(s), once unpinned as qreplay runs it.
+   Reports packets/s relayed, linkem's own added-delay error (read to write,
+   p50/p99; goal p99 < 0.2 ms) and the end-to-end error (payload stamp to
+   receive stamp, minus 30 ms), beside the same generator's one-way latency
+   over a plain veth: what the sender, the stacks and the machine add anyway.
+2. 0 ms configured: goodput through linkem versus a plain veth (goal >= 0.8x)
+   for iperf3 UDP (1400 B datagrams, unlimited sender, no GSO), iperf3 TCP,
+   and real QUIC stacks through `qreplay` (ngtcp2 and quic-go, whose GSO
+   bursts cross linkem whole).
 
-    .venv/bin/python bench/bench_linkem.py [--pps 100000] [--seconds 4]
+Each figure is measured --repeats times, veth and linkem alternating, and
+printed as the median with the range. The machine is shared: note `uptime`.
+
+    .venv/bin/python bench/bench_linkem.py [--pps 100000] [--repeats 3] [--quic-size 200MB] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
-from replay.link import LinkConfig
+from replay.link import LINKEM, LinkConfig
 from replay.testbed import IPERF_PORT, Testbed, _wait_udp_or_tcp_listening
+from scanner.lab import netns
 
-SMALL_PAYLOAD = 64
+SINK_PORT = 9000
+REPO = Path(__file__).resolve().parents[1]
 
 
-def udp_download(tb: Testbed, payload: int, bps: int, seconds: float) -> dict:
-    """iperf3 UDP server->client; client-side interface counters around it."""
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` onto ``cpus`` (a thread started later inherits its creator's)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
+def _udp_counter(tb: Testbed, name: str) -> int:
+    out = subprocess.run(netns.ns_command(tb.client_ns, ["nstat", "-az", name]), capture_output=True, text=True)
+    return int(out.stdout.split()[-2]) if name in out.stdout else 0
+
+
+def blast(tb: Testbed, pps: int, seconds: float, delay_ms: float, load_cpus: set[int]) -> dict:
+    """One blast/sink run server -> client; the sink's summary plus what the generator offered."""
+    taskset = ["taskset", "-c", ",".join(map(str, sorted(load_cpus)))]
+    overflow_before = _udp_counter(tb, "UdpRcvbufErrors")
+    sink = subprocess.Popen(netns.ns_command(tb.client_ns, [*taskset, str(LINKEM), "sink", "--listen",
+                                                            f"{tb.client_ip}:{SINK_PORT}", "--delay", f"{delay_ms}ms"]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    netns.STARTED_PIDS.add(sink.pid)
+    try:
+        sink.stderr.readline()  # "listening"
+        sent = tb.run_in(tb.server_ns, [*taskset, str(LINKEM), "blast", "--target", f"{tb.client_ip}:{SINK_PORT}",
+                                        "--pps", str(pps), "--size", "64", "--duration", f"{seconds}s"],
+                         timeout=seconds + 30)
+        out, _ = sink.communicate(timeout=30)
+    finally:
+        if sink.poll() is None:
+            sink.kill()
+            sink.wait()
+        netns.STARTED_PIDS.discard(sink.pid)
+    result = json.loads(out)
+    result["offered_pps"] = json.loads(sent.stdout)["offered_pps"]
+    result["sink_overflow"] = _udp_counter(tb, "UdpRcvbufErrors") - overflow_before
+    return result
+
+
+def iperf(tb: Testbed, udp: bool, seconds: float) -> float:
+    """iperf3 server -> client, the receiver's mean goodput in bits/s without the first second."""
     server = tb.start_server(["iperf3", "-s", "-1", "-B", tb.server_ip, "-p", str(IPERF_PORT)], "iperf3.log")
     _wait_udp_or_tcp_listening(tb, IPERF_PORT)
-    before = tb.interface_counters()
-    done = tb.run_client(["iperf3", "-c", tb.server_ip, "-p", str(IPERF_PORT), "-u", "-R", "-J", "-l",
-                          str(payload), "-b", str(bps), "-t", str(seconds)], timeout=seconds + 30)
-    after = tb.interface_counters()
+    mode = ["-u", "-l", "1400", "-b", "0"] if udp else []
+    done = tb.run_client(["iperf3", "-c", tb.server_ip, "-p", str(IPERF_PORT), "-R", "-J", "-t", str(seconds), *mode],
+                         timeout=seconds + 30)
     tb._stop(server)
     intervals = json.loads(done.stdout)["intervals"][1:]
-    return {
-        "sent": after["server"]["tx"]["packets"] - before["server"]["tx"]["packets"],
-        "received": after["client"]["rx"]["packets"] - before["client"]["rx"]["packets"],
-        "received_pps": sum(i["sum"]["packets"] for i in intervals) / sum(i["sum"]["seconds"] for i in intervals),
-        "goodput_bps": sum(i["sum"]["bits_per_second"] for i in intervals) / len(intervals),
-    }
+    return statistics.mean(i["sum"]["bits_per_second"] for i in intervals)
+
+
+def quic(stack: str, link: str, size: str, reps: int) -> float | None:
+    """Mean goodput (Mbit/s) of `qreplay --stack STACK --delay 0ms --link LINK`, None if the stack is unusable."""
+    with tempfile.TemporaryDirectory() as scratch:
+        done = subprocess.run([str(REPO / ".venv" / "bin" / "qreplay"), "--stack", stack, "--delay", "0ms",
+                               "--size", size, "--reps", str(reps), "--link", link, "--json",
+                               "--out", str(Path(scratch) / "bench.duckdb")], capture_output=True, text=True)
+    summaries = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not summaries or summaries[0]["failed"]:
+        return None
+    return summaries[0]["mean"]
+
+
+def spread(values: list[float], scale: float = 1.0, fmt: str = ",.0f") -> str:
+    values = sorted(v * scale for v in values)
+    return f"{statistics.median(values):{fmt}} ({values[0]:{fmt}}-{values[-1]:{fmt}})"
+
+
+def delay_part(args, pinned: bool) -> None:
+    cores = sorted(os.sched_getaffinity(0))
+    linkem_cpus = {cores[-1]} if pinned else set(cores)
+    load_cpus = (set(cores[:-1]) or {cores[-1]}) if pinned else set(cores)
+    relayed, veth = [], []
+    for _ in range(args.repeats):
+        with Testbed(backend="veth") as tb:
+            veth.append(blast(tb, args.pps, args.seconds, 0, load_cpus))
+        with Testbed(link=LinkConfig(delay_down_ms=30), backend="relay") as tb:
+            _pin(tb._path.process.pid, linkem_cpus)
+            run = blast(tb, args.pps, args.seconds, 30, load_cpus)
+            run["linkem"] = tb.link_counters()["down"]
+            relayed.append(run)
+    where = f"linkem alone on core {cores[-1]}, the load on the rest" if pinned else "no pinning (as qreplay runs)"
+    print(f"30 ms delay, 64 B datagrams offered at {args.pps:,}/s, {where}; median (range) of {args.repeats}:")
+    print(f"  offered {spread([r['offered_pps'] for r in relayed])}/s, relayed "
+          f"{spread([r['received_pps'] for r in relayed])}/s = "
+          f"{spread([r['received_pps'] / r['offered_pps'] for r in relayed], fmt='.3f')} x offered; "
+          f"lost in linkem {[r['linkem']['dropped_overflow'] for r in relayed]}, "
+          f"at the sink's socket {[r['sink_overflow'] for r in relayed]}")
+    p99 = [r["linkem"]["delay_error_p99_us"] / 1000 for r in relayed]
+    print(f"  linkem added-delay error p50 {spread([r['linkem']['delay_error_p50_us'] / 1000 for r in relayed], fmt='.3f')}"
+          f" ms, p99 {spread(p99, fmt='.3f')} ms = {spread([v / 0.2 for v in p99], fmt='.2f')} x the 0.2 ms goal")
+    print(f"  end to end: error p50 {spread([r['error_p50_ms'] for r in relayed], fmt='.3f')} ms, "
+          f"p99 {spread([r['error_p99_ms'] for r in relayed], fmt='.3f')} ms; the same generator over a plain veth: "
+          f"one-way latency p50 {spread([r['latency_p50_ms'] for r in veth], fmt='.3f')} ms, "
+          f"p99 {spread([r['latency_p99_ms'] for r in veth], fmt='.3f')} ms (sink lost "
+          f"{[r['sink_overflow'] for r in veth]})")
+
+
+def goodput_part(args) -> None:
+    rows = [("iperf3 UDP 1400 B", lambda tb: iperf(tb, True, args.seconds)),
+            ("iperf3 TCP", lambda tb: iperf(tb, False, args.seconds))]
+    print("0 ms configured, goodput through linkem vs plain veth, median (range) "
+          f"of {args.repeats} alternating runs (goal >= 0.80 x):")
+    for name, measure in rows:
+        veth, relay = [], []
+        for _ in range(args.repeats):
+            with Testbed(backend="veth") as tb:
+                veth.append(measure(tb))
+            with Testbed(link=LinkConfig(), backend="relay") as tb:
+                relay.append(measure(tb))
+        print(f"  {name:<22} veth {spread(veth, 1e-6)} Mbit/s, linkem {spread(relay, 1e-6)} Mbit/s = "
+              f"{statistics.median(relay) / statistics.median(veth):.2f} x")
+    if args.quick:
+        return
+    for stack in ("ngtcp2", "quicgo"):
+        veth, relay = [], []
+        for _ in range(args.repeats):
+            veth.append(quic(stack, "veth", args.quic_size, args.quic_reps))
+            relay.append(quic(stack, "relay", args.quic_size, args.quic_reps))
+        if None in veth or None in relay:
+            print(f"  qreplay {stack:<14} not usable here (qreplay doctor says why)")
+            continue
+        print(f"  qreplay {stack:<14} veth {spread(veth)} Mbit/s, linkem {spread(relay)} Mbit/s = "
+              f"{statistics.median(relay) / statistics.median(veth):.2f} x "
+              f"({args.quic_size} downloads, {args.quic_reps} per figure)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pps", type=int, default=100_000, help="offered packets per second (30 ms part)")
+    parser.add_argument("--pps", type=int, default=100_000, help="offered datagrams per second (30 ms part)")
     parser.add_argument("--seconds", type=float, default=4.0, help="length of each transfer")
+    parser.add_argument("--repeats", type=int, default=3, help="measurements of each figure")
+    parser.add_argument("--quic-size", default="200MB", help="qreplay download size")
+    parser.add_argument("--quic-reps", type=int, default=3, help="qreplay --reps per figure")
+    parser.add_argument("--quick", action="store_true", help="skip the QUIC stacks")
     args = parser.parse_args()
-
-    with Testbed(link=LinkConfig(delay_down_ms=30), backend="relay") as tb:
-        small = udp_download(tb, SMALL_PAYLOAD, args.pps * SMALL_PAYLOAD * 8, args.seconds)
-        down = tb.link_counters()["down"]
-    print(f"30 ms delay, {SMALL_PAYLOAD} B datagrams offered at {args.pps:,} packets/s:")
-    print(f"  relayed {small['received_pps']:,.0f} packets/s = {small['received_pps'] / args.pps:.3f} x offered "
-          f"({small['received']:,} of {small['sent']:,} packets arrived)")
-    print(f"  added-delay error p50 {down['delay_error_p50_us'] / 1000:.3f} ms, p99 "
-          f"{down['delay_error_p99_us'] / 1000:.3f} ms = {down['delay_error_p99_us'] / 200:.2f} x the 0.2 ms goal; "
-          f"dropped overflow {down['dropped_overflow']}")
-
-    with Testbed(backend="veth") as tb:
-        baseline = udp_download(tb, 1400, 0, args.seconds)
-    with Testbed(link=LinkConfig(), backend="relay") as tb:
-        relayed = udp_download(tb, 1400, 0, args.seconds)
-    ratio = relayed["goodput_bps"] / baseline["goodput_bps"]
-    print("0 ms, UDP bulk download (1400 B, unlimited sender):")
-    print(f"  plain veth {baseline['goodput_bps'] / 1e6:,.0f} Mbit/s, linkem {relayed['goodput_bps'] / 1e6:,.0f} "
-          f"Mbit/s = {ratio:.2f} x baseline (goal >= 0.80)")
+    if not LINKEM.exists():
+        sys.exit(f"{LINKEM} is missing: run scripts/setup.sh")
+    print(f"load: {open('/proc/loadavg').read().split()[:3]} at {time.strftime('%H:%M:%S')}")
+    delay_part(args, pinned=True)
+    delay_part(args, pinned=False)
+    goodput_part(args)
+    print(f"load: {open('/proc/loadavg').read().split()[:3]} at {time.strftime('%H:%M:%S')}")
 
 
 if __name__ == "__main__":
