@@ -134,7 +134,8 @@ func runRelay(args []string) error {
 	// thread waits for the same core the pair stalls for the kernel's
 	// 50 ms slices given to ordinary threads (seen: errors of a second).
 	// The relay allocates nothing per packet, so collect only if memory
-	// ever grows far past what the delay lines can hold.
+	// ever grows far past what the delay lines can hold (the counters
+	// written for each SIGUSR1 are a few KB).
 	debug.SetGCPercent(-1)
 	debug.SetMemoryLimit(1 << 30)
 	fatal := make(chan error, 2)
@@ -148,9 +149,7 @@ func runRelay(args []string) error {
 		d.stats = stats[d.name]
 		d.clock, d.spin, d.early, d.pools, d.realtime = clock, *spin, *early, pools, *realtime
 		d.onFatal = func(e error) { fatal <- e }
-		cfg := d.model.cfg
-		d.batchReads = cfg.Delay == 0 && cfg.Jitter == 0 && cfg.Shaper.RateBitsPerSec == 0
-		if err := unix.SetNonblock(d.in, d.batchReads); err != nil {
+		if err := unix.SetNonblock(d.in, true); err != nil { // see waitReadable
 			return err
 		}
 		go d.readLoop()

@@ -82,15 +82,13 @@ type direction struct {
 	early    time.Duration
 	realtime bool
 	pools    *bufferPools
-	// batchReads: the input fd is non-blocking and the reader gathers what
-	// is queued (a zero-delay direction, whose packets all pass at once).
-	batchReads bool
-	onFatal    func(error)
+	onFatal  func(error)
 }
 
-// readBatch is how many packets the reader of a zero-delay direction
-// gathers (those already waiting in the tun queue) before writing them on
-// together; each may wait for the reads after it, about a microsecond each.
+// readBatch is how many packets that pass at once (zero delay) the reader
+// gathers from those already waiting in the tun queue before writing them
+// on together; each may wait for the reads after it, about a microsecond
+// each.
 const readBatch = 16
 
 func (d *direction) readLoop() {
@@ -122,7 +120,7 @@ func (d *direction) readLoop() {
 		p := own[len(passing)]
 		n, err := rawRead(d.in, p.buf)
 		if err != nil {
-			if errors.Is(err, unix.EAGAIN) { // only with batchReads: the queue is empty
+			if errors.Is(err, unix.EAGAIN) { // the tun queue is empty
 				flush()
 				waitReadable(d.in)
 				continue
@@ -158,7 +156,7 @@ func (d *direction) readLoop() {
 				// saves a copy and a thread wake-up per packet.
 				p.n, p.due, p.segments, p.wireBytes = n, due, segments, wireBytes
 				passing = append(passing, p)
-				if !d.batchReads || len(passing) == readBatch {
+				if len(passing) == readBatch {
 					flush()
 				}
 				continue
@@ -342,6 +340,10 @@ func rawNanosleep(ts *unix.Timespec) {
 	unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(ts)), 0, 0)
 }
 
+// waitReadable blocks until fd (non-blocking) has a packet. Unlike a
+// blocking read(), which the kernel restarts after a signal, ppoll returns
+// on one, so a stop-the-world (should the garbage collector ever run, see
+// runRelay) never waits for traffic on an idle direction.
 func waitReadable(fd int) {
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 1, 0, 0, 0, 0)
