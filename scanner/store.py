@@ -385,6 +385,8 @@ _PERFORMANCE = frozenset(PERFORMANCE_PARAMETERS)
 
 
 def _value_text(value: object) -> str | None:
+    if type(value) is bytes:  # connection IDs and tokens: the common case past the integers
+        return value.hex()
     if value is None or type(value) is int:
         return None
     if value is True:
