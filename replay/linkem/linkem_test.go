@@ -240,7 +240,7 @@ func TestOnlyAPureDelayTakesBurstsWhole(t *testing.T) {
 }
 
 func TestBufferPoolsReuseBySize(t *testing.T) {
-	b := newBufferPools(1500)
+	b := newBufferPools(1500, 4)
 	small, big := b.get(100), b.get(20000)
 	if len(small.buf) != vnetHdrLen+1500 || len(big.buf) != maxFrame {
 		t.Fatalf("sizes %d and %d", len(small.buf), len(big.buf))

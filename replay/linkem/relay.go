@@ -34,13 +34,11 @@ type bufferPools struct {
 	small, big chan *packet
 }
 
-// freeBuffers is how many returned buffers of each size are kept; more
-// than a 30 ms delay line holds at 100,000 packets/s.
-const freeBuffers = 1 << 14
-
-func newBufferPools(mtu int) *bufferPools {
-	return &bufferPools{smallSize: vnetHdrLen + mtu, small: make(chan *packet, freeBuffers),
-		big: make(chan *packet, freeBuffers)}
+// newBufferPools keeps up to `keep` returned buffers of each size: as many
+// as the delay lines hold, so that none is ever let go to the (idle)
+// garbage collector.
+func newBufferPools(mtu, keep int) *bufferPools {
+	return &bufferPools{smallSize: vnetHdrLen + mtu, small: make(chan *packet, keep), big: make(chan *packet, keep)}
 }
 
 func (b *bufferPools) get(n int) *packet {
@@ -63,7 +61,7 @@ func (b *bufferPools) put(p *packet) {
 	}
 	select {
 	case free <- p:
-	default: // more in flight than ever kept: let this one go
+	default: // more in flight than the delay lines hold: let this one go
 	}
 }
 
