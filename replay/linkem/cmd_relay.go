@@ -123,7 +123,7 @@ func runRelay(args []string) error {
 	if err := setOffloads(clientFd, upCfg.treatsBurstsAlike()); err != nil {
 		return fmt.Errorf("offloads of %s: %w", *clientDev, err)
 	}
-	pools := newBufferPools(*mtu, 2**lineLen) // both directions' delay lines
+	pools := newBufferPools(*mtu, 2*(*lineLen)) // both directions' delay lines
 	// Four goroutines own a thread each (a reader and a writer per
 	// direction). With GOMAXPROCS at the core count (2 here) a thread back
 	// from read() or nanosleep() queued for a P behind a spinning writer:
