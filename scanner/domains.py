@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from tparams.errors import ToolError
 
-from scanner.commands.scan import scan_into
+from scanner.scan import scan_into
 from scanner.discovery.ipv4 import open_discovery_store
 from scanner.discovery.netinfo import require_namespace
 from scanner.engine import ScanSettings

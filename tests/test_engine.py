@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from scanner.commands.scan import scan_into
+from scanner.scan import scan_into
 from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, ScanSettings
 from scanner.lab import Lab
 from scanner.targets import Target

@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from scanner.analysis import compare_scans, render_comparison, render_notebooks, server_params
-from scanner.commands.scan import scan_into
+from scanner.scan import scan_into
 from scanner.engine import ScanSettings
 from scanner.targets import Target
 

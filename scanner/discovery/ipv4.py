@@ -19,21 +19,21 @@ import pyarrow as pa
 
 from tparams.errors import ToolError
 
-from scanner.commands.scan import scan_into
+from scanner.scan import scan_into
 from scanner.discovery.netinfo import Route, check_raw_socket_permission, detect_route, require_namespace
 from scanner.discovery.plan import WHOLE_SPACE, Plan, subtract
 from scanner.discovery.probe import Probe, make_probe
 from scanner.discovery.zmap import Outcome, ZMapFiles, command_text, read_results, run_zmap, write_inputs, zmap_command
 from scanner.engine import ScanSettings
 from scanner.lab.netns import in_namespace
-from scanner.store import SCHEMA_DIR, ScanStore
+from scanner.store import SCHEMA_DIR, TIMESTAMP, ScanStore
 from scanner.targets import Target
 
 DISCOVERY_SCHEMA = ("discovery", 1, SCHEMA_DIR / "discovery_v1.sql")
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
 DISCOVERY_ARROW = pa.schema([
     ("scan_id", pa.int32()), ("shard", pa.int32()), ("ip", pa.string()), ("port", pa.int32()),
-    ("versions", pa.list_(pa.int64())), ("time", _TIMESTAMP),
+    ("versions", pa.list_(pa.int64())), ("time", TIMESTAMP),
 ])
 
 
@@ -180,5 +180,5 @@ def _run_table(scan_id: int, prepared: Prepared, outcome: Outcome, started: dt.d
         ("targets", pa.list_(pa.string())), ("blocklist", pa.list_(pa.string())), ("port", pa.int32()),
         ("rate", pa.int32()), ("probe_version", pa.int64()), ("probe_hex", pa.string()),
         ("probes_sent", pa.int64()), ("answers", pa.map_(pa.string(), pa.int64())),
-        ("started_at", _TIMESTAMP), ("finished_at", _TIMESTAMP), ("zmap_command", pa.string()),
+        ("started_at", TIMESTAMP), ("finished_at", TIMESTAMP), ("zmap_command", pa.string()),
     ]))

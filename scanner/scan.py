@@ -1,0 +1,117 @@
+"""Scan targets into a DuckDB file: the library call behind `qscan targets`, discovery and domains.
+
+Kept out of the CLI module so that notebooks, discovery and the demo call the
+same function the command line does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from tparams.errors import ToolError
+
+from scanner.engine import OK, HandshakeRecord, ScanSettings, scan_targets
+from scanner.store import ScanStore
+from scanner.targets import Target
+
+_err = Console(stderr=True)
+
+# Batches commit at this size or age: bounded loss on kill -9, few transactions at speed.
+BATCH_RECORDS = 2000
+BATCH_SECONDS = 1.0
+
+
+@dataclasses.dataclass
+class ScanOutcome:
+    scan_id: int
+    attempted: int
+    ok: int
+    skipped: int
+    seconds: float
+
+
+def scan_into(
+    out: str | Path,
+    targets: Sequence[Target],
+    settings: ScanSettings,
+    kind: str = "targets",
+    resume: bool = False,
+    command_line: str | None = None,
+    progress: bool = False,
+    on_batch: Callable[[list[HandshakeRecord]], None] | None = None,
+) -> ScanOutcome:
+    """Handshake with ``targets`` and store every attempt in ``out`` (a library call; the CLI wraps it).
+
+    The store is opened (and its schema checked) before the first packet, so a
+    bad ``out`` costs no traffic. With ``resume`` the latest scan of ``kind``
+    continues and targets already recorded are skipped.
+    """
+    with ScanStore.open(out) as store:
+        if store.handshake_count() and not resume:
+            raise ToolError(f"{out} already holds handshakes; pass --resume to continue that scan, or use a new --out")
+        scan_id = store.begin_scan(kind, dataclasses.asdict(settings), command_line, resume=resume)
+        done = store.recorded_targets(scan_id) if resume else set()
+        todo = [t for t in targets if t not in done]
+        pending: list[HandshakeRecord] = []
+        counts = {"done": 0, "ok": 0}
+        last_flush = time.monotonic()
+        started = time.monotonic()
+
+        def flush() -> None:
+            nonlocal last_flush
+            store.append_records(scan_id, pending)
+            pending.clear()
+            last_flush = time.monotonic()
+
+        with _progress_bar(progress, len(todo)) as (bar, task):
+
+            def on_records(records: list[HandshakeRecord]) -> None:
+                pending.extend(records)
+                counts["done"] += len(records)
+                counts["ok"] += sum(r.status == OK for r in records)
+                if on_batch:
+                    on_batch(records)
+                if len(pending) >= BATCH_RECORDS or time.monotonic() - last_flush >= BATCH_SECONDS:
+                    flush()
+                if bar is not None:
+                    elapsed = max(time.monotonic() - started, 1e-9)
+                    bar.update(
+                        task,
+                        completed=counts["done"],
+                        ok=counts["ok"],
+                        failed=counts["done"] - counts["ok"],
+                        rate=counts["done"] / elapsed,
+                    )
+
+            if todo:
+                scan_targets(todo, settings, on_records)
+            flush()
+        store.finish_scan(scan_id)
+        return ScanOutcome(scan_id, counts["done"], counts["ok"], len(targets) - len(todo), time.monotonic() - started)
+
+
+@contextlib.contextmanager
+def _progress_bar(enabled: bool, total: int) -> Iterator[tuple[Progress | None, Any]]:
+    if not enabled:
+        yield None, None
+        return
+    progress = Progress(
+        TextColumn("handshakes"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("ok {task.fields[ok]}  failed {task.fields[failed]}  {task.fields[rate]:.0f}/s"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=_err,
+    )
+    with progress:
+        yield progress, progress.add_task("scan", total=total, ok=0, failed=0, rate=0.0)
