@@ -42,18 +42,36 @@ SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "duckdb"
 SCAN_SCHEMA = ("scan", 1, SCHEMA_DIR / "scan_v1.sql")
 CHECKPOINT_THRESHOLD = "512MB"
 
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
+TIMESTAMP = pa.timestamp("us", tz="UTC")
 _CERTIFICATE = pa.struct(
     [
         ("sha256", pa.string()),
         ("subject", pa.string()),
         ("issuer", pa.string()),
         ("sans", pa.list_(pa.string())),
-        ("not_before", _TIMESTAMP),
-        ("not_after", _TIMESTAMP),
+        ("not_before", TIMESTAMP),
+        ("not_after", TIMESTAMP),
     ]
 )
-_FINDING = pa.struct([("kind", pa.string()), ("detail", pa.string()), ("position", pa.int32()), ("param_id", pa.int64())])
+FINDING = pa.struct([("kind", pa.string()), ("detail", pa.string()), ("position", pa.int32()), ("param_id", pa.int64())])
+# What a server's or a client's extension becomes in a wide row (the captures'
+# client_hellos share it), and the columns of its long form, one row a parameter.
+TRANSPORT_PARAMETER_FIELDS = [
+    ("transport_parameters_raw", pa.binary()),
+    ("findings", pa.list_(FINDING)),
+    *[(name, pa.bool_() if name == "disable_active_migration" else pa.int64()) for name in PERFORMANCE_PARAMETERS],
+    ("set_fingerprint", pa.string()),
+    ("order_fingerprint", pa.string()),
+    ("order_signature", pa.string()),
+]
+LONG_FORM_FIELDS = [
+    ("position", pa.int32()),
+    ("param_id", pa.int64()),
+    ("name", pa.string()),
+    ("value", pa.int64()),
+    ("value_text", pa.string()),
+    ("raw", pa.binary()),
+]
 HANDSHAKE_SCHEMA = pa.schema(
     [
         ("scan_id", pa.int32()),
@@ -61,8 +79,8 @@ HANDSHAKE_SCHEMA = pa.schema(
         ("ip", pa.string()),
         ("port", pa.int32()),
         ("sni", pa.string()),
-        ("started_at", _TIMESTAMP),
-        ("finished_at", _TIMESTAMP),
+        ("started_at", TIMESTAMP),
+        ("finished_at", TIMESTAMP),
         ("handshake_ms", pa.float64()),
         ("status", pa.string()),
         ("error", pa.string()),
@@ -79,25 +97,10 @@ HANDSHAKE_SCHEMA = pa.schema(
         ("certificates", pa.list_(_CERTIFICATE)),
         ("certificate_verified", pa.bool_()),
         ("certificate_error", pa.string()),
-        ("transport_parameters_raw", pa.binary()),
-        ("findings", pa.list_(_FINDING)),
-        *[(name, pa.bool_() if name == "disable_active_migration" else pa.int64()) for name in PERFORMANCE_PARAMETERS],
-        ("set_fingerprint", pa.string()),
-        ("order_fingerprint", pa.string()),
-        ("order_signature", pa.string()),
+        *TRANSPORT_PARAMETER_FIELDS,
     ]
 )
-PARAMETER_SCHEMA = pa.schema(
-    [
-        ("handshake_id", pa.int64()),
-        ("position", pa.int32()),
-        ("param_id", pa.int64()),
-        ("name", pa.string()),
-        ("value", pa.int64()),
-        ("value_text", pa.string()),
-        ("raw", pa.binary()),
-    ]
-)
+PARAMETER_SCHEMA = pa.schema([("handshake_id", pa.int64()), *LONG_FORM_FIELDS])
 _RECORD_FIELDS = [
     "ip", "port", "sni", "started_at", "finished_at", "handshake_ms", "status", "error", "error_code",
     "closed_by", "offered_versions", "retry", "datagrams_received", "quic_version", "alpn", "tls_version",
@@ -322,7 +325,7 @@ def parameters_to_arrow(first_id: int, flat: list[TransportParameter], lengths: 
             pa.array(param_ids, pa.int64()),
             pa.array(names, pa.string()),
             pa.array([v if type(v) is int else None for v in values], pa.int64()),
-            pa.array([None if type(v) is int else _value_text(v) for v in values], pa.string()),
+            pa.array([None if type(v) is int else value_text(v) for v in values], pa.string()),
             pa.array(raws, pa.binary()),
         ],
         schema=PARAMETER_SCHEMA,
@@ -384,7 +387,7 @@ def _parameters(pairs: tuple[tuple[int, object], ...]) -> list[TransportParamete
 _PERFORMANCE = frozenset(PERFORMANCE_PARAMETERS)
 
 
-def _value_text(value: object) -> str | None:
+def value_text(value: object) -> str | None:
     if type(value) is bytes:  # connection IDs and tokens: the common case past the integers
         return value.hex()
     if value is None or type(value) is int:

@@ -13,7 +13,7 @@ import pyarrow as pa
 from scanner.browser import BrowserCapture
 from scanner.capture.extract import CaptureResult, ClientHelloRecord
 from scanner.capture.frontend import tshark_version
-from scanner.store import _FINDING, _TIMESTAMP, SCHEMA_DIR, ScanStore, _value_text
+from scanner.store import LONG_FORM_FIELDS, SCHEMA_DIR, TIMESTAMP, TRANSPORT_PARAMETER_FIELDS, ScanStore, value_text
 from tparams.codec import DecodedParameters
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet, order_fingerprint, order_signature
@@ -28,7 +28,7 @@ HELLO_SCHEMA = pa.schema(
         ("capture_file", pa.string()),
         ("first_frame", pa.int32()),
         ("frame", pa.int32()),
-        ("seen_at", _TIMESTAMP),
+        ("seen_at", TIMESTAMP),
         ("src_ip", pa.string()),
         ("src_port", pa.int32()),
         ("dst_ip", pa.string()),
@@ -38,27 +38,11 @@ HELLO_SCHEMA = pa.schema(
         ("sni", pa.string()),
         ("alpn", pa.list_(pa.string())),
         ("client", pa.string()),
-        ("transport_parameters_raw", pa.binary()),
-        ("findings", pa.list_(_FINDING)),
-        *[(name, pa.bool_() if name == "disable_active_migration" else pa.int64()) for name in PERFORMANCE_PARAMETERS],
-        ("set_fingerprint", pa.string()),
-        ("order_fingerprint", pa.string()),
-        ("order_signature", pa.string()),
+        *TRANSPORT_PARAMETER_FIELDS,
         ("server_transport_parameters_raw", pa.binary()),
     ]
 )
-PARAMETER_SCHEMA = pa.schema(
-    [
-        ("hello_id", pa.int64()),
-        ("sender", pa.string()),
-        ("position", pa.int32()),
-        ("param_id", pa.int64()),
-        ("name", pa.string()),
-        ("value", pa.int64()),
-        ("value_text", pa.string()),
-        ("raw", pa.binary()),
-    ]
-)
+PARAMETER_SCHEMA = pa.schema([("hello_id", pa.int64()), ("sender", pa.string()), *LONG_FORM_FIELDS])
 # Parameters that name one connection (its ids, its reset token): copying them into a
 # set would replay another connection's identity, so set files leave them out.
 _CONNECTION_SPECIFIC = (ParamType.CONNECTION_ID, ParamType.STATELESS_RESET_TOKEN, ParamType.PREFERRED_ADDRESS)
@@ -106,7 +90,7 @@ def hellos_to_arrow(scan_id: int, first_id: int, capture_file: str, hellos: list
     for name in PERFORMANCE_PARAMETERS:
         columns[name] = [getattr(s, name) for s in param_sets]
     rows = [
-        (hello_id, sender, p.position, p.id, p.name, p.value if type(p.value) is int else None, _value_text(p.value), p.raw)
+        (hello_id, sender, p.position, p.id, p.name, p.value if type(p.value) is int else None, value_text(p.value), p.raw)
         for hello_id, hello in zip(hello_ids, hellos)
         for sender, decoded in (("client", hello.transport_parameters), ("server", hello.server_transport_parameters))
         if decoded is not None
