@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import subprocess
 import sys
 import tempfile
 import time

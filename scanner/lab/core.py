@@ -28,7 +28,7 @@ from scanner.lab import netns
 from scanner.lab.certs import write_certificate
 from scanner.lab.kinds import LabContext, kind_for
 from scanner.lab.probe import Pending, wait_until_ready
-from scanner.lab.topology import LAB_DOMAIN, ServerSpec, Topology, default_topology
+from scanner.lab.topology import LAB_DOMAIN, Topology, default_topology
 
 DEFAULT_INSTANCE = "qlab"
 RUN_DIR = Path("/run")
