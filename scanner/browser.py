@@ -27,6 +27,7 @@ from pathlib import Path
 from scanner.capture.extract import CaptureResult, read_capture
 from scanner.capture.frontend import tshark_path
 from scanner.lab.certs import write_certificate
+from scanner.lab.netns import teardown_on_signals
 from tparams.errors import ToolError
 
 LAB_HOST = "lab.test"
@@ -220,22 +221,15 @@ def _process_groups() -> Iterator[Starter]:
         processes.append(process)
         return process
 
-    def on_sigterm(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = None
-    with contextlib.suppress(ValueError):  # not the main thread: the caller handles signals
-        previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        yield start
-    finally:
-        # Newest first: the browser, then tshark (SIGINT lets it finish the file), then the server.
-        for process in reversed(processes):
-            _end_group(process, signal.SIGINT if process.args[0] == tshark_path() else signal.SIGTERM)
-        for handle in logs:
-            handle.close()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    with teardown_on_signals():
+        try:
+            yield start
+        finally:
+            # Newest first: the browser, then tshark (SIGINT lets it finish the file), then the server.
+            for process in reversed(processes):
+                _end_group(process, signal.SIGINT if process.args[0] == tshark_path() else signal.SIGTERM)
+            for handle in logs:
+                handle.close()
 
 
 def _end_group(process: subprocess.Popen, first_signal: int) -> None:
