@@ -9,7 +9,6 @@ alone owns timing, CPU/RSS accounting and clean-up.
 
 from __future__ import annotations
 
-import datetime
 import json
 import shutil
 from abc import ABC, abstractmethod
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from scanner.lab.certs import write_certificate
 from tparams.paramset import ParamSet
 
 Role = Literal["client", "server"]
@@ -106,27 +106,9 @@ def which(binary: str) -> str | None:
 
 
 def ensure_certificate(workdir: Path) -> tuple[Path, Path]:
-    """A throw-away self-signed key and certificate for the lab server (clients do not verify)."""
+    """A throw-away self-signed key and certificate for the server (clients do not verify)."""
     key_path, cert_path = workdir / "key.pem", workdir / "cert.pem"
-    if key_path.exists() and cert_path.exists():
-        return key_path, cert_path
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "qreplay.lab")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("qreplay.lab")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    workdir.mkdir(parents=True, exist_ok=True)
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    if not (key_path.exists() and cert_path.exists()):
+        workdir.mkdir(parents=True, exist_ok=True)
+        write_certificate(cert_path, key_path, ["qreplay.lab"], [])
     return key_path, cert_path
