@@ -7,6 +7,7 @@ the store avoids), on a 20,000-record sample, extrapolated.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import os
 import random
@@ -26,7 +27,9 @@ from tparams.codec import DecodedParameters, decode_transport_parameters, encode
 from tparams.varint import encode_varint  # noqa: E402
 from tparams.paramset import ParamSet  # noqa: E402
 
-TOTAL = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+_parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+_parser.add_argument("records", nargs="?", type=int, default=1_000_000, help="synthetic handshake records to write")
+TOTAL = _parser.parse_args().records
 BATCH = 20_000
 NOW = dt.datetime.now(dt.timezone.utc)
 
