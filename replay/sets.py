@@ -14,12 +14,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from replay.stacks.base import REPO_ROOT
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet
 from tparams.setfile import paramset_from_document
+from scanner.setfiles import SETS_DIR, read_set_document
 
-SETS_DIR = REPO_ROOT / "datasets" / "sets"
 # alias -> (file-name prefixes of captured sets, newest first by version; thesis fallback)
 ALIASES = {
     "firefox": (("firefox-esr-", "firefox-"), "firefox-109"),
@@ -58,10 +57,7 @@ def resolve_alias(alias: str, sets_dir: Path = SETS_DIR) -> str:
 
 
 def load_file(path: Path) -> NamedSet:
-    try:
-        document = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ToolError(f"cannot read set file {path}: {exc}") from None
+    document = read_set_document(path)
     return NamedSet(str(document.get("name") or path.stem), paramset_from_document(document), str(path))
 
 

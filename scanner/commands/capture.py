@@ -17,10 +17,10 @@ from scanner.browser import BROWSERS, capture_browser
 from scanner.capture.extract import CaptureResult, ClientHelloRecord, read_capture
 from scanner.capture.frontend import tshark_version
 from scanner.capture.results import browser_set_document, choose_hello, set_document, store_capture
+from scanner.setfiles import SETS_DIR
 from tparams.paramset import ParamSet
 from tparams.setfile import describe
 
-SETS_DIR = Path(__file__).resolve().parents[2] / "datasets" / "sets"
 
 
 def register(app: typer.Typer) -> None:

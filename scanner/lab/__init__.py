@@ -7,7 +7,8 @@
 
 from scanner.lab.core import DEFAULT_INSTANCE, Lab, LabServer, down, state_dir, status, up
 from scanner.lab.kinds import KIND_MODULES, LabContext, Launch, ServerKind, known_kinds, register_kind
-from scanner.lab.topology import LAB_DOMAIN, ServerSpec, Topology, builtin_set, default_topology
+from scanner.lab.topology import LAB_DOMAIN, ServerSpec, Topology, default_topology
+from scanner.setfiles import builtin_set
 
 __all__ = [
     "DEFAULT_INSTANCE", "KIND_MODULES", "LAB_DOMAIN", "Lab", "LabContext", "LabServer", "Launch", "ServerKind",

@@ -28,17 +28,13 @@ Any other address of 198.18.1.0/24 is also silent (ARP fails in the core).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from tparams.paramset import ParamSet
-from tparams.setfile import paramset_from_document
+from scanner.setfiles import builtin_set
 
 LAB_DOMAIN = "lab.test"
-SETS_DIR = Path(__file__).resolve().parents[2] / "datasets" / "sets"
 
 
 @dataclass(frozen=True)
@@ -84,11 +80,6 @@ class Topology:
             "closed_hosts": list(self.closed_hosts),
             "silent_range": self.silent_range,
         }
-
-
-def builtin_set(name: str) -> ParamSet:
-    """A built-in parameter set of datasets/sets by name (alpha, beta, ...)."""
-    return paramset_from_document(json.loads((SETS_DIR / f"{name}.json").read_text()))
 
 
 def default_topology() -> Topology:
