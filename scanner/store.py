@@ -29,6 +29,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tparams.codec import DecodedParameters, PreferredAddress, TransportParameter, VersionInformation
 from tparams.errors import ToolError
@@ -39,7 +40,7 @@ from scanner.engine import HandshakeRecord
 from scanner.targets import Target
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "duckdb"
-SCAN_SCHEMA = ("scan", 1, SCHEMA_DIR / "scan_v1.sql")
+SCAN_SCHEMA = ("scan", 2, SCHEMA_DIR / "scan_v2.sql")
 CHECKPOINT_THRESHOLD = "512MB"
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -67,7 +68,6 @@ TRANSPORT_PARAMETER_FIELDS = [
 LONG_FORM_FIELDS = [
     ("position", pa.int32()),
     ("param_id", pa.int64()),
-    ("name", pa.string()),
     ("value", pa.int64()),
     ("value_text", pa.string()),
     ("raw", pa.binary()),
@@ -101,6 +101,7 @@ HANDSHAKE_SCHEMA = pa.schema(
     ]
 )
 PARAMETER_SCHEMA = pa.schema([("handshake_id", pa.int64()), *LONG_FORM_FIELDS])
+PARAMETER_NAMES_SCHEMA = pa.schema([("param_id", pa.int64()), ("name", pa.string())])
 _RECORD_FIELDS = [
     "ip", "port", "sni", "started_at", "finished_at", "handshake_ms", "status", "error", "error_code",
     "closed_by", "offered_versions", "retry", "datagrams_received", "quic_version", "alpn", "tls_version",
@@ -115,6 +116,9 @@ class ScanStore:
         self._pending: concurrent.futures.Future | None = None
         self._next_handshake_id = con.execute("SELECT coalesce(max(handshake_id), 0) + 1 FROM handshakes").fetchall()[0][0]
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="scanstore")
+        # A read-only open of a v1 file has no parameter_names, and writes none.
+        named = con.execute("SELECT param_id FROM parameter_names").fetchall() if _has_table(con, "parameter_names") else []
+        self._named_ids = {param_id for (param_id,) in named}
 
     @classmethod
     def open(cls, path: str | Path, read_only: bool = False) -> "ScanStore":
@@ -223,6 +227,19 @@ class ScanStore:
             con.rollback()
             raise
 
+    def parameter_names(self, param_ids: pa.ChunkedArray) -> pa.Table:
+        """Rows for ``parameter_names``: the ids among ``param_ids`` the file does not name yet.
+
+        Append them with the parameters that use them. GREASE ids are named by
+        the views' rule, so a million connections' random ids are never listed.
+        """
+        ids = pc.unique(param_ids).to_pylist()
+        new = [i for i in ids if i % 31 != _GREASE and i not in self._named_ids]
+        self._named_ids.update(new)
+        return pa.Table.from_arrays(
+            [pa.array(new, pa.int64()), pa.array([spec_for(i).name for i in new], pa.string())], schema=PARAMETER_NAMES_SCHEMA
+        )
+
     def append_records(self, scan_id: int, records: Iterable[HandshakeRecord]) -> int:
         """Queue handshake records and their parameters as one transaction; returns how many.
 
@@ -240,7 +257,10 @@ class ScanStore:
             handshakes, flat, lengths = handshakes_to_arrow(scan_id, first_id, records)
             parameters = parameters_to_arrow(first_id, flat, lengths)
         self._drain()
-        self._pending = self._writer.submit(self._write, {"handshakes": handshakes, "handshake_parameters": parameters})
+        names = self.parameter_names(parameters.column("param_id"))
+        self._pending = self._writer.submit(
+            self._write, {"handshakes": handshakes, "handshake_parameters": parameters, "parameter_names": names}
+        )
         self._next_handshake_id = first_id + len(records)
         return len(records)
 
@@ -317,15 +337,14 @@ def parameters_to_arrow(first_id: int, flat: list[TransportParameter], lengths: 
     if not flat:
         return PARAMETER_SCHEMA.empty_table()
     # TransportParameter is a NamedTuple: one transposition yields every column.
-    positions, param_ids, names, raws, values = zip(*flat)
+    positions, param_ids, _names, raws, values = zip(*flat)
     return pa.Table.from_arrays(
         [
             pa.array(np.repeat(np.arange(first_id, first_id + len(lengths), dtype=np.int64), lengths), pa.int64()),
             pa.array(positions, pa.int32()),
             pa.array(param_ids, pa.int64()),
-            pa.array(names, pa.string()),
             pa.array([v if type(v) is int else None for v in values], pa.int64()),
-            pa.array([None if type(v) is int else value_text(v) for v in values], pa.string()),
+            pa.array([None if type(v) in _TEXTLESS else value_text(v) for v in values], pa.string()),
             pa.array(raws, pa.binary()),
         ],
         schema=PARAMETER_SCHEMA,
@@ -387,15 +406,17 @@ def _parameters(pairs: tuple[tuple[int, object], ...]) -> list[TransportParamete
 _PERFORMANCE = frozenset(PERFORMANCE_PARAMETERS)
 
 
+# Integers go to ``value``; bytes (ids, tokens, opaque) and undecodable values are
+# shown from ``raw`` by the views' parameter_value_text.
+_TEXTLESS = frozenset({int, bytes, type(None)})
+
+
 def value_text(value: object) -> str | None:
-    if type(value) is bytes:  # connection IDs and tokens: the common case past the integers
-        return value.hex()
-    if value is None or type(value) is int:
-        return None
+    """The stored text of a flag or a structured value; None for what ``value`` or ``raw`` shows."""
     if value is True:
         return "true"
-    if isinstance(value, bytes):
-        return value.hex()
+    if value is None or isinstance(value, (int, bytes)):
+        return None
     if isinstance(value, VersionInformation):
         available = ",".join(f"0x{v:08x}" for v in value.available_versions)
         return f"chosen=0x{value.chosen_version:08x} available={available}"

@@ -41,7 +41,7 @@ def test_contract_views_hold_values_as_sent(tmp_path: Path):
         store.append_records(scan_id, [record("192.0.2.1", ALPHA, extra=[(0x1B, b"\x01\x02")]), record("192.0.2.2", None, status=TIMEOUT)])
         store.finish_scan(scan_id)
     con = duckdb.connect(str(path), read_only=True)
-    assert con.execute("SELECT name, version FROM schema_version").fetchall() == [("scan", 1)]
+    assert con.execute("SELECT name, version FROM schema_version").fetchall() == [("scan", 2)]
     handshakes = con.sql("SELECT * FROM handshakes ORDER BY ip").pl()
     assert {"ip", "port", "sni", "status", "error", "handshake_ms", "quic_version", "alpn", "scan_id"} <= set(handshakes.columns)
     assert handshakes["status"].to_list() == ["ok", "timeout"]
@@ -130,3 +130,34 @@ def test_strict_rejects_file_and_lenient_reports_lines(tmp_path: Path):
     assert not (tmp_path / "a.duckdb").exists()
     result = subprocess.run([QSCAN, "targets", str(targets), "--out", str(tmp_path / "b.duckdb")], capture_output=True, text=True)
     assert result.returncode == 0 and "line 1" in result.stderr
+
+
+def test_long_form_names_and_texts_equal_the_codec(tmp_path: Path):
+    # The v2 store keeps neither names nor the hex of bytes values; the view must give back
+    # exactly what the codec decoded, for every kind of parameter, across reopened stores.
+    version_information = (0x11, bytes.fromhex("00000001" "00000001" "6b3343cf"))
+    extra = [
+        (0x0F, bytes.fromhex("c0ffee")),  # initial_source_connection_id: bytes
+        (27 + 31 * 5, b"\x07"),  # GREASE
+        (0x3127, b"\x01"),  # unknown id
+        (0x0C, b""),  # disable_active_migration: flag
+        version_information,  # structure
+        (0x01, b"\xff"),  # max_idle_timeout, truncated varint: undecodable
+    ]
+    path = tmp_path / "s.duckdb"
+    raw = encode_transport_parameters(extra)
+    records = [record("192.0.2.1", ParamSet())]
+    records[0].transport_parameters_raw, records[0].decoded = raw, decode_transport_parameters(raw, "server")
+    for _ in range(2):
+        with ScanStore.open(path) as store:
+            store.append_records(store.begin_scan("targets", {}), records)
+    con = duckdb.connect(str(path), read_only=True)
+    rows = con.execute("SELECT handshake_id, name, value, value_text, raw_hex FROM transport_parameters ORDER BY handshake_id, position").fetchall()
+    expected = [
+        (p.name, p.value if type(p.value) is int else None,
+         "true" if p.value is True else p.raw.hex() if p.value is None or isinstance(p.value, bytes) else rows[i][3], p.raw.hex())
+        for i, p in enumerate(records[0].decoded.parameters)
+    ]  # fmt: skip
+    assert [row[1:] for row in rows] == expected * 2
+    assert rows[4][3].startswith("chosen=0x00000001")
+    assert con.execute("SELECT count(*), count(DISTINCT param_id) FROM parameter_names").fetchone() == (5, 5)  # GREASE by rule

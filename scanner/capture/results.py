@@ -20,7 +20,7 @@ from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet, order_fingerprint
 from tparams.registry import ParamType, spec_for
 from tparams.setfile import document_for
 
-CAPTURE_SCHEMA = ("capture", 1, SCHEMA_DIR / "capture_v1.sql")
+CAPTURE_SCHEMA = ("capture", 2, SCHEMA_DIR / "capture_v2.sql")
 HELLO_SCHEMA = pa.schema(
     [
         ("scan_id", pa.int32()),
@@ -62,7 +62,8 @@ def store_capture(
         scan_id = store.begin_scan(kind, settings, command_line)
         first_id = store.con.execute("SELECT coalesce(max(hello_id), 0) + 1 FROM client_hellos").fetchone()[0]
         hellos, parameters = hellos_to_arrow(scan_id, first_id, str(capture_file), result.hellos)
-        store.append({"client_hellos": hellos, "client_hello_parameters": parameters})
+        names = store.parameter_names(parameters.column("param_id"))
+        store.append({"client_hellos": hellos, "client_hello_parameters": parameters, "parameter_names": names})
         store.finish_scan(scan_id)
     return scan_id, list(range(first_id, first_id + len(result.hellos)))
 
@@ -90,7 +91,7 @@ def hellos_to_arrow(scan_id: int, first_id: int, capture_file: str, hellos: list
     for name in PERFORMANCE_PARAMETERS:
         columns[name] = [getattr(s, name) for s in param_sets]
     rows = [
-        (hello_id, sender, p.position, p.id, p.name, p.value if type(p.value) is int else None, value_text(p.value), p.raw)
+        (hello_id, sender, p.position, p.id, p.value if type(p.value) is int else None, value_text(p.value), p.raw)
         for hello_id, hello in zip(hello_ids, hellos)
         for sender, decoded in (("client", hello.transport_parameters), ("server", hello.server_transport_parameters))
         if decoded is not None

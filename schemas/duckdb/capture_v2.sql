@@ -1,8 +1,8 @@
--- Client parameters from captures and browsers, schema component 'capture', version 1.
+-- Client parameters from captures and browsers, schema component 'capture', version 2.
 -- Lives beside the 'scan' component in the same DuckDB file (scanner.store); written
 -- in batches by scanner.capture.results. Contract: client_params, client_transport_parameters.
 
-INSERT OR IGNORE INTO schema_version VALUES ('capture', 1);
+INSERT OR IGNORE INTO schema_version VALUES ('capture', 2);
 
 -- One row per complete ClientHello found in a capture.
 CREATE TABLE IF NOT EXISTS client_hellos (
@@ -43,15 +43,15 @@ CREATE TABLE IF NOT EXISTS client_hellos (
 );
 
 -- Every parameter in wire order (GREASE, Google and unknown ids included), of the client
--- and, with a key log, of the server that answered.
+-- and, with a key log, of the server that answered. Stored like the scan component's
+-- handshake_parameters (names and hex derived in the views, same macros).
 CREATE TABLE IF NOT EXISTS client_hello_parameters (
     hello_id     BIGINT NOT NULL,
     sender       VARCHAR NOT NULL,           -- client | server
     position     INTEGER NOT NULL,           -- 0-based wire position
     param_id     BIGINT NOT NULL,
-    name         VARCHAR NOT NULL,           -- tparams.registry name, 'GREASE', or 'unknown_0x..'
     value        BIGINT,                     -- integer-typed parameters that decoded
-    value_text   VARCHAR,                    -- others: 'true' for flags, hex for ids/opaque, text for structures
+    value_text   VARCHAR,                    -- flags ('true') and structures
     raw          BLOB NOT NULL
 );
 
@@ -66,15 +66,19 @@ FROM client_hellos;
 
 CREATE OR REPLACE VIEW client_transport_parameters AS
 SELECT h.scan_id, h.hello_id, h.src_ip, h.src_port, h.sni, h.client,
-       p.position, p.param_id, p.name, p.value, p.value_text, lower(hex(p.raw)) AS raw_hex
+       p.position, p.param_id, parameter_name(p.param_id, n.name) AS name, p.value,
+       parameter_value_text(p.value, p.value_text, p.raw) AS value_text, lower(hex(p.raw)) AS raw_hex
 FROM client_hello_parameters p
 JOIN client_hellos h USING (hello_id)
+LEFT JOIN parameter_names n USING (param_id)
 WHERE p.sender = 'client';
 
 -- The lab or traced server's parameters, where a key log opened its EncryptedExtensions.
 CREATE OR REPLACE VIEW capture_server_transport_parameters AS
 SELECT h.scan_id, h.hello_id, h.dst_ip, h.dst_port, h.sni,
-       p.position, p.param_id, p.name, p.value, p.value_text, lower(hex(p.raw)) AS raw_hex
+       p.position, p.param_id, parameter_name(p.param_id, n.name) AS name, p.value,
+       parameter_value_text(p.value, p.value_text, p.raw) AS value_text, lower(hex(p.raw)) AS raw_hex
 FROM client_hello_parameters p
 JOIN client_hellos h USING (hello_id)
+LEFT JOIN parameter_names n USING (param_id)
 WHERE p.sender = 'server';

@@ -1,4 +1,4 @@
--- qscan handshake results, schema component 'scan', version 1. One DuckDB file per scan
+-- qscan handshake results, schema component 'scan', version 2. One DuckDB file per scan
 -- (or campaign); written in batches by scanner.store, one transaction a batch.
 -- Contract (see schemas/README.md): handshakes, server_params, transport_parameters.
 
@@ -6,7 +6,7 @@ CREATE TABLE IF NOT EXISTS schema_version (
     name    VARCHAR PRIMARY KEY,
     version INTEGER NOT NULL
 );
-INSERT OR IGNORE INTO schema_version VALUES ('scan', 1);
+INSERT OR IGNORE INTO schema_version VALUES ('scan', 2);
 
 -- One row per invocation that wrote into the file (a resumed scan keeps its scan_id).
 CREATE TABLE IF NOT EXISTS scans (
@@ -65,15 +65,31 @@ CREATE TABLE IF NOT EXISTS handshakes (
 );
 
 -- Every parameter the server sent, in wire order (GREASE and unknown ids included).
+-- v2 keeps only what is not derivable: a parameter's name comes from parameter_names
+-- and the hex of bytes-valued parameters from raw, in the views; storing both as text
+-- for ~13 rows a handshake was half of a million-record scan's write time.
 CREATE TABLE IF NOT EXISTS handshake_parameters (
     handshake_id BIGINT NOT NULL,
     position     INTEGER NOT NULL,           -- 0-based wire position
     param_id     BIGINT NOT NULL,
-    name         VARCHAR NOT NULL,           -- tparams.registry name, 'GREASE', or 'unknown_0x..'
     value        BIGINT,                     -- integer-typed parameters that decoded
-    value_text   VARCHAR,                    -- others: 'true' for flags, hex for ids/tokens/opaque, text for structures
+    value_text   VARCHAR,                    -- flags ('true') and structures (version_information, preferred_address)
     raw          BLOB NOT NULL
 );
+
+-- tparams.registry's name of every non-GREASE id that occurs in the file (also for
+-- client_hello_parameters), written with the batch that first holds it.
+CREATE TABLE IF NOT EXISTS parameter_names (
+    param_id BIGINT PRIMARY KEY,
+    name     VARCHAR NOT NULL                -- registry name or 'unknown_0x..'
+);
+
+-- GREASE ids (31 * N + 27, RFC 9000 18.1) are random per connection: named by rule, not listed.
+CREATE OR REPLACE MACRO parameter_name(param_id, listed_name) AS
+    CASE WHEN param_id % 31 = 27 THEN 'GREASE' ELSE listed_name END;
+-- What is neither an integer nor a flag or structure is bytes (ids, tokens, opaque, undecodable): its hex.
+CREATE OR REPLACE MACRO parameter_value_text(value, value_text, raw) AS
+    coalesce(value_text, CASE WHEN value IS NULL THEN lower(hex(raw)) END);
 
 CREATE OR REPLACE VIEW server_params AS
 SELECT scan_id, handshake_id, ip, port, sni,
@@ -87,6 +103,8 @@ WHERE status = 'ok';
 
 CREATE OR REPLACE VIEW transport_parameters AS
 SELECT h.scan_id, h.handshake_id, h.ip, h.port, h.sni, h.status,
-       p.position, p.param_id, p.name, p.value, p.value_text, lower(hex(p.raw)) AS raw_hex
+       p.position, p.param_id, parameter_name(p.param_id, n.name) AS name, p.value,
+       parameter_value_text(p.value, p.value_text, p.raw) AS value_text, lower(hex(p.raw)) AS raw_hex
 FROM handshake_parameters p
-JOIN handshakes h USING (handshake_id);
+JOIN handshakes h USING (handshake_id)
+LEFT JOIN parameter_names n USING (param_id);
