@@ -7,6 +7,8 @@
       building the full HandshakeRecord of every handshake (not stored: bench_store covers that).
 
 Goal (issue 3): engine >= 1,000 handshakes/s and >= 0.7 of quic-go's rate in the same run.
+Each contender also prints its CPU per completed handshake, client and servers apart, which
+shows whether a gap is the client's own work or the servers' share of the two cores.
 Then memory: 10,000 handshakes in flight in one engine process towards a silent UDP socket
 (it never reads, so no ICMP answers either), peak RSS < 1 GiB.
 
@@ -27,6 +29,7 @@ import json
 import os
 import signal
 import socket
+import resource
 import ssl
 import statistics
 import subprocess
@@ -48,6 +51,21 @@ QUICGO = ROOT / "build" / "bin" / "qscanner_loop"
 GOAL_RATE = 1000.0
 GOAL_RATIO = 0.7
 MEMORY_GOAL = 1 << 30
+
+
+def process_cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of running processes (the servers, which are reaped only at the end)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of proc(5))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def client_cpu_seconds() -> float:
+    """This process plus its reaped children: the naive loop, the engine's workers, the quic-go loop."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 @contextlib.contextmanager
@@ -72,6 +90,7 @@ def gtlsservers(count: int, first_port: int) -> Iterator[list[tuple[str, int]]]:
             dead = [s.args for s in servers if s.poll() is not None]
             if dead:
                 raise SystemExit(f"gtlsserver did not start (port busy?): {dead[0]}")
+            gtlsservers.pids = [server.pid for server in servers]  # type: ignore[attr-defined]
             yield addresses
         finally:
             for server in servers:
@@ -178,7 +197,11 @@ def summarise(name: str, runs: list[dict]) -> float:
     if "end_to_end_seconds" in runs[0]:
         e2e = [r["completed"] / r["end_to_end_seconds"] for r in runs]
         extra = f"  (incl. worker start: {statistics.median(e2e):,.0f}/s)"
-    print(f"  {name:<34} {median:8,.0f}/s  spread {min(rates):,.0f}-{max(rates):,.0f}  failed {failed}{extra}")
+    # CPU per completed handshake says where the cores went: the client's own work, or the servers'.
+    client_ms = statistics.median(r["client_cpu"] / max(1, r["completed"]) * 1000 for r in runs)
+    server_ms = statistics.median(r["server_cpu"] / max(1, r["completed"]) * 1000 for r in runs)
+    print(f"  {name:<34} {median:8,.0f}/s  spread {min(rates):,.0f}-{max(rates):,.0f}  failed {failed}  "
+          f"CPU/handshake: client {client_ms:.2f} ms, servers {server_ms:.2f} ms{extra}")  # fmt: skip
     return median
 
 
@@ -207,6 +230,7 @@ def main() -> None:
             # Rotate the order so a load change mid-run does not always hit the same contender.
             order = list(runs)[repeat % 4 :] + list(runs)[: repeat % 4]
             for name in order:
+                client_before, server_before = client_cpu_seconds(), process_cpu_seconds(gtlsservers.pids)  # type: ignore[attr-defined]
                 if name == "naive":
                     runs[name].append(naive_aioquic(addresses, max(200, args.count // 3), 8))
                 elif name == "quicgo":
@@ -215,6 +239,8 @@ def main() -> None:
                     runs[name].append(quic_go(addresses, args.count, 32, shared=True))
                 else:
                     runs[name].append(engine(addresses, args.count, args.concurrency, args.workers))
+                runs[name][-1]["client_cpu"] = client_cpu_seconds() - client_before
+                runs[name][-1]["server_cpu"] = process_cpu_seconds(gtlsservers.pids) - server_before  # type: ignore[attr-defined]
                 print(f"  run {repeat + 1} {name}: {runs[name][-1]['completed'] / runs[name][-1]['seconds']:,.0f}/s", file=sys.stderr)
     print(f"completed handshakes/s against {args.servers} gtlsserver(s) on loopback, median of {args.repeats} "
           f"(load average at start {load:.1f} on {os.cpu_count()} cores; every process shares them)")  # fmt: skip
