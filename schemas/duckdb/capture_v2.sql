@@ -64,21 +64,18 @@ SELECT scan_id, hello_id, src_ip, src_port, dst_ip, dst_port, sni, alpn, quic_ve
        set_fingerprint, order_fingerprint, order_signature
 FROM client_hellos;
 
-CREATE OR REPLACE VIEW client_transport_parameters AS
-SELECT h.scan_id, h.hello_id, h.src_ip, h.src_port, h.sni, h.client,
+-- Both senders' parameters, named; the two contract views below each take one sender.
+CREATE OR REPLACE VIEW hello_transport_parameters AS
+SELECT p.sender, h.scan_id, h.hello_id, h.src_ip, h.src_port, h.dst_ip, h.dst_port, h.sni, h.client,
        p.position, p.param_id, parameter_name(p.param_id, n.name) AS name, p.value,
        parameter_value_text(p.value, p.value_text, p.raw) AS value_text, lower(hex(p.raw)) AS raw_hex
 FROM client_hello_parameters p
 JOIN client_hellos h USING (hello_id)
-LEFT JOIN parameter_names n USING (param_id)
-WHERE p.sender = 'client';
+LEFT JOIN parameter_names n USING (param_id);
+
+CREATE OR REPLACE VIEW client_transport_parameters AS
+SELECT * EXCLUDE (sender, dst_ip, dst_port) FROM hello_transport_parameters WHERE sender = 'client';
 
 -- The lab or traced server's parameters, where a key log opened its EncryptedExtensions.
 CREATE OR REPLACE VIEW capture_server_transport_parameters AS
-SELECT h.scan_id, h.hello_id, h.dst_ip, h.dst_port, h.sni,
-       p.position, p.param_id, parameter_name(p.param_id, n.name) AS name, p.value,
-       parameter_value_text(p.value, p.value_text, p.raw) AS value_text, lower(hex(p.raw)) AS raw_hex
-FROM client_hello_parameters p
-JOIN client_hellos h USING (hello_id)
-LEFT JOIN parameter_names n USING (param_id)
-WHERE p.sender = 'server';
+SELECT * EXCLUDE (sender, src_ip, src_port, client) FROM hello_transport_parameters WHERE sender = 'server';
