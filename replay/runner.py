@@ -1,10 +1,10 @@
 """Experiments: conditions x repetitions, each run a real download through a stack over the testbed.
 
 A *condition* is one (client set, server set, link) point; an experiment is
-a list of conditions, each repeated ``reps`` times. Every run is a row in
-the results file, failed ones included (a timeout or a crash is data, as in
-the thesis), written per condition in one batch so that an interrupted
-experiment keeps what it measured.
+a list of conditions, each repeated ``reps`` times, in rounds of one run per
+condition. Every run is a row in the results file, failed ones included (a
+timeout or a crash is data, as in the thesis), written one round per batch so
+that an interrupted experiment keeps what it measured.
 """
 
 from __future__ import annotations
@@ -340,9 +340,24 @@ def _client_result(stack: Stack, stdout: str, drain: _FifoDrain | None, client: 
 
 # --- experiments ---------------------------------------------------------------------------------
 
+def run_order(conditions: list[Condition], reps: int) -> list[tuple[Condition, int]]:
+    """(condition, rep) in the order they run: per link, round-robin over the conditions.
+
+    Running one condition's repetitions back to back lets slow drift on a shared
+    machine (other jobs starting or ending, CPU frequency) land on one condition and
+    pass for a difference between sets; a round of one run per condition spreads it
+    over all of them. Conditions sharing a link stay together, so the link is
+    reconfigured once per link, not once per run.
+    """
+    links: dict[LinkConfig, list[Condition]] = {}
+    for condition in conditions:
+        links.setdefault(condition.link, []).append(condition)
+    return [(condition, rep) for group in links.values() for rep in range(1, reps + 1) for condition in group]
+
+
 def run_experiment(experiment: Experiment, results: str | Path,
                    on_run: Callable[[dict], None] | None = None) -> list[dict]:
-    """Run every condition ``reps`` times, storing each condition's runs as one batch."""
+    """Run every condition ``reps`` times in round-robin order, storing each round as one batch."""
     reason = experiment.stack.unavailable_reason()
     if reason:
         raise ToolError(f"stack {experiment.stack.name} is not usable: {reason}")
@@ -359,24 +374,28 @@ def run_experiment(experiment: Experiment, results: str | Path,
     }
     store.upsert_experiment(con, record)
     rows: list[dict] = []
-    path_link = experiment.conditions[0].link
+    order = run_order(experiment.conditions, experiment.reps)
+    path_link = order[0][0].link
+    batch: list[dict] = []
     try:
-        with open_path(experiment.link_backend, experiment.conditions[0].link) as path:
-            for condition in experiment.conditions:
-                if condition.link != path_link:
-                    path.reconfigure(condition.link)
-                    path_link = condition.link
-                batch = []
-                try:
-                    for rep in range(1, experiment.reps + 1):
-                        row = run_once(experiment.stack, path, condition, experiment.options, rep,
-                                       experiment.experiment_id, experiment.link_backend)
-                        batch.append(row)
-                        if on_run:
-                            on_run(row)
-                finally:
-                    store.insert(con, "runs", batch)
-                    rows += batch
+        with open_path(experiment.link_backend, path_link) as path:
+            try:
+                for condition, rep in order:
+                    if condition.link != path_link or (batch and rep != batch[-1]["rep"]):
+                        store.insert(con, "runs", batch)  # a finished round is kept even if the next fails
+                        rows += batch
+                        batch = []
+                    if condition.link != path_link:
+                        path.reconfigure(condition.link)
+                        path_link = condition.link
+                    row = run_once(experiment.stack, path, condition, experiment.options, rep,
+                                   experiment.experiment_id, experiment.link_backend)
+                    batch.append(row)
+                    if on_run:
+                        on_run(row)
+            finally:
+                store.insert(con, "runs", batch)
+                rows += batch
         record["finished_at"] = datetime.datetime.now()
         store.upsert_experiment(con, record)
     finally:
