@@ -243,8 +243,10 @@ def execute_notebook(name: str, parameters: Mapping[str, str], timeout: int = 60
 
     notebook = nbformat.read(NOTEBOOK_DIR / f"{name}.ipynb", as_version=4)
     env = {**os.environ, **{key: str(value) for key, value in parameters.items()}}
-    # The kernel talks to this process over loopback TCP only (jupyter_client's default).
+    # The kernel talks to this process over loopback TCP only (jupyter_client's default);
+    # its warning that such TCP is unencrypted would be noise on every demo run.
     client = NotebookClient(notebook, timeout=timeout, kernel_name="python3",
+                            extra_arguments=["--IPKernelApp.log_level=ERROR"],
                             resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
     client.execute(env=env)
     return notebook
