@@ -266,7 +266,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                                 + ", ".join(f"{k}={v}" for k, v in applied.not_applied.items()))
             warnings += [f"{role}: {note}" for note in applied.notes]
         row["warnings"] = json.dumps(warnings)
-        server = _Process(path.server_ns, server_argv, workdir / "server.usage")
+        server_stdout = open(workdir / "server.stdout", "w+b")
+        server = _Process(path.server_ns, server_argv, workdir / "server.usage", stdout=server_stdout)
         row["server_argv"] = json.dumps(server.popen.args)
         client = None
         try:
@@ -319,6 +320,13 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                 row["client_cpu_s"], row["client_maxrss_kb"] = client.usage()
             server.stop()
             row["server_cpu_s"], row["server_maxrss_kb"] = server.usage()
+            server_stdout.seek(0)
+            sender = stack.parse_server_output(server_stdout.read().decode(errors="replace"))
+            server_stdout.close()
+            if sender and row.get("counters"):
+                # The sender's own loss count: drops the link never saw (a receiver too slow
+                # to take its packets) appear only here.
+                row["counters"] = json.dumps({**json.loads(row["counters"]), **sender})
     if row["status"] != "ok":
         row["goodput_mbps"] = None  # a failed run is kept, but never averaged in
     return row

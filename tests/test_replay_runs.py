@@ -54,6 +54,10 @@ def test_each_stack_downloads_and_records_everything(name, tmp_path):
         assert set(applied) | set(not_applied) == {k for k, v in resolve_one("firefox").params.as_sent().items()
                                                    if v is not None}
         assert json.loads(row["client_argv"])[:3] == ["ip", "netns", "exec"]
+        if name == "quicgo":  # our server reports the sender's view: packets it sent are the ones the link carried
+            counters = json.loads(row["counters"])
+            assert abs(counters["sender_packets_sent"] - row["server_tx_packets"]) <= 0.02 * row["server_tx_packets"]
+            assert counters["sender_packets_lost"] >= 0 and counters["sender_min_rtt_ms"] > 0
     stored = duckdb.connect(str(tmp_path / "r.duckdb")).execute("SELECT count(*), min(status) FROM runs").fetchone()
     assert stored == (2, "ok")
 

@@ -93,6 +93,18 @@ class Stack(ABC):
                 return ClientResult(int(data["bytes"]), data.get("duration_s"), data)
         raise ValueError("client printed no result JSON")
 
+    def parse_server_output(self, stdout: str) -> dict[str, float]:
+        """The sender's statistics of the run's connection, for servers that print them
+        (the last JSON line, flat numbers); {} for servers that print nothing."""
+        for line in reversed(stdout.strip().splitlines()):
+            if line.startswith("{"):
+                try:
+                    data = json.loads(line)
+                except ValueError:
+                    return {}
+                return {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return {}
+
     def split(self, params: ParamSet | None, role: Role) -> tuple[dict, dict]:
         """Requested values (those the set sends) split into settable and not settable here."""
         requested = {k: v for k, v in (params.as_sent() if params else {}).items() if v is not None}

@@ -1,15 +1,22 @@
 // qgserver answers qgclient's download requests: for each stream it reads
-// an 8-byte big-endian size and sends that many bytes.
+// an 8-byte big-endian size and sends that many bytes. When a connection
+// ends it prints one JSON line with the sender's view of it (packets sent and
+// declared lost, RTT, congestion window): losses the link did not cause, such
+// as a receiver dropping packets it cannot process in time, show only here.
 package main
 
 import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"sync"
+	"syscall"
 
 	"github.com/quic-go/quic-go"
 	"quictp/replay/quicgo/bulk"
@@ -32,6 +39,19 @@ func main() {
 	if err != nil {
 		fail("listen", err)
 	}
+	go func() {
+		// qreplay stops the server with SIGTERM once the client is done; a connection whose
+		// close has not arrived by then is reported here, so no run loses its report.
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+		<-stop
+		live.Range(func(conn, _ any) bool {
+			finish(conn.(*quic.Conn))
+			return true
+		})
+		stdoutMu.Lock() // a report being written by a connection's own goroutine is finished first
+		os.Exit(0)
+	}()
 	for {
 		conn, err := listener.Accept(context.Background())
 		if err != nil {
@@ -41,10 +61,18 @@ func main() {
 	}
 }
 
+var (
+	live     sync.Map   // connections not yet reported
+	stdoutMu sync.Mutex // connections end concurrently; one report line each
+	stdout   = json.NewEncoder(os.Stdout)
+)
+
 func serve(conn *quic.Conn) {
+	live.Store(conn, nil)
 	for {
 		stream, err := conn.AcceptStream(context.Background())
 		if err != nil {
+			finish(conn)
 			return
 		}
 		go func() {
@@ -67,6 +95,22 @@ func serve(conn *quic.Conn) {
 			}
 		}()
 	}
+}
+
+// finish prints the sender's statistics of a connection once, named as qreplay stores them.
+func finish(conn *quic.Conn) {
+	if _, ok := live.LoadAndDelete(conn); !ok {
+		return
+	}
+	stats := conn.ConnectionStats()
+	stdoutMu.Lock()
+	defer stdoutMu.Unlock()
+	stdout.Encode(map[string]any{
+		"sender_packets_sent": stats.PacketsSent, "sender_packets_lost": stats.PacketsLost,
+		"sender_bytes_lost": stats.BytesLost, "sender_min_rtt_ms": stats.MinRTT.Seconds() * 1000,
+		"sender_smoothed_rtt_ms":   stats.SmoothedRTT.Seconds() * 1000,
+		"sender_congestion_window": stats.CongestionWindow,
+	})
 }
 
 func fail(what string, err error) {
