@@ -87,23 +87,20 @@ class Stack(ABC):
 
     def parse_client_output(self, stdout: str) -> ClientResult:
         """Default: the last JSON line of stdout, as our own clients print it."""
-        for line in reversed(stdout.strip().splitlines()):
-            if line.startswith("{"):
-                data = json.loads(line)
-                return ClientResult(int(data["bytes"]), data.get("duration_s"), data)
-        raise ValueError("client printed no result JSON")
+        data = last_json_line(stdout)
+        if data is None:
+            raise ValueError("client printed no result JSON")
+        return ClientResult(int(data["bytes"]), data.get("duration_s"), data)
 
     def parse_server_output(self, stdout: str) -> dict[str, float]:
         """The sender's statistics of the run's connection, for servers that print them
-        (the last JSON line, flat numbers); {} for servers that print nothing."""
-        for line in reversed(stdout.strip().splitlines()):
-            if line.startswith("{"):
-                try:
-                    data = json.loads(line)
-                except ValueError:
-                    return {}
-                return {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        return {}
+        (the last JSON line; its numeric ``sender_*`` fields); {} for servers that do not."""
+        try:
+            data = last_json_line(stdout) or {}
+        except ValueError:  # a server's stray output is no reason to fail a run
+            return {}
+        return {k: v for k, v in data.items()
+                if k.startswith("sender_") and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     def split(self, params: ParamSet | None, role: Role) -> tuple[dict, dict]:
         """Requested values (those the set sends) split into settable and not settable here."""
@@ -111,6 +108,14 @@ class Stack(ABC):
         can = self.settable[role]
         return ({k: v for k, v in requested.items() if k in can},
                 {k: v for k, v in requested.items() if k not in can})
+
+
+def last_json_line(stdout: str) -> dict | None:
+    """The last line of ``stdout`` that is a JSON object (ValueError if it is malformed), else None."""
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return None
 
 
 def which(binary: str) -> str | None:
