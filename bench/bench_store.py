@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scanner.engine import OK, HandshakeRecord  # noqa: E402
 from scanner.report import build_report  # noqa: E402
-from scanner.store import ScanStore, handshakes_to_arrow, parameters_to_arrow  # noqa: E402
+from scanner.store import ScanStore, records_to_arrow  # noqa: E402
 from tparams.codec import DecodedParameters, decode_transport_parameters, encode_transport_parameters  # noqa: E402
 from tparams.varint import encode_varint  # noqa: E402
 from tparams.paramset import ParamSet  # noqa: E402
@@ -105,8 +105,8 @@ def main() -> None:
         sample = records[: min(TOTAL, 100_000)]
         tables = []
         for offset in range(0, len(sample), BATCH):
-            handshakes, flat, lengths = handshakes_to_arrow(1, offset + 1, sample[offset : offset + BATCH])
-            tables.append({"handshakes": handshakes, "handshake_parameters": parameters_to_arrow(offset + 1, flat, lengths)})
+            handshakes, parameters = records_to_arrow(1, offset + 1, sample[offset : offset + BATCH])
+            tables.append({"handshakes": handshakes, "handshake_parameters": parameters})
         start = time.perf_counter()
         with ScanStore.open(Path(tmp) / "arrow.duckdb") as store:
             for batch in tables:

@@ -161,3 +161,42 @@ def test_long_form_names_and_texts_equal_the_codec(tmp_path: Path):
     assert [row[1:] for row in rows] == expected * 2
     assert rows[4][3].startswith("chosen=0x00000001")
     assert con.execute("SELECT count(*), count(DISTINCT param_id) FROM parameter_names").fetchone() == (5, 5)  # GREASE by rule
+
+
+def test_derived_columns_equal_each_records_own_computation(tmp_path: Path):
+    # The store groups records with array operations; every record's derived columns must
+    # still be what its own parameters give: GREASE ids differ per connection, values and
+    # orders differ between sets, and findings or empty extensions take the exact path.
+    import random
+
+    from tparams.paramset import order_fingerprint, order_signature
+
+    rng = random.Random(7)
+    # Two sets with the same ids and other values: only the values tell them apart.
+    sets = [ALPHA, ParamSet(initial_max_data=1 << 20, max_ack_delay=25), ParamSet(initial_max_data=1 << 21, max_ack_delay=25),
+            ParamSet(), ParamSet(disable_active_migration=True)]  # fmt: skip
+    records = []
+    for i in range(400):
+        chosen = rng.choice(sets)
+        extra = [(0x0F, rng.randbytes(8)), (27 + 31 * rng.randrange(1000), rng.randbytes(rng.randrange(3)))]
+        rng.shuffle(extra)
+        if i % 50 == 7:
+            extra.append((0x0C, b"\x01"))  # disable_active_migration with a body: a finding, value None
+        records.append(record(f"192.0.2.{i % 250}", chosen, extra=extra))
+    records.append(record("192.0.2.251", None, status=TIMEOUT))
+    empty = record("192.0.2.252", ParamSet())
+    empty.transport_parameters_raw, empty.decoded = b"", decode_transport_parameters(b"", "server")
+    records.append(empty)
+    with ScanStore.open(tmp_path / "s.duckdb") as store:
+        store.append_records(store.begin_scan("targets", {}), records)
+        rows = store.con.execute(
+            f"SELECT {', '.join(PERFORMANCE_PARAMETERS)}, set_fingerprint, order_signature, order_fingerprint "
+            "FROM handshakes ORDER BY handshake_id"
+        ).fetchall()
+    for row, rec in zip(rows, records, strict=True):
+        if rec.decoded is None:
+            assert set(row) == {None}
+            continue
+        params = ParamSet.from_decoded(rec.decoded)
+        assert row == (*params.as_sent().values(), params.fingerprint(), order_signature(rec.decoded.ids), order_fingerprint(rec.decoded.ids))
+    assert len({row[-3] for row in rows if row[-3]}) >= len(sets)
