@@ -1,14 +1,15 @@
-"""The demo: the whole scan pipeline on the built-in lab, start to finish.
+"""The demo: the whole pipeline on the built-in lab, start to finish.
 
 Brings the lab up, scans every lab server from the client namespace, prints
-the popularity report, renders the analysis notebooks over the scan, and
-tears the lab down whatever happens.
+the popularity report, tears the lab down whatever happens, replays the
+browsers' client sets through a real QUIC stack over the emulated link
+(short downloads, two repetitions), and renders the analysis notebooks over
+both result files.
 """
 
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -24,25 +25,65 @@ from scanner.targets import Target
 _err = Console(stderr=True)
 
 
-def run_demo(out: Path | None, fmt: str = "table", html_dir: Path | None = None) -> str:
-    """Return the printed report; notebooks go to ``html_dir`` when given."""
-    if out is not None and out.exists():
-        raise ToolError(f"{out} exists; the demo writes a fresh scan")
-    with tempfile.TemporaryDirectory(prefix="qscan-demo-") as tmp:
-        path = out or Path(tmp) / "demo.duckdb"
-        _err.print("bringing up the lab ...")
-        with Lab.up() as lab:
-            targets = [Target(s.ip, s.port, s.sni) for s in lab.servers]
-            _err.print(f"scanning {len(targets)} lab servers from namespace {lab.client_ns} ...")
-            with lab.in_client():
-                outcome = scan_into(path, targets, ScanSettings(timeout=3.0), kind="demo")
-        _err.print(f"lab down; {outcome.ok} of {outcome.attempted} handshakes completed")
-        text = render(build_report(path, top=10), fmt)
-        sys.stdout.write(text.rstrip("\n") + "\n")
-        if html_dir is not None:
-            from scanner.analysis import render_notebooks
+# A replay small enough for a demo: both browsers, no delay and the thesis's 30 ms.
+REPLAY_SETS = ("firefox", "chrome")
+REPLAY_DELAYS_MS = (0.0, 30.0)
+REPLAY_SIZE = 20_000_000
+REPLAY_REPS = 2
+DEMO_DIR = Path("out/demo")
 
-            _err.print(f"rendering the analysis notebooks into {html_dir} ...")
-            for page in render_notebooks(path, html_dir):
-                _err.print(f"  {page}")
-        return text
+
+def _replay_path(scan: Path) -> Path:
+    return scan.with_name(f"{scan.stem}-replay.duckdb")
+
+
+def run_demo(out: Path | None, fmt: str = "table", html_dir: Path | None = None, replay: bool = True) -> str:
+    """Return the printed report; notebooks go to ``html_dir`` when given.
+
+    The scan goes to ``out`` (refused if it exists) or else to
+    DEMO_DIR/scan.duckdb, which each demo replaces; the replay beside it as
+    ``<stem>-replay.duckdb``."""
+    if out is None:
+        out = DEMO_DIR / "scan.duckdb"
+        for previous in (out, _replay_path(out)):
+            previous.unlink(missing_ok=True)
+    for kept in (out, _replay_path(out)):
+        if kept.exists():
+            raise ToolError(f"{kept} exists; the demo writes fresh results")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path, replay_path = out, _replay_path(out)
+    _err.print("bringing up the lab ...")
+    with Lab.up() as lab:
+        targets = [Target(s.ip, s.port, s.sni) for s in lab.servers]
+        _err.print(f"scanning {len(targets)} lab servers from namespace {lab.client_ns} ...")
+        with lab.in_client():
+            outcome = scan_into(path, targets, ScanSettings(timeout=3.0), kind="demo")
+    _err.print(f"lab down; {outcome.ok} of {outcome.attempted} handshakes completed")
+    text = render(build_report(path, top=10), fmt)
+    sys.stdout.write(text.rstrip("\n") + "\n")
+    if replay:
+        _replay(replay_path)
+    if html_dir is not None:
+        from scanner.analysis import render_notebooks
+
+        _err.print(f"rendering the analysis notebooks into {html_dir} ...")
+        for page in render_notebooks(path, html_dir, replay_db=replay_path if replay else None):
+            _err.print(f"  {page}")
+    return text
+
+
+def _replay(results: Path) -> None:
+    """qreplay's matrix, small: the browsers' newest captured client sets on ngtcp2."""
+    from replay.commands.run import execute
+    from replay.link import LinkConfig
+    from replay.runner import Condition, Experiment
+    from replay.sets import resolve_one
+    from replay.stacks import get_stack
+    from replay.stacks.base import RunOptions
+
+    clients = [resolve_one(name) for name in REPLAY_SETS]
+    conditions = [Condition(client, None, LinkConfig(delay_down_ms=delay)) for delay in REPLAY_DELAYS_MS for client in clients]
+    _err.print(f"replaying {', '.join(c.name for c in clients)} on ngtcp2 over the emulated link, "
+               f"{REPLAY_SIZE // 1_000_000} MB x {REPLAY_REPS} at {' and '.join(f'{d:g}' for d in REPLAY_DELAYS_MS)} ms ...")  # fmt: skip
+    options = RunOptions(size=REPLAY_SIZE, timeout_s=60.0)
+    execute(Experiment("matrix", get_stack("ngtcp2"), conditions, options, REPLAY_REPS, command_line="qscan demo"), results, False)

@@ -103,10 +103,14 @@ def register(app: typer.Typer) -> None:
 
     @app.command("demo")
     def demo_command(
-        out: Path = typer.Option(None, help="Keep the scan in this DuckDB file (default: a temporary file)."),
+        out: Path = typer.Option(None, help="Write the scan to this new DuckDB file, the replay beside it "
+                                 "(default: out/demo/scan.duckdb, replaced by each demo)."),
         fmt: str = typer.Option("table", "--format", "-f", help=f"Report format: {', '.join(FORMATS)}."),
         html: Path = typer.Option(Path("out/demo"), help="Render the analysis notebooks on the scan as HTML here."),
         notebooks: bool = typer.Option(True, "--notebooks/--no-notebooks", help="Render the notebooks at all."),
+        replay: bool = typer.Option(
+            True, "--replay/--no-replay", help="Also replay the browsers' client sets (ngtcp2, 0 and 30 ms, 20 MB x 2)."
+        ),
     ) -> None:
-        """Bring up the lab, scan every lab server from the client namespace, print the parameter sets, tear down."""
-        run_demo(out, fmt, html if notebooks else None)
+        """Bring up the lab, scan every lab server, print the parameter sets, tear down; replay the browser sets."""
+        run_demo(out, fmt, html if notebooks else None, replay)
