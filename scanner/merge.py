@@ -60,6 +60,11 @@ def merge_scans(inputs: Sequence[str | Path], out: str | Path) -> MergeResult:
                 con.execute(f"DETACH {alias}")
         rows = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in _tables(con, _main(con))}
         return MergeResult(len(inputs), len(set(scan_keys.values())), rows)
+    except duckdb.Error as exc:
+        con.close()
+        Path(out).unlink(missing_ok=True)
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ToolError(f"cannot merge into {out}: {detail}") from None
     except BaseException:
         con.close()
         Path(out).unlink(missing_ok=True)
@@ -82,6 +87,13 @@ def _copy_components(con: duckdb.DuckDBPyConnection, alias: str, path: str | Pat
     ).fetchall():
         if table not in existing:
             con.execute(sql)
+    # Views call the components' macros, so those come before the views.
+    for name, parameters, definition in con.execute(
+        "SELECT function_name, parameters, macro_definition FROM duckdb_functions() "
+        "WHERE database_name = ? AND schema_name = 'main' AND function_type = 'macro' AND NOT internal",
+        [alias],
+    ).fetchall():
+        con.execute(f"CREATE MACRO IF NOT EXISTS main.{name}({', '.join(parameters)}) AS {definition}")
     if "schema_version" in existing or "schema_version" in _tables(con, _main(con)):
         con.execute(f"INSERT OR IGNORE INTO main.schema_version SELECT * FROM {alias}.schema_version")
     for view, sql in con.execute(
@@ -118,7 +130,9 @@ def _copy_rows(con: duckdb.DuckDBPyConnection, alias: str, mapping: dict[int, in
                         f"ELSE greatest(m.finished_at, s.finished_at) END FROM ({select}) s "
                         "WHERE m.scan_id = s.scan_id")
         else:
-            con.execute(f'INSERT INTO main."{table}" BY NAME {select}')
+            # Lookup tables with a primary key (parameter_names) hold the same rows in every shard.
+            ignore = " OR IGNORE" if _has_primary_key(con, alias, table) else ""
+            con.execute(f'INSERT{ignore} INTO main."{table}" BY NAME {select}')
 
 
 def _shard_group(con: duckdb.DuckDBPyConnection, alias: str, scan_id: int) -> str | None:
@@ -132,6 +146,13 @@ def _shard_group(con: duckdb.DuckDBPyConnection, alias: str, scan_id: int) -> st
         return None
     seed, targets, port, shards, _ = row
     return json.dumps({"seed": seed, "targets": targets, "port": port, "shards": shards})
+
+
+def _has_primary_key(con: duckdb.DuckDBPyConnection, database: str, table: str) -> bool:
+    return bool(con.execute(
+        "SELECT count(*) FROM duckdb_constraints() WHERE database_name = ? AND table_name = ? "
+        "AND constraint_type = 'PRIMARY KEY'", [database, table]
+    ).fetchone()[0])
 
 
 def _scan_ids(con: duckdb.DuckDBPyConnection, alias: str) -> list[int]:

@@ -181,6 +181,9 @@ def test_two_shards_merged_equal_the_unsharded_scan(lab, lab_scan, tmp_path):
     assert _rows(merged, HANDSHAKES) == _rows(whole, HANDSHAKES)
     assert _rows(merged, "SELECT DISTINCT scan_id FROM handshakes") == [(1,)]  # one scan again
     assert _rows(merged, "SELECT shard, shards, seed FROM discovery_runs") == [(0, 2, 42), (1, 2, 42)]
+    # The long form's names and texts come from a lookup table and macros, which must survive the merge.
+    long_form = "SELECT ip, position, name, value FROM transport_parameters ORDER BY ALL"  # ids and tokens differ
+    assert _rows(merged, long_form) == _rows(whole, long_form)
 
 
 @pytest.mark.lab
