@@ -305,10 +305,11 @@ def records_to_arrow(scan_id: int, first_id: int, records: list[HandshakeRecord]
     ids = np.array(param_ids, np.int64)
     integers = pa.array([v if type(v) is int else None for v in values], pa.int64())
     starts = np.cumsum(lengths) - lengths
+    positions = np.arange(len(ids), dtype=np.int64) - np.repeat(starts, lengths)  # wire position in its record
     parameters = pa.Table.from_arrays(
         [
             pa.array(np.repeat(np.arange(first_id, first_id + count, dtype=np.int64), lengths)),
-            pa.array((np.arange(len(ids), dtype=np.int64) - np.repeat(starts, lengths)).astype(np.int32)),
+            pa.array(positions.astype(np.int32)),
             pa.array(ids),
             integers,
             pa.array([None if type(v) in _TEXTLESS else value_text(v) for v in values], pa.string()),
@@ -317,7 +318,7 @@ def records_to_arrow(scan_id: int, first_id: int, records: list[HandshakeRecord]
         schema=PARAMETER_SCHEMA,
     )
     # Derived columns: one row per distinct (twelve, order), gathered by each record's group.
-    group = _group_records(decoded, lengths, starts, ids, integers.fill_null(-1).to_numpy())
+    group = _group_records(decoded, lengths, starts, positions, ids, integers.fill_null(-1).to_numpy())
     representatives = np.unique(group[group >= 0])
     derived = [_derived(*_derivation_key(decoded[r].parameters)) for r in representatives]  # type: ignore[union-attr]
     take = pa.array(np.searchsorted(representatives, group).astype(np.int32), mask=group < 0)
@@ -336,7 +337,9 @@ def _derivation_key(parameters: tuple[TransportParameter, ...]) -> tuple[tuple, 
     )
 
 
-def _group_records(decoded: list, lengths: np.ndarray, starts: np.ndarray, ids: np.ndarray, integers: np.ndarray) -> np.ndarray:
+def _group_records(
+    decoded: list, lengths: np.ndarray, starts: np.ndarray, positions: np.ndarray, ids: np.ndarray, integers: np.ndarray
+) -> np.ndarray:
     """Per record, the index of the first record with the same derivation key; -1 without parameters.
 
     The key of a record is the sequence of (id with GREASE normalised, value
@@ -355,11 +358,10 @@ def _group_records(decoded: list, lengths: np.ndarray, starts: np.ndarray, ids: 
         normalised = np.where(ids % 31 == _GREASE, _GREASE, ids)
         # The twelve's values matter; without findings they are integers or the flag's True (-1 here).
         relevant = np.where(np.isin(normalised, _PERFORMANCE_ID_ARRAY), integers, -2)
-        position = np.arange(len(ids), dtype=np.int64) - np.repeat(starts, lengths)
         with np.errstate(over="ignore"):
             mixed = (normalised.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
                      + relevant.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
-                     + position.astype(np.uint64) * np.uint64(0x165667B19E3779F9))  # fmt: skip
+                     + positions.astype(np.uint64) * np.uint64(0x165667B19E3779F9))  # fmt: skip
             mixed ^= mixed >> np.uint64(31)
             mixed *= np.uint64(0xBF58476D1CE4E5B9)
             mixed ^= mixed >> np.uint64(29)
@@ -369,7 +371,7 @@ def _group_records(decoded: list, lengths: np.ndarray, starts: np.ndarray, ids: 
         # Exactness: same length, and every row equal to the same row of the group's first record.
         row_record = np.repeat(np.arange(count), lengths)
         checked = clean[row_record] & (lengths[row_record] == lengths[group[row_record]])
-        counterpart = np.where(checked, starts[group[row_record]] + position, np.arange(len(ids)))
+        counterpart = np.where(checked, starts[group[row_record]] + positions, np.arange(len(ids)))
         equal = (normalised == normalised[counterpart]) & (relevant == relevant[counterpart])
         group[np.unique(row_record[~(equal & checked) & clean[row_record]])] = -1
     leftover = [r for r in np.flatnonzero(group < 0).tolist() if decoded[r] is not None]
