@@ -54,7 +54,7 @@ class Experiment:
     conditions: list[Condition]
     options: RunOptions
     reps: int = 10
-    link_backend: str = "auto"  # auto | netem | relay | loopback
+    link_backend: str = "auto"  # auto | netem | relay | veth | loopback
     command_line: str | None = None
     experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 

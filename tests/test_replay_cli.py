@@ -62,3 +62,13 @@ def test_contract_form_runs_and_names_the_concrete_set(tmp_path):
     rows = duckdb.connect(str(tmp_path / "qreplay-results.duckdb")).execute(
         "SELECT set_name, delay_ms, status, bytes FROM runs ORDER BY rep").fetchall()
     assert rows == [(concrete, 30.0, "ok", 2_000_000)] * 2
+
+
+def test_a_piped_summary_keeps_whole_set_names(tmp_path):
+    """Redirected to a file or a pipe, rich would assume 80 columns and print "fire…"."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    result = subprocess.run([QREPLAY, "--set", "firefox", "--link", "loopback", "--size", "1MB", "--reps", "1",
+                             "--out", str(tmp_path / "r.duckdb")], capture_output=True, text=True, timeout=120,
+                            env=env)
+    assert result.returncode == 0, result.stderr
+    assert f"│ {resolve_alias('firefox')} " in result.stdout, result.stdout

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from replay.link import AUTO_ORDER, BACKENDS, GilbertElliott, LinkConfig, parse_duration_ms, parse_percent, \
     parse_rate_bps
+from scanner.cliapp import stdout_console
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def register(app: typer.Typer) -> None:
         table = Table("kind", "name", "works", "detail")
         for r in rows:
             table.add_row(r.kind, r.name, "[green]yes[/]" if r.ok else "[red]no[/]", r.detail)
-        Console().print(table)
+        stdout_console().print(table)
 
     @app.command()
     def calibrate(
@@ -106,5 +107,5 @@ def register(app: typer.Typer) -> None:
                       title=f"{result.backend}: {config.describe()}")
         for row in result.rows():
             table.add_row(*row)
-        Console().print(table)
+        stdout_console().print(table)
 

@@ -21,6 +21,7 @@ from replay.commands.link import DoctorRow, register_doctor_rows
 from replay.stacks import all_stacks, get_stack
 from replay.stacks.base import RunOptions
 from replay.store import DEFAULT_RESULTS
+from scanner.cliapp import stdout_console
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
@@ -43,8 +44,9 @@ QueueOpt = Annotated[Optional[str], typer.Option("--queue", help="Queue limit of
 SizeOpt = Annotated[str, typer.Option("--size", help="Download size, e.g. 500MB (decimal) or 64MiB.")]
 RepsOpt = Annotated[int, typer.Option("--reps", min=1, help="Repetitions per condition.")]
 StackOpt = Annotated[str, typer.Option("--stack", help="QUIC stack: ngtcp2, quicgo, aioquic or lsquic.")]
-LinkOpt = Annotated[str, typer.Option("--link", help="Link backend: auto, netem (kernel), relay (linkem), or "
-                                                     "loopback (no emulation, 127.0.0.1).")]
+LinkOpt = Annotated[str, typer.Option("--link", help="Link backend: auto, netem (kernel), relay (linkem), veth "
+                                                     "(the namespaces, no emulation: the baseline) or loopback "
+                                                     "(no namespaces, 127.0.0.1).")]
 AutotuneOpt = Annotated[bool, typer.Option("--autotune/--no-autotune", help="Let flow-control windows grow; "
                                            "default off: windows stay at the advertised values.")]
 CcOpt = Annotated[str, typer.Option("--cc", help="Congestion control: cubic or bbr.")]
@@ -137,7 +139,7 @@ def show_summaries(rows: list[dict], json_output: bool) -> None:
         table.add_row(s["set_name"], s["server_set_name"] or "(stack default)", f"{s['delay_ms']:g}",
                       f"{s['loss_pct']:g}", swept, str(s["n"]), str(s["failed"]), fmt(s["mean"]),
                       fmt(s["stddev"]), ci)
-    Console().print(table)
+    stdout_console().print(table)
 
 
 def _command_line() -> str:
@@ -268,6 +270,6 @@ def register(app: typer.Typer) -> None:
             table.add_column(column)
         for row in rows:
             table.add_row(row["name"], row["role"] or "", row["description"])
-        Console().print(table)
+        stdout_console().print(table)
 
 

@@ -16,6 +16,7 @@ from rich.table import Table
 from scanner.browser import BROWSERS, capture_browser
 from scanner.capture.extract import CaptureResult, ClientHelloRecord, read_capture
 from scanner.capture.frontend import tshark_version
+from scanner.cliapp import stdout_console
 from scanner.capture.results import browser_set_document, choose_hello, set_document, store_capture
 from scanner.setfiles import SETS_DIR
 from tparams.paramset import ParamSet
@@ -128,4 +129,4 @@ def _report(result: CaptureResult, as_json: bool, out: Optional[Path]) -> None:
             describe(params),
             str(len(hello.transport_parameters.parameters)),
         )
-    Console().print(table)
+    stdout_console().print(table)
