@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from replay.link import LINKEM
 from replay.sets import resolve_alias
+from timing import measure_until
 
 QREPLAY = str(Path(sys.executable).with_name("qreplay"))
 
@@ -72,3 +75,69 @@ def test_a_piped_summary_keeps_whole_set_names(tmp_path):
                             env=env)
     assert result.returncode == 0, result.stderr
     assert f"│ {resolve_alias('firefox')} " in result.stdout, result.stdout
+
+
+def test_doctor_says_what_works_here_and_why_not():
+    from replay.link import NetemBackend
+
+    result = qreplay("doctor", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {(r["kind"], r["name"]): r for r in json.loads(result.stdout)}
+    assert rows[("link backend", "relay")]["ok"] is (os.path.exists(LINKEM))
+    netem = NetemBackend.availability() if os.geteuid() == 0 else None
+    if netem is not None:
+        assert rows[("link backend", "netem")]["ok"] is netem.ok
+        assert rows[("link backend", "auto")]["detail"] == f"uses {'netem' if netem.ok else 'relay'}"
+    if not os.environ.get("QREPLAY_LSQUIC_CLIENT"):
+        assert not rows[("stack", "lsquic")]["ok"] and "not obtainable" in rows[("stack", "lsquic")]["detail"]
+    assert rows[("stack", "aioquic")]["detail"] == "client sets 12 of 12; server sets 12 of 12"
+
+
+@pytest.mark.lab
+def test_calibrate_measures_what_was_configured():
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root (network namespaces)")
+
+    def calibrate() -> dict:
+        result = qreplay("calibrate", "--link", "relay", "--delay", "8ms", "--delay-up", "2ms", "--pings", "300",
+                         "--no-rate", "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    measured = measure_until(calibrate, lambda c: abs(c["rtt"]["rtt_p50_ms"] - 10) < 1)
+    assert measured["backend"] == "relay" and measured["configured_rtt_ms"] == 10
+    assert measured["rtt"]["sent"] == 300 and measured["link_counters"]["down"]["packets_in"] >= 300
+
+
+@pytest.mark.lab
+def test_matrix_stores_every_condition_and_plots_it(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root (network namespaces)")
+    out = tmp_path / "m.duckdb"
+    result = qreplay("matrix", "--sets", "firefox-109,chrome-109", "--delays", "0,5ms", "--size", "1MB", "--reps",
+                     "1", "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    summaries = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(s["set_name"], s["delay_ms"], s["n"]) for s in summaries] == [
+        ("firefox-109", 0, 1), ("chrome-109", 0, 1), ("firefox-109", 5, 1), ("chrome-109", 5, 1)]
+    con = duckdb.connect(str(out))
+    assert con.execute("SELECT kind, reps FROM experiments").fetchall() == [("matrix", 1)]
+    assert con.execute("SELECT count(*), count(*) FILTER (status = 'ok') FROM runs").fetchone() == (4, 4)
+    con.close()
+    plotted = qreplay("plot", str(out), "--out-dir", str(tmp_path / "plots"))
+    assert plotted.returncode == 0, plotted.stderr
+    assert (tmp_path / "plots" / "goodput_vs_delay.png").stat().st_size > 1000
+
+
+@pytest.mark.lab
+def test_a_server_side_sweep_applies_each_value_to_the_server(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root (network namespaces)")
+    out = tmp_path / "s.duckdb"
+    result = qreplay("sweep", "--param", "initial_max_data", "--values", "1000000,2000000", "--side", "server",
+                     "--delay", "0ms", "--size", "1MB", "--reps", "1", "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    rows = duckdb.connect(str(out)).execute(
+        "SELECT sweep_value, status, applied_server FROM runs ORDER BY sweep_value").fetchall()
+    assert [(value, status, json.loads(applied)["initial_max_data"]) for value, status, applied in rows] == [
+        (1000000, "ok", 1000000), (2000000, "ok", 2000000)]
