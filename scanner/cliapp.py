@@ -7,11 +7,9 @@ for ToolError, raised anywhere below for bad input or an unusable machine.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import typer
-from rich.console import Console
 
 from tparams.errors import ToolError
 
@@ -24,15 +22,6 @@ def make_app(help_text: str) -> typer.Typer:
         pretty_exceptions_enable=False,
         context_settings={"help_option_names": ["-h", "--help"]},
     )
-
-
-def stdout_console() -> Console:
-    """A console for tables on stdout. On a terminal it takes the terminal's
-    width; piped or redirected (a log, `| less`) rich would assume 80 columns
-    and cut set names such as firefox-esr-153.7.0esr to "fire…", so it gets
-    room for whole names (long reasons wrap within their cells)."""
-    sized = sys.stdout.isatty() or "COLUMNS" in os.environ
-    return Console(width=None if sized else 160)
 
 
 def run(app: typer.Typer, prog_name: str) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rich.console import Console
 
 from tparams.errors import ToolError
 
@@ -21,8 +20,9 @@ from scanner.lab import Lab
 from scanner.report import build_report, render
 from scanner.scan import scan_into
 from scanner.targets import Target
+from scanner.terminal import cli_console
 
-_err = Console(stderr=True)
+_err = cli_console(stderr=True)
 
 
 # A replay small enough for a demo: both browsers, no delay and the thesis's 30 ms.

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from tparams.errors import ToolError
@@ -21,8 +20,9 @@ from tparams.errors import ToolError
 from scanner.engine import OK, HandshakeRecord, ScanSettings, scan_targets
 from scanner.store import ScanStore
 from scanner.targets import Target
+from scanner.terminal import cli_console
 
-_err = Console(stderr=True)
+_err = cli_console(stderr=True)
 
 # Batches commit at this size or age: bounded loss on kill -9, few transactions at speed.
 BATCH_RECORDS = 2000

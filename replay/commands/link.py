@@ -12,12 +12,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from replay.link import AUTO_ORDER, BACKENDS, GilbertElliott, LinkConfig, parse_duration_ms, parse_percent, \
     parse_rate_bps
-from scanner.cliapp import stdout_console
+from scanner.terminal import cli_console
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ def register(app: typer.Typer) -> None:
         table = Table("kind", "name", "works", "detail")
         for r in rows:
             table.add_row(r.kind, r.name, "[green]yes[/]" if r.ok else "[red]no[/]", r.detail)
-        stdout_console().print(table)
+        cli_console().print(table)
 
     @app.command()
     def calibrate(
@@ -96,7 +95,7 @@ def register(app: typer.Typer) -> None:
             jitter_ms=parse_duration_ms(jitter, "jitter"), loss_pct=parse_percent(loss),
             gilbert=GilbertElliott.parse(gilbert) if gilbert else None,
             rate_bps=parse_rate_bps(rate) if rate else None, queue=queue)
-        with Console(stderr=True).status(f"calibrating {backend}: {config.describe()}"):
+        with cli_console(stderr=True).status(f"calibrating {backend}: {config.describe()}"):
             result = run_calibration(config, backend, pings=pings,
                                      ping_interval_ms=parse_duration_ms(ping_interval, "ping interval"),
                                      rate_seconds=seconds, measure_throughput=not no_rate)
@@ -107,5 +106,5 @@ def register(app: typer.Typer) -> None:
                       title=f"{result.backend}: {config.describe()}")
         for row in result.rows():
             table.add_row(*row)
-        stdout_console().print(table)
+        cli_console().print(table)
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -21,7 +20,7 @@ from replay.commands.link import DoctorRow, register_doctor_rows
 from replay.stacks import all_stacks, get_stack
 from replay.stacks.base import RunOptions
 from replay.store import DEFAULT_RESULTS
-from scanner.cliapp import stdout_console
+from scanner.terminal import cli_console
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
@@ -96,7 +95,7 @@ def server_set(spec: str | None, overrides: list[str] | None) -> sets_api.NamedS
 
 def execute(experiment: Experiment, out: Path, json_output: bool) -> list[dict]:
     """Run with a progress bar, then print per-condition summaries (table or JSON lines)."""
-    console = Console(stderr=True)
+    console = cli_console(stderr=True)
     reason = experiment.stack.unavailable_reason()
     if reason:
         raise ToolError(f"stack {experiment.stack.name} is not usable here: {reason}")
@@ -139,7 +138,7 @@ def show_summaries(rows: list[dict], json_output: bool) -> None:
         table.add_row(s["set_name"], s["server_set_name"] or "(stack default)", f"{s['delay_ms']:g}",
                       f"{s['loss_pct']:g}", swept, str(s["n"]), str(s["failed"]), fmt(s["mean"]),
                       fmt(s["stddev"]), ci)
-    stdout_console().print(table)
+    cli_console().print(table)
 
 
 def _command_line() -> str:
@@ -270,6 +269,6 @@ def register(app: typer.Typer) -> None:
             table.add_column(column)
         for row in rows:
             table.add_row(row["name"], row["role"] or "", row["description"])
-        stdout_console().print(table)
+        cli_console().print(table)
 
 

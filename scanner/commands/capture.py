@@ -10,15 +10,14 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from scanner.browser import BROWSERS, capture_browser
 from scanner.capture.extract import CaptureResult, ClientHelloRecord, read_capture
 from scanner.capture.frontend import tshark_version
-from scanner.cliapp import stdout_console
 from scanner.capture.results import browser_set_document, choose_hello, set_document, store_capture
 from scanner.setfiles import SETS_DIR
+from scanner.terminal import cli_console
 from tparams.paramset import ParamSet
 from tparams.setfile import describe
 
@@ -67,7 +66,7 @@ def browser(
     as_json: Annotated[bool, typer.Option("--json", help="print the ClientHellos as JSON lines instead of a table")] = False,
 ) -> None:
     """Run an installed browser against a QUIC server on loopback, capture it with tshark and store its client parameters."""
-    console = Console(stderr=True)
+    console = cli_console(stderr=True)
     with tempfile.TemporaryDirectory(prefix=f"qscan-{name}-") as scratch:
         workdir = keep_capture or Path(scratch)
         with console.status(f"capturing {name}") as status:
@@ -84,7 +83,7 @@ def _write_set(sets_dir: Path, name: str, document: dict[str, Any]) -> None:
     sets_dir.mkdir(parents=True, exist_ok=True)
     path = sets_dir / f"{name}.json"
     path.write_text(json.dumps(document, indent=2) + "\n")
-    Console(stderr=True).print(f"wrote set {path}")
+    cli_console(stderr=True).print(f"wrote set {path}")
 
 
 def _command_line() -> str:
@@ -129,4 +128,4 @@ def _report(result: CaptureResult, as_json: bool, out: Optional[Path]) -> None:
             describe(params),
             str(len(hello.transport_parameters.parameters)),
         )
-    stdout_console().print(table)
+    cli_console().print(table)

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tparams.errors import ToolError
@@ -19,8 +18,9 @@ from scanner.discovery.plan import make_plan, parse_shard
 from scanner.discovery.response import format_version
 from scanner.engine import ScanSettings
 from scanner.merge import merge_scans
+from scanner.terminal import cli_console
 
-_err = Console(stderr=True)
+_err = cli_console(stderr=True)
 
 
 def confirm_or_refuse(plan_lines: list[str], whole_space: bool, yes: bool) -> None:

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from scanner import lab as lab_api
-from scanner.cliapp import stdout_console
+from scanner.terminal import cli_console
 
 INSTANCE_HELP = "Lab instance name: namespaces are called <instance>-*, state lives in /run/<instance>."
 
@@ -46,7 +46,7 @@ def _show(state: dict | None, json_output: bool) -> None:
     if json_output:
         typer.echo(json.dumps(state, indent=2))
         return
-    console = stdout_console()
+    console = cli_console()
     if state is None:
         console.print("lab is down")
         return
