@@ -24,11 +24,12 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from replay import store
+from replay.cpuidle import ShallowIdle
 from replay.link import LinkConfig
 from replay.sets import NamedSet
 from replay.stacks.base import ClientResult, RunOptions, Stack
@@ -56,6 +57,7 @@ class Experiment:
     reps: int = 10
     link_backend: str = "auto"  # auto | netem | relay | veth | loopback
     command_line: str | None = None
+    shallow_idle: bool = True  # hold the CPUs out of deep idle during the runs (cpuidle.ShallowIdle)
     experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
 
@@ -66,6 +68,9 @@ class Loopback:
     client_ip = server_ip = "127.0.0.1"
     backend = "loopback"
 
+    def __init__(self) -> None:
+        self.idle = ShallowIdle()
+
     def reconfigure(self, link: LinkConfig) -> None:
         if link != LinkConfig():
             raise ToolError("--link loopback cannot emulate delay, loss or rate; use auto, netem or relay")
@@ -75,16 +80,17 @@ class Loopback:
 
 
 @contextmanager
-def open_path(backend: str, first: LinkConfig) -> Iterator[object]:
+def open_path(backend: str, first: LinkConfig, shallow_idle: bool = True) -> Iterator[object]:
     """The testbed for a whole experiment; conditions change its link in place (cheaper than rebuilding)."""
     if backend == "loopback":
         path = Loopback()
         path.reconfigure(first)
-        yield path
+        with path.idle if shallow_idle else nullcontext():
+            yield path
         return
     from replay.testbed import Testbed
 
-    with Testbed(link=first, backend=backend) as testbed:
+    with Testbed(link=first, backend=backend, shallow_idle=shallow_idle) as testbed:
         yield testbed
 
 
@@ -376,17 +382,19 @@ def run_experiment(experiment: Experiment, results: str | Path,
         "link_backend": experiment.link_backend, "size_bytes": experiment.options.size,
         "reps": experiment.reps, "autotune": experiment.options.autotune, "cc": experiment.options.cc,
         "command_line": experiment.command_line,
-        "config": json.dumps({"conditions": [_describe(c) for c in experiment.conditions],
-                              "timeout_s": experiment.options.timeout_s,
-                              "qlog_dir": str(experiment.options.qlog_dir or "")}),
     }
+    config = {"conditions": [_describe(c) for c in experiment.conditions],
+              "timeout_s": experiment.options.timeout_s, "qlog_dir": str(experiment.options.qlog_dir or "")}
+    record["config"] = json.dumps(config)
     store.upsert_experiment(con, record)
     rows: list[dict] = []
     order = run_order(experiment.conditions, experiment.reps)
     path_link = order[0][0].link
     batch: list[dict] = []
     try:
-        with open_path(experiment.link_backend, path_link) as path:
+        with open_path(experiment.link_backend, path_link, experiment.shallow_idle) as path:
+            record["config"] = json.dumps({**config, "cpu_idle": path.idle.state})
+            store.upsert_experiment(con, record)
             try:
                 for condition, rep in order:
                     if condition.link != path_link or (batch and rep != batch[-1]["rep"]):

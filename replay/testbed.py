@@ -28,6 +28,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
+from replay.cpuidle import ShallowIdle
 from replay.link import LINKEM, PATH_DEVICE, LinkBackend, LinkConfig, select_backend
 from scanner.lab import netns
 from tparams.errors import ToolError
@@ -138,7 +139,7 @@ class Testbed:
     __test__ = False  # the name starts with "Test"; keep pytest from collecting it
 
     def __init__(self, link: LinkConfig | None = None, backend: str = "auto", workdir: Path | None = None,
-                 buffer_bytes: int = BUFFER_BYTES):
+                 buffer_bytes: int = BUFFER_BYTES, shallow_idle: bool = True):
         self.link = link or LinkConfig()
         self.backend_class = select_backend(backend)
         self.backend = self.backend_class.name
@@ -151,13 +152,17 @@ class Testbed:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="qreplay-testbed-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._buffers = SocketBuffers(buffer_bytes)
+        self.idle = ShallowIdle()
+        self._shallow_idle = shallow_idle
         self._path: LinkBackend | None = None
         self._processes: list[subprocess.Popen] = []
-        self._signals = contextlib.ExitStack()
+        self._held = contextlib.ExitStack()  # signal handling and the idle-state request, for the testbed's life
         self._owner = os.getpid()
 
     def __enter__(self) -> "Testbed":
-        self._signals.enter_context(netns.teardown_on_signals())
+        self._held.enter_context(netns.teardown_on_signals())
+        if self._shallow_idle:
+            self._held.enter_context(self.idle)
         try:
             sweep_stale()
             netns.create_namespace(self.client_ns)
@@ -194,7 +199,7 @@ class Testbed:
                 errors.append(exc)
         self._processes.clear()
         self._path = None
-        self._signals.close()
+        self._held.close()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
         if errors:
@@ -301,6 +306,7 @@ class Calibration:
     rtt: dict  # linkem ping summary: rtt_min/p50/mean/p99/max_ms, sent, received, loss_pct
     rate: dict | None  # iperf3 UDP download: bits_per_second, lost_percent, packets
     link_counters: dict
+    cpu_idle: str  # ShallowIdle.state during the measurement
 
     def rows(self) -> list[tuple[str, str, str, str]]:
         """(quantity, configured, measured, note) for a table."""
@@ -319,6 +325,8 @@ class Calibration:
                 rows.append((f"linkem {direction} delay error", "0", f"p50 {c['delay_error_p50_us']:g} us",
                              f"p99 {c['delay_error_p99_us']:g} us, dropped loss/queue "
                              f"{c['dropped_loss']}/{c['dropped_queue']}"))
+        rows.append(("CPU idle states", "shallowest (PM QoS 0 us)", self.cpu_idle,
+                     "deep idle makes timers late by up to milliseconds"))
         return rows
 
     @property
@@ -328,7 +336,7 @@ class Calibration:
     def as_dict(self) -> dict:
         return {"backend": self.backend, "link": self.link.describe(), "configured_rtt_ms": self.link.rtt_ms,
                 "configured_loss_pct": self.expected_loss_pct, "configured_rate_bps": self.link.rate_bps,
-                "rtt": self.rtt, "rate": self.rate, "link_counters": self.link_counters}
+                "rtt": self.rtt, "rate": self.rate, "link_counters": self.link_counters, "cpu_idle": self.cpu_idle}
 
 
 ECHO_PORT = 7007
@@ -394,10 +402,10 @@ def _wait_udp_or_tcp_listening(tb: Testbed, port: int, timeout: float = 5.0) -> 
 
 
 def calibrate(link: LinkConfig, backend: str = "auto", pings: int = 2000, ping_interval_ms: float = 1.0,
-              rate_seconds: float = 4.0, measure_throughput: bool = True) -> Calibration:
+              rate_seconds: float = 4.0, measure_throughput: bool = True, shallow_idle: bool = True) -> Calibration:
     """Configured versus achieved RTT, loss and rate of one backend."""
-    with Testbed(link=link, backend=backend) as tb:
+    with Testbed(link=link, backend=backend, shallow_idle=shallow_idle) as tb:
         rtt = measure_rtt(tb, pings, ping_interval_ms)
         counters = tb.link_counters()  # delay error of the echo traffic, before the bulk load
         rate = measure_rate(tb, rate_seconds) if measure_throughput else None
-        return Calibration(tb.backend, link, rtt, rate, counters)
+        return Calibration(tb.backend, link, rtt, rate, counters, tb.idle.state)

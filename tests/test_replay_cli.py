@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from replay import cpuidle
 from replay.link import LINKEM
 from replay.sets import resolve_alias
 from timing import measure_until
@@ -121,7 +122,10 @@ def test_matrix_stores_every_condition_and_plots_it(tmp_path):
     assert [(s["set_name"], s["delay_ms"], s["n"]) for s in summaries] == [
         ("firefox-109", 0, 1), ("chrome-109", 0, 1), ("firefox-109", 5, 1), ("chrome-109", 5, 1)]
     con = duckdb.connect(str(out))
-    assert con.execute("SELECT kind, reps FROM experiments").fetchall() == [("matrix", 1)]
+    (kind, reps, config), = con.execute("SELECT kind, reps, config FROM experiments").fetchall()
+    idle = json.loads(config)["cpu_idle"]
+    assert (kind, reps) == ("matrix", 1)
+    assert idle == "held" if cpuidle.availability()[0] else idle.startswith("unavailable"), idle
     assert con.execute("SELECT count(*), count(*) FILTER (status = 'ok') FROM runs").fetchone() == (4, 4)
     con.close()
     plotted = qreplay("plot", str(out), "--out-dir", str(tmp_path / "plots"))

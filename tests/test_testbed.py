@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 import os
 import re
+import struct
 
 import pytest
 
+from replay import cpuidle
+from replay.cpuidle import CPU_LATENCY_QOS
 from replay.link import GilbertElliott, LinkConfig, NetemBackend, RelayBackend, parse_duration_ms, \
     parse_percent, parse_queue, parse_rate_bps, select_backend
 from replay.testbed import BUFFER_BYTES, PREFIX, Testbed, calibrate, measure_rate, measure_rtt
@@ -102,6 +105,23 @@ def test_rate_50mbit_within_10_percent():
                       lambda rate: abs(rate["bits_per_second"] - 50e6) < 5e6)
         dropped_queue = tb.link_counters()["down"]["dropped_queue"]
     assert dropped_queue > 0  # offered 20% over the limit: the drop-tail queue must overflow
+
+
+def _cpu_latency_limit_us() -> int:
+    with open(CPU_LATENCY_QOS, "rb") as qos:
+        return struct.unpack("i", qos.read(4))[0]
+
+
+@pytest.mark.lab
+@relay
+@pytest.mark.skipif(not cpuidle.availability()[0], reason="no writable /dev/cpu_dma_latency (PM QoS) here")
+def test_the_cpus_are_held_out_of_deep_idle_only_while_the_testbed_lives():
+    before = _cpu_latency_limit_us()
+    with Testbed(backend="relay") as tb:
+        assert tb.idle.state == "held" and _cpu_latency_limit_us() == 0
+    assert _cpu_latency_limit_us() == before
+    with Testbed(backend="relay", shallow_idle=False) as tb:
+        assert tb.idle.state == "not held" and _cpu_latency_limit_us() == before
 
 
 @pytest.mark.lab

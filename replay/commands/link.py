@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 import typer
 from rich.table import Table
 
+from replay import cpuidle
 from replay.link import AUTO_ORDER, BACKENDS, GilbertElliott, LinkConfig, parse_duration_ms, parse_percent, \
     parse_rate_bps
 from scanner.terminal import cli_console
@@ -48,7 +49,12 @@ def _availability(name: str) -> tuple[bool, str]:
     return available.ok, available.reason
 
 
+def machine_rows() -> list[DoctorRow]:
+    return [DoctorRow("machine", "CPU idle", *cpuidle.availability())]
+
+
 register_doctor_rows(link_backend_rows)
+register_doctor_rows(machine_rows)
 
 
 def doctor_rows() -> list[DoctorRow]:
@@ -85,6 +91,8 @@ def register(app: typer.Typer) -> None:
         ping_interval: str = typer.Option("1ms", help="Gap between echo samples."),
         seconds: float = typer.Option(4.0, min=2.0, help="Length of the UDP bulk transfer for the rate."),
         no_rate: bool = typer.Option(False, "--no-rate", help="Skip the bulk transfer (RTT and loss only)."),
+        shallow_idle: bool = typer.Option(True, "--shallow-idle/--deep-idle",
+                                          help="Hold the CPUs in their shallowest idle state, as qreplay does."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
         """Measure the RTT, loss and rate a link backend actually achieves against what was configured."""
@@ -98,7 +106,8 @@ def register(app: typer.Typer) -> None:
         with cli_console(stderr=True).status(f"calibrating {backend}: {config.describe()}"):
             result = run_calibration(config, backend, pings=pings,
                                      ping_interval_ms=parse_duration_ms(ping_interval, "ping interval"),
-                                     rate_seconds=seconds, measure_throughput=not no_rate)
+                                     rate_seconds=seconds, measure_throughput=not no_rate,
+                                     shallow_idle=shallow_idle)
         if as_json:
             print(json.dumps(result.as_dict(), indent=2))
             return

@@ -35,10 +35,12 @@ ServerParamOpt = Annotated[Optional[list[str]], typer.Option("--server-param", m
                                                              help="Override one server parameter (repeatable).")]
 DelayOpt = Annotated[str, typer.Option("--delay", help="One-way delay added server->client, e.g. 30ms.")]
 DelayUpOpt = Annotated[str, typer.Option("--delay-up", help="One-way delay added client->server.")]
-JitterOpt = Annotated[str, typer.Option("--jitter", help="Delay jitter, e.g. 1ms.")]
-LossOpt = Annotated[str, typer.Option("--loss", help="Packet loss each direction, percent, e.g. 0.1%.")]
-RateOpt = Annotated[Optional[str], typer.Option("--rate", help="Link rate, e.g. 1gbit (default: unlimited).")]
-QueueOpt = Annotated[Optional[str], typer.Option("--queue", help="Queue limit of the link, in packets or bytes "
+JitterOpt = Annotated[str, typer.Option("--jitter", help="Jitter of the server->client delay, e.g. 1ms "
+                                                         "(packet order is kept).")]
+LossOpt = Annotated[str, typer.Option("--loss", help="Random packet loss server->client, percent, e.g. 0.1%.")]
+RateOpt = Annotated[Optional[str], typer.Option("--rate", help="Rate limit server->client, e.g. 1gbit "
+                                                               "(default: unlimited).")]
+QueueOpt = Annotated[Optional[str], typer.Option("--queue", help="Queue limit of the rate limit, in packets or bytes "
                                                                  "(default: the testbed's, at least one BDP).")]
 SizeOpt = Annotated[str, typer.Option("--size", help="Download size, e.g. 500MB (decimal) or 64MiB.")]
 RepsOpt = Annotated[int, typer.Option("--reps", min=1, help="Repetitions per condition.")]
@@ -54,6 +56,10 @@ OutOpt = Annotated[Path, typer.Option("--out", help="Results DuckDB file (append
 TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a run counts as failed "
                                                      "(default: long enough for 5 Mbit/s).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the summaries as JSON lines instead of a table.")]
+ShallowIdleOpt = Annotated[bool, typer.Option(
+    "--shallow-idle/--deep-idle", help="Hold the CPUs in their shallowest idle state during the runs (PM QoS), as "
+    "latency benchmarks do: waking from deep idle, or a VM's halted vCPU, makes the link's delays and the "
+    "stacks' timers late by up to milliseconds. --deep-idle leaves power management alone.")]
 
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -175,6 +181,7 @@ def register(app: typer.Typer) -> None:
         rate: RateOpt = None, queue: QueueOpt = None, size: SizeOpt = "500MB", reps: RepsOpt = 10,
         stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", autotune: AutotuneOpt = False, cc: CcOpt = "cubic",
         qlog: QlogOpt = None, out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
+        shallow_idle: ShallowIdleOpt = True,
     ) -> None:
         """Download through a QUIC stack over an emulated link with a client parameter set, REPS times.
 
@@ -188,7 +195,7 @@ def register(app: typer.Typer) -> None:
         clients = [sets_api.with_overrides(s, client_param or []) for s in sets_api.resolve(set_spec)]
         server = server_set(server_set_spec, server_param)
         experiment = Experiment("single", the_stack, [Condition(c, server, the_link) for c in clients],
-                                options, reps, link, _command_line())
+                                options, reps, link, _command_line(), shallow_idle)
         execute(experiment, out, json_output)
 
     @app.command("sweep")
@@ -202,6 +209,7 @@ def register(app: typer.Typer) -> None:
         rate: RateOpt = None, queue: QueueOpt = None, size: SizeOpt = "500MB", reps: RepsOpt = 10,
         stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", autotune: AutotuneOpt = False, cc: CcOpt = "cubic",
         qlog: QlogOpt = None, out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
+        shallow_idle: ShallowIdleOpt = True,
     ) -> None:
         """Vary one parameter, all else fixed (the thesis's figures 5.4 and 5.6); default 30 ms, LSQUIC client set."""
         if param not in PERFORMANCE_PARAMETERS:
@@ -222,7 +230,8 @@ def register(app: typer.Typer) -> None:
                 conditions.append(Condition(client, sets_api.with_overrides(base, override) if server else base,
                                             make_link(delay, delay_up, jitter, loss, rate, queue), param, swept_value))
         experiment = Experiment("sweep", get_stack(stack), conditions,
-                                make_options(size, autotune, cc, qlog, timeout), reps, link, _command_line())
+                                make_options(size, autotune, cc, qlog, timeout), reps, link, _command_line(),
+                                shallow_idle)
         execute(experiment, out, json_output)
 
     @app.command("matrix")
@@ -236,7 +245,7 @@ def register(app: typer.Typer) -> None:
         delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", rate: RateOpt = None, queue: QueueOpt = None,
         size: SizeOpt = "500MB", reps: RepsOpt = 10, stack: StackOpt = "ngtcp2", link: LinkOpt = "auto",
         autotune: AutotuneOpt = False, cc: CcOpt = "cubic", qlog: QlogOpt = None, out: OutOpt = DEFAULT_RESULTS,
-        timeout: TimeoutOpt = None, json_output: JsonOpt = False,
+        timeout: TimeoutOpt = None, json_output: JsonOpt = False, shallow_idle: ShallowIdleOpt = True,
     ) -> None:
         """Every set under every delay and loss (the thesis's figures 5.1-5.3)."""
         clients = [sets_api.with_overrides(s, client_param or [])
@@ -246,7 +255,8 @@ def register(app: typer.Typer) -> None:
                  for d in _comma_list(delays, "--delays") for x in _comma_list(losses, "--losses")]
         conditions = [Condition(c, server, lk) for lk in links for c in clients]
         experiment = Experiment("matrix", get_stack(stack), conditions,
-                                make_options(size, autotune, cc, qlog, timeout), reps, link, _command_line())
+                                make_options(size, autotune, cc, qlog, timeout), reps, link, _command_line(),
+                                shallow_idle)
         execute(experiment, out, json_output)
 
     @app.command("sets")

@@ -13,13 +13,13 @@ CREATE TABLE IF NOT EXISTS experiments (
     started_at    TIMESTAMP NOT NULL,
     finished_at   TIMESTAMP,
     stack         VARCHAR NOT NULL,
-    link_backend  VARCHAR NOT NULL,      -- as requested: auto | netem | relay | loopback
+    link_backend  VARCHAR NOT NULL,      -- as requested: auto | netem | relay | veth | loopback
     size_bytes    BIGINT NOT NULL,
     reps          INTEGER NOT NULL,
     autotune      BOOLEAN NOT NULL,
     cc            VARCHAR NOT NULL,
     command_line  VARCHAR,               -- the qreplay invocation, when run from the CLI
-    config        VARCHAR                -- JSON: every option of the experiment
+    config        VARCHAR                -- JSON: conditions, timeout_s, qlog_dir, cpu_idle
 );
 
 CREATE TABLE IF NOT EXISTS runs (
