@@ -99,6 +99,22 @@ def parse_queue(text: str) -> tuple[int | None, int | None]:
     return (count, None) if unit == "p" else (None, count * _SIZE_UNITS[unit])
 
 
+# Download and buffer sizes: decimal units as in the thesis's "500 MB file", KiB/MiB/GiB binary
+# (queues above take tc's units, where kb is 1024 bytes).
+_DATA_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_DATA_SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+                    "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text: str, option: str = "--size") -> int:
+    """'500MB' -> 500000000, '64MiB' -> 67108864, '1000000' -> 1000000."""
+    match = _DATA_SIZE.match(text)
+    unit = (match[2] or "").lower() if match else None
+    if not match or unit not in _DATA_SIZE_UNITS or float(match[1]) * _DATA_SIZE_UNITS[unit] < 1:
+        raise ToolError(f"{option}: {text!r} is not a size like 500MB, 64MiB or 1000000")
+    return int(float(match[1]) * _DATA_SIZE_UNITS[unit])
+
+
 @dataclass(frozen=True)
 class GilbertElliott:
     """Burst loss with netem's gemodel parameters, all percents: ``p`` good->bad,

@@ -58,6 +58,7 @@ class Experiment:
     link_backend: str = "auto"  # auto | netem | relay | veth | loopback
     command_line: str | None = None
     shallow_idle: bool = True  # hold the CPUs out of deep idle during the runs (cpuidle.ShallowIdle)
+    udp_buffer_bytes: int | None = None  # the testbed's socket buffer size; None: testbed.BUFFER_BYTES
     experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
 
@@ -67,6 +68,7 @@ class Loopback:
     client_ns = server_ns = None
     client_ip = server_ip = "127.0.0.1"
     backend = "loopback"
+    buffer_bytes = None  # the machine's own socket buffers, untouched
 
     def __init__(self) -> None:
         self.idle = ShallowIdle()
@@ -80,7 +82,8 @@ class Loopback:
 
 
 @contextmanager
-def open_path(backend: str, first: LinkConfig, shallow_idle: bool = True) -> Iterator[object]:
+def open_path(backend: str, first: LinkConfig, shallow_idle: bool = True,
+              udp_buffer_bytes: int | None = None) -> Iterator[object]:
     """The testbed for a whole experiment; conditions change its link in place (cheaper than rebuilding)."""
     if backend == "loopback":
         path = Loopback()
@@ -88,9 +91,10 @@ def open_path(backend: str, first: LinkConfig, shallow_idle: bool = True) -> Ite
         with path.idle if shallow_idle else nullcontext():
             yield path
         return
-    from replay.testbed import Testbed
+    from replay.testbed import BUFFER_BYTES, Testbed
 
-    with Testbed(link=first, backend=backend, shallow_idle=shallow_idle) as testbed:
+    with Testbed(link=first, backend=backend, shallow_idle=shallow_idle,
+                 buffer_bytes=udp_buffer_bytes or BUFFER_BYTES) as testbed:
         yield testbed
 
 
@@ -392,8 +396,10 @@ def run_experiment(experiment: Experiment, results: str | Path,
     path_link = order[0][0].link
     batch: list[dict] = []
     try:
-        with open_path(experiment.link_backend, path_link, experiment.shallow_idle) as path:
-            record["config"] = json.dumps({**config, "cpu_idle": path.idle.state})
+        with open_path(experiment.link_backend, path_link, experiment.shallow_idle,
+                       experiment.udp_buffer_bytes) as path:
+            record["config"] = json.dumps({**config, "cpu_idle": path.idle.state,
+                                           "udp_buffer_bytes": path.buffer_bytes})
             store.upsert_experiment(con, record)
             try:
                 for condition, rep in order:

@@ -151,6 +151,7 @@ class Testbed:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="qreplay-testbed-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.buffer_bytes = buffer_bytes
         self._buffers = SocketBuffers(buffer_bytes)
         self.idle = ShallowIdle()
         self._shallow_idle = shallow_idle
@@ -250,16 +251,19 @@ class Testbed:
 
     def interface_counters(self) -> dict:
         """Cumulative packets and bytes of each end's path interface, as
-        {"client": {"tx": {"packets", "bytes"}, "rx": {...}}, "server": {...}},
+        {"client": {"tx": {"packets", "bytes"}, "rx": {...}, "udp": {...}}, "server": {...}},
         plus the emulator's own counters (drops by cause) under "link".
         Packets are wire packets (of at most the MTU) with linkem; a plain
-        veth counts a GSO burst once."""
+        veth counts a GSO burst once. "udp" holds the namespace's UDP
+        counters (see udp_counters), where the datagrams the path delivered
+        but a full socket buffer dropped show up."""
         counters = {}
         for role, ns in (("client", self.client_ns), ("server", self.server_ns)):
             with IPRoute(netns=ns) as ipr:
                 stats = ipr.get_links(ipr.link_lookup(ifname=PATH_DEVICE)[0])[0].get_attr("IFLA_STATS64")
             counters[role] = {way: {"packets": stats[f"{way}_packets"], "bytes": stats[f"{way}_bytes"],
                                     "dropped": stats[f"{way}_dropped"]} for way in ("tx", "rx")}
+            counters[role]["udp"] = udp_counters(ns)
         link = {d: {k: v for k, v in c.items() if not k.startswith("delay_error")}
                 for d, c in self._path.link_counters().items() if isinstance(c, dict)}
         if link:
@@ -275,6 +279,21 @@ class Testbed:
     def link_counters(self) -> dict:
         """The emulator's full counters including delay-error quantiles ({} for netem)."""
         return self._path.link_counters()
+
+
+# /proc/net/snmp's UDP counters, by the names the results use.
+UDP_COUNTERS = {"InDatagrams": "in_datagrams", "OutDatagrams": "out_datagrams", "InErrors": "in_errors",
+                "RcvbufErrors": "rcvbuf_errors", "SndbufErrors": "sndbuf_errors"}
+
+
+def udp_counters(ns: str) -> dict[str, int]:
+    """A namespace's UDP counters. ``rcvbuf_errors`` counts datagrams dropped
+    because the receiving socket's buffer was full: the Kempf thesis's
+    finding that the UDP receive buffer decides QUIC goodput shows here, and
+    nowhere on the path."""
+    done = subprocess.run(netns.ns_command(ns, ["cat", "/proc/net/snmp"]), capture_output=True, text=True)
+    names, values = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("Udp:")]
+    return {UDP_COUNTERS[name]: int(value) for name, value in zip(names, values) if name in UDP_COUNTERS}
 
 
 def _wait4(process: subprocess.Popen, timeout: float):
@@ -402,9 +421,10 @@ def _wait_udp_or_tcp_listening(tb: Testbed, port: int, timeout: float = 5.0) -> 
 
 
 def calibrate(link: LinkConfig, backend: str = "auto", pings: int = 2000, ping_interval_ms: float = 1.0,
-              rate_seconds: float = 4.0, measure_throughput: bool = True, shallow_idle: bool = True) -> Calibration:
+              rate_seconds: float = 4.0, measure_throughput: bool = True, shallow_idle: bool = True,
+              buffer_bytes: int = BUFFER_BYTES) -> Calibration:
     """Configured versus achieved RTT, loss and rate of one backend."""
-    with Testbed(link=link, backend=backend, shallow_idle=shallow_idle) as tb:
+    with Testbed(link=link, backend=backend, shallow_idle=shallow_idle, buffer_bytes=buffer_bytes) as tb:
         rtt = measure_rtt(tb, pings, ping_interval_ms)
         counters = tb.link_counters()  # delay error of the echo traffic, before the bulk load
         rate = measure_rate(tb, rate_seconds) if measure_throughput else None

@@ -32,9 +32,10 @@ def _usable(name: str):
     return stack
 
 
-def _run(stack, conditions, tmp_path, size=3_000_000, reps=2, backend="auto", **options):
+def _run(stack, conditions, tmp_path, size=3_000_000, reps=2, backend="auto", udp_buffer_bytes=None, **options):
     experiment = Experiment("test", stack, conditions, RunOptions(size=size, timeout_s=options.pop("timeout_s", 60),
-                                                                  **options), reps, backend)
+                                                                  **options), reps, backend,
+                            udp_buffer_bytes=udp_buffer_bytes)
     rows = run_experiment(experiment, tmp_path / "r.duckdb")
     return rows
 
@@ -54,6 +55,8 @@ def test_each_stack_downloads_and_records_everything(name, tmp_path):
         assert set(applied) | set(not_applied) == {k for k, v in resolve_one("firefox").params.as_sent().items()
                                                    if v is not None}
         assert json.loads(row["client_argv"])[:3] == ["ip", "netns", "exec"]
+        # Every datagram of the body reached the client's UDP layer (the namespace's own counters).
+        assert json.loads(row["counters"])["client_udp_in_datagrams"] >= size / 1500
         if name == "quicgo":  # our server reports the sender's view: packets it sent are the ones the link carried
             counters = json.loads(row["counters"])
             assert abs(counters["sender_packets_sent"] - row["server_tx_packets"]) <= 0.02 * row["server_tx_packets"]
@@ -86,6 +89,19 @@ def test_pinned_small_connection_window_throttles_at_30ms(tmp_path):
     by_value = {s["sweep_value"]: s for s in summaries(rows)}
     assert by_value[196608]["n"] == 2 and by_value[15728640]["n"] == 2
     assert by_value[196608]["mean"] < 0.5 * by_value[15728640]["mean"]
+
+
+def test_a_receive_buffer_too_small_drops_datagrams_and_each_run_counts_them(tmp_path):
+    """The Kempf thesis's lesson, observable per run: what the path delivered but the socket could not hold."""
+    stack = _usable("ngtcp2")
+    rows = _run(stack, [Condition(resolve_one("firefox-109"), None, LinkConfig())], tmp_path, size=5_000_000,
+                udp_buffer_bytes=64 * 1024)
+    assert [r["status"] for r in rows] == ["ok", "ok"], [r.get("error") for r in rows]
+    for row in rows:
+        counters = json.loads(row["counters"])
+        assert counters["client_udp_rcvbuf_errors"] > 0 and counters["link_down_dropped_loss"] == 0, counters
+    config = duckdb.connect(str(tmp_path / "r.duckdb")).execute("SELECT config FROM experiments").fetchone()[0]
+    assert json.loads(config)["udp_buffer_bytes"] == 64 * 1024
 
 
 def test_a_crashing_client_is_a_failed_run_and_the_experiment_goes_on(tmp_path):

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from replay import cpuidle
 from replay.link import AUTO_ORDER, BACKENDS, GilbertElliott, LinkConfig, parse_duration_ms, parse_percent, \
-    parse_rate_bps
+    parse_rate_bps, parse_size
 from scanner.terminal import cli_console
 
 
@@ -93,6 +93,7 @@ def register(app: typer.Typer) -> None:
         no_rate: bool = typer.Option(False, "--no-rate", help="Skip the bulk transfer (RTT and loss only)."),
         shallow_idle: bool = typer.Option(True, "--shallow-idle/--deep-idle",
                                           help="Hold the CPUs in their shallowest idle state, as qreplay does."),
+        udp_buffer: str = typer.Option("1664KiB", "--udp-buffer", help="UDP socket buffer size, as qreplay's."),
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
         """Measure the RTT, loss and rate a link backend actually achieves against what was configured."""
@@ -107,7 +108,7 @@ def register(app: typer.Typer) -> None:
             result = run_calibration(config, backend, pings=pings,
                                      ping_interval_ms=parse_duration_ms(ping_interval, "ping interval"),
                                      rate_seconds=seconds, measure_throughput=not no_rate,
-                                     shallow_idle=shallow_idle)
+                                     shallow_idle=shallow_idle, buffer_bytes=parse_size(udp_buffer, "--udp-buffer"))
         if as_json:
             print(json.dumps(result.as_dict(), indent=2))
             return

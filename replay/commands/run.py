@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from replay import sets as sets_api
-from replay.link import LinkConfig, parse_duration_ms, parse_percent, parse_rate_bps
+from replay.link import LinkConfig, parse_duration_ms, parse_percent, parse_rate_bps, parse_size
 from replay.runner import Condition, Experiment, run_experiment, summaries
 from replay.commands.link import DoctorRow, register_doctor_rows
 from replay.stacks import all_stacks, get_stack
@@ -56,24 +55,14 @@ OutOpt = Annotated[Path, typer.Option("--out", help="Results DuckDB file (append
 TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a run counts as failed "
                                                      "(default: long enough for 5 Mbit/s).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the summaries as JSON lines instead of a table.")]
+UdpBufferOpt = Annotated[str, typer.Option(
+    "--udp-buffer", help="UDP socket buffer size during the runs (net.core.rmem/wmem_default, at least as the "
+    "maximum), e.g. 8MiB. Default: the Kempf thesis's 1664KiB. A receiver that cannot keep up drops what does not "
+    "fit; each run counts those drops.")]
 ShallowIdleOpt = Annotated[bool, typer.Option(
     "--shallow-idle/--deep-idle", help="Hold the CPUs in their shallowest idle state during the runs (PM QoS), as "
     "latency benchmarks do: waking from deep idle, or a VM's halted vCPU, makes the link's delays and the "
     "stacks' timers late by up to milliseconds. --deep-idle leaves power management alone.")]
-
-SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
-SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-              "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def parse_size(text: str) -> int:
-    """'500MB' -> 500000000 (decimal units as in the thesis's '500 MB file'; KiB/MiB/GiB binary)."""
-    match = SIZE.match(text)
-    unit = (match[2] or "").lower() if match else None
-    if not match or unit not in SIZE_UNITS or float(match[1]) * SIZE_UNITS[unit] < 1:
-        raise ToolError(f"--size: {text!r} is not a size like 500MB, 64MiB or 1000000")
-    return int(float(match[1]) * SIZE_UNITS[unit])
-
 
 def make_link(delay: str, delay_up: str, jitter: str, loss: str, rate: str | None, queue: str | None) -> LinkConfig:
     return LinkConfig(delay_down_ms=parse_duration_ms(delay, "--delay"),
@@ -119,6 +108,9 @@ def execute(experiment: Experiment, out: Path, json_output: bool) -> list[dict]:
                     warned.add(line)
                     progress.console.print(f"[yellow]warning:[/] {line}")
             goodput = f"{row['goodput_mbps']:.1f} Mbit/s" if row.get("goodput_mbps") else row.get("error", "")
+            dropped = json.loads(row.get("counters") or "{}").get("client_udp_rcvbuf_errors")
+            if dropped:
+                goodput += f" (the client's full socket buffer dropped {dropped} datagrams)"
             progress.console.print(f"{row['set_name']} delay {row['delay_ms']:g} ms loss {row['loss_pct']:g}% "
                                    f"rep {row['rep']}: {row['status']} {goodput}")
             progress.advance(task)
@@ -181,7 +173,7 @@ def register(app: typer.Typer) -> None:
         rate: RateOpt = None, queue: QueueOpt = None, size: SizeOpt = "500MB", reps: RepsOpt = 10,
         stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", autotune: AutotuneOpt = False, cc: CcOpt = "cubic",
         qlog: QlogOpt = None, out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
-        shallow_idle: ShallowIdleOpt = True,
+        shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB",
     ) -> None:
         """Download through a QUIC stack over an emulated link with a client parameter set, REPS times.
 
@@ -195,7 +187,8 @@ def register(app: typer.Typer) -> None:
         clients = [sets_api.with_overrides(s, client_param or []) for s in sets_api.resolve(set_spec)]
         server = server_set(server_set_spec, server_param)
         experiment = Experiment("single", the_stack, [Condition(c, server, the_link) for c in clients],
-                                options, reps, link, _command_line(), shallow_idle)
+                                options, reps, link, _command_line(), shallow_idle,
+                                parse_size(udp_buffer, "--udp-buffer"))
         execute(experiment, out, json_output)
 
     @app.command("sweep")
@@ -209,7 +202,7 @@ def register(app: typer.Typer) -> None:
         rate: RateOpt = None, queue: QueueOpt = None, size: SizeOpt = "500MB", reps: RepsOpt = 10,
         stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", autotune: AutotuneOpt = False, cc: CcOpt = "cubic",
         qlog: QlogOpt = None, out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
-        shallow_idle: ShallowIdleOpt = True,
+        shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB",
     ) -> None:
         """Vary one parameter, all else fixed (the thesis's figures 5.4 and 5.6); default 30 ms, LSQUIC client set."""
         if param not in PERFORMANCE_PARAMETERS:
@@ -231,7 +224,7 @@ def register(app: typer.Typer) -> None:
                                             make_link(delay, delay_up, jitter, loss, rate, queue), param, swept_value))
         experiment = Experiment("sweep", get_stack(stack), conditions,
                                 make_options(size, autotune, cc, qlog, timeout), reps, link, _command_line(),
-                                shallow_idle)
+                                shallow_idle, parse_size(udp_buffer, "--udp-buffer"))
         execute(experiment, out, json_output)
 
     @app.command("matrix")
@@ -246,6 +239,7 @@ def register(app: typer.Typer) -> None:
         size: SizeOpt = "500MB", reps: RepsOpt = 10, stack: StackOpt = "ngtcp2", link: LinkOpt = "auto",
         autotune: AutotuneOpt = False, cc: CcOpt = "cubic", qlog: QlogOpt = None, out: OutOpt = DEFAULT_RESULTS,
         timeout: TimeoutOpt = None, json_output: JsonOpt = False, shallow_idle: ShallowIdleOpt = True,
+        udp_buffer: UdpBufferOpt = "1664KiB",
     ) -> None:
         """Every set under every delay and loss (the thesis's figures 5.1-5.3)."""
         clients = [sets_api.with_overrides(s, client_param or [])
@@ -256,7 +250,7 @@ def register(app: typer.Typer) -> None:
         conditions = [Condition(c, server, lk) for lk in links for c in clients]
         experiment = Experiment("matrix", get_stack(stack), conditions,
                                 make_options(size, autotune, cc, qlog, timeout), reps, link, _command_line(),
-                                shallow_idle)
+                                shallow_idle, parse_size(udp_buffer, "--udp-buffer"))
         execute(experiment, out, json_output)
 
     @app.command("sets")
