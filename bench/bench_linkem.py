@@ -9,6 +9,10 @@
    p50/p99; goal p99 < 0.2 ms) and the end-to-end error (payload stamp to
    receive stamp, minus 30 ms), beside the same generator's one-way latency
    over a plain veth: what the sender, the stacks and the machine add anyway.
+   During the veth run `linkem timer` meets one deadline per packet with a
+   writer's priority and waiting policy on linkem's core(s): the error the
+   machine itself leaves (scheduler, timers, a VM's host), the floor for
+   linkem's.
 2. 0 ms configured: goodput through linkem versus a plain veth (goal >= 0.8x)
    for iperf3 UDP (1400 B datagrams, unlimited sender, no GSO), iperf3 TCP,
    and real QUIC stacks through `qreplay` (ngtcp2 and quic-go, whose GSO
@@ -44,6 +48,15 @@ def _pin(pid: int, cpus: set[int]) -> None:
     """Every thread of ``pid`` onto ``cpus`` (a thread started later inherits its creator's)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
         os.sched_setaffinity(int(tid), cpus)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of every thread of ``pid`` so far."""
+    ticks = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        fields = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _udp_counter(tb: Testbed, name: str) -> int:
@@ -105,17 +118,30 @@ def spread(values: list[float], scale: float = 1.0, fmt: str = ",.0f") -> str:
     return f"{statistics.median(values):{fmt}} ({values[0]:{fmt}}-{values[-1]:{fmt}})"
 
 
+def timer_floor(args, cpus: set[int]) -> subprocess.Popen:
+    """`linkem timer` on ``cpus``: a writer's wake-ups alone, one deadline per packet of --pps."""
+    return subprocess.Popen(["taskset", "-c", ",".join(map(str, sorted(cpus))), str(LINKEM), "timer",
+                             "--interval", f"{1e9 / args.pps:.0f}ns", "--duration", f"{args.seconds}s"],
+                            stdout=subprocess.PIPE, text=True)
+
+
 def delay_part(args, pinned: bool) -> None:
     cores = sorted(os.sched_getaffinity(0))
     linkem_cpus = {cores[-1]} if pinned else set(cores)
     load_cpus = (set(cores[:-1]) or {cores[-1]}) if pinned else set(cores)
-    relayed, veth = [], []
+    relayed, veth, floor = [], [], []
     for _ in range(args.repeats):
         with Testbed(backend="veth") as tb:
+            # The same load over a plain veth, with linkem's waiting policy alone where linkem would run:
+            # the part of the delay error this machine leaves to any emulator.
+            timer = timer_floor(args, linkem_cpus)
             veth.append(blast(tb, args.pps, args.seconds, 0, load_cpus))
+            floor.append(json.loads(timer.communicate(timeout=args.seconds + 30)[0]))
         with Testbed(link=LinkConfig(delay_down_ms=30), backend="relay") as tb:
             _pin(tb._path.process.pid, linkem_cpus)
+            cpu_before, started = _cpu_seconds(tb._path.process.pid), time.monotonic()
             run = blast(tb, args.pps, args.seconds, 30, load_cpus)
+            run["linkem_cores"] = (_cpu_seconds(tb._path.process.pid) - cpu_before) / (time.monotonic() - started)
             run["linkem"] = tb.link_counters()["down"]
             relayed.append(run)
     where = f"linkem alone on core {cores[-1]}, the load on the rest" if pinned else "no pinning (as qreplay runs)"
@@ -124,11 +150,16 @@ def delay_part(args, pinned: bool) -> None:
           f"{spread([r['received_pps'] for r in relayed])}/s = "
           f"{spread([r['received_pps'] / r['offered_pps'] for r in relayed], fmt='.3f')} x offered; "
           f"lost in linkem {[r['linkem']['dropped_overflow'] for r in relayed]}, "
-          f"at the sink's socket {[r['sink_overflow'] for r in relayed]}")
+          f"at the sink's socket {[r['sink_overflow'] for r in relayed]}; linkem used "
+          f"{spread([r['linkem_cores'] for r in relayed], fmt='.2f')} cores")
     p50 = [r["linkem"]["delay_error_p50_us"] / 1000 for r in relayed]
     p99 = [r["linkem"]["delay_error_p99_us"] / 1000 for r in relayed]
+    floor99 = [f["error_p99_us"] / 1000 for f in floor]
     print(f"  linkem added-delay error p50 {spread(p50, fmt='.3f')} ms, p99 {spread(p99, fmt='.3f')} ms = "
           f"{spread([v / 0.2 for v in p99], fmt='.2f')} x the 0.2 ms goal")
+    print(f"  the machine's floor (linkem timer: a writer's wake-ups alone, same load over a veth): p50 "
+          f"{spread([f['error_p50_us'] / 1000 for f in floor], fmt='.3f')} ms, p99 {spread(floor99, fmt='.3f')} ms; "
+          f"linkem p99 / floor p99 = {statistics.median(p99) / max(statistics.median(floor99), 1e-3):.2f}")
     print(f"  end to end: error p50 {spread([r['error_p50_ms'] for r in relayed], fmt='.3f')} ms, "
           f"p99 {spread([r['error_p99_ms'] for r in relayed], fmt='.3f')} ms; the same generator over a plain veth: "
           f"one-way latency p50 {spread([r['latency_p50_ms'] for r in veth], fmt='.3f')} ms, "

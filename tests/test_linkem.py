@@ -34,6 +34,21 @@ def test_bad_flags_are_one_line_errors():
     assert done.stderr.strip().splitlines() == ["linkem: --down-gilbert wants P,R,LOSS_BAD,LOSS_GOOD"]
 
 
+def test_timer_meets_every_deadline_and_reports_its_error():
+    """`linkem timer`, the benchmark's floor: a writer's waiting policy alone, one deadline per interval."""
+    if not LINKEM.exists():
+        pytest.skip("build/bin/linkem missing (scripts/setup.sh builds it)")
+    done = subprocess.run([str(LINKEM), "timer", "--interval", "1ms", "--duration", "300ms", "--realtime=false"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["deadlines"] == 299
+    assert 0 <= result["error_p50_us"] <= result["error_p99_us"] <= result["error_max_us"] + 1
+    refused = subprocess.run([str(LINKEM), "timer", "--interval", "2s", "--duration", "1s"], capture_output=True,
+                             text=True)
+    assert refused.returncode == 2 and refused.stderr.startswith("linkem: --interval must be")
+
+
 needs_relay = pytest.mark.skipif(os.geteuid() != 0 or not RelayBackend.availability().ok,
                                  reason="needs root and build/bin/linkem")
 

@@ -147,7 +147,7 @@ func runRelay(args []string) error {
 	for _, d := range dirs {
 		d.line = make(chan *packet, *lineLen)
 		d.stats = stats[d.name]
-		d.clock, d.spin, d.early, d.pools, d.realtime = clock, *spin, *early, pools, *realtime
+		d.pacer, d.pools, d.realtime = pacer{clock: clock, spin: *spin, early: *early}, pools, *realtime
 		d.onFatal = func(e error) { fatal <- e }
 		if err := unix.SetNonblock(d.in, true); err != nil { // see waitReadable
 			return err

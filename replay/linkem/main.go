@@ -9,6 +9,7 @@
 //	linkem ping --target ADDR          (UDP RTT samples, JSON summary)
 //	linkem blast --target ADDR --pps N (paced time-stamped load, sendmmsg)
 //	linkem sink --listen ADDR          (one-way latency of blast's datagrams, JSON summary)
+//	linkem timer --interval D          (a writer's wake-up error alone: the machine's floor)
 //
 // "down" is server to client, "up" client to server. Counters are written
 // as JSON to --stats-file (at start, every --stats-interval, on SIGUSR1 and
@@ -22,7 +23,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: linkem relay|echo|ping|blast|sink [flags] (-h for flags)")
+		fmt.Fprintln(os.Stderr, "usage: linkem relay|echo|ping|blast|sink|timer [flags] (-h for flags)")
 		os.Exit(2)
 	}
 	var err error
@@ -37,8 +38,10 @@ func main() {
 		err = runBlast(os.Args[2:])
 	case "sink":
 		err = runSink(os.Args[2:])
+	case "timer":
+		err = runTimer(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: want relay, echo, ping, blast or sink", os.Args[1])
+		err = fmt.Errorf("unknown command %q: want relay, echo, ping, blast, sink or timer", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "linkem:", err)

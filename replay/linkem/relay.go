@@ -69,18 +69,25 @@ func (b *bufferPools) put(p *packet) {
 // The reader goroutine decides each packet's fate; the writer goroutine
 // owns the delay line and sends each packet when it is due.
 type direction struct {
+	pacer
 	name     string
 	in, out  int
 	model    pathModel
 	line     chan *packet
 	pending  atomic.Int64 // packets in the delay line or being written by the writer
 	stats    *DirectionStats
-	clock    func() int64
-	spin     time.Duration
-	early    time.Duration
 	realtime bool
 	pools    *bufferPools
 	onFatal  func(error)
+}
+
+// pacer decides how a thread waits for a deadline; `linkem timer` measures
+// the same policy alone, which tells the machine's part of the delay error
+// from linkem's.
+type pacer struct {
+	clock func() int64
+	spin  time.Duration
+	early time.Duration
 }
 
 // readBatch is how many packets that pass at once (zero delay) the reader
@@ -94,7 +101,7 @@ func (d *direction) readLoop() {
 	// packets age in the tun queue unseen and the delay comes out long.
 	// So it ranks above the writer, which it interrupts for a few
 	// microseconds a packet.
-	d.ownThread(readerPriority)
+	ownThread(readerPriority, d.realtime)
 	// Packets passing at once (see below) stay in the reader's own buffers
 	// until written; the others are copied into right-sized pool buffers.
 	own := make([]*packet, readBatch)
@@ -185,13 +192,13 @@ const (
 
 // ownThread pins the calling goroutine to its thread and, with realtime,
 // raises that thread to SCHED_FIFO at the given priority.
-func (d *direction) ownThread(priority int) {
+func ownThread(priority int, realtime bool) {
 	// Go timers wake up to a millisecond late (the netpoller waits in
 	// whole milliseconds), so the writer owns its thread and sleeps with
 	// nanosleep under a 1 us timer slack instead.
 	runtime.LockOSThread()
 	unix.Prctl(unix.PR_SET_TIMERSLACK, 1000, 0, 0, 0)
-	if d.realtime {
+	if realtime {
 		// Real-time priority: on a busy machine an ordinary thread waits
 		// milliseconds for a core, which is the whole delay error.
 		// Best effort: without the privilege it stays an ordinary thread.
@@ -200,7 +207,7 @@ func (d *direction) ownThread(priority int) {
 }
 
 func (d *direction) writeLoop() {
-	d.ownThread(writerPriority)
+	ownThread(writerPriority, d.realtime)
 	batch := make([]*packet, 0, maxCoalesced)
 	frames := make([][]byte, 0, maxCoalesced)
 	burst := make([]byte, maxFrame)
@@ -291,17 +298,17 @@ func (d *direction) send(frame []byte, segments, wireBytes int) {
 // never sleeps is throttled by the kernel for milliseconds at a time.
 // Sending up to `early` ahead lets the writer pass such traffic in small
 // batches.
-func (d *direction) waitUntil(due int64) {
+func (p *pacer) waitUntil(due int64) {
 	for {
-		left := due - d.clock()
+		left := due - p.clock()
 		switch {
-		case left <= int64(d.early):
+		case left <= int64(p.early):
 			return
-		case left > 2*int64(d.spin):
-			ts := unix.NsecToTimespec(left - int64(d.spin))
+		case left > 2*int64(p.spin):
+			ts := unix.NsecToTimespec(left - int64(p.spin))
 			rawNanosleep(&ts) // EINTR just means another round
-		case left <= int64(d.spin):
-			ts := unix.NsecToTimespec(left - int64(d.early))
+		case left <= int64(p.spin):
+			ts := unix.NsecToTimespec(left - int64(p.early))
 			rawNanosleep(&ts)
 			return
 		}
