@@ -464,5 +464,19 @@ def summaries(rows: list[dict]) -> list[dict]:
         ok = [r["goodput_mbps"] for r in group if r["status"] == "ok"]
         out.append({"set_name": set_name, "server_set_name": server_set, "delay_ms": delay, "loss_pct": loss,
                     "sweep_param": param, "sweep_value": value, "runs": len(group),
-                    "failed": len(group) - len(ok), **summarize(ok)})
+                    "failed": len(group) - len(ok), **summarize(ok),
+                    "client_socket_drop_pct": client_socket_drop_pct([r for r in group if r["status"] == "ok"])})
     return out
+
+
+def client_socket_drop_pct(rows: list[dict]) -> float | None:
+    """Share of the datagrams reaching the client's UDP layer that its full socket buffer dropped (the
+    same figure as the run_summary view's); None without the namespace counters (e.g. loopback)."""
+    dropped = delivered = 0
+    for row in rows:
+        counters = json.loads(row.get("counters") or "{}")
+        if "client_udp_rcvbuf_errors" not in counters:
+            return None
+        dropped += counters["client_udp_rcvbuf_errors"]
+        delivered += counters["client_udp_in_datagrams"]
+    return 100 * dropped / (dropped + delivered) if dropped + delivered else None

@@ -100,8 +100,12 @@ def test_a_receive_buffer_too_small_drops_datagrams_and_each_run_counts_them(tmp
     for row in rows:
         counters = json.loads(row["counters"])
         assert counters["client_udp_rcvbuf_errors"] > 0 and counters["link_down_dropped_loss"] == 0, counters
-    config = duckdb.connect(str(tmp_path / "r.duckdb")).execute("SELECT config FROM experiments").fetchone()[0]
-    assert json.loads(config)["udp_buffer_bytes"] == 64 * 1024
+    con = duckdb.connect(str(tmp_path / "r.duckdb"))
+    assert json.loads(con.execute("SELECT config FROM experiments").fetchone()[0])["udp_buffer_bytes"] == 64 * 1024
+    # The summary's share of dropped datagrams, computed in Python and by the results file's view alike.
+    (in_python,) = [s["client_socket_drop_pct"] for s in summaries(rows)]
+    (in_view,) = con.execute("SELECT client_socket_drop_pct FROM run_summary").fetchone()
+    assert 0 < in_python < 100 and in_view == pytest.approx(in_python)
 
 
 def test_a_crashing_client_is_a_failed_run_and_the_experiment_goes_on(tmp_path):

@@ -107,7 +107,7 @@ def _html(results: Path, figures: list[tuple[str, Path]], summary) -> str:
         data = base64.b64encode(path.read_bytes()).decode()
         parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>")
     columns = ["stack", "set_name", "delay_ms", "loss_pct", "sweep_param", "sweep_value", "autotune", "runs", "n",
-               "mean_mbps", "stddev_mbps"]
+               "mean_mbps", "stddev_mbps", "client_socket_drop_pct"]
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(row[c]))}</td>" for c in columns) + "</tr>"
                    for row in summary.select(columns).iter_rows(named=True))
     parts.append("<h2>Statistics (successful runs)</h2><table border=1 cellpadding=3><tr>"

@@ -127,7 +127,8 @@ def show_summaries(rows: list[dict], json_output: bool) -> None:
             typer.echo(json.dumps(row))
         return
     table = Table(title="goodput (Mbit/s; failed runs excluded from the statistics)")
-    for column in ("set", "server set", "delay ms", "loss %", "swept", "n", "failed", "mean", "stddev", "95% CI"):
+    for column in ("set", "server set", "delay ms", "loss %", "swept", "n", "failed", "mean", "stddev", "95% CI",
+                   "client socket drops %"):
         table.add_column(column, justify="right" if column not in ("set", "server set", "swept") else "left")
     fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
     for s in rows:
@@ -135,7 +136,8 @@ def show_summaries(rows: list[dict], json_output: bool) -> None:
         ci = "-" if s["ci95_low"] is None else f"{s['ci95_low']:.1f}..{s['ci95_high']:.1f}"
         table.add_row(s["set_name"], s["server_set_name"] or "(stack default)", f"{s['delay_ms']:g}",
                       f"{s['loss_pct']:g}", swept, str(s["n"]), str(s["failed"]), fmt(s["mean"]),
-                      fmt(s["stddev"]), ci)
+                      fmt(s["stddev"]), ci,
+                      "-" if s["client_socket_drop_pct"] is None else f"{s['client_socket_drop_pct']:.2f}")
     cli_console().print(table)
 
 

@@ -82,6 +82,11 @@ SELECT experiment_id, stack, set_name, server_set_name, delay_ms, loss_pct, swee
        avg(goodput_mbps) FILTER (WHERE status = 'ok') AS mean_mbps,
        stddev_samp(goodput_mbps) FILTER (WHERE status = 'ok') AS stddev_mbps,
        avg(client_tx_packets) AS mean_client_tx_packets,
-       avg(server_tx_packets) AS mean_server_tx_packets
+       avg(server_tx_packets) AS mean_server_tx_packets,
+       -- datagrams the client's full socket buffer dropped, per 100 reaching its UDP layer (ok runs)
+       100.0 * sum(json_extract(counters, '$.client_udp_rcvbuf_errors')::BIGINT) FILTER (WHERE status = 'ok')
+         / nullif(sum(json_extract(counters, '$.client_udp_rcvbuf_errors')::BIGINT
+                      + json_extract(counters, '$.client_udp_in_datagrams')::BIGINT) FILTER (WHERE status = 'ok'), 0)
+         AS client_socket_drop_pct
 FROM runs
 GROUP BY ALL;
