@@ -14,11 +14,11 @@ class ShallowIdle:
 
     A CPU waking from deep idle is late by up to milliseconds, and so is a
     virtual machine's halted vCPU, which waits for the host to run it again.
-    On the project's 2-vCPU KVM guest, 1 ms sleeps woke p99 0.15-0.3 ms and
-    at worst 1.6-6.7 ms late; held, p99 0.06 ms and at worst 0.35 ms. linkem's delays
-    and the stacks' timers are such sleeps: in 30 ms ngtcp2 downloads,
-    linkem's delay error p99 fell from 1.4-6.1 ms to 0.09-0.13 ms, and
-    goodput rose by a fifth. The kernel's PM QoS request (as cyclictest and
+    On the project's 2-vCPU KVM guest, a real-time thread's 1 ms sleeps woke
+    p99 5.7-10.7 ms late; held, p99 0.04-0.43 ms (`qreplay calibrate`).
+    linkem's delays and the stacks' timers are such sleeps: in 30 ms ngtcp2
+    downloads, linkem's delay error p99 fell from 1.4-6.1 ms to 0.09-0.13 ms,
+    and goodput rose by a fifth. The kernel's PM QoS request (as cyclictest and
     tuned's latency profiles make it) lasts while the file stays open, so a
     crash never leaves the machine held."""
 

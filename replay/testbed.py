@@ -326,6 +326,7 @@ class Calibration:
     rate: dict | None  # iperf3 UDP download: bits_per_second, lost_percent, packets
     link_counters: dict
     cpu_idle: str  # ShallowIdle.state during the measurement
+    wakeups: dict | None  # measure_wakeups(): deadlines, error_p50_us, error_p99_us, error_max_us
 
     def rows(self) -> list[tuple[str, str, str, str]]:
         """(quantity, configured, measured, note) for a table."""
@@ -346,6 +347,11 @@ class Calibration:
                              f"{c['dropped_loss']}/{c['dropped_queue']}"))
         rows.append(("CPU idle states", "shallowest (PM QoS 0 us)", self.cpu_idle,
                      "deep idle makes timers late by up to milliseconds"))
+        if self.wakeups:
+            w = self.wakeups
+            rows.append(("wake-up error, 1 ms sleeps", "0", f"p50 {w['error_p50_us']:g} us",
+                         f"p99 {w['error_p99_us']:g} us, max {w['error_max_us']:.0f} us: this machine's floor for "
+                         "any emulator's delay error"))
         return rows
 
     @property
@@ -355,7 +361,8 @@ class Calibration:
     def as_dict(self) -> dict:
         return {"backend": self.backend, "link": self.link.describe(), "configured_rtt_ms": self.link.rtt_ms,
                 "configured_loss_pct": self.expected_loss_pct, "configured_rate_bps": self.link.rate_bps,
-                "rtt": self.rtt, "rate": self.rate, "link_counters": self.link_counters, "cpu_idle": self.cpu_idle}
+                "rtt": self.rtt, "rate": self.rate, "link_counters": self.link_counters, "cpu_idle": self.cpu_idle,
+                "wakeups": self.wakeups}
 
 
 ECHO_PORT = 7007
@@ -427,5 +434,18 @@ def calibrate(link: LinkConfig, backend: str = "auto", pings: int = 2000, ping_i
     with Testbed(link=link, backend=backend, shallow_idle=shallow_idle, buffer_bytes=buffer_bytes) as tb:
         rtt = measure_rtt(tb, pings, ping_interval_ms)
         counters = tb.link_counters()  # delay error of the echo traffic, before the bulk load
+        wakeups = measure_wakeups()
         rate = measure_rate(tb, rate_seconds) if measure_throughput else None
-        return Calibration(tb.backend, link, rtt, rate, counters, tb.idle.state)
+        return Calibration(tb.backend, link, rtt, rate, counters, tb.idle.state, wakeups)
+
+
+def measure_wakeups(interval_ms: float = 1.0, seconds: float = 1.0) -> dict | None:
+    """How far from its deadlines a real-time thread with linkem's waiting policy wakes on this machine,
+    now (`linkem timer`): the floor under any emulator's delay error. None without linkem."""
+    if not LINKEM.exists():
+        return None
+    done = subprocess.run([str(LINKEM), "timer", "--interval", f"{interval_ms}ms", "--duration", f"{seconds}s"],
+                          capture_output=True, text=True, timeout=seconds + 30)
+    if done.returncode:
+        raise ToolError(f"linkem timer failed: {done.stderr.strip()[-200:]}")
+    return json.loads(done.stdout)

@@ -108,6 +108,7 @@ def test_calibrate_measures_what_was_configured():
     measured = measure_until(calibrate, lambda c: abs(c["rtt"]["rtt_p50_ms"] - 10) < 1)
     assert measured["backend"] == "relay" and measured["configured_rtt_ms"] == 10
     assert measured["rtt"]["sent"] == 300 and measured["link_counters"]["down"]["packets_in"] >= 300
+    assert measured["wakeups"]["deadlines"] == 999  # the machine's floor: 1 ms deadlines for 1 s
 
 
 @pytest.mark.lab
