@@ -114,3 +114,4 @@ def test_notebooks_execute_and_put_our_tables_beside_the_published_ones(scans, r
     assert len(set_names) == 2 and all(f"{name} / stack default" in replay for name in set_names)
     assert "1069.48" in replay  # published headline beside our runs
     assert html["replay_goodput"].count("data:image/png") >= 1  # goodput vs delay with bands
+    assert "Datagrams the client's socket dropped" in replay and "client_socket_drop_pct" in replay
