@@ -13,7 +13,8 @@ from replay import cpuidle
 from replay.cpuidle import CPU_LATENCY_QOS
 from replay.link import GilbertElliott, LinkConfig, NetemBackend, RelayBackend, parse_duration_ms, \
     parse_percent, parse_queue, parse_rate_bps, select_backend
-from replay.testbed import BUFFER_BYTES, PREFIX, Testbed, calibrate, measure_rate, measure_rtt
+from replay.testbed import BUFFER_BYTES, BUFFER_SYSCTLS, PREFIX, Testbed, _read_sysctl, calibrate, measure_rate, \
+    measure_rtt
 from scanner.lab import netns
 from timing import measure_until
 from tparams.errors import ToolError
@@ -75,6 +76,7 @@ def test_netem_backend_calibrates_when_present():
 @relay
 def test_delay_20ms_measured_within_1ms_and_nothing_leaks():
     before = set(netns.list_namespaces(PREFIX))
+    sysctls = {key: _read_sysctl(key) for key in BUFFER_SYSCTLS}
     with Testbed(link=LinkConfig(delay_down_ms=20), backend="relay") as tb:
         names = {tb.client_ns, tb.server_ns}
         assert names <= set(netns.list_namespaces(PREFIX))
@@ -85,6 +87,7 @@ def test_delay_20ms_measured_within_1ms_and_nothing_leaks():
     assert counters["client"]["tx"]["packets"] >= 400 and counters["server"]["rx"]["packets"] >= 400
     assert not names & set(netns.list_namespaces(PREFIX))
     assert set(netns.list_namespaces(PREFIX)) <= before
+    assert {key: _read_sysctl(key) for key in BUFFER_SYSCTLS} == sysctls  # the socket buffers are restored
 
 
 @pytest.mark.lab
