@@ -42,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from procfs import process_cpu_seconds  # noqa: E402  (bench/, the script's own directory)
 from scanner.engine import OK, HandshakeLoop, ScanSettings, scan_targets  # noqa: E402
 from scanner.lab.certs import write_certificate  # noqa: E402
 from scanner.targets import Target  # noqa: E402
@@ -51,15 +52,6 @@ QUICGO = ROOT / "build" / "bin" / "qscanner_loop"
 GOAL_RATE = 1000.0
 GOAL_RATIO = 0.7
 MEMORY_GOAL = 1 << 30
-
-
-def process_cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU of running processes (the servers, which are reaped only at the end)."""
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of proc(5))
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def client_cpu_seconds() -> float:

@@ -36,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from procfs import process_cpu_seconds  # bench/, the script's own directory
 from replay.link import LINKEM, LinkConfig
 from replay.testbed import IPERF_PORT, Testbed, _wait_udp_or_tcp_listening
 from scanner.lab import netns
@@ -48,15 +49,6 @@ def _pin(pid: int, cpus: set[int]) -> None:
     """Every thread of ``pid`` onto ``cpus`` (a thread started later inherits its creator's)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
         os.sched_setaffinity(int(tid), cpus)
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of every thread of ``pid`` so far."""
-    ticks = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        fields = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _udp_counter(tb: Testbed, name: str) -> int:
@@ -139,9 +131,9 @@ def delay_part(args, pinned: bool) -> None:
             floor.append(json.loads(timer.communicate(timeout=args.seconds + 30)[0]))
         with Testbed(link=LinkConfig(delay_down_ms=30), backend="relay") as tb:
             _pin(tb._path.process.pid, linkem_cpus)
-            cpu_before, started = _cpu_seconds(tb._path.process.pid), time.monotonic()
+            cpu_before, started = process_cpu_seconds([tb._path.process.pid]), time.monotonic()
             run = blast(tb, args.pps, args.seconds, 30, load_cpus)
-            run["linkem_cores"] = (_cpu_seconds(tb._path.process.pid) - cpu_before) / (time.monotonic() - started)
+            run["linkem_cores"] = (process_cpu_seconds([tb._path.process.pid]) - cpu_before) / (time.monotonic() - started)
             run["linkem"] = tb.link_counters()["down"]
             relayed.append(run)
     where = f"linkem alone on core {cores[-1]}, the load on the rest" if pinned else "no pinning (as qreplay runs)"
