@@ -11,7 +11,7 @@ setup:
 	@bash scripts/setup.sh
 
 demo: setup
-	@$(VENV)/bin/qscan demo
+	@$(VENV)/bin/quictp-demo
 
 test: setup
 	@$(PY) -m pytest -ra -p no:cacheprovider tests

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from scanner.discovery.netinfo import detect_route
-from scanner.lab import up
-from scanner.lab.discovery_lab import RANGE_SERVER_RANGE, discovery_topology, range_server, route_range
+from lab import up
+from lab.discovery_lab import RANGE_SERVER_RANGE, discovery_topology, range_server, route_range
 
 QSCAN = str(Path(sys.executable).parent / "qscan")
 INSTANCE = "qdbench"  # not "qlab*": a concurrent test session's leak sweep must not take it
@@ -66,7 +66,7 @@ def main() -> None:
         route_range(lab, spec)
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
-            from scanner.discovery.probe import make_probe
+            from tparams.probe import make_probe
 
             sent, vn_rate = zmap_rate(lab, work, make_probe().payload, throughput_range, args.rate)
             _, small_rate = zmap_rate(lab, work, b"\x00" * 8, throughput_range, args.rate)

@@ -39,7 +39,7 @@ from pathlib import Path
 from procfs import process_cpu_seconds  # bench/, the script's own directory
 from replay.link import LINKEM, LinkConfig
 from replay.testbed import IPERF_PORT, Testbed, _wait_udp_or_tcp_listening
-from scanner.lab import netns
+from lab import netns
 
 SINK_PORT = 9000
 REPO = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ Each command group lives in its own module under replay/commands and exposes
 
 from __future__ import annotations
 
-from scanner.cliapp import make_app, run
+from common.cliapp import make_app, run
 
 app = make_app(__doc__.splitlines()[0])
 

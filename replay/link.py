@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
-from scanner.lab import netns
+from lab import netns
 from tparams.errors import ToolError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

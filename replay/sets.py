@@ -17,7 +17,7 @@ from pathlib import Path
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet
 from tparams.setfile import paramset_from_document
-from scanner.setfiles import SETS_DIR, read_set_document
+from common.setfiles import SETS_DIR, read_set_document
 
 # alias -> (file-name prefixes of captured sets, newest first by version; thesis fallback)
 ALIASES = {

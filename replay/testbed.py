@@ -30,7 +30,7 @@ from pyroute2 import IPRoute
 
 from replay.cpuidle import ShallowIdle
 from replay.link import LINKEM, PATH_DEVICE, LinkBackend, LinkConfig, select_backend
-from scanner.lab import netns
+from lab import netns
 from tparams.errors import ToolError
 
 PREFIX = "qrep-"

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from scanner.capture.extract import CaptureResult, read_capture
 from scanner.capture.frontend import tshark_path
-from scanner.lab.certs import write_certificate
-from scanner.lab.netns import teardown_on_signals
+from lab.certs import write_certificate
+from lab.netns import teardown_on_signals
 from tparams.errors import ToolError
 
 LAB_HOST = "lab.test"

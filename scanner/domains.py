@@ -32,7 +32,7 @@ from scanner.scan import scan_into
 from scanner.discovery.ipv4 import open_discovery_store
 from scanner.discovery.netinfo import require_namespace
 from scanner.engine import ScanSettings
-from scanner.lab.netns import in_namespace
+from lab.netns import in_namespace
 from scanner.targets import Target
 
 A_RECORD, AAAA_RECORD, HTTPS_RECORD, ALT_SVC = "a-record", "aaaa-record", "https-record", "alt-svc"

@@ -171,7 +171,7 @@ def _dpkg_version(package: str) -> str:
 SOFTWARE: dict[str, Callable[[], str]] = {
     "ngtcp2": lambda: f"ngtcp2 gtlsserver, Debian ngtcp2-server {_dpkg_version('ngtcp2-server')}",
     "caddy": lambda: f"caddy (quic-go), Debian caddy {_dpkg_version('caddy')}",
-    "aioquic": lambda: f"aioquic {importlib.metadata.version('aioquic')} (scanner/lab/aioquic_server.py)",
+    "aioquic": lambda: f"aioquic {importlib.metadata.version('aioquic')} (lab/aioquic_server.py)",
 }
 
 
@@ -219,7 +219,7 @@ def learn_command(argv: Sequence[str]) -> None:
     parser.add_argument("--instance", default="qlablearn",
                         help="lab instance name (its own namespaces, so a running lab is left alone)")
     args = parser.parse_args(argv)
-    from scanner.lab import Lab  # the lab needs root; importing it is only for learning
+    from lab import Lab  # the lab needs root; importing it is only for learning
 
     with Lab.up(instance=args.instance) as lab:
         observations = learn_from_lab(lab, args.repetitions)

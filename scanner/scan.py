@@ -20,7 +20,7 @@ from tparams.errors import ToolError
 from scanner.engine import OK, HandshakeRecord, ScanSettings, scan_targets
 from scanner.store import ScanStore
 from scanner.targets import Target
-from scanner.terminal import cli_console
+from common.terminal import cli_console
 
 _err = cli_console(stderr=True)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scanner.lab import Lab, netns
+from lab import Lab, netns
 
 # Several pytest sessions may run on one machine at once (and a lab started by
 # hand with `qscan lab up` may be running): every lab instance a session makes

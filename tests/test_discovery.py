@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scanner.discovery.plan import LAB_RANGE, make_plan, parse_shard
-from scanner.discovery.probe import is_reserved_version, make_probe
+from tparams.probe import is_reserved_version, make_probe
 from scanner.discovery.response import judge_response
 from tparams.errors import ToolError
 
@@ -221,7 +221,7 @@ def test_no_raw_socket_permission_is_one_line(lab, tmp_path):
 
 
 def test_unknown_namespace_is_one_line_and_not_created(tmp_path):
-    from scanner.lab.netns import list_namespaces
+    from lab.netns import list_namespaces
 
     for command in (["ipv4", "198.18.1.0/24"], ["ipv4", "198.18.1.0/24", "--dry-run"]):
         done = subprocess.run([QSCAN, *command, "--netns", "qdisc-absent", "--out", str(tmp_path / "x.duckdb")],

@@ -1,7 +1,7 @@
 """qscan domains: evidence from HTTPS records and Alt-Svc, handshakes with SNI = domain.
 
-The lab's DNS server (scanner/lab/dns_server.py) serves the zone in
-scanner/lab/discovery_lab.py; caddy answers HTTPS/TCP with Alt-Svc."""
+The lab's DNS server (lab/dns_server.py) serves the zone in
+lab/discovery_lab.py; caddy answers HTTPS/TCP with Alt-Svc."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import duckdb
 import pytest
 
 from scanner.domains import ALT_SVC, HTTPS_RECORD, parse_alt_svc, read_domains
-from scanner.lab import Lab
-from scanner.lab.discovery_lab import DNS_IP, LAB_DOMAINS, LAB_ZONE, discovery_topology
-from scanner.lab.dns_server import answer, load_zone
+from lab import Lab
+from lab.discovery_lab import DNS_IP, LAB_DOMAINS, LAB_ZONE, discovery_topology
+from lab.dns_server import answer, load_zone
 from tparams.errors import ToolError
 
 from conftest import lab_instance, lab_unavailable

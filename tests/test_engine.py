@@ -16,7 +16,7 @@ import pytest
 
 from scanner.scan import scan_into
 from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, ScanSettings
-from scanner.lab import Lab
+from lab import Lab
 from scanner.targets import Target
 from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet
 

@@ -20,7 +20,7 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted
 
 from conftest import lab_instance, lab_unavailable
-from scanner.lab import Lab, LabServer, ServerKind, ServerSpec, Topology, Launch, netns, register_kind, status, up
+from lab import Lab, LabServer, ServerKind, ServerSpec, Topology, Launch, netns, register_kind, status, up
 from tparams.codec import decode_transport_parameters
 from tparams.errors import ToolError
 from tparams.paramset import ParamSet

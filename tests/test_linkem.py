@@ -11,7 +11,7 @@ import pytest
 
 from replay.link import LINKEM, LinkConfig, RelayBackend
 from replay.testbed import IPERF_PORT, Testbed, _wait_udp_or_tcp_listening, measure_rtt
-from scanner.lab import netns
+from lab import netns
 from timing import measure_until
 
 REPO = LINKEM.parents[2]

@@ -17,7 +17,7 @@ from rich.table import Table
 from replay import cpuidle
 from replay.link import AUTO_ORDER, BACKENDS, GilbertElliott, LinkConfig, parse_duration_ms, parse_percent, \
     parse_rate_bps, parse_size
-from scanner.terminal import cli_console
+from common.terminal import cli_console
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from replay.commands.link import DoctorRow, register_doctor_rows
 from replay.stacks import all_stacks, get_stack
 from replay.stacks.base import RunOptions
 from replay.store import DEFAULT_RESULTS
-from scanner.terminal import cli_console
+from common.terminal import cli_console
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS
 

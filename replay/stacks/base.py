@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from scanner.lab.certs import write_certificate
+from lab.certs import write_certificate
 from tparams.paramset import ParamSet
 
 Role = Literal["client", "server"]

@@ -16,8 +16,8 @@ from scanner.browser import BROWSERS, capture_browser
 from scanner.capture.extract import CaptureResult, ClientHelloRecord, read_capture
 from scanner.capture.frontend import tshark_version
 from scanner.capture.results import browser_set_document, choose_hello, set_document, store_capture
-from scanner.setfiles import SETS_DIR
-from scanner.terminal import cli_console
+from common.setfiles import SETS_DIR
+from common.terminal import cli_console
 from tparams.paramset import ParamSet
 from tparams.setfile import describe
 

@@ -18,7 +18,7 @@ from scanner.discovery.plan import make_plan, parse_shard
 from scanner.discovery.response import format_version
 from scanner.engine import ScanSettings
 from scanner.merge import merge_scans
-from scanner.terminal import cli_console
+from common.terminal import cli_console
 
 _err = cli_console(stderr=True)
 

@@ -7,8 +7,8 @@ import json
 import typer
 from rich.table import Table
 
-from scanner import lab as lab_api
-from scanner.terminal import cli_console
+import lab as lab_api
+from common.terminal import cli_console
 
 INSTANCE_HELP = "Lab instance name: namespaces are called <instance>-*, state lives in /run/<instance>."
 

@@ -1,4 +1,4 @@
-"""qscan targets | report | export | demo: handshake scans into DuckDB and their popularity report."""
+"""qscan targets | report | export: handshake scans into DuckDB and their popularity report."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import typer
 from tparams.errors import ToolError
 
 from scanner import identify as identify_api
-from scanner.demo import run_demo
 from scanner.engine import ScanSettings
 from scanner.report import FORMATS, build_report, export_parquet, render
 from scanner.scan import scan_into
@@ -100,17 +99,3 @@ def register(app: typer.Typer) -> None:
         """Export every table and view of a scan as Parquet, for sharing and for DuckDB/polars elsewhere."""
         for path in export_parquet(scan, parquet):
             print(path)
-
-    @app.command("demo")
-    def demo_command(
-        out: Path = typer.Option(None, help="Write the scan to this new DuckDB file, the replay beside it "
-                                 "(default: out/demo/scan.duckdb, replaced by each demo)."),
-        fmt: str = typer.Option("table", "--format", "-f", help=f"Report format: {', '.join(FORMATS)}."),
-        html: Path = typer.Option(Path("out/demo"), help="Render the analysis notebooks on the scan as HTML here."),
-        notebooks: bool = typer.Option(True, "--notebooks/--no-notebooks", help="Render the notebooks at all."),
-        replay: bool = typer.Option(
-            True, "--replay/--no-replay", help="Also replay the browsers' client sets (ngtcp2, 0 and 30 ms, 20 MB x 2)."
-        ),
-    ) -> None:
-        """Bring up the lab, scan every lab server, print the parameter sets, tear down; replay the browser sets."""
-        run_demo(out, fmt, html if notebooks else None, replay)

@@ -22,10 +22,10 @@ from tparams.errors import ToolError
 from scanner.scan import scan_into
 from scanner.discovery.netinfo import Route, check_raw_socket_permission, detect_route, require_namespace
 from scanner.discovery.plan import WHOLE_SPACE, Plan, subtract
-from scanner.discovery.probe import Probe, make_probe
+from tparams.probe import Probe, make_probe
 from scanner.discovery.zmap import Outcome, ZMapFiles, command_text, read_results, run_zmap, write_inputs, zmap_command
 from scanner.engine import ScanSettings
-from scanner.lab.netns import in_namespace
+from lab.netns import in_namespace
 from scanner.store import SCHEMA_DIR, TIMESTAMP, ScanStore
 from scanner.targets import Target
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from scanner.lab.netns import in_namespace, list_namespaces
+from lab.netns import in_namespace, list_namespaces
 from tparams.errors import ToolError
 
 # Neighbour states without a usable link-layer address (linux/neighbour.h).

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from aioquic.buffer import Buffer, BufferReadError
 from aioquic.quic.packet import QuicPacketType, pull_quic_header
 
-from scanner.discovery.probe import Probe
+from tparams.probe import Probe
 
 
 @dataclass(frozen=True)

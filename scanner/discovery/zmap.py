@@ -27,9 +27,9 @@ from tparams.errors import ToolError
 
 from scanner.discovery.netinfo import Route
 from scanner.discovery.plan import Plan
-from scanner.discovery.probe import Probe
+from tparams.probe import Probe
 from scanner.discovery.response import judge_response
-from scanner.lab.netns import ns_command
+from lab.netns import ns_command
 
 OUTPUT_FIELDS = ("saddr", "sport", "data", "classification", "success", "repeat", "timestamp-str")
 # Every response, not only ZMap's "successes", so ICMP port-unreachable is counted too.

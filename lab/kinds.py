@@ -18,10 +18,10 @@ from typing import ClassVar
 from tparams.errors import ToolError
 from tparams.paramset import ParamSet
 
-from scanner.lab.topology import ServerSpec
+from lab.topology import ServerSpec
 
 # Modules that register kinds when imported (append-only, like COMMAND_MODULES).
-KIND_MODULES: tuple[str, ...] = ("scanner.lab.kinds",)
+KIND_MODULES: tuple[str, ...] = ("lab.kinds",)
 
 _KINDS: dict[str, "ServerKind"] = {}
 
@@ -159,35 +159,35 @@ class CaddyKind(ServerKind):
 
 @register_kind
 class AioquicKind(ServerKind):
-    """Our aioquic HTTP/3 server (scanner/lab/aioquic_server.py)."""
+    """Our aioquic HTTP/3 server (lab/aioquic_server.py)."""
 
     name = "aioquic"
     library = "aioquic"
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
-        return Launch([sys.executable, "-m", "scanner.lab.aioquic_server", "--host", spec.ip,
+        return Launch([sys.executable, "-m", "lab.aioquic_server", "--host", spec.ip,
                        "--port", str(spec.port), "--certificate", str(ctx.cert), "--private-key", str(ctx.key)])
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
-        from scanner.lab.aioquic_server import expected_transport_parameters
+        from lab.aioquic_server import expected_transport_parameters
 
         return expected_transport_parameters()
 
 
 @register_kind
 class BrokenKind(ServerKind):
-    """Our deliberately broken server (scanner/lab/broken_server.py); ``options["mode"]``."""
+    """Our deliberately broken server (lab/broken_server.py); ``options["mode"]``."""
 
     name = "broken"
     library = "broken"
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
-        from scanner.lab.broken_server import MODES
+        from lab.broken_server import MODES
 
         mode = spec.options.get("mode")
         if mode not in MODES:
             raise ToolError(f"lab server {spec.name}: mode must be one of {', '.join(MODES)}, not {mode!r}")
-        return Launch([sys.executable, "-m", "scanner.lab.broken_server", "--mode", mode, "--host", spec.ip,
+        return Launch([sys.executable, "-m", "lab.broken_server", "--mode", mode, "--host", spec.ip,
                        "--port", str(spec.port), "--certificate", str(ctx.cert), "--private-key", str(ctx.key)])
 
 

@@ -1,14 +1,14 @@
 """The lab: a small Internet of real QUIC servers in network namespaces on
-198.18.0.0/15, with no route out. See scanner/lab/topology.py for the addresses.
+198.18.0.0/15, with no route out. See lab/topology.py for the addresses.
 
     with Lab.up() as lab:
         lab.run_in_client(["gtlsclient", lab.server("caddy").ip, "443"])
 """
 
-from scanner.lab.core import DEFAULT_INSTANCE, Lab, LabServer, down, state_dir, status, up
-from scanner.lab.kinds import KIND_MODULES, LabContext, Launch, ServerKind, known_kinds, register_kind
-from scanner.lab.topology import LAB_DOMAIN, ServerSpec, Topology, default_topology
-from scanner.setfiles import builtin_set
+from lab.core import DEFAULT_INSTANCE, Lab, LabServer, down, state_dir, status, up
+from lab.kinds import KIND_MODULES, LabContext, Launch, ServerKind, known_kinds, register_kind
+from lab.topology import LAB_DOMAIN, ServerSpec, Topology, default_topology
+from common.setfiles import builtin_set
 
 __all__ = [
     "DEFAULT_INSTANCE", "KIND_MODULES", "LAB_DOMAIN", "Lab", "LabContext", "LabServer", "Launch", "ServerKind",

@@ -17,7 +17,7 @@ import random
 import aioquic.asyncio.server
 from aioquic.quic.connection import QuicConnection
 
-from scanner.lab.aioquic_server import arguments, configuration, run
+from lab.aioquic_server import arguments, configuration, run
 from tparams.codec import decode_transport_parameters, encode_transport_parameters, encode_value
 from tparams.registry import id_for
 

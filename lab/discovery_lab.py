@@ -15,12 +15,12 @@ from typing import ClassVar
 
 from pyroute2 import IPRoute
 
-from scanner.lab.core import Lab
-from scanner.lab.kinds import LabContext, Launch, ServerKind, register_kind
-from scanner.lab.netns import add_route
-from scanner.lab.topology import LAB_DOMAIN, ServerSpec, Topology, default_topology
+from lab.core import Lab
+from lab.kinds import LabContext, Launch, ServerKind, register_kind
+from lab.netns import add_route
+from lab.topology import LAB_DOMAIN, ServerSpec, Topology, default_topology
 
-DNS_IP = "198.18.1.53"  # reserved for DNS in scanner/lab/topology.py
+DNS_IP = "198.18.1.53"  # reserved for DNS in lab/topology.py
 RANGE_SERVER_IP = "198.18.1.60"
 # 1,024 addresses answered by one server (routed to it by the core).
 RANGE_SERVER_RANGE = "198.18.4.0/22"
@@ -51,7 +51,7 @@ LAB_DOMAINS: tuple[str, ...] = tuple(name.rstrip(".") for name in LAB_ZONE) + (f
 
 @register_kind
 class DnsKind(ServerKind):
-    """Our dnspython DNS server (scanner/lab/dns_server.py), zone from ``options["zone"]``."""
+    """Our dnspython DNS server (lab/dns_server.py), zone from ``options["zone"]``."""
 
     name = "dns"
     library = "dnspython"
@@ -59,7 +59,7 @@ class DnsKind(ServerKind):
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
         zone = ctx.workdir(spec) / "zone.json"
         zone.write_text(json.dumps(spec.options.get("zone", LAB_ZONE)))
-        return Launch([sys.executable, "-m", "scanner.lab.dns_server", "--host", spec.ip,
+        return Launch([sys.executable, "-m", "lab.dns_server", "--host", spec.ip,
                        "--port", str(spec.port), "--zone", str(zone)])
 
 
@@ -77,7 +77,7 @@ class RangeServerKind(ServerKind):
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
         htdocs = ctx.workdir(spec) / "htdocs"
         htdocs.mkdir(exist_ok=True)
-        return Launch([sys.executable, "-m", "scanner.lab.discovery_lab", spec.options["range"], "--",
+        return Launch([sys.executable, "-m", "lab.discovery_lab", spec.options["range"], "--",
                        *self.ARGV, f"--htdocs={htdocs}", "0.0.0.0", str(spec.port), str(ctx.key), str(ctx.cert)])
 
 

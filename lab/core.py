@@ -24,11 +24,11 @@ from typing import Any
 
 from tparams.errors import ToolError
 
-from scanner.lab import netns
-from scanner.lab.certs import write_certificate
-from scanner.lab.kinds import LabContext, kind_for
-from scanner.lab.probe import Pending, wait_until_ready
-from scanner.lab.topology import LAB_DOMAIN, Topology, default_topology
+from lab import netns
+from lab.certs import write_certificate
+from lab.kinds import LabContext, kind_for
+from lab.probe import Pending, wait_until_ready
+from lab.topology import LAB_DOMAIN, Topology, default_topology
 
 DEFAULT_INSTANCE = "qlab"
 RUN_DIR = Path("/run")

@@ -16,11 +16,11 @@ from pathlib import Path
 from tparams.errors import ToolError
 
 from scanner.engine import ScanSettings
-from scanner.lab import Lab
+from lab import Lab
 from scanner.report import build_report, render
 from scanner.scan import scan_into
 from scanner.targets import Target
-from scanner.terminal import cli_console
+from common.terminal import cli_console
 
 _err = cli_console(stderr=True)
 
@@ -86,4 +86,4 @@ def _replay(results: Path) -> None:
     _err.print(f"replaying {', '.join(c.name for c in clients)} on ngtcp2 over the emulated link, "
                f"{REPLAY_SIZE // 1_000_000} MB x {REPLAY_REPS} at {' and '.join(f'{d:g}' for d in REPLAY_DELAYS_MS)} ms ...")  # fmt: skip
     options = RunOptions(size=REPLAY_SIZE, timeout_s=60.0)
-    execute(Experiment("matrix", get_stack("ngtcp2"), conditions, options, REPLAY_REPS, command_line="qscan demo"), results, False)
+    execute(Experiment("matrix", get_stack("ngtcp2"), conditions, options, REPLAY_REPS, command_line="quictp-demo"), results, False)

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from scanner.setfiles import builtin_set
+from common.setfiles import builtin_set
 
 LAB_DOMAIN = "lab.test"
 

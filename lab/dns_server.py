@@ -6,7 +6,7 @@ Zone: a JSON file ``{"name.": {"A": ["198.18.1.10"], "HTTPS": ["1 . alpn=h3"]}}`
 DNS message gets FORMERR, as real servers answer, which is also what tells the
 lab's readiness probe the server is up.
 
-    python -m scanner.lab.dns_server --host 198.18.1.53 --zone zone.json
+    python -m lab.dns_server --host 198.18.1.53 --zone zone.json
 """
 
 from __future__ import annotations

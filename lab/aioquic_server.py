@@ -1,7 +1,7 @@
 """A small aioquic HTTP/3 server for the lab: answers every request with 200 and a short body.
 
 Run inside a lab namespace by the "aioquic" server kind:
-    python -m scanner.lab.aioquic_server --host IP --port 443 --certificate C --private-key K
+    python -m lab.aioquic_server --host IP --port 443 --certificate C --private-key K
 """
 
 from __future__ import annotations

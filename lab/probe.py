@@ -11,8 +11,8 @@ from subprocess import Popen
 
 from tparams.errors import ToolError
 
-from scanner.discovery.probe import make_probe
-from scanner.lab.netns import in_namespace
+from tparams.probe import make_probe
+from lab.netns import in_namespace
 
 
 @dataclass

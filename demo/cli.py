@@ -1,0 +1,35 @@
+"""quictp-demo: the whole pipeline on the built-in lab, scan and replay, in one command.
+
+It sits above qscan and qreplay (it uses both); neither imports it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from common.cliapp import make_app, run
+from demo import run_demo
+from scanner.report import FORMATS
+
+app = make_app(__doc__.splitlines()[0])
+
+
+@app.command()
+def demo(
+    out: Path = typer.Option(None, help="Write the scan to this new DuckDB file, the replay beside it "
+                             "(default: out/demo/scan.duckdb, replaced by each demo)."),
+    fmt: str = typer.Option("table", "--format", "-f", help=f"Report format: {', '.join(FORMATS)}."),
+    html: Path = typer.Option(Path("out/demo"), help="Render the analysis notebooks on the scan as HTML here."),
+    notebooks: bool = typer.Option(True, "--notebooks/--no-notebooks", help="Render the notebooks at all."),
+    replay: bool = typer.Option(
+        True, "--replay/--no-replay", help="Also replay the browsers' client sets (ngtcp2, 0 and 30 ms, 20 MB x 2)."
+    ),
+) -> None:
+    """Bring up the lab, scan every lab server, print the parameter sets, tear down; replay the browser sets."""
+    run_demo(out, fmt, html if notebooks else None, replay)
+
+
+def main() -> None:
+    run(app, "quictp-demo")
