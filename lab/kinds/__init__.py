@@ -1,0 +1,87 @@
+"""Server kinds: how to start each sort of lab server, one small class per kind.
+
+To add a kind: one file in this package that subclasses ServerKind and
+decorates it with ``@register_kind`` (every module here is imported before a
+kind is looked up); then put a ``ServerSpec(kind=<name>, ...)`` in a
+Topology. Kinds defined elsewhere append their module to ``KIND_MODULES``.
+The lab core never needs to know the kind.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from tparams.errors import ToolError
+
+from lab.topology import ServerSpec
+
+# Modules outside this package that register kinds when imported (append-only).
+KIND_MODULES: tuple[str, ...] = ()
+
+_KINDS: dict[str, "ServerKind"] = {}
+
+
+@dataclass(frozen=True)
+class LabContext:
+    """What a kind may use: the lab's certificate and a private directory."""
+
+    state_dir: Path
+    cert: Path
+    key: Path
+
+    def workdir(self, spec: ServerSpec) -> Path:
+        path = self.state_dir / "servers" / spec.name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: list[str]
+    env: dict[str, str] | None = None
+    cwd: Path | None = None
+
+
+class ServerKind:
+    name: ClassVar[str]
+    library: ClassVar[str]  # the QUIC implementation, for identification tests
+    # Readiness: the lab waits until the server answers a UDP datagram on its
+    # port (a Version Negotiation probe) and, if set, accepts TCP on it.
+    serves_tcp: ClassVar[bool] = False
+
+    def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
+        raise NotImplementedError
+
+    def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool] | None:
+        """The performance parameters the server sends, as sent (absent = not
+        sent), where known; None where the lab cannot know them."""
+        return None
+
+
+def register_kind(cls: type[ServerKind]) -> type[ServerKind]:
+    _KINDS[cls.name] = cls()
+    return cls
+
+
+def _import_kinds() -> None:
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
+    for module in KIND_MODULES:
+        importlib.import_module(module)
+
+
+def kind_for(name: str) -> ServerKind:
+    _import_kinds()
+    if name not in _KINDS:
+        raise ToolError(f"unknown lab server kind {name!r} (known: {', '.join(sorted(_KINDS))})")
+    return _KINDS[name]
+
+
+def known_kinds() -> Mapping[str, ServerKind]:
+    _import_kinds()
+    return dict(_KINDS)
