@@ -285,7 +285,9 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             before = path.interface_counters()
             drain = _FifoDrain(plan.body_fifo) if plan.body_fifo else None
             # The drain holds the FIFO open for reading, so opening it for writing does not block.
-            stdout_file = open(plan.body_fifo if plan.body_on_stdout else workdir / "client.stdout", "w+b")
+            # A FIFO is opened write-only: "w+" would ask to read and seek it, which a FIFO refuses.
+            stdout_file = (open(plan.body_fifo, "wb") if plan.body_on_stdout
+                           else open(workdir / "client.stdout", "w+b"))
             client = _Process(path.client_ns, plan.argv, workdir / "client.usage", stdout=stdout_file)
             if plan.body_on_stdout:
                 stdout_file.close()  # else the drain would wait for our copy of the write end too
