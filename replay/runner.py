@@ -284,13 +284,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             _wait_listening(path.server_ns, port, server)
             before = path.interface_counters()
             drain = _FifoDrain(plan.body_fifo) if plan.body_fifo else None
-            # The drain holds the FIFO open for reading, so opening it for writing does not block.
-            # A FIFO is opened write-only: "w+" would ask to read and seek it, which a FIFO refuses.
-            stdout_file = (open(plan.body_fifo, "wb") if plan.body_on_stdout
-                           else open(workdir / "client.stdout", "w+b"))
+            stdout_file = open(workdir / "client.stdout", "w+b")
             client = _Process(path.client_ns, plan.argv, workdir / "client.usage", stdout=stdout_file)
-            if plan.body_on_stdout:
-                stdout_file.close()  # else the drain would wait for our copy of the write end too
             row["client_argv"] = json.dumps(client.popen.args)
             finished = client.wait(options.timeout_s)
             if not finished:
@@ -302,10 +297,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             row["counters"] = json.dumps(counters)
             row.update({k: v for k, v in counters.items() if k in COUNTER_COLUMNS})
             row["wall_s"] = (client.ended or time.monotonic()) - client.started
-            stdout = ""
-            if not plan.body_on_stdout:
-                stdout_file.seek(0)
-                stdout = stdout_file.read().decode(errors="replace")
+            stdout_file.seek(0)
+            stdout = stdout_file.read().decode(errors="replace")
             stdout_file.close()
             result = _client_result(stack, stdout, drain, client)
             if result:

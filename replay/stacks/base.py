@@ -49,16 +49,15 @@ class Applied:
 class ClientPlan:
     """How to run the client and where its result comes from.
 
-    ``body_fifo``: the client writes the response body to this path (or, with
-    ``body_on_stdout``, to its stdout, which the runner points there), which
-    the runner creates as a FIFO and drains, counting bytes and timing the
-    last one (for clients that print no result of their own). Otherwise the
-    client prints one JSON object on stdout with ``bytes`` and ``duration_s``.
+    ``body_fifo``: the client writes the response body (nothing else) to this
+    path, which the runner creates as a FIFO and drains, counting bytes and
+    timing the last one (for clients that print no result of their own).
+    Otherwise the client prints one JSON object on stdout with ``bytes`` and
+    ``duration_s``.
     """
 
     argv: list[str]
     body_fifo: Path | None = None
-    body_on_stdout: bool = False
 
 
 @dataclass

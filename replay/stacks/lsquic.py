@@ -75,9 +75,14 @@ class Lsquic(Stack):
 
     def client_command(self, params, opts, server_ip, port, workdir):
         applied = self._settings(params, opts, "client")
+        download = workdir / "download"
+        download.mkdir(exist_ok=True)
+        # -B hands the response headers to the program itself (printed on stdout) instead of
+        # prefixing the body with an HTTP/1.1 header block; -7 writes the body alone to
+        # download/payload, which the runner makes a FIFO. As the Interop Runner ran it.
         argv = [self.binary("client") or "http_client", "-H", "qreplay.lab", "-s", f"{server_ip}:{port}",
-                "-p", "/payload", *applied.flags]
-        return ClientPlan(argv, body_fifo=Path(workdir, "body"), body_on_stdout=True), applied
+                "-p", "/payload", "-B", "-7", str(download), *applied.flags]
+        return ClientPlan(argv, body_fifo=download / "payload"), applied
 
 
 STACK = Lsquic()
