@@ -114,7 +114,7 @@ def test_a_crashing_client_is_a_failed_run_and_the_experiment_goes_on(tmp_path):
         pytest.skip(crashing.unavailable_reason())
     rows = _run(crashing, [Condition(resolve_one("firefox"), None, LinkConfig())], tmp_path)
     assert [r["status"] for r in rows] == ["failed", "failed"]
-    assert all("exit status 1" in r["error"] and r["goodput_mbps"] is None for r in rows)
+    assert all("client exited with status 1" in r["error"] and r["goodput_mbps"] is None for r in rows)
     assert duckdb.connect(str(tmp_path / "r.duckdb")).execute("SELECT count(*) FROM runs").fetchone() == (2,)
 
 
