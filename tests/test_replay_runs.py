@@ -123,12 +123,3 @@ def test_a_run_past_its_timeout_is_kept_as_timeout(tmp_path):
     rows = _run(stack, [Condition(resolve_one("firefox"), None, LinkConfig(delay_down_ms=50))], tmp_path,
                 size=200_000_000, reps=1, timeout_s=1.0)
     assert rows[0]["status"] == "timeout" and rows[0]["goodput_mbps"] is None
-
-
-def test_lsquic_is_never_faked():
-    stack = get_stack("lsquic")
-    reason = stack.unavailable_reason()
-    if reason:
-        assert "QREPLAY_LSQUIC_CLIENT" in reason and "not obtainable" in reason
-        pytest.skip(f"LSQUIC is not available here: {reason}")
-    assert stack.binary("client") and stack.binary("server")

@@ -168,8 +168,8 @@ def _not_lsquic(binary: str, program: str) -> str | None:
     usage = (done.stdout + done.stderr).decode(errors="replace").strip()
     if usage.startswith(f"Usage: {program} "):
         return None
-    first = usage.splitlines()[0][:80] if usage else f"nothing, exit status {done.returncode}"
-    return f"`-h` printed {first!r}, not 'Usage: {program} [opts]'"
+    printed = repr(usage.splitlines()[0][:80]) if usage else f"nothing (exit status {done.returncode})"
+    return f"`{binary} -h` printed {printed}, not LSQUIC's 'Usage: {program} [opts]'"
 
 
 @cache
