@@ -105,8 +105,6 @@ class Lsquic(Stack):
         for name, value in not_settable.items():
             fixed = FIXED[role].get(name)
             (out.applied if value == fixed else out.not_applied)[name] = value
-            if value == fixed:
-                out.notes.append(f"{name}={value} is LSQUIC's fixed value")
         for name, value in settable.items():
             sent = value
             if name == "disable_active_migration":
