@@ -169,3 +169,20 @@ def test_a_server_killed_mid_run_fails_the_run_at_once(lsquic, tmp_path, monkeyp
         assert row["error"].startswith("server was killed by SIGKILL: no output ("), row["error"]
         assert "of 10000000 bytes" in row["error"] and row["wall_s"] < 5
     assert duckdb.connect(str(tmp_path / "r.duckdb")).execute("SELECT count(*) FROM runs").fetchone() == (2,)
+
+
+@pytest.mark.parametrize("cc, other", [("cubic", "bbr"), ("bbr", "cubic")])
+def test_cc_reaches_the_sender(lsquic, tmp_path, monkeypatch, cc, other):
+    """The server sends the download, so --cc must reach it; its own debug log names the controller."""
+    log = tmp_path / "server.log"
+    real = os.environ["QREPLAY_LSQUIC_SERVER"]
+    # Only the runs' server logs (they serve a document root), not the version probe's.
+    logging = _wrapper(tmp_path, "http_server", f'[[ " $* " != *" -r "* ]] || exec {real} "$@" '
+                                                f'-l cubic=debug,bbr=debug,adaptive-cc=debug 2>>{log}\n'
+                                                f'exec {real} "$@"')
+    monkeypatch.setenv("QREPLAY_LSQUIC_SERVER", str(logging))
+    rows = run_experiment(Experiment("test", lsquic, [Condition(resolve_one("firefox-109"), None, LinkConfig())],
+                                     RunOptions(size=1_000_000, timeout_s=30, cc=cc), 1), tmp_path / "r.duckdb")
+    assert rows[0]["status"] == "ok", rows[0].get("error")
+    text = log.read_text(errors="replace")
+    assert f"] {cc}: " in text and f"] {other}: " not in text and "adaptive-cc" not in text
