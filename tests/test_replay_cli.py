@@ -49,7 +49,7 @@ def test_bad_input_is_one_line_exit_2(args, expected):
 def test_missing_lsquic_says_how_to_get_it():
     result = qreplay("--set", "firefox", "--stack", "lsquic", "--reps", "1",
                      env={"QREPLAY_LSQUIC_CLIENT": None, "QREPLAY_LSQUIC_SERVER": None})
-    assert result.returncode == 2 and "QREPLAY_LSQUIC_CLIENT, QREPLAY_LSQUIC_SERVER not set" in result.stderr
+    assert result.returncode == 2 and "QREPLAY_LSQUIC_CLIENT is not set; QREPLAY_LSQUIC_SERVER is not set" in result.stderr
     assert "build LSQUIC" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 

@@ -63,8 +63,8 @@ AUTOTUNE_MAX_SFCW = 16 << 20
 CC_ALGO = {"cubic": 1, "bbr": 2}
 ENV = {"client": "QREPLAY_LSQUIC_CLIENT", "server": "QREPLAY_LSQUIC_SERVER"}
 PROGRAM = {"client": "http_client", "server": "http_server"}
-HOW_TO = ("build LSQUIC (github.com/litespeedtech/lsquic, see the README) and set QREPLAY_LSQUIC_CLIENT and "
-          "QREPLAY_LSQUIC_SERVER to its bin/http_client and bin/http_server")
+HOW_TO = ("build LSQUIC (github.com/litespeedtech/lsquic, see the README) and point the two variables at its "
+          "bin/http_client and bin/http_server")
 HOST = "qreplay.lab"
 PROBE_TIMEOUT_S = 10.0
 
@@ -78,9 +78,10 @@ class Lsquic(Stack):
         return shutil.which(configured) if configured else None
 
     def unavailable_reason(self) -> str | None:
-        missing = [ENV[role] for role in ENV if not self.binary(role)]
+        missing = [f"{ENV[role]}={os.environ[ENV[role]]} is not an executable" if os.environ.get(ENV[role])
+                   else f"{ENV[role]} is not set" for role in ENV if not self.binary(role)]
         if missing:
-            return f"{', '.join(missing)} not set to an executable: {HOW_TO}"
+            return f"{'; '.join(missing)}: {HOW_TO}"
         for role in ENV:
             wrong = _not_lsquic(self.binary(role), PROGRAM[role])
             if wrong:
