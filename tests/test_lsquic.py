@@ -23,10 +23,9 @@ from replay.runner import Condition, Experiment, open_path, run_experiment, run_
 from replay.sets import NamedSet, resolve_one, with_overrides
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
+from replay.stacks.lsquic import STACK as LSQUIC
 from scanner.capture.extract import read_capture
 from tparams.paramset import ParamSet
-
-pytestmark = pytest.mark.lab
 
 # Both sides ask for values no stack sends by default, so a value on the wire can only have come
 # from the setting. Each side also asks for one value LSQUIC fixes in code at something else
@@ -77,6 +76,7 @@ def _captured(ns: str, pcap: Path, log: Path):
         netns.stop_process(tshark.pid)
 
 
+@pytest.mark.lab
 def test_every_applied_setting_is_what_went_on_the_wire(lsquic, tmp_path, monkeypatch):
     """A download through the emulated link; then the ClientHello's transport parameters (Initial
     keys) and the server's EncryptedExtensions (the client's key log, -G) must hold exactly the
@@ -110,6 +110,7 @@ def test_every_applied_setting_is_what_went_on_the_wire(lsquic, tmp_path, monkey
     assert json.loads(row["not_applied_server"]) == {"ack_delay_exponent": 4}
 
 
+@pytest.mark.lab
 def test_window_limited_goodput_is_what_the_window_allows(lsquic, tmp_path):
     """Figure 5.6's point in miniature: the client's bidi_local window, pinned, sets the goodput.
 
@@ -135,6 +136,7 @@ def test_window_limited_goodput_is_what_the_window_allows(lsquic, tmp_path):
     assert grown[0]["goodput_mbps"] > 2 * predicted_mbps, grown[0]["goodput_mbps"]
 
 
+@pytest.mark.lab
 def test_a_build_that_refuses_a_setting_fails_those_runs_and_the_experiment_goes_on(lsquic, tmp_path, monkeypatch):
     """A build without allow_migration (as an older LSQUIC) exits 1 without a word: the run that
     needs it fails with one line saying why, the next condition runs."""
@@ -153,6 +155,7 @@ def test_a_build_that_refuses_a_setting_fails_those_runs_and_the_experiment_goes
     assert stored.fetchall() == [("firefox-109", "failed"), ("chrome-109", "ok")]
 
 
+@pytest.mark.lab
 def test_a_server_killed_mid_run_fails_the_run_at_once(lsquic, tmp_path, monkeypatch):
     """The server dies 1 s into each download: each run fails with one line naming the signal, long
     before the client's 30 s idle timeout, is stored, and the next repetition still runs."""
@@ -171,6 +174,7 @@ def test_a_server_killed_mid_run_fails_the_run_at_once(lsquic, tmp_path, monkeyp
     assert duckdb.connect(str(tmp_path / "r.duckdb")).execute("SELECT count(*) FROM runs").fetchone() == (2,)
 
 
+@pytest.mark.lab
 @pytest.mark.parametrize("cc, other", [("cubic", "bbr"), ("bbr", "cubic")])
 def test_cc_reaches_the_sender(lsquic, tmp_path, monkeypatch, cc, other):
     """The server sends the download, so --cc must reach it; its own debug log names the controller."""
@@ -186,3 +190,22 @@ def test_cc_reaches_the_sender(lsquic, tmp_path, monkeypatch, cc, other):
     assert rows[0]["status"] == "ok", rows[0].get("error")
     text = log.read_text(errors="replace")
     assert f"] {cc}: " in text and f"] {other}: " not in text and "adaptive-cc" not in text
+
+
+def test_values_lsquic_cannot_carry_are_sent_as_near_as_it_can_and_reported_not_applied():
+    """No program runs here: what the command line carries for values outside LSQUIC's settings."""
+    asked = ParamSet.from_mapping({"max_idle_timeout": 1500, "max_udp_payload_size": 100_000,
+                                   "initial_max_data": 2**40, "initial_max_stream_data_bidi_local": 2**32 - 1,
+                                   "initial_max_streams_uni": 3, "max_ack_delay": 25, "disable_active_migration": True})
+    client = LSQUIC._settings(asked, RunOptions(size=1), "client")
+    assert client.applied == {"initial_max_stream_data_bidi_local": 2**32 - 1, "initial_max_streams_uni": 3,
+                              "max_ack_delay": 25, "disable_active_migration": True}
+    assert client.not_applied == {"max_idle_timeout": 1500, "max_udp_payload_size": 100_000, "initial_max_data": 2**40}
+    assert client.flags[::2] == ["-o"] * (len(client.flags) // 2)
+    assert set(client.flags[1::2]) == {"idle_timeout=2", "max_udp_payload_size_rx=65535", "init_max_data=4294967295",
+                                       "init_max_stream_data_bidi_local=4294967295", "allow_migration=0",
+                                       "max_cfcw=0", "max_sfcw=0", "cc_algo=1"}
+    server = LSQUIC._settings(ParamSet.from_mapping({"initial_max_streams_uni": 7}), RunOptions(size=1, cc="bbr",
+                                                                                               autotune=True), "server")
+    assert server.applied == {"initial_max_streams_uni": 7}
+    assert server.flags[1::2] == ["init_max_streams_uni=7", f"max_cfcw={24 << 20}", f"max_sfcw={16 << 20}", "cc_algo=2"]

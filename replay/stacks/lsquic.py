@@ -56,7 +56,9 @@ FIXED = {
     "server": {"ack_delay_exponent": 3, "max_ack_delay": 25, "active_connection_id_limit": 8},
 }
 MAX_IDLE_TIMEOUT_S = 600  # lsquic_engine_check_settings() refuses more
-MAX_SETTING = 2**32 - 1  # the engine settings are C unsigned ints
+# The largest value each engine setting holds (C unsigned int; max_udp_payload_size_rx is a short).
+MAX_SETTING = {"max_udp_payload_size": 2**16 - 1}
+MAX_UNSIGNED = 2**32 - 1
 # Ceilings of --autotune, the same as the other stacks' (quicgo's bulk.go, ngtcp2's client defaults).
 AUTOTUNE_MAX_CFCW = 24 << 20
 AUTOTUNE_MAX_SFCW = 16 << 20
@@ -118,9 +120,12 @@ class Lsquic(Stack):
                     out.notes.append(f"max_idle_timeout={value} sent as {sent} s (LSQUIC counts whole seconds, "
                                      f"at most {MAX_IDLE_TIMEOUT_S})")
                     out.not_applied[name] = value
-            elif value > MAX_SETTING:
-                sent = MAX_SETTING
-                out.notes.append(f"{name}={value} sent as {sent} (LSQUIC's settings are 32-bit)")
+            elif value > MAX_SETTING.get(name, MAX_UNSIGNED):
+                sent = MAX_SETTING.get(name, MAX_UNSIGNED)
+                out.notes.append(f"{name}={value} sent as {sent}, the largest value LSQUIC's setting holds")
+                out.not_applied[name] = value
+            elif name == "max_udp_payload_size" and value == 0:
+                out.notes.append("max_udp_payload_size=0 makes LSQUIC send no max_udp_payload_size")
                 out.not_applied[name] = value
             if name not in out.not_applied:
                 out.applied[name] = value
