@@ -67,7 +67,9 @@ def _captured(ns: str, pcap: Path, log: Path):
                                  log)
     try:
         deadline = time.monotonic() + 20
-        while "Capturing on" not in log.read_text(errors="replace"):
+        # tshark says "Capturing on" before its dumpcap has opened the interface; dumpcap's own
+        # "Capture started" comes a few hundred ms later, and only packets after it are kept.
+        while "Capture started" not in log.read_text(errors="replace"):
             assert time.monotonic() < deadline and tshark.poll() is None, log.read_text(errors="replace")
             time.sleep(0.05)
         yield
