@@ -252,7 +252,9 @@ def _start_tshark(start: Starter, port: int, capture_file: Path, log: Path) -> N
     while time.monotonic() < deadline:
         if tshark.poll() is not None:
             raise ToolError(f"tshark could not capture on lo: {log.read_text(errors='replace').strip()[-300:]}")
-        if b"Capturing on" in log.read_bytes():
+        # tshark says "Capturing on" before its dumpcap keeps packets; only what comes after
+        # dumpcap's "Capture started" is in the file.
+        if b"Capture started" in log.read_bytes():
             return
         time.sleep(0.1)
     raise ToolError("tshark did not start capturing on lo within 15 s")
