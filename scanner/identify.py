@@ -231,7 +231,7 @@ def learn_command(argv: Sequence[str]) -> None:
         "command": "python -m scanner.identify learn " + shlex.join(argv),
         "method": "repeated real handshakes from the lab's client namespace with each lab server: "
                   "ALPN h3 for the order of transport parameter ids, ALPN invalid for the CONNECTION_CLOSE",
-        "client": f"scanner.engine over aioquic {importlib.metadata.version('aioquic')}",
+        "client": f"scanner.engine (scanner.handshake on aioquic {importlib.metadata.version('aioquic')}'s lower layers)",
         "repetitions": args.repetitions,
     })
     args.out.write_text(json.dumps(document, indent=2) + "\n")
