@@ -135,8 +135,13 @@ class HandshakeRecord:
     error: str | None = None
     error_code: int | None = None
     closed_by: str | None = None  # "server" or "client" for connection_close/tls_alert/protocol_error
+    # The CONNECTION_CLOSE's Frame Type field (the frame that triggered it; 0x1c frames only,
+    # None for an application close 0x1d) and its reason phrase, as sent: library habits.
+    close_frame_type: int | None = None
+    close_reason_phrase: str | None = None
     offered_versions: list[int] | None = None
     retry: bool = False
+    retry_token_length: int | None = None  # of the first Retry packet's token
     quic_version: int | None = None
     alpn: str | None = None
     tls_version: str | None = None
@@ -192,6 +197,7 @@ class _RecordingConnection(QuicConnection):
         self.closed_by_peer = False
         self.offered_versions: list[int] | None = None
         self.retry_seen = False
+        self.retry_token_length: int | None = None
         self.datagrams_received = 0
 
     def _initialize(self, peer_cid: bytes) -> None:
@@ -231,11 +237,23 @@ class _RecordingConnection(QuicConnection):
             elif (version == QuicProtocolVersion.VERSION_1 and data[0] & 0x30 == 0x30) or (
                 version == QuicProtocolVersion.VERSION_2 and data[0] & 0x30 == 0x00
             ):
+                if not self.retry_seen:
+                    self.retry_token_length = _retry_token_length(data)
                 self.retry_seen = True
         super().receive_datagram(data, addr, now)
 
 
 _CACHE_LIMIT = 65536  # distinct chains kept per cache; a scan sees few, a hostile one many
+
+
+def _retry_token_length(data: bytes) -> int | None:
+    # RFC 9000 17.2.5: flags, version, DCID len+DCID, SCID len+SCID, token, 16-byte integrity tag.
+    offset = 5
+    offset += 1 + data[offset]
+    if offset >= len(data):
+        return None
+    offset += 1 + data[offset]
+    return len(data) - offset - 16 if len(data) - offset >= 16 else None
 
 
 def _version_negotiation_list(data: bytes) -> list[int]:
@@ -463,6 +481,7 @@ class HandshakeLoop:
             status=status,
             offered_versions=conn.offered_versions,
             retry=conn.retry_seen,
+            retry_token_length=conn.retry_token_length,
             datagrams_received=conn.datagrams_received,
             transport_parameters_raw=raw,
             decoded=conn.decoded_transport_parameters,
@@ -515,6 +534,8 @@ class HandshakeLoop:
         record = self._base_record(attempt, status, now)
         record.error_code = code
         record.closed_by = "server" if conn.closed_by_peer else "client"
+        record.close_frame_type = event.frame_type
+        record.close_reason_phrase = event.reason_phrase
         record.error = event.reason_phrase or None
         if status == TLS_ALERT:
             record.error = f"alert {code - _CRYPTO_ERROR}" + (f": {event.reason_phrase}" if event.reason_phrase else "")

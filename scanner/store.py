@@ -86,8 +86,11 @@ HANDSHAKE_SCHEMA = pa.schema(
         ("error", pa.string()),
         ("error_code", pa.int64()),
         ("closed_by", pa.string()),
+        ("close_frame_type", pa.int64()),
+        ("close_reason_phrase", pa.string()),
         ("offered_versions", pa.list_(pa.int64())),
         ("retry", pa.bool_()),
+        ("retry_token_length", pa.int32()),
         ("datagrams_received", pa.int32()),
         ("quic_version", pa.int64()),
         ("alpn", pa.string()),
@@ -104,7 +107,8 @@ PARAMETER_SCHEMA = pa.schema([("handshake_id", pa.int64()), *LONG_FORM_FIELDS])
 PARAMETER_NAMES_SCHEMA = pa.schema([("param_id", pa.int64()), ("name", pa.string())])
 _RECORD_FIELDS = [
     "ip", "port", "sni", "started_at", "finished_at", "handshake_ms", "status", "error", "error_code",
-    "closed_by", "offered_versions", "retry", "datagrams_received", "quic_version", "alpn", "tls_version",
+    "closed_by", "close_frame_type", "close_reason_phrase", "offered_versions", "retry", "retry_token_length",
+    "datagrams_received", "quic_version", "alpn", "tls_version",
     "cipher_suite", "key_exchange_group", "certificate_verified", "certificate_error", "transport_parameters_raw",
 ]  # fmt: skip
 

@@ -32,8 +32,11 @@ CREATE TABLE IF NOT EXISTS handshakes (
     error               VARCHAR,             -- human-readable reason when status <> 'ok'
     error_code          BIGINT,              -- QUIC error code of the CONNECTION_CLOSE (0x100+alert for TLS)
     closed_by           VARCHAR,             -- server | client
+    close_frame_type    BIGINT,              -- CONNECTION_CLOSE 0x1c's Frame Type field; NULL for 0x1d (application)
+    close_reason_phrase VARCHAR,             -- its reason phrase as sent ('' = empty)
     offered_versions    BIGINT[],            -- from a Version Negotiation packet
     retry               BOOLEAN NOT NULL,    -- a Retry packet was seen
+    retry_token_length  INTEGER,             -- of the first Retry's token
     datagrams_received  INTEGER NOT NULL,
     quic_version        BIGINT,
     alpn                VARCHAR,
