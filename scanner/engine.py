@@ -125,8 +125,13 @@ class HandshakeRecord:
     error: str | None = None
     error_code: int | None = None
     closed_by: str | None = None  # "server" or "client" for connection_close/tls_alert/protocol_error
+    # The CONNECTION_CLOSE's Frame Type field (the frame that triggered it; 0x1c frames only,
+    # None for an application close 0x1d) and its reason phrase, as sent: library habits.
+    close_frame_type: int | None = None
+    close_reason_phrase: str | None = None
     offered_versions: list[int] | None = None
     retry: bool = False
+    retry_token_length: int | None = None  # of the first Retry packet's token
     quic_version: int | None = None
     alpn: str | None = None
     tls_version: str | None = None
@@ -255,6 +260,7 @@ def handshake_record(
         status=status,
         offered_versions=conn.offered_versions,
         retry=conn.retry_seen,
+        retry_token_length=conn.retry_token_length,
         datagrams_received=conn.datagrams_received,
         transport_parameters_raw=conn.transport_parameters_raw,
         decoded=conn.decoded,
@@ -285,6 +291,8 @@ def handshake_record(
     code = failure.error_code
     record.error_code = code
     record.closed_by = "server" if conn.closed_by_peer else "client"
+    record.close_frame_type = failure.frame_type
+    record.close_reason_phrase = failure.reason
     record.error = failure.reason or None
     if status == TLS_ALERT:
         record.error = f"alert {code - _CRYPTO_ERROR}" + (f": {failure.reason}" if failure.reason else "")

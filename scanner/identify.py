@@ -54,20 +54,10 @@ def load_signatures(path: Path | str = SIGNATURES_PATH) -> LibrarySignatures:
 
 
 def close_observation(record: HandshakeRecord) -> CloseObservation | None:
-    """The server's CONNECTION_CLOSE of an attempt, if the server closed it.
-
-    The engine folds the reason phrase into ``error`` ("alert N: phrase" for a
-    TLS alert, the bare phrase otherwise); this undoes exactly that.
-    """
-    if record.closed_by != "server" or record.error_code is None:
+    """The server's CONNECTION_CLOSE of an attempt, if the server closed it."""
+    if record.closed_by != "server" or record.error_code is None or record.status not in (TLS_ALERT, CONNECTION_CLOSE):
         return None
-    if record.status == TLS_ALERT:
-        reason = (record.error or "").partition(": ")[2]
-    elif record.status == CONNECTION_CLOSE:
-        reason = record.error or ""
-    else:
-        return None
-    return CloseObservation(record.error_code, reason)
+    return CloseObservation(record.error_code, record.close_reason_phrase or "")
 
 
 def identify_records(

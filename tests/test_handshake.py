@@ -210,7 +210,7 @@ def test_retry(certificate) -> None:
         pair.to_server(datagram)
     pair.run()
     record = pair.record()
-    assert record.status == OK and record.retry
+    assert record.status == OK and record.retry and record.retry_token_length == len(b"token!")
 
 
 def test_retry_with_a_bad_tag_is_ignored(certificate) -> None:
@@ -245,6 +245,7 @@ def test_no_common_alpn_is_the_servers_alert(certificate) -> None:
     pair.run()
     record = pair.record()
     assert record.status == TLS_ALERT and record.closed_by == "server" and record.error_code == 0x100 + 120
+    assert (record.close_frame_type, record.close_reason_phrase) == (0x06, "No common ALPN protocols")  # aioquic's
 
 
 def test_certificate_verify_is_checked(certificate) -> None:

@@ -125,8 +125,8 @@ class HandshakeFailed(Exception):
 
     def __init__(self, error_code: int, frame_type: int | None, reason: str):
         super().__init__(reason)
-        self.error_code = error_code
-        self.frame_type = frame_type
+        self.error_code = int(error_code)
+        self.frame_type = None if frame_type is None else int(frame_type)
         self.reason = reason
 
 
@@ -218,6 +218,7 @@ class ClientHandshake:
         self.datagrams_received = 0
         self.offered_versions: list[int] | None = None
         self.retry_seen = False
+        self.retry_token_length: int | None = None  # of the first Retry-typed datagram, valid or not
         self.cipher_suite: int | None = None
         self.key_exchange_group: int | None = None
         self.tls_version: int | None = None
@@ -310,6 +311,8 @@ class ClientHandshake:
         if len(data) >= 7 and data[0] & 0x80:
             version = int.from_bytes(data[1:5], "big")
             if version in _LONG_TYPES and _LONG_TYPES[version][(data[0] & 0x30) >> 4] == QuicPacketType.RETRY:
+                if not self.retry_seen:
+                    self.retry_token_length = _retry_token_length(data)
                 self.retry_seen = True  # whether or not it is valid: the server sent one
         try:
             self._receive(data, now)
@@ -826,6 +829,16 @@ class ClientHandshake:
             self._send_handshake(close)
         elif not self._initial_discarded:
             self._send_initial(close)
+
+
+def _retry_token_length(data: bytes) -> int | None:
+    # RFC 9000 17.2.5: flags, version, DCID len+DCID, SCID len+SCID, token, 16-byte integrity tag.
+    offset = 5
+    offset += 1 + data[offset]
+    if offset >= len(data):
+        return None
+    offset += 1 + data[offset]
+    return len(data) - offset - RETRY_INTEGRITY_TAG_SIZE if len(data) - offset >= RETRY_INTEGRITY_TAG_SIZE else None
 
 
 def _with_extension(hello: bytes, kind: int, body: bytes) -> bytes:
