@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(zmap tshark ngtcp2-client ngtcp2-server caddy iproute2 dnsmasq-base
+APT_PACKAGES=(zmap tshark ngtcp2-client ngtcp2-server caddy iproute2 dnsmasq-base libclang-dev cmake
               chromium firefox-esr libcap2-bin procps iperf3)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -45,6 +45,27 @@ if [ -f go.mod ]; then
     if [ ! -x "$bin" ] || [ -n "$newest" ]; then
       echo "setup: go build $name"
       go build -o "$bin" "./${main#$PWD/}"
+    fi
+  done
+fi
+
+# The lab's Rust QUIC servers (lab/servers, one package per library): built
+# one at a time (-j2: the machine has two cores) into a target dir outside the
+# clone, so that another clone or a second run reuses it; the binaries are
+# copied into build/bin, where lab/kinds/built.py finds them.
+if [ -f lab/servers/Cargo.toml ]; then
+  command -v cargo >/dev/null || { echo "setup: cargo is missing (the lab's Rust servers need it)" >&2; exit 1; }
+  export CARGO_TARGET_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/quictp/cargo-target
+  mkdir -p build/bin
+  for dir in lab/servers/*/; do
+    name=lab-$(basename "$dir")
+    grep -q "^name = \"$name\"" "$dir/Cargo.toml" 2>/dev/null || continue  # the shared crate
+    bin=build/bin/$name
+    newest=$(find "$dir" lab/servers/common lab/servers/Cargo.toml lab/servers/Cargo.lock -newer "$bin" 2>/dev/null | head -n1 || true)
+    if [ ! -x "$bin" ] || [ -n "$newest" ]; then
+      echo "setup: cargo build $name"
+      cargo build -q --release --locked -j2 --manifest-path lab/servers/Cargo.toml -p "$name"
+      install -m755 "$CARGO_TARGET_DIR/release/$name" "$bin"
     fi
   done
 fi
