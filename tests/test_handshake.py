@@ -29,7 +29,16 @@ from lab.certs import write_certificate
 from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, VERSION_NEGOTIATION, _CertificateChecker, handshake_record
 from scanner.handshake.client import ClientHandshake
 from scanner.handshake.hello import HelloTemplate, parse_client_hello
-from scanner.handshake.packets import CryptoStream, initial_keys, long_packets, packet_keys, seal_long_packet, unprotect
+from scanner.handshake.packets import (
+    CryptoStream,
+    crypto_frame,
+    crypto_frames,
+    initial_keys,
+    long_packets,
+    packet_keys,
+    seal_long_packet,
+    unprotect,
+)
 from scanner.targets import Target
 
 ADDRESS = ("198.18.1.10", 443)
@@ -238,6 +247,56 @@ def test_version_negotiation_without_common_version(certificate) -> None:
     record = pair.record()
     assert record.status == VERSION_NEGOTIATION and record.error == "no common version; server offers 0xff00001d"
     assert pair.client.datagrams_to_send() == []  # nothing to say it in
+
+
+def test_hello_retry_request_with_a_cookie(certificate) -> None:
+    """RFC 8446 4.1.4: the second ClientHello follows the first in the stream and echoes the cookie."""
+    pair = Pair(certificate)
+    client = pair.client
+    first = client.datagrams_to_send()[0]
+    first_hello = CryptoStream().add_frames(
+        unprotect(next(long_packets(first)), initial_keys(client.original_dcid, V1, of_client=True))[1]
+    )
+    cookie = b"\x00\x05crumb"
+    body = (
+        b"\x03\x03" + bytes.fromhex("CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C")
+        + b"\x00" + b"\x13\x01" + b"\x00"
+    )  # fmt: skip
+    extensions = b"\x00\x2b\x00\x02\x03\x04" + b"\x00\x2c" + len(cookie).to_bytes(2, "big") + cookie
+    body += len(extensions).to_bytes(2, "big") + extensions
+    retry_request = b"\x02" + len(body).to_bytes(3, "big") + body
+    server_cid = os.urandom(8)
+    keys = initial_keys(client.original_dcid, V1, of_client=False)
+    payload = crypto_frame(0, retry_request)
+    client.receive_datagram(
+        seal_long_packet(keys, V1, QuicPacketType.INITIAL, client.source_cid, server_cid, 0, payload, min_size=1200), 0.01
+    )
+    assert not client.done
+    (second,) = client.datagrams_to_send()
+    packet = next(long_packets(second))
+    assert packet.dcid == server_cid
+    frames = list(crypto_frames(unprotect(packet, initial_keys(client.original_dcid, V1, of_client=True))[1]))
+    (offset, second_hello), = frames
+    assert offset == len(first_hello)
+    assert parse_client_hello(second_hello).random == parse_client_hello(first_hello).random
+    extensions = tls.pull_client_hello(tls.Buffer(data=second_hello)).other_extensions
+    assert (tls.ExtensionType.COOKIE, cookie) in extensions
+
+
+def test_hello_retry_request_asking_for_nothing_new_is_refused(certificate) -> None:
+    pair = Pair(certificate)
+    client = pair.client
+    client.datagrams_to_send()
+    body = b"\x03\x03" + bytes.fromhex("CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C") + b"\x00\x13\x01\x00"
+    extensions = b"\x00\x2b\x00\x02\x03\x04" + b"\x00\x33\x00\x02\x00\x1d"  # x25519, which we sent a share for
+    body += len(extensions).to_bytes(2, "big") + extensions
+    message = b"\x02" + len(body).to_bytes(3, "big") + body
+    keys = initial_keys(client.original_dcid, V1, of_client=False)
+    client.receive_datagram(
+        seal_long_packet(keys, V1, QuicPacketType.INITIAL, client.source_cid, os.urandom(8), 0, crypto_frame(0, message)), 0.01
+    )
+    record = pair.record()
+    assert record.status == TLS_ALERT and record.closed_by == "client" and record.error_code == 0x100 + 47
 
 
 def test_no_common_alpn_is_the_servers_alert(certificate) -> None:

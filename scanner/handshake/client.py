@@ -57,11 +57,7 @@ from aioquic.tls import (
     ExtensionType,
     HandshakeType,
     decode_public_key,
-    pull_certificate,
     pull_certificate_request,
-    pull_certificate_verify,
-    pull_encrypted_extensions,
-    pull_server_hello,
     push_certificate,
     signature_algorithm_key_type,
     signature_algorithm_params,
@@ -78,6 +74,12 @@ from scanner.handshake.hello import (
     TLS_VERSION_1_3,
     HelloTemplate,
     generate_key_share,
+)
+from scanner.handshake.messages import (
+    read_certificate,
+    read_certificate_verify,
+    read_encrypted_extensions,
+    read_server_hello,
 )
 from scanner.handshake.packets import (
     FRAME_ACK,
@@ -254,6 +256,7 @@ class ClientHandshake:
         self._early_handshake: list[bytes] = []
         self._received = ({}, {})  # per space (Initial, Handshake): packet numbers -> None
         self._ack_pending = [False, False]
+        self._acks_sent = [0, 0]
         self._expected_packet_number = [0, 0]
         self._next_packet_number = [0, 0]
         self._initial_discarded = False
@@ -413,8 +416,7 @@ class ClientHandshake:
         if opened is None:
             return
         self._first_server_packet(scid, now)
-        if self._frames(opened[1], 0, self._initial_stream):
-            self._ack_pending[0] = True
+        self._packet_received(opened[1], 0, self._initial_stream)
 
     def _handshake_packet(self, packet: bytes, now: float) -> None:
         pn_offset = 6 + packet[5]
@@ -424,8 +426,12 @@ class ClientHandshake:
         opened = self._open(self._handshake_receive, packet, pn_offset, 1)
         if opened is None:
             return
-        if self._frames(opened[1], 1, self._handshake_stream):
-            self._ack_pending[1] = True
+        self._packet_received(opened[1], 1, self._handshake_stream)
+
+    def _packet_received(self, payload: bytes, space: int, stream: CryptoStream) -> None:
+        acks_sent = self._acks_sent[space]
+        if self._frames(payload, space, stream) and self._acks_sent[space] == acks_sent:
+            self._ack_pending[space] = True  # unless what the packet made us send carried the ACK
 
     def _frames(self, payload: bytes, space: int, stream: CryptoStream) -> bool:
         """Handle one packet's frames as aioquic does; True when the packet elicits an ACK."""
@@ -587,7 +593,7 @@ class ClientHandshake:
         if message[6:38] == _HELLO_RETRY_RANDOM:
             self._hello_retry_request(message)
             return
-        hello = pull_server_hello(Buffer(data=message))
+        hello = read_server_hello(message)
         if hello.cipher_suite not in CIPHER_SUITES:
             raise AlertHandshakeFailure("Unsupported cipher suite")
         if hello.compression_method != 0:
@@ -670,7 +676,7 @@ class ClientHandshake:
         self._send_client_hello()
 
     def _encrypted_extensions(self, message: bytes) -> None:
-        extensions = pull_encrypted_extensions(Buffer(data=message))
+        extensions = read_encrypted_extensions(message)
         if extensions.alpn_protocol != self._template.alpn:
             raise AlertNoApplicationProtocol("No common ALPN protocols")
         self.alpn = extensions.alpn_protocol
@@ -725,7 +731,7 @@ class ClientHandshake:
             raise HandshakeFailed(QuicErrorCode.VERSION_NEGOTIATION_ERROR, FRAME_CRYPTO, reason)
 
     def _certificate(self, message: bytes) -> None:
-        certificate = pull_certificate(Buffer(data=message))
+        certificate = read_certificate(message)
         if not certificate.certificates:
             raise AlertDecodeError("Certificate message is empty")
         self._schedule.transcript.update(message)  # type: ignore[union-attr]
@@ -737,7 +743,7 @@ class ClientHandshake:
         self._expecting = CERTIFICATE_VERIFY
 
     def _certificate_verify(self, message: bytes) -> None:
-        verify = pull_certificate_verify(Buffer(data=message))
+        verify = read_certificate_verify(message)
         if verify.algorithm not in _ADVERTISED_SIGNATURES:
             raise AlertDecryptError("CertificateVerify has a signature algorithm we did not advertise")
         if verify.algorithm in RSA_PKCS1_SIGNATURE_ALGORITHMS:
@@ -793,6 +799,7 @@ class ClientHandshake:
         if received:
             frames = ack_frame(received) + frames
             self._ack_pending[0] = False
+            self._acks_sent[0] += 1
         packet_number = self._next_packet_number[0]
         self._next_packet_number[0] += 1
         self._outbox.append(
@@ -807,6 +814,7 @@ class ClientHandshake:
         if received:
             frames = ack_frame(received) + frames
             self._ack_pending[1] = False
+            self._acks_sent[1] += 1
         if not frames:
             return
         # RFC 9001 4.9.1: a client drops its Initial keys when it first sends a Handshake packet.
