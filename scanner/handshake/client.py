@@ -90,12 +90,14 @@ from scanner.handshake.packets import (
     FRAME_PING,
     HASH_NAMES,
     CryptoStream,
+    LongPacket,
     ack_frame,
     connection_close_frame,
     crypto_frame,
     hkdf_expand_label,
     hkdf_extract,
     initial_keys,
+    long_packets,
     packet_keys,
     seal_long_packet,
 )
@@ -282,9 +284,9 @@ class ClientHandshake:
         """Datagrams to send now (ACKs for what arrived since the last call included)."""
         if not self.done:
             if self._ack_pending[1] and self._handshake_send is not None:
-                self._send_handshake(b"")
+                self._send(1, b"")
             elif self._ack_pending[0] and not self._initial_discarded:
-                self._send_initial(b"")
+                self._send(0, b"")
         out, self._outbox = self._outbox, []
         return out
 
@@ -302,7 +304,7 @@ class ClientHandshake:
         self._pto_count += 1
         self._last_sent = now
         if self._handshake_send is not None:
-            self._send_handshake(bytes((FRAME_PING,)))
+            self._send(1, bytes((FRAME_PING,)))
         else:
             self._send_client_hello()
 
@@ -333,59 +335,30 @@ class ClientHandshake:
         if size >= 7 and data[0] & 0x80 and data[1:5] == b"\x00\x00\x00\x00":
             self._version_negotiation(data)
             return
-        offset = 0
-        while offset < size and not self.done:
-            start = offset
-            first = data[offset]
-            if not first & 0x80:
-                return  # 1-RTT: we never have its keys, and nothing after it is framed
-            if offset + 7 > size:
-                return
-            version = int.from_bytes(data[offset + 1 : offset + 5], "big")
-            pos = offset + 5
-            dcid_length = data[pos]
-            dcid = data[pos + 1 : pos + 1 + dcid_length]
-            pos += 1 + dcid_length
-            if dcid != self.source_cid or pos >= size:
+        for packet in long_packets(data):
+            if packet.dcid != self.source_cid:
                 return  # not ours (aioquic drops the rest of the datagram too)
-            scid_length = data[pos]
-            scid = data[pos + 1 : pos + 1 + scid_length]
-            pos += 1 + scid_length
-            types = _LONG_TYPES.get(version)  # type: ignore[call-overload]
-            if types is None:
+            if packet.packet_type == QuicPacketType.RETRY:
+                self._retry(packet)
                 return
-            packet_type = types[(first & 0x30) >> 4]
-            if packet_type == QuicPacketType.RETRY:
-                self._retry(data[offset:], version, scid)
-                return
-            try:
-                if packet_type == QuicPacketType.INITIAL:
-                    token_length, pos = decode_varint(data, pos)
-                    pos += token_length
-                length, pos = decode_varint(data, pos)
-            except ValueError:
-                return
-            end = pos + length
-            if end > size:
-                return
-            packet = data[start:end]
-            offset = end
-            if self._server_cid is not None and scid != self._server_cid:
+            if self._server_cid is not None and packet.scid != self._server_cid:
                 continue  # RFC 9000 7.2: not the server's connection
-            if packet_type == QuicPacketType.INITIAL:
-                self._initial_packet(packet, pos - start, version, scid, now)
-            elif packet_type == QuicPacketType.HANDSHAKE:
+            if packet.packet_type == QuicPacketType.INITIAL:
+                self._initial_packet(packet, now)
+            elif packet.packet_type == QuicPacketType.HANDSHAKE:
                 if self._handshake_receive is None:
                     if len(self._early_handshake) < MAX_EARLY_HANDSHAKE_PACKETS:
                         self._early_handshake.append(packet)
-                    continue
-                self._handshake_packet(packet, now)
+                else:
+                    self._handshake_packet(packet)
             # 0-RTT from a server means nothing; skip it
+            if self.done:
+                return
 
-    def _open(self, keys: CryptoContext, packet: bytes, pn_offset: int, space: int) -> tuple[int, bytes] | None:
+    def _open(self, keys: CryptoContext, packet: LongPacket, space: int) -> tuple[int, bytes] | None:
         try:
             plain_header, payload, packet_number, _ = keys.decrypt_packet(
-                packet, pn_offset, self._expected_packet_number[space]
+                packet.data, packet.pn_offset, self._expected_packet_number[space]
             )
         except Exception:  # wrong keys or a damaged packet: dropped, as RFC 9001 5.3 says
             return None
@@ -404,26 +377,24 @@ class ClientHandshake:
             self._server_cid = self.dcid = scid
             self._rtt = now - self._last_sent
 
-    def _initial_packet(self, packet: bytes, pn_offset: int, version: int, scid: bytes, now: float) -> None:
+    def _initial_packet(self, packet: LongPacket, now: float) -> None:
         if self._initial_discarded:
             return
+        version = packet.version
         if self._initial_receive is None or self._initial_receive_version != version:
             # Derived when first needed (a silent target never needs them), and again if the
             # server answers in another version it could read our Initial as (RFC 9368).
             self._initial_receive = initial_keys(self._keys_dcid, version, of_client=False)
             self._initial_receive_version = version
-        opened = self._open(self._initial_receive, packet, pn_offset, 0)
+        opened = self._open(self._initial_receive, packet, 0)
         if opened is None:
             return
-        self._first_server_packet(scid, now)
+        self._first_server_packet(packet.scid, now)
         self._packet_received(opened[1], 0, self._initial_stream)
 
-    def _handshake_packet(self, packet: bytes, now: float) -> None:
-        pn_offset = 6 + packet[5]
-        pn_offset += 1 + packet[pn_offset]
-        _, pn_offset = decode_varint(packet, pn_offset)  # Length
+    def _handshake_packet(self, packet: LongPacket) -> None:
         assert self._handshake_receive is not None
-        opened = self._open(self._handshake_receive, packet, pn_offset, 1)
+        opened = self._open(self._handshake_receive, packet, 1)
         if opened is None:
             return
         self._packet_received(opened[1], 1, self._handshake_stream)
@@ -544,17 +515,17 @@ class ClientHandshake:
         self._next_packet_number[0] = 0
         self._send_client_hello()
 
-    def _retry(self, packet: bytes, version: int, scid: bytes) -> None:
+    def _retry(self, packet: LongPacket) -> None:
         # RFC 9000 17.2.5: at most one, before any other server packet, with a token and a valid tag.
-        if self._server_cid is not None or self._retry_source_cid is not None or scid == self.dcid:
+        if self._server_cid is not None or self._retry_source_cid is not None or packet.scid == self.dcid:
             return
-        if len(packet) < 7 + len(self.source_cid) + len(scid) + RETRY_INTEGRITY_TAG_SIZE:
+        token = packet.data[packet.pn_offset : -RETRY_INTEGRITY_TAG_SIZE]
+        tag = packet.data[-RETRY_INTEGRITY_TAG_SIZE:]
+        if len(packet.data) - packet.pn_offset < RETRY_INTEGRITY_TAG_SIZE or not token:
             return
-        token = packet[7 + len(self.source_cid) + len(scid) : -RETRY_INTEGRITY_TAG_SIZE]
-        tag = packet[-RETRY_INTEGRITY_TAG_SIZE:]
-        if not token or tag != get_retry_integrity_tag(packet[:-RETRY_INTEGRITY_TAG_SIZE], self.dcid, version=version):
+        if tag != get_retry_integrity_tag(packet.data[:-RETRY_INTEGRITY_TAG_SIZE], self.dcid, version=packet.version):
             return
-        self._retry_source_cid = self.dcid = self._keys_dcid = scid
+        self._retry_source_cid = self.dcid = self._keys_dcid = packet.scid
         self._token = token
         self._initial_send = initial_keys(self._keys_dcid, self.version, of_client=True)
         self._initial_receive = None
@@ -641,7 +612,7 @@ class ClientHandshake:
         early, self._early_handshake = self._early_handshake, []
         for packet in early:
             if not self.done:
-                self._handshake_packet(packet, self._now)
+                self._handshake_packet(packet)
 
     def _hello_retry_request(self, message: bytes) -> None:
         """RFC 8446 4.1.4: the server wants a second ClientHello, with its cookie."""
@@ -787,56 +758,46 @@ class ClientHandshake:
         self._expecting = DONE
         self.completed_at = self._now
         # Finished, then a polite close in the same packet: the scanner has what it came for.
-        self._send_handshake(crypto_frame(0, flight) + connection_close_frame(QuicErrorCode.NO_ERROR, None, ""))
+        self._send(1, crypto_frame(0, flight) + connection_close_frame(QuicErrorCode.NO_ERROR, None, ""))
 
     # -- sending -------------------------------------------------------------------
 
     def _send_client_hello(self) -> None:
-        self._send_initial(crypto_frame(self._hello_offset, self._client_hello))
+        self._send(0, crypto_frame(self._hello_offset, self._client_hello))
 
-    def _send_initial(self, frames: bytes) -> None:
-        received = self._received[0]
+    def _send(self, space: int, frames: bytes) -> None:
+        """One packet in ``space`` (0 Initial, 1 Handshake) with ``frames``, after an ACK of what arrived."""
+        received = self._received[space]
         if received:
             frames = ack_frame(received) + frames
-            self._ack_pending[0] = False
-            self._acks_sent[0] += 1
-        packet_number = self._next_packet_number[0]
-        self._next_packet_number[0] += 1
-        self._outbox.append(
-            seal_long_packet(
+            self._ack_pending[space] = False
+            self._acks_sent[space] += 1
+        if not frames:
+            return
+        packet_number = self._next_packet_number[space]
+        self._next_packet_number[space] += 1
+        if space == 0:
+            packet = seal_long_packet(
                 self._initial_send, self.version, QuicPacketType.INITIAL, self.dcid, self.source_cid,
                 packet_number, frames, token=self._token, min_size=MIN_INITIAL_DATAGRAM,
             )  # fmt: skip
-        )
-
-    def _send_handshake(self, frames: bytes) -> None:
-        received = self._received[1]
-        if received:
-            frames = ack_frame(received) + frames
-            self._ack_pending[1] = False
-            self._acks_sent[1] += 1
-        if not frames:
-            return
-        # RFC 9001 4.9.1: a client drops its Initial keys when it first sends a Handshake packet.
-        self._initial_discarded = True
-        packet_number = self._next_packet_number[1]
-        self._next_packet_number[1] += 1
-        assert self._handshake_send is not None
-        self._outbox.append(
-            seal_long_packet(
-                self._handshake_send, self.version, QuicPacketType.HANDSHAKE, self.dcid, self.source_cid,
+        else:
+            # RFC 9001 4.9.1: a client drops its Initial keys when it first sends a Handshake packet.
+            self._initial_discarded = True
+            packet = seal_long_packet(
+                self._handshake_send, self.version, QuicPacketType.HANDSHAKE, self.dcid, self.source_cid,  # type: ignore[arg-type]
                 packet_number, frames,
             )  # fmt: skip
-        )
+        self._outbox.append(packet)
 
     def _fail(self, failure: HandshakeFailed) -> None:
         """Close after an error of ours: CONNECTION_CLOSE at the highest level the server can read."""
         self.failure = failure
         close = connection_close_frame(failure.error_code, failure.frame_type, failure.reason)
         if self._handshake_send is not None:
-            self._send_handshake(close)
+            self._send(1, close)
         elif not self._initial_discarded:
-            self._send_initial(close)
+            self._send(0, close)
 
 
 def _retry_token_length(data: bytes) -> int | None:

@@ -62,7 +62,7 @@ class LongPacket:
     dcid: bytes
     scid: bytes
     data: bytes  # the whole packet, header included
-    pn_offset: int  # where the protected packet number starts, relative to ``data``
+    pn_offset: int  # where the protected packet number starts (a Retry's token), relative to ``data``
 
 
 def long_packets(payload: bytes) -> Iterator[LongPacket]:
@@ -71,7 +71,8 @@ def long_packets(payload: bytes) -> Iterator[LongPacket]:
     A GSO batch arrives in the capture as one oversized payload: datagram
     after datagram, each possibly followed by zero padding. So zero bytes
     between packets are skipped, and walking stops at the first byte that
-    cannot start a long header (a short-header packet runs to the end).
+    cannot start a long header (a short-header packet runs to the end), and
+    after a Retry, which has no Length field and so is the rest of the datagram.
     """
     offset = 0
     size = len(payload)
@@ -96,8 +97,11 @@ def long_packets(payload: bytes) -> Iterator[LongPacket]:
         pos += 1 + scid_length
         long_types = _LONG_TYPES.get(version)  # type: ignore[call-overload]
         packet_type = long_types[(first & 0x30) >> 4] if long_types else None
-        if packet_type is None or packet_type == QuicPacketType.RETRY:
-            return  # unknown framing, or a Retry: both run to the end of the datagram
+        if packet_type is None:
+            return  # unknown framing
+        if packet_type == QuicPacketType.RETRY:  # no Length: the rest of the datagram
+            yield LongPacket(version, packet_type, dcid, scid, payload[offset:], pos - offset)
+            return
         try:
             if packet_type == QuicPacketType.INITIAL:
                 token_length, pos = decode_varint(payload, pos)
