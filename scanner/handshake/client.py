@@ -389,6 +389,11 @@ class ClientHandshake:
         opened = self._open(self._initial_receive, packet, 0)
         if opened is None:
             return
+        if version != self.version:
+            # Compatible version negotiation (RFC 9368 4): the server answered our v1 Initial in
+            # v2 (or back). From here on both sides speak its version, Handshake keys included.
+            self.version = version
+            self._initial_send = initial_keys(self._keys_dcid, version, of_client=True)
         self._first_server_packet(packet.scid, now)
         self._packet_received(opened[1], 0, self._initial_stream)
 
