@@ -55,6 +55,7 @@ from aioquic.tls import (
     AlertDescription,
     Certificate as CertificateMessage,
     ExtensionType,
+    Group,
     HandshakeType,
     decode_public_key,
     pull_certificate_request,
@@ -169,6 +170,18 @@ class _KeySchedule:
         derived = hkdf_expand_label(self.hash_name, self.handshake_secret, b"derived", empty, self.size)
         master = hkdf_extract(self.hash_name, derived, bytes(self.size))
         return self.derive(master, b"c ap traffic"), self.derive(master, b"s ap traffic")
+
+
+_EDWARDS_GROUPS = frozenset((Group.X25519, Group.X448))
+_SIGNATURE_PARAMS: dict[int, tuple] = {}
+
+
+def _signature_params(algorithm: int) -> tuple:
+    """aioquic's verify() arguments for a signature algorithm, made once: they are immutable."""
+    params = _SIGNATURE_PARAMS.get(algorithm)
+    if params is None:
+        params = _SIGNATURE_PARAMS[algorithm] = signature_algorithm_params(algorithm)
+    return params
 
 
 # Parsed certificates and their public keys by DER bytes: a scan meets the same chains again and again.
@@ -589,10 +602,10 @@ class ClientHandshake:
             private = self._private_keys.get(group)
             if peer is None or private is None:
                 shared = None
-            elif isinstance(private, ec.EllipticCurvePrivateKey):
-                shared = private.exchange(ec.ECDH(), peer)  # type: ignore[arg-type]
-            else:
+            elif group in _EDWARDS_GROUPS:
                 shared = private.exchange(peer)  # type: ignore[attr-defined]
+            else:
+                shared = private.exchange(ec.ECDH(), peer)  # type: ignore[attr-defined]
         except ValueError:
             raise AlertIllegalParameter("ServerHello has an invalid key share") from None
         if shared is None:
@@ -736,7 +749,7 @@ class ClientHandshake:
         assert schedule is not None
         signed = b" " * 64 + SERVER_CONTEXT_STRING + b"\x00" + schedule.transcript_hash()
         try:
-            public_key.verify(verify.signature, signed, *signature_algorithm_params(verify.algorithm))  # type: ignore[attr-defined]
+            public_key.verify(verify.signature, signed, *_signature_params(verify.algorithm))  # type: ignore[attr-defined]
         except InvalidSignature:
             raise AlertDecryptError from None
         schedule.transcript.update(message)
