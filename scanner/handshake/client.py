@@ -228,7 +228,6 @@ class ClientHandshake:
         # The Initial keys derive from the DCID of our first Initial, or a Retry's new one.
         self.original_dcid = self.dcid = self._keys_dcid = random[40:48]
         self.client_random = random[:32]
-        self.started = now
         self._keylog = keylog
         self.secrets: list[tuple[str, bytes]] = []  # (NSS key-log label, secret) with keylog
         # what the record reports
