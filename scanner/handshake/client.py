@@ -118,7 +118,7 @@ _LONG_TYPES = {
     QuicProtocolVersion.VERSION_2: PACKET_LONG_TYPE_DECODE_VERSION_2,
 }
 # Frames Initial and Handshake packets may not carry, but that exist (aioquic: "Unexpected frame type").
-_LATER_FRAMES = frozenset(range(0x04, 0x1C)) | {0x1D, 0x1E, 0x30, 0x31} - {FRAME_CRYPTO}
+_LATER_FRAMES = (frozenset(range(0x04, 0x1C)) | {0x1D, 0x1E, 0x30, 0x31}) - {FRAME_CRYPTO}
 _ADVERTISED_SIGNATURES = frozenset(int(a) for a in SIGNATURE_ALGORITHMS)
 
 # Expecting (the TLS states a client passes).
