@@ -62,10 +62,15 @@ if [ -f lab/servers/Cargo.toml ]; then
     grep -q "^name = \"$name\"" "$dir/Cargo.toml" 2>/dev/null || continue  # the shared crate
     bin=build/bin/$name
     newest=$(find "$dir" lab/servers/common lab/servers/Cargo.toml lab/servers/Cargo.lock -newer "$bin" 2>/dev/null | head -n1 || true)
-    if [ ! -x "$bin" ] || [ -n "$newest" ]; then
+    # lab-msquic loads the crate's libmsquic.so.2 from beside itself (rpath $ORIGIN).
+    lib=; [ "$name" = lab-msquic ] && lib=build/bin/libmsquic.so.2
+    if [ ! -x "$bin" ] || [ -n "$newest" ] || { [ -n "$lib" ] && [ ! -f "$lib" ]; }; then
       echo "setup: cargo build $name"
       cargo build -q --release --locked -j2 --manifest-path lab/servers/Cargo.toml -p "$name"
       install -m755 "$CARGO_TARGET_DIR/release/$name" "$bin"
+      if [ -n "$lib" ]; then
+        install -m644 "$(ls -t "$CARGO_TARGET_DIR"/release/build/msquic-*/out/lib/libmsquic.so.2 | head -n1)" "$lib"
+      fi
     fi
   done
 fi
