@@ -63,7 +63,7 @@ fn main() {
                 let connection = connections.get_mut(&id).expect("connection");
                 let _ = connection.recv(&mut buf[..len], quiche::RecvInfo { from, to: local });
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
                 connections.values_mut().for_each(|c| c.on_timeout());
             }
             Err(e) => refuse(&format!("receive: {e}")),

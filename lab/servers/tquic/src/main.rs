@@ -68,7 +68,9 @@ fn main() {
             Ok((len, from)) => {
                 let _ = endpoint.recv(&mut buf[..len], &PacketInfo { src: from, dst: local, time: Instant::now() });
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => endpoint.on_timeout(Instant::now()),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+                endpoint.on_timeout(Instant::now())
+            }
             Err(e) => refuse(&format!("receive: {e}")),
         }
         let _ = endpoint.process_connections();
