@@ -21,19 +21,22 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted
 
 from conftest import lab_instance, lab_unavailable
-from lab import (Lab, LabServer, Launch, ServerKind, ServerSpec, Topology, default_topology, netns, register_kind,
-                 status, up)
+from lab import (Lab, LabContext, LabServer, Launch, ServerKind, ServerSpec, Topology, default_topology, netns,
+                 register_kind, status, up)
+from lab.certs import write_certificate
+from lab.kinds import kind_for
 from tparams.codec import decode_transport_parameters
 from tparams.errors import ToolError
 from tparams.paramset import ParamSet
+from tparams.probe import make_probe
 from tparams.registry import id_for
 
 pytestmark = pytest.mark.lab
 
 QSCAN = str(Path(sys.executable).with_name("qscan"))
-GOOD_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "caddy", "aioquic", "quinn", "quiche", "s2n-quic", "tquic")
+GOOD_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "caddy", "aioquic", "quinn", "quiche", "s2n-quic", "tquic", "msquic")
 # Our own servers of lab/servers, each a QUIC library started with its own defaults.
-BUILT_SERVERS = ("quinn", "quiche", "s2n-quic", "tquic")
+BUILT_SERVERS = ("quinn", "quiche", "s2n-quic", "tquic", "msquic")
 # Debian's gtlsclient 0.12 and caddy 2.6.2 (quic-go) do not interoperate: caddy
 # closes with CRYPTO_ERROR 0x150 (TLS internal_error), while aioquic completes.
 # So caddy is checked with aioquic, the others with both clients.
@@ -146,14 +149,15 @@ def test_recorded_parameters_are_exactly_what_the_server_sends(lab, name):
     assert sent_parameters(lab, server) == server.transport_parameters
 
 
-# Flow-control values none of the libraries has as its default; quinn has
-# one window for every stream, so the three stream windows agree there.
+# Flow-control values none of the libraries has as its default. msquic takes
+# only powers of two as stream windows; quinn has one window for every
+# stream, so the three stream windows agree there.
 OTHER_VALUES = {
     "max_idle_timeout": 12000,
     "initial_max_data": 3000000,
-    "initial_max_stream_data_bidi_local": 300000,
-    "initial_max_stream_data_bidi_remote": 200000,
-    "initial_max_stream_data_uni": 100000,
+    "initial_max_stream_data_bidi_local": 262144,
+    "initial_max_stream_data_bidi_remote": 131072,
+    "initial_max_stream_data_uni": 32768,
     "initial_max_streams_bidi": 17,
     "initial_max_streams_uni": 7,
 }
@@ -181,6 +185,34 @@ def test_a_server_started_with_other_values_sends_them(other_values_lab, name):
     sent = sent_parameters(other_values_lab, server)
     assert sent == server.transport_parameters
     assert {k: sent.get(k) for k in server.options["parameters"]} == server.options["parameters"]
+
+
+@pytest.mark.parametrize("name", BUILT_SERVERS)
+def test_a_built_server_exits_at_once_and_cleanly_on_sigterm(needs_lab, tmp_path, name):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    ctx = LabContext(tmp_path, tmp_path / "cert.pem", tmp_path / "key.pem")
+    write_certificate(ctx.cert, ctx.key, [f"{name}.lab.test"], ["127.0.0.1"])
+    launch = kind_for(name).launch(ServerSpec(name, name, "127.0.0.1", port=port), ctx)
+    server = subprocess.Popen(launch.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # loopback only
+            probe.settimeout(0.2)
+            for _ in range(50):  # a Version Negotiation answer: it is up
+                probe.sendto(make_probe().payload, ("127.0.0.1", port))
+                try:
+                    probe.recv(65535)
+                    break
+                except socket.timeout:
+                    assert server.poll() is None, server.stderr.read()
+            else:
+                pytest.fail(f"{name} did not answer on 127.0.0.1:{port}")
+        server.terminate()
+        assert server.wait(timeout=2) == 0
+    finally:
+        server.kill()
+        server.wait()
 
 
 def test_the_two_ngtcp2_servers_send_different_sets(lab):
