@@ -48,3 +48,24 @@ if [ -f go.mod ]; then
     fi
   done
 fi
+
+# The lab's Rust QUIC servers (lab/servers, one package per library): built
+# one at a time (-j2: the machine has two cores) into a target dir outside the
+# clone, so that another clone or a second run reuses it; the binaries are
+# copied into build/bin, where lab/kinds/built.py finds them.
+if [ -f lab/servers/Cargo.toml ]; then
+  command -v cargo >/dev/null || { echo "setup: cargo is missing (the lab's Rust servers need it)" >&2; exit 1; }
+  export CARGO_TARGET_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/quictp/cargo-target
+  mkdir -p build/bin
+  for dir in lab/servers/*/; do
+    name=lab-$(basename "$dir")
+    grep -q "^name = \"$name\"" "$dir/Cargo.toml" 2>/dev/null || continue  # the shared crate
+    bin=build/bin/$name
+    newest=$(find "$dir" lab/servers/common lab/servers/Cargo.toml lab/servers/Cargo.lock -newer "$bin" 2>/dev/null | head -n1 || true)
+    if [ ! -x "$bin" ] || [ -n "$newest" ]; then
+      echo "setup: cargo build $name"
+      cargo build -q --release --locked -j2 --manifest-path lab/servers/Cargo.toml -p "$name"
+      install -m755 "$CARGO_TARGET_DIR/release/$name" "$bin"
+    fi
+  done
+fi

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lab import Lab, netns
+from lab import Lab, default_topology, netns
+from lab.kinds import kind_for
+from lab.kinds.built import BIN_DIR, BuiltServerKind
 
 # Several pytest sessions may run on one machine at once (and a lab started by
 # hand with `qscan lab up` may be running): every lab instance a session makes
@@ -33,6 +35,10 @@ def lab_unavailable() -> str | None:
     missing = [tool for tool in ("gtlsserver", "gtlsclient", "caddy") if shutil.which(tool) is None]
     if missing:
         return f"lab servers not installed: {', '.join(missing)} (scripts/setup.sh installs them)"
+    kinds = {kind_for(spec.kind) for spec in default_topology().servers}
+    unbuilt = sorted(k.binary for k in kinds if isinstance(k, BuiltServerKind) and not (BIN_DIR / k.binary).is_file())
+    if unbuilt:
+        return f"lab servers not built: {', '.join(unbuilt)} in {BIN_DIR} (scripts/setup.sh builds them)"
     return None
 
 

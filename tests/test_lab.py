@@ -10,6 +10,7 @@ import ssl
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -20,7 +21,8 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted
 
 from conftest import lab_instance, lab_unavailable
-from lab import Lab, LabServer, ServerKind, ServerSpec, Topology, Launch, netns, register_kind, status, up
+from lab import (Lab, LabServer, Launch, ServerKind, ServerSpec, Topology, default_topology, netns, register_kind,
+                 status, up)
 from tparams.codec import decode_transport_parameters
 from tparams.errors import ToolError
 from tparams.paramset import ParamSet
@@ -29,7 +31,9 @@ from tparams.registry import id_for
 pytestmark = pytest.mark.lab
 
 QSCAN = str(Path(sys.executable).with_name("qscan"))
-GOOD_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "caddy", "aioquic")
+GOOD_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "caddy", "aioquic", "quinn")
+# Our own servers of lab/servers, each a QUIC library started with its own defaults.
+BUILT_SERVERS = ("quinn",)
 # Debian's gtlsclient 0.12 and caddy 2.6.2 (quic-go) do not interoperate: caddy
 # closes with CRYPTO_ERROR 0x150 (TLS internal_error), while aioquic completes.
 # So caddy is checked with aioquic, the others with both clients.
@@ -128,13 +132,55 @@ def test_good_servers_complete_a_gtlsclient_handshake(lab, name):
             assert logged[parameter] == value, parameter
 
 
-@pytest.mark.parametrize("name", ["ngtcp2-alpha", "ngtcp2-beta", "aioquic"])
+def sent_parameters(lab: Lab, server: LabServer) -> dict[str, int | bool]:
+    """The performance parameters a server sent in an aioquic handshake, as sent."""
+    raw = aioquic_handshake(lab, server).captured
+    assert raw is not None, f"{server.name} sent no transport parameters"
+    sent = ParamSet.from_decoded(decode_transport_parameters(raw, sender="server")).as_sent()
+    return {k: v for k, v in sent.items() if v is not None}
+
+
+@pytest.mark.parametrize("name", ["ngtcp2-alpha", "ngtcp2-beta", "aioquic", *BUILT_SERVERS])
 def test_recorded_parameters_are_exactly_what_the_server_sends(lab, name):
     server = lab.server(name)
-    raw = aioquic_handshake(lab, server).captured
-    assert raw is not None, f"{name} sent no transport parameters"
-    sent = ParamSet.from_decoded(decode_transport_parameters(raw, sender="server")).as_sent()
-    assert {k: v for k, v in sent.items() if v is not None} == server.transport_parameters
+    assert sent_parameters(lab, server) == server.transport_parameters
+
+
+# Flow-control values none of the libraries has as its default; quinn has
+# one window for every stream, so the three stream windows agree there.
+OTHER_VALUES = {
+    "max_idle_timeout": 12000,
+    "initial_max_data": 3000000,
+    "initial_max_stream_data_bidi_local": 300000,
+    "initial_max_stream_data_bidi_remote": 200000,
+    "initial_max_stream_data_uni": 100000,
+    "initial_max_streams_bidi": 17,
+    "initial_max_streams_uni": 7,
+}
+ONE_STREAM_WINDOW = {"quinn"}
+
+
+@pytest.fixture(scope="module")
+def other_values_lab(needs_lab):
+    """The built servers again, each started with OTHER_VALUES."""
+    specs = []
+    for spec in default_topology().servers:
+        if spec.name in BUILT_SERVERS:
+            values = dict(OTHER_VALUES)
+            if spec.kind in ONE_STREAM_WINDOW:
+                values.update(dict.fromkeys(("initial_max_stream_data_bidi_local",
+                                             "initial_max_stream_data_bidi_remote"), values["initial_max_stream_data_uni"]))
+            specs.append(replace(spec, options={"parameters": values}))
+    with Lab.up(Topology(servers=tuple(specs)), instance=lab_instance("other")) as running:
+        yield running
+
+
+@pytest.mark.parametrize("name", BUILT_SERVERS)
+def test_a_server_started_with_other_values_sends_them(other_values_lab, name):
+    server = other_values_lab.server(name)
+    sent = sent_parameters(other_values_lab, server)
+    assert sent == server.transport_parameters
+    assert {k: sent.get(k) for k in server.options["parameters"]} == server.options["parameters"]
 
 
 def test_the_two_ngtcp2_servers_send_different_sets(lab):

@@ -1,0 +1,63 @@
+"""What the kinds of our own lab servers (lab/servers/, built by
+scripts/setup.sh into build/bin) share: where the binary is, and one
+command line for the flow-control values (lab/servers/common)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from tparams.errors import ToolError
+from tparams.paramset import RFC9000_DEFAULTS, ParamSet
+
+from lab.kinds import LabContext, Launch, ServerKind
+from lab.topology import ServerSpec
+
+BIN_DIR = Path(__file__).resolve().parents[2] / "build" / "bin"
+
+# The parameters lab/servers/common takes as --<name with dashes>.
+SETTABLE: tuple[str, ...] = (
+    "max_idle_timeout",
+    "initial_max_data",
+    "initial_max_stream_data_bidi_local",
+    "initial_max_stream_data_bidi_remote",
+    "initial_max_stream_data_uni",
+    "initial_max_streams_bidi",
+    "initial_max_streams_uni",
+)
+
+
+def built_binary(name: str) -> Path:
+    path = BIN_DIR / name
+    if not path.is_file():
+        raise ToolError(f"lab server binary {path} is missing; run scripts/setup.sh")
+    return path
+
+
+class BuiltServerKind(ServerKind):
+    """A server of lab/servers: ``build/bin/lab-<library>``, the values of
+    ``options["parameters"]`` that it can set passed as flags."""
+
+    # What the server sends when given no flags (as sent, absent = not sent).
+    DEFAULTS: ClassVar[dict[str, int | bool]]
+    # Whether the library leaves out a parameter whose value is the RFC 9000 default.
+    omits_rfc_defaults: ClassVar[bool] = True
+
+    @property
+    def binary(self) -> str:
+        return f"lab-{self.library}"
+
+    def configured(self, spec: ServerSpec) -> dict[str, int]:
+        params = ParamSet.from_mapping(spec.options.get("parameters", {})).as_sent()
+        return {name: params[name] for name in SETTABLE if params.get(name) is not None}
+
+    def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
+        flags = [f"--{name.replace('_', '-')}={value}" for name, value in self.configured(spec).items()]
+        return Launch([str(built_binary(self.binary)), f"{spec.ip}:{spec.port}",
+                       f"--cert={ctx.cert}", f"--key={ctx.key}", *flags])
+
+    def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
+        sent = {**self.DEFAULTS, **self.configured(spec)}
+        if self.omits_rfc_defaults:
+            sent = {name: value for name, value in sent.items() if value != RFC9000_DEFAULTS[name]}
+        return sent
