@@ -11,6 +11,7 @@ configured and once with other flow-control values:
 
     python -m scanner.identify learn      # datasets/library_signatures.json
     python -m scanner.identify evaluate   # datasets/library_evaluation.json (confusion matrix)
+    python -m scanner.identify report     # the README's tables from both files
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import json
 import shlex
 import subprocess
 import sys
+import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -35,6 +37,7 @@ from tparams.library import (
     LibrarySignatures,
     ServerObservations,
     classify_decoded,
+    feature_table,
     handshake_traits,
     learn_signatures,
 )
@@ -179,12 +182,19 @@ def _dpkg_version(package: str) -> str:
     return result.stdout.strip() or "unknown"
 
 
+def _cargo_version(crate: str) -> str:
+    """The version of ``crate`` that lab/servers/Cargo.lock pins (what setup builds)."""
+    lock = tomllib.loads((ROOT / "lab" / "servers" / "Cargo.lock").read_text())
+    return next((p["version"] for p in lock["package"] if p["name"] == crate), "unknown")
+
+
 # What runs behind each lab server kind, with its version read from the
-# machine, so that the signatures file says exactly what it was learned from.
+# machine or the lock file, so that the signatures file says exactly what it was learned from.
 SOFTWARE: dict[str, Callable[[], str]] = {
     "ngtcp2": lambda: f"ngtcp2 gtlsserver, Debian ngtcp2-server {_dpkg_version('ngtcp2-server')}",
     "caddy": lambda: f"caddy (quic-go), Debian caddy {_dpkg_version('caddy')}",
     "aioquic": lambda: f"aioquic {importlib.metadata.version('aioquic')} (lab/aioquic_server.py)",
+    "quinn": lambda: f"quinn {_cargo_version('quinn')}, quinn-proto {_cargo_version('quinn-proto')} (lab/servers/quinn)",
 }
 # Lab servers that are no library: never learned from, expected to stay unknown.
 NOT_A_LIBRARY = "broken"
@@ -317,6 +327,43 @@ def read_evaluation(path: Path | str = EVALUATION_PATH) -> dict[str, object]:
         raise ToolError(f"no evaluation at {path}; measure it with `python -m scanner.identify evaluate`") from None
 
 
+def features(path: Path | str = SIGNATURES_PATH) -> pl.DataFrame:
+    """The learned traits of every library, one row each (README, notebook)."""
+    return pl.DataFrame(feature_table(json.loads(Path(path).read_text())))
+
+
+def handshakes_per_server(rows: Iterable[Mapping[str, object]]) -> pl.DataFrame:
+    """Per lab server and configuration: the verdicts, and how many handshakes a right one needs
+    (the most over its rounds; 1 = the h3 handshake alone, 2 = with the invalid-ALPN one)."""
+    frame = pl.DataFrame([{"configuration": r["configuration"], "server": r["server"], "expected": r["expected"],
+                           "named": r["named_from_2"], "needed": handshakes_needed(r)} for r in rows])
+    return (frame.group_by("server", "configuration", maintain_order=True)
+            .agg(pl.col("expected").first(), pl.col("named").unique().sort().str.join(" / "),
+                 pl.len().alias("rounds"), pl.col("needed").max(), pl.col("needed").is_null().any().alias("wrong"))
+            .with_columns(pl.when(pl.col("wrong")).then(None).otherwise(pl.col("needed")).alias("handshakes_needed"))
+            .drop("needed", "wrong"))
+
+
+def _markdown(frame: pl.DataFrame) -> str:
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    for row in frame.iter_rows():
+        lines.append("| " + " | ".join("" if v is None else str(v).replace("|", "\\|") for v in row) + " |")
+    return "\n".join(lines)
+
+
+def report_command(argv: Sequence[str]) -> None:
+    """The README's tables, from the committed signatures and evaluation."""
+    evaluation = read_evaluation()
+    rows = evaluation["rows"]
+    print(_markdown(features()))
+    print()
+    print(_markdown(confusion_matrix(rows)))
+    print()
+    print(_markdown(confusion_matrix(rows, "named_from_1")))
+    print()
+    print(_markdown(handshakes_per_server(rows)))
+
+
 def _provenance(argv: Sequence[str], command: str, repetitions: int, method: str) -> dict[str, object]:
     return {
         "learned_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -382,7 +429,7 @@ def evaluate_command(argv: Sequence[str]) -> None:
         print(f"WRONG {row['configuration']} {row['server']}: {row['named_from_2']} ({row['evidence']})")
 
 
-COMMANDS = {"learn": learn_command, "evaluate": evaluate_command}
+COMMANDS = {"learn": learn_command, "evaluate": evaluate_command, "report": report_command}
 
 
 def main() -> None:
