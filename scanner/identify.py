@@ -374,16 +374,20 @@ def _provenance(argv: Sequence[str], command: str, repetitions: int, method: str
     }
 
 
-def learn_command(argv: Sequence[str]) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m scanner.identify learn",
-        description="Bring the lab up, handshake repeatedly with each of its library servers "
-                    "(ALPN h3 and ALPN invalid) and write the library signatures learned.")
-    parser.add_argument("--out", type=Path, default=SIGNATURES_PATH, help="signatures file to write")
-    parser.add_argument("--repetitions", type=int, default=5, help="handshakes of each kind per server")
-    parser.add_argument("--instance", default="qlablearn",
+def _lab_arguments(command: str, description: str, out: Path, repetitions: int, argv: Sequence[str]):  # type: ignore[no-untyped-def]
+    parser = argparse.ArgumentParser(prog=f"python -m scanner.identify {command}", description=description)
+    parser.add_argument("--out", type=Path, default=out, help="file to write")
+    parser.add_argument("--repetitions", type=int, default=repetitions,
+                        help="rounds of one h3 and one invalid-ALPN handshake per server")
+    parser.add_argument("--instance", default=f"qlab{command}",
                         help="lab instance name (its own namespaces, so a running lab is left alone)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def learn_command(argv: Sequence[str]) -> None:
+    args = _lab_arguments(
+        "learn", "Bring the lab up, handshake repeatedly with each of its library servers "
+                 "(ALPN h3 and ALPN invalid) and write the library signatures learned.", SIGNATURES_PATH, 5, argv)
     from lab import Lab  # the lab needs root; importing it is only for learning
 
     with Lab.up(lab_topology("default"), instance=args.instance) as lab:
@@ -402,14 +406,10 @@ def learn_command(argv: Sequence[str]) -> None:
 
 
 def evaluate_command(argv: Sequence[str]) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m scanner.identify evaluate",
-        description="Bring the lab up twice (as configured, then with other flow-control values), identify "
-                    "every server from fresh handshakes with the committed signatures, write the verdicts.")
-    parser.add_argument("--out", type=Path, default=EVALUATION_PATH, help="evaluation file to write")
-    parser.add_argument("--repetitions", type=int, default=2, help="rounds of (h3, invalid) per configuration")
-    parser.add_argument("--instance", default="qlabeval", help="lab instance name")
-    args = parser.parse_args(argv)
+    args = _lab_arguments(
+        "evaluate", "Bring the lab up twice (as configured, then with other flow-control values), identify "
+                    "every server from fresh handshakes with the committed signatures, write the verdicts.",
+        EVALUATION_PATH, 2, argv)
     from lab import Lab
 
     signatures = load_signatures()

@@ -40,15 +40,9 @@ from tparams.varint import decode_varint, encode_varint
 UNKNOWN = "unknown"
 SIGNATURES_FORMAT = 2
 
-# What operators tune per deployment: never a key, never a tie-breaker.
-FLOW_CONTROL = (
-    "initial_max_data",
-    "initial_max_stream_data_bidi_local",
-    "initial_max_stream_data_bidi_remote",
-    "initial_max_stream_data_uni",
-    "initial_max_streams_bidi",
-    "initial_max_streams_uni",
-)
+# What operators tune per deployment (the connection and stream windows and stream
+# limits): never a key, never a tie-breaker.
+FLOW_CONTROL = tuple(name for name in PERFORMANCE_PARAMETERS if name.startswith("initial_max_"))
 # Values that may break a tie: the rest of the twelve, and max_datagram_frame_size.
 TIE_BREAK_VALUES = tuple(name for name in PERFORMANCE_PARAMETERS if name not in FLOW_CONTROL) + (
     "max_datagram_frame_size",
