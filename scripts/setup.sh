@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(zmap tshark ngtcp2-client ngtcp2-server caddy iproute2 dnsmasq-base
+APT_PACKAGES=(zmap tshark ngtcp2-client ngtcp2-server caddy iproute2 dnsmasq-base libclang-dev cmake
               chromium firefox-esr libcap2-bin procps iperf3)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

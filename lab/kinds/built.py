@@ -40,8 +40,6 @@ class BuiltServerKind(ServerKind):
 
     # What the server sends when given no flags (as sent, absent = not sent).
     DEFAULTS: ClassVar[dict[str, int | bool]]
-    # Whether the library leaves out a parameter whose value is the RFC 9000 default.
-    omits_rfc_defaults: ClassVar[bool] = True
 
     @property
     def binary(self) -> str:
@@ -57,7 +55,9 @@ class BuiltServerKind(ServerKind):
                        f"--cert={ctx.cert}", f"--key={ctx.key}", *flags])
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
-        sent = {**self.DEFAULTS, **self.configured(spec)}
-        if self.omits_rfc_defaults:
-            sent = {name: value for name, value in sent.items() if value != RFC9000_DEFAULTS[name]}
-        return sent
+        return {name: value for name, value in {**self.DEFAULTS, **self.configured(spec)}.items()
+                if self.sends(name, value)}
+
+    def sends(self, name: str, value: int | bool) -> bool:
+        """Whether the library puts this value on the wire; most leave out the RFC 9000 default."""
+        return value != RFC9000_DEFAULTS[name]
