@@ -194,8 +194,16 @@ SOFTWARE: dict[str, Callable[[], str]] = {
     "ngtcp2": lambda: f"ngtcp2 gtlsserver, Debian ngtcp2-server {_dpkg_version('ngtcp2-server')}",
     "caddy": lambda: f"caddy (quic-go), Debian caddy {_dpkg_version('caddy')}",
     "aioquic": lambda: f"aioquic {importlib.metadata.version('aioquic')} (lab/aioquic_server.py)",
-    "quinn": lambda: f"quinn {_cargo_version('quinn')}, quinn-proto {_cargo_version('quinn-proto')} (lab/servers/quinn)",
 }
+# Kinds built from lab/servers (a Cargo workspace): the crates whose versions say what runs.
+CRATES: dict[str, tuple[str, ...]] = {
+    "quinn": ("quinn", "quinn-proto"),
+    "quiche": ("quiche",),
+    "s2n-quic": ("s2n-quic",),
+    "tquic": ("tquic",),
+    "msquic": ("msquic",),
+}
+
 # Lab servers that are no library: never learned from, expected to stay unknown.
 NOT_A_LIBRARY = "broken"
 
@@ -213,6 +221,8 @@ CONFIGURATIONS = ("default", "other flow control")
 
 
 def software(kind: str) -> str:
+    if kind in CRATES:
+        return ", ".join(f"{crate} {_cargo_version(crate)}" for crate in CRATES[kind]) + f" (lab/servers/{kind})"
     describe = SOFTWARE.get(kind)
     return describe() if describe is not None else kind
 
