@@ -31,9 +31,9 @@ from tparams.registry import id_for
 pytestmark = pytest.mark.lab
 
 QSCAN = str(Path(sys.executable).with_name("qscan"))
-GOOD_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "caddy", "aioquic", "quinn", "quiche")
+GOOD_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "caddy", "aioquic", "quinn", "quiche", "s2n-quic")
 # Our own servers of lab/servers, each a QUIC library started with its own defaults.
-BUILT_SERVERS = ("quinn", "quiche")
+BUILT_SERVERS = ("quinn", "quiche", "s2n-quic")
 # Debian's gtlsclient 0.12 and caddy 2.6.2 (quic-go) do not interoperate: caddy
 # closes with CRYPTO_ERROR 0x150 (TLS internal_error), while aioquic completes.
 # So caddy is checked with aioquic, the others with both clients.
