@@ -19,6 +19,7 @@ Addresses of the default lab (port 443 everywhere):
     198.18.1.41  broken-duplicate   duplicate.lab.test  real handshake, initial_max_data sent twice
     198.18.1.42  broken-truncated   truncated.lab.test  real handshake, max_idle_timeout a truncated varint
     198.18.1.43  broken-short-token short-token.lab.test real handshake, 15-byte stateless_reset_token
+    198.18.1.72  qh3                qh3.lab.test        qh3 (aioquic's fork, Rust core), lab/qh3_server.py
     198.18.1.100 udp-closed host    closed.lab.test
     198.18.1.240-255 silent (routed to a blackhole in the core)
     Reserved for later kinds: 198.18.1.50-59 (quic-go servers), 198.18.1.53 (DNS).
@@ -91,6 +92,7 @@ def default_topology() -> Topology:
                        options={"parameter_set": "beta", "parameters": builtin_set("beta").as_sent()}),
             ServerSpec("caddy", "caddy", "198.18.1.20"),
             ServerSpec("aioquic", "aioquic", "198.18.1.30"),
+            ServerSpec("qh3", "qh3", "198.18.1.72"),
             ServerSpec("broken-garbage", "broken", "198.18.1.40", sni=f"garbage.{LAB_DOMAIN}",
                        options={"mode": "garbage"}),
             ServerSpec("broken-duplicate", "broken", "198.18.1.41", sni=f"duplicate.{LAB_DOMAIN}",
