@@ -8,38 +8,48 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import signal
+from typing import Any
 
-from aioquic.asyncio import QuicConnectionProtocol, serve
-from aioquic.h3.connection import H3_ALPN, H3Connection
-from aioquic.h3.events import HeadersReceived
+from aioquic.h3.connection import H3_ALPN
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
-from aioquic.quic.events import ProtocolNegotiated, QuicEvent
 
 from tparams.codec import decode_transport_parameters
 from tparams.paramset import ParamSet
 
 
-class Http3ServerProtocol(QuicConnectionProtocol):
-    """HTTP/3 once ALPN says h3; every request gets the same small response."""
+def http3_protocol(library: str = "aioquic") -> type:
+    """A protocol class answering every HTTP/3 request, built on ``library``:
+    aioquic or its fork qh3, which keep aioquic's module layout and API."""
+    base = importlib.import_module(f"{library}.asyncio").QuicConnectionProtocol
+    h3 = importlib.import_module(f"{library}.h3.connection")
+    headers_received = importlib.import_module(f"{library}.h3.events").HeadersReceived
+    protocol_negotiated = importlib.import_module(f"{library}.quic.events").ProtocolNegotiated
+    body = f"{library} lab server\n".encode()
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._http: H3Connection | None = None
+    class Http3ServerProtocol(base):  # type: ignore[misc, valid-type]
+        """HTTP/3 once ALPN says h3; every request gets the same small response."""
 
-    def quic_event_received(self, event: QuicEvent) -> None:
-        if isinstance(event, ProtocolNegotiated) and event.alpn_protocol in H3_ALPN:
-            self._http = H3Connection(self._quic)
-        if self._http is None:
-            return
-        for h3_event in self._http.handle_event(event):
-            if isinstance(h3_event, HeadersReceived):
-                body = b"aioquic lab server\n"
-                self._http.send_headers(h3_event.stream_id, [
-                    (b":status", b"200"), (b"content-type", b"text/plain"),
-                    (b"content-length", str(len(body)).encode())])
-                self._http.send_data(h3_event.stream_id, body, end_stream=True)
-        self.transmit()
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._http = None
+
+        def quic_event_received(self, event: Any) -> None:
+            if isinstance(event, protocol_negotiated) and event.alpn_protocol in h3.H3_ALPN:
+                self._http = h3.H3Connection(self._quic)
+            if self._http is None:
+                return
+            for h3_event in self._http.handle_event(event):
+                if isinstance(h3_event, headers_received):
+                    self._http.send_headers(h3_event.stream_id, [
+                        (b":status", b"200"), (b"content-type", b"text/plain"),
+                        (b"content-length", str(len(body)).encode())])
+                    self._http.send_data(h3_event.stream_id, body, end_stream=True)
+            self.transmit()
+
+    return Http3ServerProtocol
 
 
 def configuration(certificate: str | None = None, private_key: str | None = None,
@@ -59,10 +69,15 @@ def expected_transport_parameters() -> dict[str, int | bool]:
     return {name: value for name, value in sent.as_sent().items() if value is not None}
 
 
-async def run(host: str, port: int, config: QuicConfiguration) -> None:
-    await serve(host, port, configuration=config, create_protocol=Http3ServerProtocol)
+async def run(host: str, port: int, config: Any, library: str = "aioquic") -> None:
+    """Serve until SIGTERM, then return (the lab stops its servers with SIGTERM)."""
+    serve = importlib.import_module(f"{library}.asyncio").serve
+    server = await serve(host, port, configuration=config, create_protocol=http3_protocol(library))
     print(f"listening on {host}:{port}", flush=True)
-    await asyncio.Future()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    server.close()
 
 
 def arguments(description: str) -> argparse.ArgumentParser:

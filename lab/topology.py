@@ -22,6 +22,8 @@ Addresses of the default lab (port 443 everywhere):
     198.18.1.60  quinn              quinn.lab.test      quinn 0.11 (lab/servers/quinn)
     198.18.1.61  quiche             quiche.lab.test     quiche 0.30 (lab/servers/quiche)
     198.18.1.62  s2n-quic           s2n-quic.lab.test   s2n-quic 1.91 (lab/servers/s2n-quic)
+    198.18.1.63  tquic              tquic.lab.test      tquic 1.6 (lab/servers/tquic)
+    198.18.1.72  qh3                qh3.lab.test        qh3 (aioquic's fork, Rust core), lab/qh3_server.py
     198.18.1.100 udp-closed host    closed.lab.test
     198.18.1.240-255 silent (routed to a blackhole in the core)
     Reserved for later kinds: 198.18.1.50-59 (quic-go servers), 198.18.1.53 (DNS).
@@ -97,6 +99,8 @@ def default_topology() -> Topology:
             ServerSpec("quinn", "quinn", "198.18.1.60"),
             ServerSpec("quiche", "quiche", "198.18.1.61"),
             ServerSpec("s2n-quic", "s2n-quic", "198.18.1.62"),
+            ServerSpec("tquic", "tquic", "198.18.1.63"),
+            ServerSpec("qh3", "qh3", "198.18.1.72"),
             ServerSpec("broken-garbage", "broken", "198.18.1.40", sni=f"garbage.{LAB_DOMAIN}",
                        options={"mode": "garbage"}),
             ServerSpec("broken-duplicate", "broken", "198.18.1.41", sni=f"duplicate.{LAB_DOMAIN}",

@@ -31,13 +31,13 @@ from tparams.registry import id_for
 pytestmark = pytest.mark.lab
 
 QSCAN = str(Path(sys.executable).with_name("qscan"))
-GOOD_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "caddy", "aioquic", "quinn", "quiche", "s2n-quic")
+GOOD_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "caddy", "aioquic", "quinn", "quiche", "s2n-quic", "tquic", "qh3")
 # Our own servers of lab/servers, each a QUIC library started with its own defaults.
-BUILT_SERVERS = ("quinn", "quiche", "s2n-quic")
+BUILT_SERVERS = ("quinn", "quiche", "s2n-quic", "tquic")
 # Debian's gtlsclient 0.12 and caddy 2.6.2 (quic-go) do not interoperate: caddy
 # closes with CRYPTO_ERROR 0x150 (TLS internal_error), while aioquic completes.
 # So caddy is checked with aioquic, the others with both clients.
-GTLSCLIENT_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "aioquic")
+GTLSCLIENT_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "aioquic", "qh3")
 # server -> (the parameter its mode damages, does ngtcp2 0.12 reject it?, does aioquic 1.7.2?)
 # Seen here: neither checks for duplicates; aioquic takes a 15-byte reset token.
 MALFORMED = {
@@ -140,7 +140,7 @@ def sent_parameters(lab: Lab, server: LabServer) -> dict[str, int | bool]:
     return {k: v for k, v in sent.items() if v is not None}
 
 
-@pytest.mark.parametrize("name", ["ngtcp2-alpha", "ngtcp2-beta", "aioquic", *BUILT_SERVERS])
+@pytest.mark.parametrize("name", ["ngtcp2-alpha", "ngtcp2-beta", "aioquic", "qh3", *BUILT_SERVERS])
 def test_recorded_parameters_are_exactly_what_the_server_sends(lab, name):
     server = lab.server(name)
     assert sent_parameters(lab, server) == server.transport_parameters
@@ -181,6 +181,31 @@ def test_a_server_started_with_other_values_sends_them(other_values_lab, name):
     sent = sent_parameters(other_values_lab, server)
     assert sent == server.transport_parameters
     assert {k: sent.get(k) for k in server.options["parameters"]} == server.options["parameters"]
+
+
+# Flow control unlike every library's defaults; the three stream windows equal
+# because qh3 has one setting for all three.
+CONFIGURED_FLOW_CONTROL = {
+    "max_idle_timeout": 11000, "initial_max_data": 3000000, "initial_max_stream_data_bidi_local": 400000,
+    "initial_max_stream_data_bidi_remote": 400000, "initial_max_stream_data_uni": 400000,
+}
+CONFIGURED_KINDS = {"qh3": "198.18.1.72"}
+
+
+@pytest.fixture(scope="module")
+def configured_lab(needs_lab):
+    servers = tuple(ServerSpec(f"{kind}-configured", kind, ip, options={"parameters": CONFIGURED_FLOW_CONTROL})
+                    for kind, ip in CONFIGURED_KINDS.items())
+    with Lab.up(Topology(servers=servers), instance=lab_instance("fc")) as running:
+        yield running
+
+
+@pytest.mark.parametrize("kind", sorted(CONFIGURED_KINDS))
+def test_a_server_started_with_other_flow_control_sends_it(configured_lab, kind):
+    server = configured_lab.server(f"{kind}-configured")
+    sent = sent_parameters(configured_lab, server)
+    assert sent == server.transport_parameters
+    assert {name: sent.get(name) for name in CONFIGURED_FLOW_CONTROL} == CONFIGURED_FLOW_CONTROL
 
 
 def test_the_two_ngtcp2_servers_send_different_sets(lab):

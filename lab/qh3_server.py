@@ -1,0 +1,36 @@
+"""A small qh3 HTTP/3 server for the lab: answers every request with 200 and a short body.
+
+qh3 is aioquic's fork with a Rust core; it keeps aioquic's API, so the
+protocol is lab.aioquic_server's. Run inside a lab namespace by the "qh3" kind:
+    python -m lab.qh3_server --host IP --port 443 --certificate C --private-key K [--max-data N ...]
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from qh3.h3.connection import H3_ALPN
+from qh3.quic.configuration import QuicConfiguration
+
+from lab.aioquic_server import arguments, run
+
+# The flow-control knobs qh3's configuration has, as flag -> its field (unit as qh3 takes it).
+SETTINGS = {"--idle-timeout-ms": "idle_timeout", "--max-data": "max_data", "--max-stream-data": "max_stream_data"}
+
+
+def main() -> None:
+    parser = arguments(__doc__.splitlines()[0])
+    for flag in SETTINGS:
+        parser.add_argument(flag, type=int)
+    args = vars(parser.parse_args())
+    config = QuicConfiguration(is_client=False, alpn_protocols=H3_ALPN)
+    for flag, field in SETTINGS.items():
+        value = args[flag.lstrip("-").replace("-", "_")]
+        if value is not None:
+            setattr(config, field, value / 1000 if field == "idle_timeout" else value)
+    config.load_cert_chain(args["certificate"], args["private_key"])
+    asyncio.run(run(args["host"], args["port"], config, library="qh3"))
+
+
+if __name__ == "__main__":
+    main()
