@@ -12,24 +12,15 @@ import asyncio
 from qh3.h3.connection import H3_ALPN
 from qh3.quic.configuration import QuicConfiguration
 
-from lab.aioquic_server import arguments, run
-
-# The flow-control knobs qh3's configuration has, as flag -> its field (unit as qh3 takes it).
-SETTINGS = {"--idle-timeout-ms": "idle_timeout", "--max-data": "max_data", "--max-stream-data": "max_stream_data"}
+from lab.aioquic_server import apply_flow_control, arguments, flow_control_settings, run
 
 
 def main() -> None:
-    parser = arguments(__doc__.splitlines()[0])
-    for flag in SETTINGS:
-        parser.add_argument(flag, type=int)
-    args = vars(parser.parse_args())
+    args = arguments(__doc__.splitlines()[0]).parse_args()
     config = QuicConfiguration(is_client=False, alpn_protocols=H3_ALPN)
-    for flag, field in SETTINGS.items():
-        value = args[flag.lstrip("-").replace("-", "_")]
-        if value is not None:
-            setattr(config, field, value / 1000 if field == "idle_timeout" else value)
-    config.load_cert_chain(args["certificate"], args["private_key"])
-    asyncio.run(run(args["host"], args["port"], config, library="qh3"))
+    apply_flow_control(config, flow_control_settings(args))
+    config.load_cert_chain(args.certificate, args.private_key)
+    asyncio.run(run(args.host, args.port, config, library="qh3"))
 
 
 if __name__ == "__main__":

@@ -184,12 +184,12 @@ def test_a_server_started_with_other_values_sends_them(other_values_lab, name):
 
 
 # Flow control unlike every library's defaults; the three stream windows equal
-# because qh3 has one setting for all three.
+# because aioquic and qh3 have one setting for all three.
 CONFIGURED_FLOW_CONTROL = {
     "max_idle_timeout": 11000, "initial_max_data": 3000000, "initial_max_stream_data_bidi_local": 400000,
     "initial_max_stream_data_bidi_remote": 400000, "initial_max_stream_data_uni": 400000,
 }
-CONFIGURED_KINDS = {"qh3": "198.18.1.72"}
+CONFIGURED_KINDS = {"aioquic": "198.18.1.30", "qh3": "198.18.1.72"}
 
 
 @pytest.fixture(scope="module")
