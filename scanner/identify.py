@@ -40,6 +40,7 @@ from tparams.library import (
     feature_table,
     handshake_traits,
     learn_signatures,
+    separations,
 )
 from tparams.paramset import ParamSet
 
@@ -194,6 +195,7 @@ SOFTWARE: dict[str, Callable[[], str]] = {
     "ngtcp2": lambda: f"ngtcp2 gtlsserver, Debian ngtcp2-server {_dpkg_version('ngtcp2-server')}",
     "caddy": lambda: f"caddy (quic-go), Debian caddy {_dpkg_version('caddy')}",
     "aioquic": lambda: f"aioquic {importlib.metadata.version('aioquic')} (lab/aioquic_server.py)",
+    "qh3": lambda: f"qh3 {importlib.metadata.version('qh3')} (lab/qh3_server.py)",
 }
 # Kinds built from lab/servers (a Cargo workspace): the crates whose versions say what runs.
 CRATES: dict[str, tuple[str, ...]] = {
@@ -304,7 +306,7 @@ def evaluate_lab(lab, signatures: LibrarySignatures, configuration: str,  # type
             rows.append({
                 "configuration": configuration, "server": server.name, "kind": server.kind,
                 "expected": UNKNOWN if server.kind == NOT_A_LIBRARY else server.library, "round": round_number,
-                "named_from_1": one.library, "named_from_2": both.library,
+                "h3_status": h3.status, "named_from_1": one.library, "named_from_2": both.library,
                 "flow_control_sent": flow_control_sent(h3), "evidence": both.library_evidence,
             })
     return rows
@@ -372,6 +374,8 @@ def report_command(argv: Sequence[str]) -> None:
     print(_markdown(confusion_matrix(rows, "named_from_1")))
     print()
     print(_markdown(handshakes_per_server(rows)))
+    print()
+    print(_markdown(pl.DataFrame(separations(load_signatures()))))
 
 
 def _provenance(argv: Sequence[str], command: str, repetitions: int, method: str) -> dict[str, object]:

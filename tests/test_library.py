@@ -64,7 +64,7 @@ def other_lab():
     reason = lab_unavailable()
     if reason:
         pytest.skip(reason)
-    with Lab.up(lab_topology("other flow control"), instance=lab_instance("fc")) as running:
+    with Lab.up(lab_topology("other flow control"), instance=lab_instance("idfc")) as running:
         yield running
 
 

@@ -385,6 +385,26 @@ def learn_signatures(observations: Iterable[ServerObservations],
     return {"format": SIGNATURES_FORMAT, "provenance": dict(provenance), "libraries": libraries}
 
 
+def separations(signatures: LibrarySignatures) -> list[dict[str, object]]:
+    """For every pair of learned libraries, the traits that tell them apart: a trait
+    the first showed that rules the second out (the orders, each key, the refusal).
+    A pair told apart by one trait only is where the classifier is most fragile."""
+    rows = []
+    for first, second in combinations(signatures.signatures, 2):
+        traits = []
+        if not any(_order_fit(second, order) for order in first.orders) and \
+                not any(_order_fit(first, order) for order in second.orders):
+            traits.append("order")
+        for name in first.keys:
+            if not set(first.keys[name]) & set(second.keys.get(name, ())):
+                traits.append(name)
+        if not set(first.refusals) & set(second.refusals):
+            traits.append("ALPN refusal")
+        rows.append({"libraries": f"{first.library} / {second.library}", "told apart by": ", ".join(traits),
+                     "traits": len(traits)})
+    return sorted(rows, key=lambda row: (row["traits"], row["libraries"]))
+
+
 def feature_table(document: Mapping[str, object]) -> list[dict[str, object]]:
     """One row per library of a signatures document: its traits in words (README, notebook)."""
     rows = []
