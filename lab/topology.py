@@ -23,6 +23,7 @@ Addresses of the default lab (port 443 everywhere):
     198.18.1.61  quiche             quiche.lab.test     quiche 0.30 (lab/servers/quiche)
     198.18.1.62  s2n-quic           s2n-quic.lab.test   s2n-quic 1.91 (lab/servers/s2n-quic)
     198.18.1.63  tquic              tquic.lab.test      tquic 1.6 (lab/servers/tquic)
+    198.18.1.64  msquic             msquic.lab.test     msquic 2.5.1 (lab/servers/msquic)
     198.18.1.72  qh3                qh3.lab.test        qh3 (aioquic's fork, Rust core), lab/qh3_server.py
     198.18.1.100 udp-closed host    closed.lab.test
     198.18.1.240-255 silent (routed to a blackhole in the core)
@@ -100,6 +101,7 @@ def default_topology() -> Topology:
             ServerSpec("quiche", "quiche", "198.18.1.61"),
             ServerSpec("s2n-quic", "s2n-quic", "198.18.1.62"),
             ServerSpec("tquic", "tquic", "198.18.1.63"),
+            ServerSpec("msquic", "msquic", "198.18.1.64"),
             ServerSpec("qh3", "qh3", "198.18.1.72"),
             ServerSpec("broken-garbage", "broken", "198.18.1.40", sni=f"garbage.{LAB_DOMAIN}",
                        options={"mode": "garbage"}),

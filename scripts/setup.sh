@@ -51,21 +51,33 @@ fi
 
 # The lab's Rust QUIC servers (lab/servers, one package per library): built
 # one at a time (-j2: the machine has two cores) into a target dir outside the
-# clone, so that another clone or a second run reuses it; the binaries are
-# copied into build/bin, where lab/kinds/built.py finds them.
+# clone, and kept there under a key of their sources, so that a second run or
+# another clone of the same sources only copies them into build/bin, where
+# lab/kinds/built.py finds them.
 if [ -f lab/servers/Cargo.toml ]; then
   command -v cargo >/dev/null || { echo "setup: cargo is missing (the lab's Rust servers need it)" >&2; exit 1; }
-  export CARGO_TARGET_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/quictp/cargo-target
+  cache=${XDG_CACHE_HOME:-$HOME/.cache}/quictp
+  export CARGO_TARGET_DIR=$cache/cargo-target
   mkdir -p build/bin
   for dir in lab/servers/*/; do
+    dir=${dir%/}
     name=lab-$(basename "$dir")
     grep -q "^name = \"$name\"" "$dir/Cargo.toml" 2>/dev/null || continue  # the shared crate
-    bin=build/bin/$name
-    newest=$(find "$dir" lab/servers/common lab/servers/Cargo.toml lab/servers/Cargo.lock -newer "$bin" 2>/dev/null | head -n1 || true)
-    if [ ! -x "$bin" ] || [ -n "$newest" ]; then
+    key=$( { rustc -V; find "$dir" lab/servers/common -type f -print0 | sort -z | xargs -0 sha256sum;
+             sha256sum lab/servers/Cargo.toml lab/servers/Cargo.lock; } | sha256sum | cut -c1-16)
+    built=$cache/lab-servers/$name-$key
+    if [ ! -x "$built/$name" ]; then
       echo "setup: cargo build $name"
       cargo build -q --release --locked -j2 --manifest-path lab/servers/Cargo.toml -p "$name"
-      install -m755 "$CARGO_TARGET_DIR/release/$name" "$bin"
+      mkdir -p "$built"
+      install -m755 "$CARGO_TARGET_DIR/release/$name" "$built/"
+      # lab-msquic loads the crate's libmsquic.so.2 from beside itself (rpath $ORIGIN).
+      if [ "$name" = lab-msquic ]; then
+        install -m644 "$(ls -t "$CARGO_TARGET_DIR"/release/build/msquic-*/out/lib/libmsquic.so.2 | head -n1)" "$built/"
+      fi
     fi
+    for file in "$built"/*; do
+      cmp -s "$file" "build/bin/${file##*/}" || install -m "$(stat -c %a "$file")" "$file" build/bin/
+    done
   done
 fi

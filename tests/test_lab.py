@@ -31,9 +31,9 @@ from tparams.registry import id_for
 pytestmark = pytest.mark.lab
 
 QSCAN = str(Path(sys.executable).with_name("qscan"))
-GOOD_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "caddy", "aioquic", "quinn", "quiche", "s2n-quic", "tquic", "qh3")
+GOOD_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "caddy", "aioquic", "quinn", "quiche", "s2n-quic", "tquic", "msquic", "qh3")
 # Our own servers of lab/servers, each a QUIC library started with its own defaults.
-BUILT_SERVERS = ("quinn", "quiche", "s2n-quic", "tquic")
+BUILT_SERVERS = ("quinn", "quiche", "s2n-quic", "tquic", "msquic")
 # Debian's gtlsclient 0.12 and caddy 2.6.2 (quic-go) do not interoperate: caddy
 # closes with CRYPTO_ERROR 0x150 (TLS internal_error), while aioquic completes.
 # So caddy is checked with aioquic, the others with both clients.
@@ -146,14 +146,15 @@ def test_recorded_parameters_are_exactly_what_the_server_sends(lab, name):
     assert sent_parameters(lab, server) == server.transport_parameters
 
 
-# Flow-control values none of the libraries has as its default; quinn has
-# one window for every stream, so the three stream windows agree there.
+# Flow-control values none of the libraries has as its default. msquic takes
+# only powers of two as stream windows; quinn has one window for every
+# stream, so the three stream windows agree there.
 OTHER_VALUES = {
     "max_idle_timeout": 12000,
     "initial_max_data": 3000000,
-    "initial_max_stream_data_bidi_local": 300000,
-    "initial_max_stream_data_bidi_remote": 200000,
-    "initial_max_stream_data_uni": 100000,
+    "initial_max_stream_data_bidi_local": 262144,
+    "initial_max_stream_data_bidi_remote": 131072,
+    "initial_max_stream_data_uni": 32768,
     "initial_max_streams_bidi": 17,
     "initial_max_streams_uni": 7,
 }
