@@ -1,8 +1,10 @@
 """A small qh3 HTTP/3 server for the lab: answers every request with 200 and a short body.
 
 qh3 is aioquic's fork with a Rust core; it keeps aioquic's API, so the
-protocol is lab.aioquic_server's. Run inside a lab namespace by the "qh3" kind:
-    python -m lab.qh3_server --host IP --port 443 --certificate C --private-key K [--max-data N ...]
+protocol is lab.aioquic_server's. Run inside a lab namespace by the "qh3" kind,
+flow control by transport-parameter name:
+    python -m lab.qh3_server --host IP --port 443 --certificate C --private-key K [--initial_max_data N ...]
+qh3 has one window for all streams: the largest of the three given is used.
 """
 
 from __future__ import annotations
@@ -14,20 +16,24 @@ from qh3.quic.configuration import QuicConfiguration
 
 from lab.aioquic_server import arguments, run
 
-# The flow-control knobs qh3's configuration has, as flag -> its field (unit as qh3 takes it).
-SETTINGS = {"--idle-timeout-ms": "idle_timeout", "--max-data": "max_data", "--max-stream-data": "max_stream_data"}
+STREAM_WINDOWS = ("initial_max_stream_data_bidi_local", "initial_max_stream_data_bidi_remote",
+                  "initial_max_stream_data_uni")
+SETTABLE = ("max_idle_timeout", "initial_max_data", *STREAM_WINDOWS)
 
 
 def main() -> None:
     parser = arguments(__doc__.splitlines()[0])
-    for flag in SETTINGS:
-        parser.add_argument(flag, type=int)
+    for name in SETTABLE:
+        parser.add_argument(f"--{name}", type=int)
     args = vars(parser.parse_args())
     config = QuicConfiguration(is_client=False, alpn_protocols=H3_ALPN)
-    for flag, field in SETTINGS.items():
-        value = args[flag.lstrip("-").replace("-", "_")]
-        if value is not None:
-            setattr(config, field, value / 1000 if field == "idle_timeout" else value)
+    if args["max_idle_timeout"] is not None:
+        config.idle_timeout = args["max_idle_timeout"] / 1000
+    if args["initial_max_data"] is not None:
+        config.max_data = args["initial_max_data"]
+    windows = [args[name] for name in STREAM_WINDOWS if args[name] is not None]
+    if windows:
+        config.max_stream_data = max(windows)
     config.load_cert_chain(args["certificate"], args["private_key"])
     asyncio.run(run(args["host"], args["port"], config, library="qh3"))
 

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from lab import Lab, netns
+from lab import Lab, default_topology, netns
+from lab.kinds import kind_for
+
+# The lab's LSQUIC server runs where QREPLAY_LSQUIC_SERVER names an http_server;
+# the tests use the build in ../shared when there is one (the product never looks there).
+_SHARED_LSQUIC_SERVER = Path(__file__).resolve().parents[1].parent / "shared" / "lsquic" / "bin" / "http_server"
+if _SHARED_LSQUIC_SERVER.is_file():
+    os.environ.setdefault("QREPLAY_LSQUIC_SERVER", str(_SHARED_LSQUIC_SERVER))
 
 # Several pytest sessions may run on one machine at once (and a lab started by
 # hand with `qscan lab up` may be running): every lab instance a session makes
@@ -33,6 +40,10 @@ def lab_unavailable() -> str | None:
     missing = [tool for tool in ("gtlsserver", "gtlsclient", "caddy") if shutil.which(tool) is None]
     if missing:
         return f"lab servers not installed: {', '.join(missing)} (scripts/setup.sh installs them)"
+    for spec in default_topology().servers:
+        reason = kind_for(spec.kind).unavailable_reason()
+        if reason:
+            return f"lab server {spec.name}: {reason}"
     return None
 
 
