@@ -1,7 +1,7 @@
 """A small aioquic HTTP/3 server for the lab: answers every request with 200 and a short body.
 
 Run inside a lab namespace by the "aioquic" server kind:
-    python -m lab.aioquic_server --host IP --port 443 --certificate C --private-key K [--max-data N ...]
+    python -m lab.aioquic_server --host IP --port 443 --certificate C --private-key K [--initial_max_data N ...]
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import importlib
 import signal
+from collections.abc import Mapping
 from typing import Any
 
 from aioquic.h3.connection import H3_ALPN
@@ -52,31 +53,38 @@ def http3_protocol(library: str = "aioquic") -> type:
     return Http3ServerProtocol
 
 
-# The flow-control knobs aioquic's (and qh3's) configuration has: flag -> its field.
-# One window for all three stream directions; the stream limits are fixed.
-FLOW_CONTROL_FLAGS = {"--idle-timeout-ms": "idle_timeout", "--max-data": "max_data", "--max-stream-data": "max_stream_data"}
+# The transport parameters aioquic's (and qh3's) configuration can set, taken as
+# --<parameter name> flags. One window for all three stream directions (the
+# largest given); the stream limits are fixed.
+STREAM_WINDOWS = ("initial_max_stream_data_bidi_local", "initial_max_stream_data_bidi_remote",
+                  "initial_max_stream_data_uni")
+SETTABLE = ("max_idle_timeout", "initial_max_data", *STREAM_WINDOWS)
 
 
-def apply_flow_control(config: Any, settings: dict[str, int | None]) -> None:
-    """Set ``settings`` (FLOW_CONTROL_FLAGS' fields, None = library default) on a configuration."""
-    for field, value in settings.items():
-        if value is not None:
-            setattr(config, field, value / 1000 if field == "idle_timeout" else value)
+def apply_parameters(config: Any, asked: Mapping[str, int | None]) -> None:
+    """Set the SETTABLE parameters of ``asked`` (None or absent: the library's default)."""
+    if asked.get("max_idle_timeout") is not None:
+        config.idle_timeout = asked["max_idle_timeout"] / 1000
+    if asked.get("initial_max_data") is not None:
+        config.max_data = asked["initial_max_data"]
+    windows = [asked[name] for name in STREAM_WINDOWS if asked.get(name) is not None]
+    if windows:
+        config.max_stream_data = max(windows)
 
 
 def configuration(certificate: str | None = None, private_key: str | None = None,
-                  is_client: bool = False, settings: dict[str, int | None] | None = None) -> QuicConfiguration:
+                  is_client: bool = False, asked: Mapping[str, int | None] | None = None) -> QuicConfiguration:
     config = QuicConfiguration(is_client=is_client, alpn_protocols=H3_ALPN)
-    apply_flow_control(config, settings or {})
+    apply_parameters(config, asked or {})
     if certificate:
         config.load_cert_chain(certificate, private_key)
     return config
 
 
-def expected_transport_parameters(settings: dict[str, int | None] | None = None) -> dict[str, int | bool]:
+def expected_transport_parameters(asked: Mapping[str, int | None] | None = None) -> dict[str, int | bool]:
     """The performance parameters this server sends, computed by aioquic itself
     from the same configuration (client and server serialise the same locals)."""
-    connection = QuicConnection(configuration=configuration(is_client=True, settings=settings))
+    connection = QuicConnection(configuration=configuration(is_client=True, asked=asked))
     connection._version = connection._configuration.supported_versions[0]
     sent = ParamSet.from_decoded(decode_transport_parameters(connection._serialize_transport_parameters()))
     return {name: value for name, value in sent.as_sent().items() if value is not None}
@@ -99,19 +107,14 @@ def arguments(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=443)
     parser.add_argument("--certificate", required=True)
     parser.add_argument("--private-key", required=True)
-    for flag in FLOW_CONTROL_FLAGS:
-        parser.add_argument(flag, type=int)
+    for name in SETTABLE:
+        parser.add_argument(f"--{name}", type=int)
     return parser
 
 
-def flow_control_settings(args: argparse.Namespace) -> dict[str, int | None]:
-    return {field: getattr(args, flag.lstrip("-").replace("-", "_")) for flag, field in FLOW_CONTROL_FLAGS.items()}
-
-
 def main() -> None:
-    args = arguments(__doc__.splitlines()[0]).parse_args()
-    config = configuration(args.certificate, args.private_key, settings=flow_control_settings(args))
-    asyncio.run(run(args.host, args.port, config))
+    args = vars(arguments(__doc__.splitlines()[0]).parse_args())
+    asyncio.run(run(args["host"], args["port"], configuration(args["certificate"], args["private_key"], asked=args)))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted
 from conftest import lab_instance, lab_unavailable
 from lab import (Lab, LabServer, Launch, ServerKind, ServerSpec, Topology, default_topology, netns, register_kind,
                  status, up)
+from lab.kinds import kind_for
 from tparams.codec import decode_transport_parameters
 from tparams.errors import ToolError
 from tparams.paramset import ParamSet
@@ -31,7 +32,12 @@ from tparams.registry import id_for
 pytestmark = pytest.mark.lab
 
 QSCAN = str(Path(sys.executable).with_name("qscan"))
-GOOD_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "caddy", "aioquic", "quinn", "quiche", "s2n-quic", "tquic", "msquic", "qh3")
+LSQUIC_UNAVAILABLE = kind_for("lsquic").unavailable_reason()
+LSQUIC = pytest.param("lsquic", marks=pytest.mark.skipif(LSQUIC_UNAVAILABLE is not None,
+                                                         reason=f"the lab has no LSQUIC server: {LSQUIC_UNAVAILABLE}"))
+ALWAYS_THERE = ("ngtcp2-alpha", "ngtcp2-beta", "caddy", "aioquic", "quinn", "quiche", "s2n-quic", "tquic",
+                "msquic", "qh3", "kwik", "netty")
+GOOD_SERVERS = (*ALWAYS_THERE, LSQUIC)
 # Our own servers of lab/servers, each a QUIC library started with its own defaults.
 BUILT_SERVERS = ("quinn", "quiche", "s2n-quic", "tquic", "msquic")
 # Debian's gtlsclient 0.12 and caddy 2.6.2 (quic-go) do not interoperate: caddy
@@ -140,7 +146,7 @@ def sent_parameters(lab: Lab, server: LabServer) -> dict[str, int | bool]:
     return {k: v for k, v in sent.items() if v is not None}
 
 
-@pytest.mark.parametrize("name", ["ngtcp2-alpha", "ngtcp2-beta", "aioquic", "qh3", *BUILT_SERVERS])
+@pytest.mark.parametrize("name", ["ngtcp2-alpha", "ngtcp2-beta", "aioquic", "qh3", "kwik", "netty", *BUILT_SERVERS, LSQUIC])
 def test_recorded_parameters_are_exactly_what_the_server_sends(lab, name):
     server = lab.server(name)
     assert sent_parameters(lab, server) == server.transport_parameters
@@ -184,29 +190,35 @@ def test_a_server_started_with_other_values_sends_them(other_values_lab, name):
     assert {k: sent.get(k) for k in server.options["parameters"]} == server.options["parameters"]
 
 
-# Flow control unlike every library's defaults; the three stream windows equal
-# because aioquic and qh3 have one setting for all three.
+# Flow control unlike every library's defaults. Each kind reports what its
+# library makes of it (aioquic and qh3 have one window for all streams and fixed stream
+# limits, kwik/flupke pin the uni window); these every library sends as asked.
 CONFIGURED_FLOW_CONTROL = {
     "max_idle_timeout": 11000, "initial_max_data": 3000000, "initial_max_stream_data_bidi_local": 400000,
     "initial_max_stream_data_bidi_remote": 400000, "initial_max_stream_data_uni": 400000,
+    "initial_max_streams_bidi": 17,
 }
-CONFIGURED_KINDS = {"aioquic": "198.18.1.30", "qh3": "198.18.1.72"}
+SENT_AS_ASKED_EVERYWHERE = ("max_idle_timeout", "initial_max_data", "initial_max_stream_data_bidi_local",
+                            "initial_max_stream_data_bidi_remote")
+CONFIGURED_KINDS = {"aioquic": "198.18.1.30", "kwik": "198.18.1.70", "netty": "198.18.1.71", "qh3": "198.18.1.72",
+                   "lsquic": "198.18.1.73"}
 
 
 @pytest.fixture(scope="module")
 def configured_lab(needs_lab):
     servers = tuple(ServerSpec(f"{kind}-configured", kind, ip, options={"parameters": CONFIGURED_FLOW_CONTROL})
-                    for kind, ip in CONFIGURED_KINDS.items())
+                    for kind, ip in CONFIGURED_KINDS.items() if kind_for(kind).unavailable_reason() is None)
     with Lab.up(Topology(servers=servers), instance=lab_instance("fc")) as running:
         yield running
 
 
-@pytest.mark.parametrize("kind", sorted(CONFIGURED_KINDS))
+@pytest.mark.parametrize("kind", ["aioquic", "kwik", "netty", "qh3", LSQUIC])
 def test_a_server_started_with_other_flow_control_sends_it(configured_lab, kind):
     server = configured_lab.server(f"{kind}-configured")
     sent = sent_parameters(configured_lab, server)
     assert sent == server.transport_parameters
-    assert {name: sent.get(name) for name in CONFIGURED_FLOW_CONTROL} == CONFIGURED_FLOW_CONTROL
+    assert {name: sent.get(name) for name in SENT_AS_ASKED_EVERYWHERE} == \
+        {name: CONFIGURED_FLOW_CONTROL[name] for name in SENT_AS_ASKED_EVERYWHERE}
 
 
 def test_the_two_ngtcp2_servers_send_different_sets(lab):
@@ -282,7 +294,7 @@ def test_closed_host_refuses_and_silent_address_stays_silent(lab):
 
 def test_status_and_a_second_up_is_refused(lab):
     state = status(lab.instance)
-    assert state["up"] and {s["name"] for s in state["servers"]} >= set(GOOD_SERVERS)
+    assert state["up"] and {s["name"] for s in state["servers"]} >= set(ALWAYS_THERE)
     with pytest.raises(ToolError, match="already up"):
         up(instance=lab.instance)
     assert status(lab.instance)["up"]  # the refused attempt touched nothing

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from lab.kinds import register_kind
-from lab.kinds.aioquic import STREAM_WINDOWS, AioquicKind
+from lab.aioquic_server import SETTABLE, STREAM_WINDOWS
+from lab.kinds import asked_parameters, register_kind
+from lab.kinds.aioquic import AioquicKind
 from lab.topology import ServerSpec
 
 
 @register_kind
 class Qh3Kind(AioquicKind):
-    """qh3 (aioquic's fork, Rust core) behind lab/qh3_server.py; flow control
-    set as aioquic's (one window for the three stream directions)."""
+    """qh3 2.1 (aioquic's fork, Rust core) behind lab/qh3_server.py; flow
+    control set as aioquic's (one window for the three stream directions)."""
 
     name = "qh3"
     library = "qh3"
@@ -30,4 +31,6 @@ class Qh3Kind(AioquicKind):
     }
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
-        return {**self.DEFAULTS, **self.configured(spec)}
+        asked = {name: value for name, value in asked_parameters(spec).items() if name in SETTABLE}
+        windows = [asked.pop(name) for name in STREAM_WINDOWS if name in asked]
+        return {**self.DEFAULTS, **asked, **(dict.fromkeys(STREAM_WINDOWS, max(windows)) if windows else {})}
