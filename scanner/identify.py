@@ -25,6 +25,7 @@ import shlex
 import subprocess
 import sys
 import tomllib
+from xml.etree import ElementTree
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -32,6 +33,7 @@ import polars as pl
 
 from tparams.errors import ToolError
 from tparams.library import (
+    TIE_BROKEN,
     UNKNOWN,
     AlpnRefusal,
     LibrarySignatures,
@@ -224,7 +226,28 @@ OTHER_FLOW_CONTROL: Mapping[str, int] = {
 CONFIGURATIONS = ("default", "other flow control")
 
 
+def _maven_dependencies(kind: str) -> str:
+    """The dependencies lab/servers/<kind>/pom.xml pins, e.g. 'kwik 0.10.8, flupke 0.9.4'."""
+    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
+    pom = ElementTree.parse(ROOT / "lab" / "servers" / kind / "pom.xml")
+    return ", ".join(f"{d.findtext('m:artifactId', '', namespace)} {d.findtext('m:version', '', namespace)}"
+                     for d in pom.getroot().iterfind("m:dependencies/m:dependency", namespace))
+
+
+def _lsquic() -> str:
+    from lab.kinds.lsquic import server_binary
+
+    binary = server_binary()
+    readme = Path(binary).parents[1] / "README.md" if binary else None
+    title = readme.read_text().splitlines()[0].lstrip("# ") if readme and readme.is_file() else "LSQUIC"
+    return f"{title}: {binary} (example http_server)"
+
+
 def software(kind: str) -> str:
+    if kind in ("kwik", "netty"):
+        return f"{_maven_dependencies(kind)} (lab/servers/{kind})"
+    if kind == "lsquic":
+        return _lsquic()
     if kind in CRATES:
         return ", ".join(f"{crate} {_cargo_version(crate)}" for crate in CRATES[kind]) + f" (lab/servers/{kind})"
     describe = SOFTWARE.get(kind)
@@ -309,16 +332,21 @@ def evaluate_lab(lab, signatures: LibrarySignatures, configuration: str,  # type
                 "configuration": configuration, "server": server.name, "kind": server.kind,
                 "expected": UNKNOWN if server.kind == NOT_A_LIBRARY else server.library, "round": round_number,
                 "h3_status": h3.status, "named_from_1": one.library, "named_from_2": both.library,
+                "tie_broken_from_1": TIE_BROKEN in one.library_evidence,
+                "tie_broken_from_2": TIE_BROKEN in both.library_evidence,
                 "flow_control_sent": flow_control_sent(h3), "evidence": both.library_evidence,
             })
     return rows
 
 
-def handshakes_needed(row: Mapping[str, object]) -> int | None:
-    """1 or 2 handshakes for a right verdict, None when even two give a wrong one."""
-    if row["named_from_1"] == row["expected"] and row["named_from_2"] == row["expected"]:
-        return 1
-    return 2 if row["named_from_2"] == row["expected"] else None
+def handshakes_needed(row: Mapping[str, object], keys_only: bool = False) -> int | None:
+    """1 or 2 handshakes for a right verdict, None when even two give a wrong one
+    (``keys_only``: or when only values and Retry broke a tie)."""
+    def right(handshakes: int) -> bool:
+        return row[f"named_from_{handshakes}"] == row["expected"] and not (
+            keys_only and row[f"tie_broken_from_{handshakes}"])
+
+    return 1 if right(1) and right(2) else 2 if right(2) else None
 
 
 def confusion_matrix(rows: Iterable[Mapping[str, object]], column: str = "named_from_2") -> pl.DataFrame:
@@ -347,15 +375,17 @@ def features(path: Path | str = SIGNATURES_PATH) -> pl.DataFrame:
 
 
 def handshakes_per_server(rows: Iterable[Mapping[str, object]]) -> pl.DataFrame:
-    """Per lab server and configuration: the verdicts, and how many handshakes a right one needs
-    (the most over its rounds; 1 = the h3 handshake alone, 2 = with the invalid-ALPN one)."""
+    """Per lab server and configuration: the verdicts, how many handshakes a right one needs
+    (the most over its rounds; 1 = the h3 handshake alone, 2 = with the invalid-ALPN one;
+    empty: never right), also without the tie-breaking values and Retry."""
     frame = pl.DataFrame([{"configuration": r["configuration"], "server": r["server"], "expected": r["expected"],
-                           "named": r["named_from_2"], "needed": handshakes_needed(r)} for r in rows])
+                           "named": r["named_from_2"], "needed": handshakes_needed(r),
+                           "needed_by_keys": handshakes_needed(r, keys_only=True)} for r in rows])
     return (frame.group_by("server", "configuration", maintain_order=True)
             .agg(pl.col("expected").first(), pl.col("named").unique().sort().str.join(" / "),
-                 pl.len().alias("rounds"), pl.col("needed").max(), pl.col("needed").is_null().any().alias("wrong"))
-            .with_columns(pl.when(pl.col("wrong")).then(None).otherwise(pl.col("needed")).alias("handshakes_needed"))
-            .drop("needed", "wrong"))
+                 pl.len().alias("rounds"), *[
+                     pl.when(pl.col(column).is_null().any()).then(None).otherwise(pl.col(column).max()).alias(alias)
+                     for column, alias in (("needed", "handshakes"), ("needed_by_keys", "handshakes, keys alone"))]))
 
 
 def _markdown(frame: pl.DataFrame) -> str:
@@ -377,7 +407,8 @@ def report_command(argv: Sequence[str]) -> None:
     print()
     print(_markdown(handshakes_per_server(rows)))
     print()
-    print(_markdown(pl.DataFrame(separations(load_signatures()))))
+    fragile = pl.DataFrame(separations(load_signatures())).filter(pl.col("traits") <= 2)
+    print(_markdown(fragile))
 
 
 def _provenance(argv: Sequence[str], command: str, repetitions: int, method: str) -> dict[str, object]:

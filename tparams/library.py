@@ -55,6 +55,8 @@ MAX_UNSEEN_IDS = 2
 # Fewer ids than this in common with a library say too little about its order.
 MIN_COMMON_IDS = 3
 
+TIE_BROKEN = "values and Retry break the tie"  # in the evidence of a verdict that needed them
+
 _INITIAL_SOURCE_CID = id_for("initial_source_connection_id")
 _FLOW_CONTROL_IDS = frozenset(id_for(name) for name in FLOW_CONTROL)
 
@@ -288,7 +290,7 @@ def classify(signatures: LibrarySignatures, traits: HandshakeTraits | None = Non
         top = max(scores.values())
         if list(scores.values()).count(top) == 1:
             winner = max(scores, key=scores.get)  # type: ignore[arg-type]
-            evidence.append(f"values and Retry break the tie: {top} of {winner}'s learned habits match")
+            evidence.append(f"{TIE_BROKEN}: {top} of {winner}'s learned habits match")
             candidates = [winner]
     if len(candidates) == 1:
         return Identification(candidates[0], "; ".join(evidence), tuple(candidates))
@@ -386,23 +388,24 @@ def learn_signatures(observations: Iterable[ServerObservations],
 
 
 def separations(signatures: LibrarySignatures) -> list[dict[str, object]]:
-    """For every pair of learned libraries, the traits that tell them apart: a trait
-    the first showed that rules the second out (the orders, each key, the refusal).
-    A pair told apart by one trait only is where the classifier is most fragile."""
+    """For every ordered pair of learned libraries (a, b): the traits of a's learning
+    handshakes that keep a server of a from fitting b (its orders, each key, the
+    refusal). A pair kept apart by one trait or none is where the classifier is most
+    fragile: there the tie-breaking values and Retry, or that one trait, decide."""
     rows = []
-    for first, second in combinations(signatures.signatures, 2):
-        traits = []
-        if not any(_order_fit(second, order) for order in first.orders) and \
-                not any(_order_fit(first, order) for order in second.orders):
-            traits.append("order")
-        for name in first.keys:
-            if not set(first.keys[name]) & set(second.keys.get(name, ())):
-                traits.append(name)
-        if not set(first.refusals) & set(second.refusals):
-            traits.append("ALPN refusal")
-        rows.append({"libraries": f"{first.library} / {second.library}", "told apart by": ", ".join(traits),
-                     "traits": len(traits)})
-    return sorted(rows, key=lambda row: (row["traits"], row["libraries"]))
+    for first in signatures.signatures:
+        for second in signatures.signatures:
+            if first is second:
+                continue
+            traits = []
+            if not any(_order_fit(second, order) for order in first.orders):
+                traits.append("order")
+            traits += [name for name in first.keys if not set(first.keys[name]) & set(second.keys.get(name, ()))]
+            if not set(first.refusals) & set(second.refusals):
+                traits.append("ALPN refusal")
+            rows.append({"server of": first.library, "not taken for": second.library,
+                         "kept apart by": ", ".join(traits), "traits": len(traits)})
+    return sorted(rows, key=lambda row: (row["traits"], row["server of"], row["not taken for"]))
 
 
 def feature_table(document: Mapping[str, object]) -> list[dict[str, object]]:
