@@ -129,7 +129,9 @@ def test_signatures_file_is_what_the_lab_shows_today(lab):
 
 
 @pytest.mark.lab
-def test_qscan_targets_identify_stores_a_verdict_per_target(lab, tmp_path):
+@pytest.mark.parametrize("configuration", ["lab", "other_lab"])
+def test_qscan_targets_identify_stores_a_verdict_per_target(configuration, request, tmp_path):
+    lab = request.getfixturevalue(configuration)  # as configured, and with other flow-control values
     targets = tmp_path / "targets.txt"
     targets.write_text("".join(f"{s.ip},{s.port},{s.sni}\n" for s in lab.servers))
     out = tmp_path / "scan.duckdb"
