@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import functools
 import importlib.metadata
 import json
 import shlex
@@ -33,6 +34,7 @@ import polars as pl
 
 from tparams.errors import ToolError
 from tparams.library import (
+    FLOW_CONTROL,
     TIE_BROKEN,
     UNKNOWN,
     AlpnRefusal,
@@ -191,23 +193,6 @@ def _cargo_version(crate: str) -> str:
     return next((p["version"] for p in lock["package"] if p["name"] == crate), "unknown")
 
 
-# What runs behind each lab server kind, with its version read from the
-# machine or the lock file, so that the signatures file says exactly what it was learned from.
-SOFTWARE: dict[str, Callable[[], str]] = {
-    "ngtcp2": lambda: f"ngtcp2 gtlsserver, Debian ngtcp2-server {_dpkg_version('ngtcp2-server')}",
-    "caddy": lambda: f"caddy (quic-go), Debian caddy {_dpkg_version('caddy')}",
-    "aioquic": lambda: f"aioquic {importlib.metadata.version('aioquic')} (lab/aioquic_server.py)",
-    "qh3": lambda: f"qh3 {importlib.metadata.version('qh3')} (lab/qh3_server.py)",
-}
-# Kinds built from lab/servers (a Cargo workspace): the crates whose versions say what runs.
-CRATES: dict[str, tuple[str, ...]] = {
-    "quinn": ("quinn", "quinn-proto"),
-    "quiche": ("quiche",),
-    "s2n-quic": ("s2n-quic",),
-    "tquic": ("tquic",),
-    "msquic": ("msquic",),
-}
-
 # Lab servers that are no library: never learned from, expected to stay unknown.
 NOT_A_LIBRARY = "broken"
 
@@ -243,13 +228,35 @@ def _lsquic() -> str:
     return f"{title}: {binary} (example http_server)"
 
 
+# Kinds built from lab/servers (a Cargo workspace): the crates whose versions say what runs.
+CRATES: dict[str, tuple[str, ...]] = {
+    "quinn": ("quinn", "quinn-proto"),
+    "quiche": ("quiche",),
+    "s2n-quic": ("s2n-quic",),
+    "tquic": ("tquic",),
+    "msquic": ("msquic",),
+}
+
+
+def _crates(kind: str) -> str:
+    return ", ".join(f"{crate} {_cargo_version(crate)}" for crate in CRATES[kind]) + f" (lab/servers/{kind})"
+
+
+# What runs behind each lab server kind, with its version read from the machine,
+# the lock files or the build, so that the signatures file says exactly what it was learned from.
+SOFTWARE: dict[str, Callable[[], str]] = {
+    "ngtcp2": lambda: f"ngtcp2 gtlsserver, Debian ngtcp2-server {_dpkg_version('ngtcp2-server')}",
+    "caddy": lambda: f"caddy (quic-go), Debian caddy {_dpkg_version('caddy')}",
+    "aioquic": lambda: f"aioquic {importlib.metadata.version('aioquic')} (lab/aioquic_server.py)",
+    "qh3": lambda: f"qh3 {importlib.metadata.version('qh3')} (lab/qh3_server.py)",
+    "kwik": lambda: f"{_maven_dependencies('kwik')} (lab/servers/kwik)",
+    "netty": lambda: f"{_maven_dependencies('netty')} (lab/servers/netty)",
+    "lsquic": _lsquic,
+    **{kind: functools.partial(_crates, kind) for kind in CRATES},
+}
+
+
 def software(kind: str) -> str:
-    if kind in ("kwik", "netty"):
-        return f"{_maven_dependencies(kind)} (lab/servers/{kind})"
-    if kind == "lsquic":
-        return _lsquic()
-    if kind in CRATES:
-        return ", ".join(f"{crate} {_cargo_version(crate)}" for crate in CRATES[kind]) + f" (lab/servers/{kind})"
     describe = SOFTWARE.get(kind)
     return describe() if describe is not None else kind
 
@@ -309,8 +316,6 @@ def learn_from_lab(lab, repetitions: int = 5, timeout: float = 5.0,  # type: ign
 
 
 def flow_control_sent(record: HandshakeRecord | None) -> dict[str, int] | None:
-    from tparams.library import FLOW_CONTROL
-
     if record is None or record.decoded is None:
         return None
     sent = ParamSet.from_decoded(record.decoded).as_sent()
