@@ -21,12 +21,14 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted
 
 from conftest import lab_instance, lab_unavailable
-from lab import (Lab, LabServer, Launch, ServerKind, ServerSpec, Topology, default_topology, netns, register_kind,
-                 status, up)
+from lab import (Lab, LabContext, LabServer, Launch, ServerKind, ServerSpec, Topology, default_topology, netns,
+                 register_kind, status, up)
+from lab.certs import write_certificate
 from lab.kinds import kind_for
 from tparams.codec import decode_transport_parameters
 from tparams.errors import ToolError
 from tparams.paramset import ParamSet
+from tparams.probe import make_probe
 from tparams.registry import id_for
 
 pytestmark = pytest.mark.lab
@@ -219,6 +221,34 @@ def test_a_server_started_with_other_flow_control_sends_it(configured_lab, kind)
     assert sent == server.transport_parameters
     assert {name: sent.get(name) for name in SENT_AS_ASKED_EVERYWHERE} == \
         {name: CONFIGURED_FLOW_CONTROL[name] for name in SENT_AS_ASKED_EVERYWHERE}
+
+
+@pytest.mark.parametrize("name", BUILT_SERVERS)
+def test_a_built_server_exits_at_once_and_cleanly_on_sigterm(needs_lab, tmp_path, name):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    ctx = LabContext(tmp_path, tmp_path / "cert.pem", tmp_path / "key.pem")
+    write_certificate(ctx.cert, ctx.key, [f"{name}.lab.test"], ["127.0.0.1"])
+    launch = kind_for(name).launch(ServerSpec(name, name, "127.0.0.1", port=port), ctx)
+    server = subprocess.Popen(launch.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # loopback only
+            probe.settimeout(0.2)
+            for _ in range(50):  # a Version Negotiation answer: it is up
+                probe.sendto(make_probe().payload, ("127.0.0.1", port))
+                try:
+                    probe.recv(65535)
+                    break
+                except socket.timeout:
+                    assert server.poll() is None, server.stderr.read()
+            else:
+                pytest.fail(f"{name} did not answer on 127.0.0.1:{port}")
+        server.terminate()
+        assert server.wait(timeout=2) == 0
+    finally:
+        server.kill()
+        server.wait()
 
 
 def test_the_two_ngtcp2_servers_send_different_sets(lab):

@@ -8,22 +8,19 @@ from pathlib import Path
 from typing import ClassVar
 
 from tparams.errors import ToolError
-from tparams.paramset import RFC9000_DEFAULTS, ParamSet
+from tparams.paramset import PERFORMANCE_PARAMETERS, RFC9000_DEFAULTS, ParamSet
 
 from lab.kinds import LabContext, Launch, ServerKind
 from lab.topology import ServerSpec
 
 BIN_DIR = Path(__file__).resolve().parents[2] / "build" / "bin"
 
-# The parameters lab/servers/common takes as --<name with dashes>.
-SETTABLE: tuple[str, ...] = (
-    "max_idle_timeout",
-    "initial_max_data",
-    "initial_max_stream_data_bidi_local",
-    "initial_max_stream_data_bidi_remote",
-    "initial_max_stream_data_uni",
-    "initial_max_streams_bidi",
-    "initial_max_streams_uni",
+# The parameters lab/servers/common takes as --<name with dashes>: the idle
+# timeout and flow control, the twelve less what no lab server lets one set.
+SETTABLE: tuple[str, ...] = tuple(
+    name for name in PERFORMANCE_PARAMETERS
+    if name not in ("max_udp_payload_size", "ack_delay_exponent", "max_ack_delay", "disable_active_migration",
+                    "active_connection_id_limit")
 )
 
 

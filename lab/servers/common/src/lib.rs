@@ -53,7 +53,9 @@ pub fn start() -> Args {
         .expect("signal handler");
     std::thread::spawn(move || {
         if signals.forever().next().is_some() {
-            std::process::exit(0);
+            // _exit: nothing needs flushing, and exit's library destructors can
+            // hang (msquic's waits for the connections the main thread holds).
+            signal_hook::low_level::exit(0);
         }
     });
     args

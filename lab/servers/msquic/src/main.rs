@@ -62,7 +62,9 @@ fn main() {
         Ok(())
     })
     .unwrap_or_else(|e| fail("listener", e));
-    listener.start(&alpn, Some(&Addr::from(args.listen))).unwrap_or_else(|e| fail(&format!("listen on {}", args.listen), e));
+    listener
+        .start(&alpn, Some(&Addr::from(args.listen)))
+        .unwrap_or_else(|e| fail(&format!("listen on {}", args.listen), e));
     loop {
         std::thread::park(); // msquic's own threads do the work; SIGTERM ends the process
     }

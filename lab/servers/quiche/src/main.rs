@@ -14,8 +14,12 @@ fn main() {
     let args = lab_server_common::start();
     let p = &args.parameters;
     let mut config = quiche::Config::new(quiche::PROTOCOL_VERSION).expect("quiche config");
-    config.load_cert_chain_from_pem_file(&args.cert.to_string_lossy()).unwrap_or_else(|e| refuse(&format!("{}: {e}", args.cert.display())));
-    config.load_priv_key_from_pem_file(&args.key.to_string_lossy()).unwrap_or_else(|e| refuse(&format!("{}: {e}", args.key.display())));
+    config
+        .load_cert_chain_from_pem_file(&args.cert.to_string_lossy())
+        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.cert.display())));
+    config
+        .load_priv_key_from_pem_file(&args.key.to_string_lossy())
+        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.key.display())));
     config.set_application_protos(&[ALPN]).expect("ALPN");
     // quiche's own defaults are 0 (no data, no streams): these are its example server's.
     config.set_max_idle_timeout(p.max_idle_timeout.unwrap_or(30_000));
@@ -38,7 +42,9 @@ fn main() {
     let (mut buf, mut out) = ([0u8; 65535], [0u8; 1350]);
     loop {
         let timeout = connections.values().filter_map(|c| c.timeout()).min();
-        socket.set_read_timeout(Some(timeout.unwrap_or(Duration::from_secs(60)).max(Duration::from_millis(1)))).expect("timeout");
+        socket
+            .set_read_timeout(Some(timeout.unwrap_or(Duration::from_secs(60)).max(Duration::from_millis(1))))
+            .expect("timeout");
         match socket.recv_from(&mut buf) {
             Ok((len, from)) => {
                 let Ok(header) = quiche::Header::from_slice(&mut buf[..len], quiche::MAX_CONN_ID_LEN) else { continue };
@@ -63,7 +69,7 @@ fn main() {
                 let connection = connections.get_mut(&id).expect("connection");
                 let _ = connection.recv(&mut buf[..len], quiche::RecvInfo { from, to: local });
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
                 connections.values_mut().for_each(|c| c.on_timeout());
             }
             Err(e) => refuse(&format!("receive: {e}")),

@@ -19,7 +19,8 @@ fn main() {
     let certs = CertificateDer::pem_file_iter(&args.cert)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
         .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.cert.display())));
-    let key = PrivateKeyDer::from_pem_file(&args.key).unwrap_or_else(|e| refuse(&format!("{}: {e}", args.key.display())));
+    let key =
+        PrivateKeyDer::from_pem_file(&args.key).unwrap_or_else(|e| refuse(&format!("{}: {e}", args.key.display())));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -35,7 +36,8 @@ fn main() {
         transport.receive_window(varint(value));
     }
     // quinn has one receive window for every stream, sent as all three stream parameters.
-    let windows = [p.initial_max_stream_data_bidi_local, p.initial_max_stream_data_bidi_remote, p.initial_max_stream_data_uni];
+    let windows =
+        [p.initial_max_stream_data_bidi_local, p.initial_max_stream_data_bidi_remote, p.initial_max_stream_data_uni];
     if let Some(value) = windows.iter().flatten().next() {
         if windows.iter().any(|w| *w != Some(*value)) {
             refuse("quinn sends one stream window: give all three initial_max_stream_data_* the same value");

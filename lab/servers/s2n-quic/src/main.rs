@@ -8,8 +8,11 @@ use lab_server_common::{refuse, Args, ALPN};
 use s2n_quic::provider::limits::Limits;
 use s2n_quic::provider::tls::default::Server as Tls;
 
-fn set<E: Error + 'static>(limits: Limits, value: Option<u64>, setter: fn(Limits, u64) -> Result<Limits, E>)
-    -> Result<Limits, Box<dyn Error>> {
+fn set<E: Error + 'static>(
+    limits: Limits,
+    value: Option<u64>,
+    setter: fn(Limits, u64) -> Result<Limits, E>,
+) -> Result<Limits, Box<dyn Error>> {
     Ok(match value {
         Some(value) => setter(limits, value)?,
         None => limits,
@@ -35,11 +38,8 @@ async fn serve(args: &Args) -> Result<(), Box<dyn Error>> {
         .with_certificate(args.cert.as_path(), args.key.as_path())?
         .with_application_protocols([ALPN])?
         .build()?;
-    let mut server = s2n_quic::Server::builder()
-        .with_tls(tls)?
-        .with_limits(limits(args)?)?
-        .with_io(args.listen)?
-        .start()?;
+    let mut server =
+        s2n_quic::Server::builder().with_tls(tls)?.with_limits(limits(args)?)?.with_io(args.listen)?.start()?;
     while let Some(mut connection) = server.accept().await {
         tokio::spawn(async move { while let Ok(Some(_)) = connection.accept().await {} });
     }

@@ -38,8 +38,13 @@ fn main() {
     let args = lab_server_common::start();
     let p = &args.parameters;
     let mut config = Config::new().unwrap_or_else(|e| refuse(&e.to_string()));
-    let tls = TlsConfig::new_server_config(&args.cert.to_string_lossy(), &args.key.to_string_lossy(), vec![ALPN.to_vec()], false)
-        .unwrap_or_else(|e| refuse(&format!("{} / {}: {e}", args.cert.display(), args.key.display())));
+    let tls = TlsConfig::new_server_config(
+        &args.cert.to_string_lossy(),
+        &args.key.to_string_lossy(),
+        vec![ALPN.to_vec()],
+        false,
+    )
+    .unwrap_or_else(|e| refuse(&format!("{} / {}: {e}", args.cert.display(), args.key.display())));
     config.set_tls_config(tls);
     let setters: [(Option<u64>, fn(&mut Config, u64)); 7] = [
         (p.max_idle_timeout, Config::set_max_idle_timeout),
@@ -68,7 +73,9 @@ fn main() {
             Ok((len, from)) => {
                 let _ = endpoint.recv(&mut buf[..len], &PacketInfo { src: from, dst: local, time: Instant::now() });
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => endpoint.on_timeout(Instant::now()),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+                endpoint.on_timeout(Instant::now())
+            }
             Err(e) => refuse(&format!("receive: {e}")),
         }
         let _ = endpoint.process_connections();
