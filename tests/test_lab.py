@@ -251,6 +251,24 @@ def test_a_built_server_exits_at_once_and_cleanly_on_sigterm(needs_lab, tmp_path
         server.wait()
 
 
+def test_netty_answers_a_first_initial_with_a_retry_carrying_its_token(lab):
+    server = lab.server("netty")
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=server.sni)
+    client = QuicConnection(configuration=config)
+    client.connect((server.ip, server.port), now=time.monotonic())
+    with lab.in_client():
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with sock:
+        sock.settimeout(3)
+        for data, address in client.datagrams_to_send(now=time.monotonic()):
+            sock.sendto(data, address)
+        answer = sock.recv(65535)
+    assert answer[0] & 0xF0 == 0xF0 and answer[1:5] == b"\0\0\0\1"  # long header, QUIC v1, type Retry
+    dcid_end = 6 + answer[5]
+    token = answer[dcid_end + 1 + answer[dcid_end]:-16]  # after the SCID, before the integrity tag
+    assert token.startswith(b"netty")  # InsecureQuicTokenHandler's
+
+
 def test_the_two_ngtcp2_servers_send_different_sets(lab):
     alpha, beta = lab.server("ngtcp2-alpha"), lab.server("ngtcp2-beta")
     assert alpha.transport_parameters["initial_max_data"] == 16777216

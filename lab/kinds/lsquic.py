@@ -46,7 +46,9 @@ class LsquicKind(ServerKind):
     ``options["parameters"]`` as engine settings. LSQUIC counts the idle
     timeout in seconds and leaves out parameters at the RFC default (the
     bidi_local window is 0 unless set); ack_delay_exponent, max_ack_delay and
-    active_connection_id_limit are fixed.
+    active_connection_id_limit are fixed. http_server completes only
+    handshakes whose SNI is its server name: without SNI, or with another
+    name, it closes with TLS alert 80 (internal_error).
     """
 
     name = "lsquic"

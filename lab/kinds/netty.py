@@ -14,12 +14,14 @@ class NettyKind(JarServerKind):
     """netty-incubator-codec-quic 0.0.20.Final, lab/servers/netty: quiche
     (Cloudflare's QUIC in Rust, as of late 2021) inside, driven by netty over JNI.
 
-    Named ``netty``, not quiche: netty decides what the wire shows (it builds
-    quiche's configuration, picks 20-byte connection IDs, and its only token
-    handler sends a Retry for every new connection), and its quiche is years
-    older than the quiche crate's. If identification finds netty and quiche
-    servers indistinguishable, that is its finding to report, not a reason
-    to rename the lab's server.
+    Named ``netty``, not quiche: netty decides much of what the wire shows
+    (it builds quiche's configuration, and its only token handler sends a
+    Retry for every new connection, its token starting with ASCII "netty"),
+    and its quiche is years older than the quiche crate's. What quiche itself
+    decides (parameter order, 20-byte connection IDs, the bare 0x178 close)
+    may well match a quiche server's; if identification cannot tell the two
+    apart without a Retry, that is its finding to report, not a reason to
+    rename the lab's server.
 
     All seven flow-control parameters are settable; quiche leaves out those
     at 0 (its default for every window and stream limit, and for the idle
