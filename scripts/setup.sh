@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(zmap tshark ngtcp2-client ngtcp2-server caddy iproute2 dnsmasq-base libclang-dev cmake
               chromium firefox-esr libcap2-bin procps iperf3)
+APT_PACKAGES+=(openjdk-17-jdk-headless maven)  # jvmlab: the lab's Java servers (block below)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -81,3 +82,23 @@ if [ -f lab/servers/Cargo.toml ]; then
     done
   done
 fi
+# ---- jvmlab: the lab's Java servers (lab/servers/<library>/pom.xml) --------------
+# Maven (its cache ~/.m2) builds each into one jar named by the hash of its
+# sources, outside the clone; lab/builds.py finds it by the same hash, so a
+# second run, or a fresh clone on this machine, builds nothing.
+lab_servers=${XDG_CACHE_HOME:-$HOME/.cache}/quictp/lab-servers
+for pom in lab/servers/*/pom.xml; do
+  src=$(dirname "$pom")
+  library=$(basename "$src")
+  hash=$(cd "$src" && find . -type f -not -path './target/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+  jar=$lab_servers/$library-$hash.jar
+  if [ ! -f "$jar" ]; then
+    echo "setup: building the $library lab server (Maven)"
+    mkdir -p "$lab_servers"
+    # (sed: Debian's Maven prints colour resets even when told not to)
+    mvn -q -B -f "$pom" package -Dlab.build.dir="$lab_servers/build/$library" 2>&1 | sed 's/\x1b\[[0-9;]*m//g'
+    cp "$lab_servers/build/$library/lab-server.jar" "$jar.tmp" && mv "$jar.tmp" "$jar"
+    find "$lab_servers" -maxdepth 1 -name "$library-*.jar" ! -name "${jar##*/}" -delete
+  fi
+done
+# ---- end jvmlab -------------------------------------------------------------------

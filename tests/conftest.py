@@ -14,6 +14,12 @@ from lab import Lab, default_topology, netns
 from lab.kinds import kind_for
 from lab.kinds.built import BIN_DIR, BuiltServerKind
 
+# The lab's LSQUIC server runs where QREPLAY_LSQUIC_SERVER names an http_server;
+# the tests use the build in ../shared when there is one (the product never looks there).
+_SHARED_LSQUIC_SERVER = Path(__file__).resolve().parents[1].parent / "shared" / "lsquic" / "bin" / "http_server"
+if _SHARED_LSQUIC_SERVER.is_file():
+    os.environ.setdefault("QREPLAY_LSQUIC_SERVER", str(_SHARED_LSQUIC_SERVER))
+
 # Several pytest sessions may run on one machine at once (and a lab started by
 # hand with `qscan lab up` may be running): every lab instance a session makes
 # is named qlab<role><pid>, and the leak check looks only at those.
@@ -39,6 +45,10 @@ def lab_unavailable() -> str | None:
     unbuilt = sorted(k.binary for k in kinds if isinstance(k, BuiltServerKind) and not (BIN_DIR / k.binary).is_file())
     if unbuilt:
         return f"lab servers not built: {', '.join(unbuilt)} in {BIN_DIR} (scripts/setup.sh builds them)"
+    for spec in default_topology().servers:
+        reason = kind_for(spec.kind).unavailable_reason()
+        if reason:
+            return f"lab server {spec.name}: {reason}"
     return None
 
 

@@ -18,21 +18,13 @@ import os
 import shutil
 from pathlib import Path
 
+from lab.kinds.lsquic import ENGINE_SETTINGS as SETTINGS
+from lab.kinds.lsquic import SERVER_ENV, idle_timeout_seconds
 from replay.stacks.base import Applied, ClientPlan, RunOptions, Stack, ensure_certificate
 from tparams.paramset import ParamSet
 
-SETTINGS = {
-    "initial_max_data": "init_max_data",
-    "initial_max_stream_data_bidi_local": "init_max_stream_data_bidi_local",
-    "initial_max_stream_data_bidi_remote": "init_max_stream_data_bidi_remote",
-    "initial_max_stream_data_uni": "init_max_stream_data_uni",
-    "initial_max_streams_bidi": "init_max_streams_bidi",
-    "initial_max_streams_uni": "init_max_streams_uni",
-    "max_idle_timeout": "idle_timeout",  # LSQUIC counts seconds
-    "max_udp_payload_size": "max_udp_payload_size_rx",
-}
 CC_ALGO = {"cubic": 1, "bbr": 2}
-ENV = {"client": "QREPLAY_LSQUIC_CLIENT", "server": "QREPLAY_LSQUIC_SERVER"}
+ENV = {"client": "QREPLAY_LSQUIC_CLIENT", "server": SERVER_ENV}
 HOW_TO = ("LSQUIC is not obtainable here (no Debian or PyPI package); build it (github.com/litespeedtech/lsquic) "
           "and set QREPLAY_LSQUIC_CLIENT and QREPLAY_LSQUIC_SERVER to its http_client and http_server")
 
@@ -54,7 +46,7 @@ class Lsquic(Stack):
         out = Applied(applied=settable, not_applied=not_settable)
         for name, value in settable.items():
             if name == "max_idle_timeout":
-                value = max(1, round(value / 1000))
+                value = idle_timeout_seconds(value)
                 out.notes.append(f"max_idle_timeout sent as {value} s (LSQUIC's unit)")
             out.flags += ["-o", f"{SETTINGS[name]}={value}"]
         out.flags += ["-o", f"cc_algo={CC_ALGO[opts.cc]}"]
