@@ -3,14 +3,17 @@
   (a) naive aioquic: a few concurrent ``aioquic.asyncio.connect()`` calls in a loop (the baseline);
   (b) quic-go: bench/qscanner_loop (QScanner's stack), one socket per dial as QScanner does, and
       all dials over one shared socket; the faster of the two is the anchor;
-  (c) our engine: scanner.engine.scan_targets with every worker, rate unlimited, high concurrency,
-      building the full HandshakeRecord of every handshake (not stored: bench_store covers that).
+  (c) our engine: scanner.engine.scan_targets, rate unlimited, high concurrency, building the
+      full HandshakeRecord of every handshake (not stored: bench_store covers that), in one
+      process and with one worker process per core; the faster of the two is compared, as
+      quic-go's faster mode is.
 
-Goal (issue 3): engine >= 1,000 handshakes/s and >= 0.7 of quic-go's rate in the same run.
-Each contender also prints its CPU per completed handshake, client and servers apart, which
-shows whether a gap is the client's own work or the servers' share of the two cores.
+Goal (issue 12): engine >= 1.0x quic-go's rate in the same run, and client CPU per completed
+handshake at or below quic-go's. Each contender prints its CPU per completed handshake, client
+and servers apart, which shows whether a gap is the client's own work or the servers' share of
+the two cores; the engine's client CPU includes starting its worker processes.
 Then memory: 10,000 handshakes in flight in one engine process towards a silent UDP socket
-(it never reads, so no ICMP answers either), peak RSS < 1 GiB.
+(it never reads, so no ICMP answers either), peak RSS < 512 MiB.
 
 Everything runs on loopback: the servers bind 127.0.0.1, the silent target too. Several
 gtlsserver processes (``--servers``) serve round-robin because one is single-threaded;
@@ -50,8 +53,8 @@ from scanner.targets import Target  # noqa: E402
 LOOPBACK = "127.0.0.1"
 QUICGO = ROOT / "build" / "bin" / "qscanner_loop"
 GOAL_RATE = 1000.0
-GOAL_RATIO = 0.7
-MEMORY_GOAL = 1 << 30
+GOAL_RATIO = 1.0
+MEMORY_GOAL = 512 << 20
 
 
 def client_cpu_seconds() -> float:
@@ -216,11 +219,11 @@ def main() -> None:
         subprocess.run(["go", "build", "-o", str(QUICGO), "./bench/qscanner_loop"], cwd=ROOT, check=True)
 
     load = os.getloadavg()[0]
-    runs: dict[str, list[dict]] = {"naive": [], "quicgo": [], "quicgo_shared": [], "engine": []}
+    runs: dict[str, list[dict]] = {"naive": [], "quicgo": [], "quicgo_shared": [], "engine": [], "engine_workers": []}
     with gtlsservers(args.servers, args.port) as addresses:
         for repeat in range(args.repeats):
             # Rotate the order so a load change mid-run does not always hit the same contender.
-            order = list(runs)[repeat % 4 :] + list(runs)[: repeat % 4]
+            order = list(runs)[repeat % len(runs) :] + list(runs)[: repeat % len(runs)]
             for name in order:
                 client_before, server_before = client_cpu_seconds(), process_cpu_seconds(gtlsservers.pids)  # type: ignore[attr-defined]
                 if name == "naive":
@@ -229,6 +232,8 @@ def main() -> None:
                     runs[name].append(quic_go(addresses, args.count, 32, shared=False))
                 elif name == "quicgo_shared":
                     runs[name].append(quic_go(addresses, args.count, 32, shared=True))
+                elif name == "engine":
+                    runs[name].append(engine(addresses, args.count, args.concurrency, 1))
                 else:
                     runs[name].append(engine(addresses, args.count, args.concurrency, args.workers))
                 runs[name][-1]["client_cpu"] = client_cpu_seconds() - client_before
@@ -239,9 +244,11 @@ def main() -> None:
     naive = summarise("(a) naive aioquic connect() x8", runs["naive"])
     go_dial = summarise("(b) quic-go, socket per dial x32", runs["quicgo"])
     go_shared = summarise("(b) quic-go, shared socket x32", runs["quicgo_shared"])
-    ours = summarise(f"(c) engine, {args.workers} worker(s) x{args.concurrency}", runs["engine"])
+    one = summarise(f"(c) engine, in-process x{args.concurrency}", runs["engine"])
+    workers = summarise(f"(c) engine, {args.workers} worker(s) x{args.concurrency}", runs["engine_workers"])
+    ours = max(one, workers)
     anchor = max(go_dial, go_shared)
-    print(f"engine / quic-go (faster mode): {ours / anchor:.2f}   goal >= {GOAL_RATIO}: {'PASS' if ours / anchor >= GOAL_RATIO else 'FAIL'}")
+    print(f"engine (faster mode) / quic-go (faster mode): {ours / anchor:.2f}   goal >= {GOAL_RATIO}: {'PASS' if ours / anchor >= GOAL_RATIO else 'FAIL'}")
     print(f"engine / naive aioquic:         {ours / naive:.1f}x")
     print(f"quic-go / naive aioquic:        {anchor / naive:.1f}x")
     print(f"engine >= {GOAL_RATE:,.0f}/s: {'PASS' if ours >= GOAL_RATE else 'FAIL'}")
@@ -249,7 +256,7 @@ def main() -> None:
         result = memory(args.memory, args.timeout)
         rss = result["peak_rss"]
         print(f"memory: {result['in_flight']:,} handshakes in flight in one process, peak RSS {rss / 2**20:,.0f} MiB "
-              f"({rss / max(1, result['in_flight']) / 1024:.1f} KiB each incl. interpreter)   goal < 1 GiB: "
+              f"({rss / max(1, result['in_flight']) / 1024:.1f} KiB each incl. interpreter)   goal < 512 MiB: "
               f"{'PASS' if rss < MEMORY_GOAL and result['in_flight'] >= args.memory else 'FAIL'}")  # fmt: skip
 
 

@@ -26,7 +26,7 @@ from aioquic.quic.crypto import CryptoPair
 
 from scanner.capture.extract import read_capture
 from scanner.capture.frontend import LONG_HEADER_FILTER, long_header_datagrams
-from scanner.capture.quic import initial_keys, long_packets
+from scanner.handshake.packets import initial_keys, long_packets
 
 SOURCE = Path(__file__).resolve().parent.parent / "datasets" / "captures" / "gtlsclient.pcapng"
 LINKTYPE_RAW = 101  # bare IPv4 packets, no link-layer header

@@ -1,68 +1,104 @@
 """A small aioquic HTTP/3 server for the lab: answers every request with 200 and a short body.
 
 Run inside a lab namespace by the "aioquic" server kind:
-    python -m lab.aioquic_server --host IP --port 443 --certificate C --private-key K
+    python -m lab.aioquic_server --host IP --port 443 --certificate C --private-key K [--initial_max_data N ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import signal
+from collections.abc import Mapping
+from typing import Any
 
-from aioquic.asyncio import QuicConnectionProtocol, serve
-from aioquic.h3.connection import H3_ALPN, H3Connection
-from aioquic.h3.events import HeadersReceived
+from aioquic.h3.connection import H3_ALPN
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
-from aioquic.quic.events import ProtocolNegotiated, QuicEvent
 
 from tparams.codec import decode_transport_parameters
 from tparams.paramset import ParamSet
 
 
-class Http3ServerProtocol(QuicConnectionProtocol):
-    """HTTP/3 once ALPN says h3; every request gets the same small response."""
+def http3_protocol(library: str = "aioquic") -> type:
+    """A protocol class answering every HTTP/3 request, built on ``library``:
+    aioquic or its fork qh3, which keep aioquic's module layout and API."""
+    base = importlib.import_module(f"{library}.asyncio").QuicConnectionProtocol
+    h3 = importlib.import_module(f"{library}.h3.connection")
+    headers_received = importlib.import_module(f"{library}.h3.events").HeadersReceived
+    protocol_negotiated = importlib.import_module(f"{library}.quic.events").ProtocolNegotiated
+    body = f"{library} lab server\n".encode()
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._http: H3Connection | None = None
+    class Http3ServerProtocol(base):  # type: ignore[misc, valid-type]
+        """HTTP/3 once ALPN says h3; every request gets the same small response."""
 
-    def quic_event_received(self, event: QuicEvent) -> None:
-        if isinstance(event, ProtocolNegotiated) and event.alpn_protocol in H3_ALPN:
-            self._http = H3Connection(self._quic)
-        if self._http is None:
-            return
-        for h3_event in self._http.handle_event(event):
-            if isinstance(h3_event, HeadersReceived):
-                body = b"aioquic lab server\n"
-                self._http.send_headers(h3_event.stream_id, [
-                    (b":status", b"200"), (b"content-type", b"text/plain"),
-                    (b"content-length", str(len(body)).encode())])
-                self._http.send_data(h3_event.stream_id, body, end_stream=True)
-        self.transmit()
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._http = None
+
+        def quic_event_received(self, event: Any) -> None:
+            if isinstance(event, protocol_negotiated) and event.alpn_protocol in h3.H3_ALPN:
+                self._http = h3.H3Connection(self._quic)
+            if self._http is None:
+                return
+            for h3_event in self._http.handle_event(event):
+                if isinstance(h3_event, headers_received):
+                    self._http.send_headers(h3_event.stream_id, [
+                        (b":status", b"200"), (b"content-type", b"text/plain"),
+                        (b"content-length", str(len(body)).encode())])
+                    self._http.send_data(h3_event.stream_id, body, end_stream=True)
+            self.transmit()
+
+    return Http3ServerProtocol
+
+
+# The transport parameters aioquic's (and qh3's) configuration can set, taken as
+# --<parameter name> flags. One window for all three stream directions (the
+# largest given); the stream limits are fixed.
+STREAM_WINDOWS = ("initial_max_stream_data_bidi_local", "initial_max_stream_data_bidi_remote",
+                  "initial_max_stream_data_uni")
+SETTABLE = ("max_idle_timeout", "initial_max_data", *STREAM_WINDOWS)
+
+
+def apply_parameters(config: Any, asked: Mapping[str, int | None]) -> None:
+    """Set the SETTABLE parameters of ``asked`` (None or absent: the library's default)."""
+    if asked.get("max_idle_timeout") is not None:
+        config.idle_timeout = asked["max_idle_timeout"] / 1000
+    if asked.get("initial_max_data") is not None:
+        config.max_data = asked["initial_max_data"]
+    windows = [asked[name] for name in STREAM_WINDOWS if asked.get(name) is not None]
+    if windows:
+        config.max_stream_data = max(windows)
 
 
 def configuration(certificate: str | None = None, private_key: str | None = None,
-                  is_client: bool = False) -> QuicConfiguration:
+                  is_client: bool = False, asked: Mapping[str, int | None] | None = None) -> QuicConfiguration:
     config = QuicConfiguration(is_client=is_client, alpn_protocols=H3_ALPN)
+    apply_parameters(config, asked or {})
     if certificate:
         config.load_cert_chain(certificate, private_key)
     return config
 
 
-def expected_transport_parameters() -> dict[str, int | bool]:
+def expected_transport_parameters(asked: Mapping[str, int | None] | None = None) -> dict[str, int | bool]:
     """The performance parameters this server sends, computed by aioquic itself
     from the same configuration (client and server serialise the same locals)."""
-    connection = QuicConnection(configuration=configuration(is_client=True))
+    connection = QuicConnection(configuration=configuration(is_client=True, asked=asked))
     connection._version = connection._configuration.supported_versions[0]
     sent = ParamSet.from_decoded(decode_transport_parameters(connection._serialize_transport_parameters()))
     return {name: value for name, value in sent.as_sent().items() if value is not None}
 
 
-async def run(host: str, port: int, config: QuicConfiguration) -> None:
-    await serve(host, port, configuration=config, create_protocol=Http3ServerProtocol)
+async def run(host: str, port: int, config: Any, library: str = "aioquic") -> None:
+    """Serve until SIGTERM, then return (the lab stops its servers with SIGTERM)."""
+    serve = importlib.import_module(f"{library}.asyncio").serve
+    server = await serve(host, port, configuration=config, create_protocol=http3_protocol(library))
     print(f"listening on {host}:{port}", flush=True)
-    await asyncio.Future()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    server.close()
 
 
 def arguments(description: str) -> argparse.ArgumentParser:
@@ -71,12 +107,14 @@ def arguments(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=443)
     parser.add_argument("--certificate", required=True)
     parser.add_argument("--private-key", required=True)
+    for name in SETTABLE:
+        parser.add_argument(f"--{name}", type=int)
     return parser
 
 
 def main() -> None:
-    args = arguments(__doc__.splitlines()[0]).parse_args()
-    asyncio.run(run(args.host, args.port, configuration(args.certificate, args.private_key)))
+    args = vars(arguments(__doc__.splitlines()[0]).parse_args())
+    asyncio.run(run(args["host"], args["port"], configuration(args["certificate"], args["private_key"], asked=args)))
 
 
 if __name__ == "__main__":

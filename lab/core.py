@@ -281,7 +281,9 @@ def _check_topology(topology: Topology) -> None:
         seen[ip] = "a UDP-closed host"
     names = set()
     for spec in topology.servers:
-        kind_for(spec.kind)
+        reason = kind_for(spec.kind).unavailable_reason()
+        if reason:
+            raise ToolError(f"lab server {spec.name}: {reason}")
         if spec.name in names:
             raise ToolError(f"two lab servers are named {spec.name!r}")
         names.add(spec.name)

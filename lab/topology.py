@@ -19,6 +19,15 @@ Addresses of the default lab (port 443 everywhere):
     198.18.1.41  broken-duplicate   duplicate.lab.test  real handshake, initial_max_data sent twice
     198.18.1.42  broken-truncated   truncated.lab.test  real handshake, max_idle_timeout a truncated varint
     198.18.1.43  broken-short-token short-token.lab.test real handshake, 15-byte stateless_reset_token
+    198.18.1.60  quinn              quinn.lab.test      quinn 0.11 (lab/servers/quinn)
+    198.18.1.61  quiche             quiche.lab.test     quiche 0.30 (lab/servers/quiche)
+    198.18.1.62  s2n-quic           s2n-quic.lab.test   s2n-quic 1.91 (lab/servers/s2n-quic)
+    198.18.1.63  tquic              tquic.lab.test      tquic 1.6 (lab/servers/tquic)
+    198.18.1.64  msquic             msquic.lab.test     msquic 2.5.1 (lab/servers/msquic)
+    198.18.1.70  kwik               kwik.lab.test       kwik + flupke (Java), lab/servers/kwik
+    198.18.1.71  netty              netty.lab.test      netty-incubator-codec-quic (quiche via JNI), Retry always
+    198.18.1.72  qh3                qh3.lab.test        qh3 (aioquic's fork, Rust core), lab/qh3_server.py
+    198.18.1.73  lsquic             lsquic.lab.test     LSQUIC's http_server, only where QREPLAY_LSQUIC_SERVER names one
     198.18.1.100 udp-closed host    closed.lab.test
     198.18.1.240-255 silent (routed to a blackhole in the core)
     Reserved for later kinds: 198.18.1.50-59 (quic-go servers), 198.18.1.53 (DNS).
@@ -83,6 +92,9 @@ class Topology:
 
 
 def default_topology() -> Topology:
+    from lab.kinds import kind_for  # the kinds import this module
+
+    optional = (ServerSpec("lsquic", "lsquic", "198.18.1.73"),)
     return Topology(
         servers=(
             ServerSpec("ngtcp2-alpha", "ngtcp2", "198.18.1.10", sni=f"alpha.{LAB_DOMAIN}",
@@ -91,6 +103,14 @@ def default_topology() -> Topology:
                        options={"parameter_set": "beta", "parameters": builtin_set("beta").as_sent()}),
             ServerSpec("caddy", "caddy", "198.18.1.20"),
             ServerSpec("aioquic", "aioquic", "198.18.1.30"),
+            ServerSpec("quinn", "quinn", "198.18.1.60"),
+            ServerSpec("quiche", "quiche", "198.18.1.61"),
+            ServerSpec("s2n-quic", "s2n-quic", "198.18.1.62"),
+            ServerSpec("tquic", "tquic", "198.18.1.63"),
+            ServerSpec("msquic", "msquic", "198.18.1.64"),
+            ServerSpec("kwik", "kwik", "198.18.1.70"),
+            ServerSpec("netty", "netty", "198.18.1.71"),
+            ServerSpec("qh3", "qh3", "198.18.1.72"),
             ServerSpec("broken-garbage", "broken", "198.18.1.40", sni=f"garbage.{LAB_DOMAIN}",
                        options={"mode": "garbage"}),
             ServerSpec("broken-duplicate", "broken", "198.18.1.41", sni=f"duplicate.{LAB_DOMAIN}",
@@ -99,5 +119,6 @@ def default_topology() -> Topology:
                        options={"mode": "truncated-varint"}),
             ServerSpec("broken-short-token", "broken", "198.18.1.43", sni=f"short-token.{LAB_DOMAIN}",
                        options={"mode": "short-reset-token"}),
+            *(spec for spec in optional if kind_for(spec.kind).unavailable_reason() is None),
         )
     )

@@ -1,53 +1,45 @@
-"""Stateful QUIC handshake engine: many aioquic connections, one event loop, few sockets.
+"""Stateful QUIC handshake engine: many handshakes, one event loop, few sockets.
 
-aioquic's QuicConnection is sans-I/O, so one process drives thousands of
-handshakes from a single epoll loop over a handful of UDP sockets: datagrams
-are demultiplexed by the destination connection ID the server must echo (our
-source CID), so any number of handshakes may share one target address; each
-connection's timer sits in one heap. Worker processes (``workers``, default
-the core count) split the targets to use the cores.
+Each handshake is a scanner.handshake.ClientHandshake, sans-I/O, so one
+process drives thousands of them from a single epoll loop over a handful of
+UDP sockets: datagrams are demultiplexed by the destination connection ID
+the server must echo (our source CID), so any number of handshakes may share
+one target address; each handshake's timer sits in one heap. Worker
+processes (``workers``, default the core count) split the targets to use the
+cores.
 
 What is pure in its input is computed once per distinct input: the
-description and verification of a certificate chain per chain, aioquic's
-per-connection frame table's epoch sets. (Raw transport parameters differ in
-every handshake, carrying its connection IDs, so they are decoded every
-time.) Every handshake still generates its own keys and runs the full TLS
-handshake.
+ClientHello template per scan, the parsing of a certificate, the description
+and verification of a certificate chain per chain. (Raw transport parameters
+differ in every handshake, carrying its connection IDs, so they are decoded
+every time.) Every handshake still generates its own keys and runs the full
+TLS handshake, the server's CertificateVerify and Finished checked.
 
-What aioquic would swallow or refuse is kept: the server's raw
-``quic_transport_parameters`` bytes are taken before aioquic parses them and
-decoded by tparams.codec (wire order, GREASE, unknown ids, findings), so a
-server with malformed parameters becomes a ``protocol_error`` record with the
-codec's findings instead of an exception. Certificates are recorded and
-verified against certifi's roots, but verification never stops a handshake.
+The server's raw ``quic_transport_parameters`` bytes are kept and decoded by
+tparams.codec (wire order, GREASE, unknown ids, findings), so a server with
+malformed parameters becomes a ``protocol_error`` record with the codec's
+findings. Certificates are recorded and verified against certifi's roots,
+but verification never stops a handshake.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import heapq
 import ipaddress
-import logging
 import multiprocessing
 import os
 import queue
 import select
 import socket
-import ssl
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-import aioquic.quic.connection
 import certifi
 from aioquic import tls
-from aioquic.buffer import Buffer
-from aioquic.quic import events
-from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.connection import QuicConnection, QuicConnectionError
-from aioquic.quic.packet import QuicErrorCode, QuicFrameType, QuicProtocolVersion
+from aioquic.quic.packet import QuicErrorCode
 from cryptography import x509
 from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.hazmat.primitives import hashes
@@ -57,6 +49,8 @@ from tparams.codec import DecodedParameters, decode_transport_parameters
 from tparams.errors import ToolError
 from tparams.paramset import ParamSet, order_fingerprint, order_signature
 
+from scanner.handshake.client import ClientHandshake
+from scanner.handshake.hello import CID_LENGTH, HelloTemplate
 from scanner.targets import Target
 
 # Outcomes of one attempt (the `status` column).
@@ -74,10 +68,6 @@ GROUPS = {
     "secp256r1": tls.Group.SECP256R1,
     "secp384r1": tls.Group.SECP384R1,
 }
-# aioquic builds each connection's frame table from 33 EPOCHS("IH01")-style
-# calls, ~5% of a client handshake's CPU; the sets are frozen, so one each suffices.
-aioquic.quic.connection.EPOCHS = functools.cache(aioquic.quic.connection.EPOCHS)
-
 _GROUP_NAMES = {value: name for name, value in GROUPS.items()} | {tls.Group.SECP521R1: "secp521r1"}
 _TLS_VERSIONS = {0x0304: "TLS 1.3", 0x0303: "TLS 1.2"}
 _CRYPTO_ERROR = QuicErrorCode.CRYPTO_ERROR  # 0x100 + TLS alert (RFC 9001, 4.8)
@@ -93,7 +83,7 @@ class ScanSettings:
     sockets: int = 4  # UDP sockets per worker and address family
     # Key shares sent in the ClientHello. aioquic offers four (P-256, P-384,
     # X25519, X448), costing ~0.4 ms of key generation per handshake; two cover
-    # what servers pick (as Chrome and quic-go do). Keys are never reused.
+    # what servers pick (as Chrome does). Keys are never reused.
     groups: tuple[str, ...] = ("x25519", "secp256r1")
     keylog_file: str | None = None  # SSLKEYLOGFILE-format secrets, for tshark
 
@@ -135,8 +125,13 @@ class HandshakeRecord:
     error: str | None = None
     error_code: int | None = None
     closed_by: str | None = None  # "server" or "client" for connection_close/tls_alert/protocol_error
+    # The CONNECTION_CLOSE's Frame Type field (the frame that triggered it; 0x1c frames only,
+    # None for an application close 0x1d) and its reason phrase, as sent: library habits.
+    close_frame_type: int | None = None
+    close_reason_phrase: str | None = None
     offered_versions: list[int] | None = None
     retry: bool = False
+    retry_token_length: int | None = None  # of the first Retry packet's token
     quic_version: int | None = None
     alpn: str | None = None
     tls_version: str | None = None
@@ -166,86 +161,7 @@ class HandshakeRecord:
         return None if self.decoded is None else order_fingerprint(self.decoded.ids)
 
 
-class _RecordingTlsContext(tls.Context):
-    """tls.Context that remembers the key-exchange group and TLS version of the ServerHello."""
-
-    server_group: int | None = None
-    server_tls_version: int | None = None
-
-    def _client_handle_hello(self, input_buf: Buffer, output_buf: Buffer) -> None:
-        super()._client_handle_hello(input_buf, output_buf)
-        # The buffer now holds exactly the ServerHello aioquic accepted.
-        hello = tls.pull_server_hello(Buffer(data=input_buf.data))
-        self.server_group = hello.key_share[0] if hello.key_share else None
-        self.server_tls_version = hello.supported_version
-
-
-class _RecordingConnection(QuicConnection):
-    """QuicConnection that keeps what a scanner needs and aioquic would discard."""
-
-    def __init__(self, configuration: QuicConfiguration, groups: Sequence[int]):
-        super().__init__(configuration=configuration)
-        self._groups = list(groups)
-        self.raw_transport_parameters: bytes | None = None
-        self.decoded_transport_parameters: DecodedParameters | None = None
-        self.transport_parameters_rejected: str | None = None
-        self.closed_by_peer = False
-        self.offered_versions: list[int] | None = None
-        self.retry_seen = False
-        self.datagrams_received = 0
-
-    def _initialize(self, peer_cid: bytes) -> None:
-        super()._initialize(peer_cid)
-        self.tls.__class__ = _RecordingTlsContext
-        self.tls._supported_groups = list(self._groups)
-
-    def _parse_transport_parameters(self, data: bytes, from_session_ticket: bool = False) -> None:
-        if not from_session_ticket:
-            self.raw_transport_parameters = bytes(data)
-            self.decoded_transport_parameters = decode_transport_parameters(data, "server")
-            if self.decoded_transport_parameters.findings:
-                # RFC 9000 7.4/18.2: duplicates, bad lengths and out-of-range values are
-                # TRANSPORT_PARAMETER_ERRORs, also where aioquic would let them pass.
-                self.transport_parameters_rejected = self.decoded_transport_parameters.findings[0].detail
-                raise QuicConnectionError(
-                    error_code=QuicErrorCode.TRANSPORT_PARAMETER_ERROR,
-                    frame_type=QuicFrameType.CRYPTO,
-                    reason_phrase="malformed transport parameters",
-                )
-        try:
-            super()._parse_transport_parameters(data, from_session_ticket)
-        except QuicConnectionError as exc:
-            self.transport_parameters_rejected = exc.reason_phrase
-            raise
-
-    def _handle_connection_close_frame(self, context, frame_type, buf) -> None:  # type: ignore[no-untyped-def]
-        self.closed_by_peer = self._close_event is None
-        super()._handle_connection_close_frame(context, frame_type, buf)
-
-    def receive_datagram(self, data: bytes, addr, now: float) -> None:  # type: ignore[no-untyped-def]
-        self.datagrams_received += 1
-        if len(data) >= 7 and data[0] & 0x80:
-            version = int.from_bytes(data[1:5], "big")
-            if version == QuicProtocolVersion.NEGOTIATION:
-                self.offered_versions = _version_negotiation_list(data)
-            elif (version == QuicProtocolVersion.VERSION_1 and data[0] & 0x30 == 0x30) or (
-                version == QuicProtocolVersion.VERSION_2 and data[0] & 0x30 == 0x00
-            ):
-                self.retry_seen = True
-        super().receive_datagram(data, addr, now)
-
-
 _CACHE_LIMIT = 65536  # distinct chains kept per cache; a scan sees few, a hostile one many
-
-
-def _version_negotiation_list(data: bytes) -> list[int]:
-    # RFC 9000 17.2.1: flags, version 0, DCID len+DCID, SCID len+SCID, versions.
-    offset = 5
-    offset += 1 + data[offset]
-    if offset >= len(data):
-        return []
-    offset += 1 + data[offset]
-    return [int.from_bytes(data[i : i + 4], "big") for i in range(offset, len(data) - 3, 4)]
 
 
 class _CertificateChecker:
@@ -318,10 +234,97 @@ def _read_certificate(cert: x509.Certificate) -> Certificate:
     )
 
 
+def handshake_record(
+    target: Target,
+    conn: ClientHandshake,
+    started_wall: dt.datetime,
+    started: float,
+    now: float,
+    checker: _CertificateChecker,
+    timeout: float,
+) -> HandshakeRecord:
+    """The record of one handshake: ok, how it failed, or (still running at ``now``) a timeout."""
+    if conn.completed_at is not None:
+        status = OK
+    elif conn.failure is None:
+        status = TIMEOUT
+    else:
+        status = _failure_status(conn)
+    record = HandshakeRecord(
+        ip=target.ip,
+        port=target.port,
+        sni=target.sni,
+        started_at=started_wall,
+        finished_at=started_wall + dt.timedelta(seconds=now - started),
+        handshake_ms=None,
+        status=status,
+        offered_versions=conn.offered_versions,
+        retry=conn.retry_seen,
+        retry_token_length=conn.retry_token_length,
+        datagrams_received=conn.datagrams_received,
+        transport_parameters_raw=conn.transport_parameters_raw,
+        decoded=conn.decoded,
+        alpn=conn.alpn,
+    )
+    if conn.cipher_suite is not None:
+        record.cipher_suite = tls.CipherSuite(conn.cipher_suite).name
+        record.quic_version = conn.version
+    if conn.key_exchange_group is not None:
+        group = conn.key_exchange_group
+        record.key_exchange_group = _GROUP_NAMES.get(group, f"0x{group:04x}")
+    if conn.tls_version is not None:
+        record.tls_version = _TLS_VERSIONS.get(conn.tls_version, f"0x{conn.tls_version:04x}")
+    if conn.certificate is not None:
+        record.certificates = [_describe_certificate(c) for c in (conn.certificate, *conn.certificate_chain)]
+    if status == OK:
+        record.handshake_ms = (conn.completed_at - started) * 1000.0  # type: ignore[operator]
+        if conn.certificate is not None:
+            error = checker.check(conn.certificate, conn.certificate_chain, target.sni or target.ip)
+            record.certificate_verified = error is None
+            record.certificate_error = error
+        return record
+    if status == TIMEOUT:
+        record.error = f"no handshake within {timeout:g} s ({conn.datagrams_received} datagram(s) received)"
+        return record
+    failure = conn.failure
+    assert failure is not None
+    code = failure.error_code
+    record.error_code = code
+    record.closed_by = "server" if conn.closed_by_peer else "client"
+    record.close_frame_type = failure.frame_type
+    record.close_reason_phrase = failure.reason
+    record.error = failure.reason or None
+    if status == TLS_ALERT:
+        record.error = f"alert {code - _CRYPTO_ERROR}" + (f": {failure.reason}" if failure.reason else "")
+    elif status == VERSION_NEGOTIATION:
+        offered = ", ".join(f"0x{v:08x}" for v in conn.offered_versions or [])
+        record.error = f"no common version; server offers {offered or 'none'}"
+    elif status == PROTOCOL_ERROR and record.decoded is not None and record.decoded.findings:
+        record.error = "; ".join(f.detail for f in record.decoded.findings)
+    return record
+
+
+def _failure_status(conn: ClientHandshake) -> str:
+    code = conn.failure.error_code  # type: ignore[union-attr]
+    if conn.offered_versions is not None and not conn.closed_by_peer and conn.transport_parameters_raw is None:
+        return VERSION_NEGOTIATION
+    if conn.transport_parameters_rejected is not None or (
+        conn.transport_parameters_raw is not None
+        and code == QuicErrorCode.TRANSPORT_PARAMETER_ERROR
+        and not conn.closed_by_peer
+    ):
+        return PROTOCOL_ERROR
+    if _CRYPTO_ERROR <= code < _CRYPTO_ERROR + 0x100:
+        return TLS_ALERT
+    if conn.closed_by_peer:
+        return CONNECTION_CLOSE
+    return PROTOCOL_ERROR
+
+
 class _Attempt:
     __slots__ = ("target", "conn", "sock", "addr", "key", "started", "started_wall", "deadline", "timer", "record")
 
-    def __init__(self, target: Target, conn: _RecordingConnection, sock: socket.socket, addr: tuple, key: bytes):
+    def __init__(self, target: Target, conn: ClientHandshake, sock: socket.socket, addr: tuple, key: bytes):
         self.target = target
         self.conn = conn
         self.sock = sock
@@ -346,9 +349,7 @@ class HandshakeLoop:
         self.emit = emit
         self.rate = settings.rate * share
         self.concurrency = max(1, int(settings.concurrency * share))
-        self.groups = [GROUPS[g] for g in settings.groups]
-        # Hostile servers are the point of a scan; their failures are records, not log noise.
-        logging.getLogger("quic").setLevel(logging.CRITICAL)
+        self.template = HelloTemplate(settings.alpn, [GROUPS[g] for g in settings.groups])
         self.checker = _CertificateChecker()
         self.keylog = open(settings.keylog_file, "a") if settings.keylog_file else None
         self.epoll = select.epoll()
@@ -359,8 +360,6 @@ class HandshakeLoop:
         self.retired: dict[bytes, None] = {}  # CIDs of finished attempts, oldest first
         self.timers: list[tuple[float, int, bytes]] = []
         self.sequence = 0
-        # One configuration per server name: QuicConnection only reads it.
-        self.configurations: dict[str | None, QuicConfiguration] = {}
 
     def _sockets_for(self, family: int) -> list[socket.socket]:
         if family not in self.sockets:
@@ -391,49 +390,38 @@ class HandshakeLoop:
     # -- one attempt --------------------------------------------------------
 
     def _start(self, target: Target, now: float) -> None:
-        configuration = self.configurations.get(target.sni)
-        if configuration is None:
-            configuration = self.configurations[target.sni] = QuicConfiguration(
-                is_client=True,
-                alpn_protocols=[self.settings.alpn],
-                server_name=target.sni,
-                verify_mode=ssl.CERT_NONE,
-                secrets_log_file=self.keylog,
-                connection_id_length=_CID_LENGTH,
-            )
-        conn = _RecordingConnection(configuration, self.groups)
-        while conn.host_cid in self.inflight:  # 2^-64 per pair, but a mix-up would corrupt two records
-            conn = _RecordingConnection(configuration, self.groups)
+        random = os.urandom(48)
+        while random[32 : 32 + CID_LENGTH] in self.inflight:  # 2^-64 per pair, but a mix-up would corrupt two records
+            random = os.urandom(48)
+        conn = ClientHandshake(self.template, target.sni, random, now, keylog=self.keylog is not None)
         sockets = self._sockets_for(target.family)
         self.sequence += 1
         addr = (target.ip, target.port)
-        attempt = _Attempt(target, conn, sockets[self.sequence % len(sockets)], addr, conn.host_cid)
+        attempt = _Attempt(target, conn, sockets[self.sequence % len(sockets)], addr, conn.source_cid)
+        attempt.started = now
         attempt.deadline = now + self.settings.timeout
         self.inflight[attempt.key] = attempt
         self.by_address[addr] = attempt
-        conn.connect(addr, now=now)
         self._service(attempt, now)
 
     def _service(self, attempt: _Attempt, now: float) -> None:
-        """Handle the connection's events, send what it has, re-arm its timer."""
+        """Send what the handshake has, record it once it ended, else re-arm its timer."""
         conn = attempt.conn
-        event = conn.next_event()
-        while event is not None:
-            if isinstance(event, events.HandshakeCompleted) and attempt.record is None:
-                attempt.record = self._completed(attempt, now)
-                conn.close(error_code=QuicErrorCode.NO_ERROR)
-            elif isinstance(event, events.ConnectionTerminated) and attempt.record is None:
-                attempt.record = self._terminated(attempt, event, now)
-            event = conn.next_event()
-        for data, addr in conn.datagrams_to_send(now=now):
+        for data in conn.datagrams_to_send():
             try:
-                attempt.sock.sendto(data, addr)
+                attempt.sock.sendto(data, attempt.addr)
             except OSError:
-                pass  # a full buffer or unreachable peer: QUIC's own loss recovery or the timeout decide
-        if attempt.record is not None:
+                pass  # a full buffer or unreachable peer: the probe timer or the timeout decide
+        if conn.secrets:
+            random = conn.client_random.hex()
+            self.keylog.write("".join(f"{label} {random} {secret.hex()}\n" for label, secret in conn.secrets))  # type: ignore[union-attr]
+            self.keylog.flush()  # type: ignore[union-attr]
+            conn.secrets.clear()
+        if conn.done:
+            attempt.record = self._record(attempt, now)
             self._finish(attempt)
             return
-        timer = conn.get_timer()
+        timer = conn.timer()
         when = attempt.deadline if timer is None else min(timer, attempt.deadline)
         if when != attempt.timer:
             attempt.timer = when
@@ -449,89 +437,15 @@ class HandshakeLoop:
             del self.retired[next(iter(self.retired))]
         self.emit(attempt.record)  # type: ignore[arg-type]
 
-    def _base_record(self, attempt: _Attempt, status: str, now: float) -> HandshakeRecord:
-        conn = attempt.conn
-        context = conn.tls
-        raw = conn.raw_transport_parameters
-        record = HandshakeRecord(
-            ip=attempt.target.ip,
-            port=attempt.target.port,
-            sni=attempt.target.sni,
-            started_at=attempt.started_wall,
-            finished_at=attempt.started_wall + dt.timedelta(seconds=now - attempt.started),
-            handshake_ms=None,
-            status=status,
-            offered_versions=conn.offered_versions,
-            retry=conn.retry_seen,
-            datagrams_received=conn.datagrams_received,
-            transport_parameters_raw=raw,
-            decoded=conn.decoded_transport_parameters,
-        )
-        if context is not None:
-            record.alpn = context.alpn_negotiated
-            if context.key_schedule is not None:
-                record.cipher_suite = tls.CipherSuite(context.key_schedule.cipher_suite).name
-                record.quic_version = conn._version
-            group = getattr(context, "server_group", None)
-            if group is not None:
-                record.key_exchange_group = _GROUP_NAMES.get(group, f"0x{group:04x}")
-            version = getattr(context, "server_tls_version", None)
-            if version is not None:
-                record.tls_version = _TLS_VERSIONS.get(version, f"0x{version:04x}")
-            if context._peer_certificate is not None:
-                chain = [context._peer_certificate, *context._peer_certificate_chain]
-                record.certificates = [_describe_certificate(c) for c in chain]
-        return record
-
-    def _completed(self, attempt: _Attempt, now: float) -> HandshakeRecord:
-        record = self._base_record(attempt, OK, now)
-        record.handshake_ms = (now - attempt.started) * 1000.0
-        context = attempt.conn.tls
-        if context._peer_certificate is not None:
-            error = self.checker.check(
-                context._peer_certificate, context._peer_certificate_chain, attempt.target.sni or attempt.target.ip
-            )
-            record.certificate_verified = error is None
-            record.certificate_error = error
-        return record
-
-    def _terminated(self, attempt: _Attempt, event: events.ConnectionTerminated, now: float) -> HandshakeRecord:
-        conn = attempt.conn
-        code = event.error_code
-        if conn.offered_versions is not None and not conn.closed_by_peer and conn.raw_transport_parameters is None:
-            status = VERSION_NEGOTIATION
-        elif conn.transport_parameters_rejected is not None or (
-            conn.raw_transport_parameters is not None
-            and code == QuicErrorCode.TRANSPORT_PARAMETER_ERROR
-            and not conn.closed_by_peer
-        ):
-            status = PROTOCOL_ERROR
-        elif _CRYPTO_ERROR <= code < _CRYPTO_ERROR + 0x100:
-            status = TLS_ALERT
-        elif conn.closed_by_peer:
-            status = CONNECTION_CLOSE
-        else:
-            status = PROTOCOL_ERROR
-        record = self._base_record(attempt, status, now)
-        record.error_code = code
-        record.closed_by = "server" if conn.closed_by_peer else "client"
-        record.error = event.reason_phrase or None
-        if status == TLS_ALERT:
-            record.error = f"alert {code - _CRYPTO_ERROR}" + (f": {event.reason_phrase}" if event.reason_phrase else "")
-        elif status == VERSION_NEGOTIATION:
-            offered = ", ".join(f"0x{v:08x}" for v in conn.offered_versions or [])
-            record.error = f"no common version; server offers {offered or 'none'}"
-        elif status == PROTOCOL_ERROR and record.decoded is not None and record.decoded.findings:
-            record.error = "; ".join(f.detail for f in record.decoded.findings)
-        return record
-
     def _timed_out(self, attempt: _Attempt, now: float) -> None:
-        record = self._base_record(attempt, TIMEOUT, now)
-        received = attempt.conn.datagrams_received
-        record.error = f"no handshake within {self.settings.timeout:g} s ({received} datagram(s) received)"
-        attempt.record = record
+        attempt.record = self._record(attempt, now)
         # A timed-out peer gets nothing more: no state to close politely.
         self._finish(attempt)
+
+    def _record(self, attempt: _Attempt, now: float) -> HandshakeRecord:
+        return handshake_record(
+            attempt.target, attempt.conn, attempt.started_wall, attempt.started, now, self.checker, self.settings.timeout
+        )
 
     # -- the loop -------------------------------------------------------------
 
@@ -575,7 +489,7 @@ class HandshakeLoop:
                     if data[0] & 0x80:
                         key = data[6 : 6 + data[5]] if len(data) > 6 else b""
                     else:
-                        key = data[1 : 1 + _CID_LENGTH]
+                        key = data[1 : 1 + CID_LENGTH]
                     attempt = inflight.get(key)
                     if attempt is None:
                         if key in self.retired:
@@ -590,7 +504,7 @@ class HandshakeLoop:
                         addr[0] != attempt.addr[0] and _canonical_ip(addr[0]) != attempt.target.ip
                     ):
                         continue  # not from its server
-                    attempt.conn.receive_datagram(data, addr, now=time.monotonic())
+                    attempt.conn.receive_datagram(data, time.monotonic())
                     touched[key] = attempt
             now = time.monotonic()
             for key, attempt in touched.items():
@@ -606,11 +520,10 @@ class HandshakeLoop:
                 if now >= attempt.deadline:
                     self._timed_out(attempt, now)
                 else:
-                    attempt.conn.handle_timer(now=now)
+                    attempt.conn.handle_timer(now)
                     self._service(attempt, now)
 
 
-_CID_LENGTH = 8  # our source connection IDs; short-header packets carry no length
 _RETIRED_KEPT = 65536  # finished CIDs remembered, so their late packets are not taken for garbage
 _IP_CACHE: dict[str, str] = {}
 

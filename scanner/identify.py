@@ -1,46 +1,61 @@
 """Server-library identification: the I/O around tparams.library.
 
 Two handshakes per target go through the scan engine: the ordinary one (ALPN
-h3; the order of the parameter ids) and one offering ALPN ``invalid`` (the
-CONNECTION_CLOSE a library answers with). The verdict goes into the scan's
-DuckDB (table ``server_library``, schemas/duckdb/library_v1.sql).
+h3; the traits of its transport parameters and Retry) and one offering ALPN
+``invalid`` (how the library refuses it). The verdict goes into the scan's
+DuckDB (table ``server_library``, schemas/duckdb/library_v2.sql).
 
-The signatures are learned, never written by hand:
+The signatures are learned from the lab, never written by hand, and the
+classifier is measured on fresh handshakes with every lab server, once as
+configured and once with other flow-control values:
 
-    python -m scanner.identify learn        # brings the lab up, writes datasets/library_signatures.json
+    python -m scanner.identify learn      # datasets/library_signatures.json
+    python -m scanner.identify evaluate   # datasets/library_evaluation.json (confusion matrix)
+    python -m scanner.identify report     # the README's tables from both files
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
+import functools
 import importlib.metadata
 import json
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import tomllib
+from xml.etree import ElementTree
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
 
 from tparams.errors import ToolError
 from tparams.library import (
-    CloseObservation,
+    FLOW_CONTROL,
+    TIE_BROKEN,
+    UNKNOWN,
+    AlpnRefusal,
     LibrarySignatures,
     ServerObservations,
     classify_decoded,
+    feature_table,
+    handshake_traits,
     learn_signatures,
+    separations,
 )
 from tparams.paramset import ParamSet
 
-from scanner.engine import CONNECTION_CLOSE, OK, TLS_ALERT, HandshakeRecord, ScanSettings, scan_targets
+from scanner.engine import OK, TIMEOUT, HandshakeRecord, ScanSettings, scan_targets
 from scanner.store import SCHEMA_DIR, ScanStore
 from scanner.targets import Target
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGNATURES_PATH = ROOT / "datasets" / "library_signatures.json"
-LIBRARY_SCHEMA = ("library", 1, SCHEMA_DIR / "library_v1.sql")
+EVALUATION_PATH = ROOT / "datasets" / "library_evaluation.json"
+LIBRARY_SCHEMA = ("library", 2, SCHEMA_DIR / "library_v2.sql")
 INVALID_ALPN = "invalid"
 
 
@@ -53,21 +68,25 @@ def load_signatures(path: Path | str = SIGNATURES_PATH) -> LibrarySignatures:
         raise ToolError(f"{path}: not a library signatures file ({exc})") from None
 
 
-def close_observation(record: HandshakeRecord) -> CloseObservation | None:
-    """The server's CONNECTION_CLOSE of an attempt, if the server closed it.
+def alpn_refusal(record: HandshakeRecord) -> AlpnRefusal:
+    """How the server answered the attempt that offered ALPN ``invalid``."""
+    if record.closed_by == "server" and record.error_code is not None:
+        return AlpnRefusal("close", record.error_code, record.close_frame_type, record.close_reason_phrase or "")
+    if record.status == OK:
+        return AlpnRefusal("completed")
+    if record.status == TIMEOUT:
+        return AlpnRefusal("silence")
+    return AlpnRefusal("other")
 
-    The engine folds the reason phrase into ``error`` ("alert N: phrase" for a
-    TLS alert, the bare phrase otherwise); this undoes exactly that.
-    """
-    if record.closed_by != "server" or record.error_code is None:
-        return None
-    if record.status == TLS_ALERT:
-        reason = (record.error or "").partition(": ")[2]
-    elif record.status == CONNECTION_CLOSE:
-        reason = record.error or ""
-    else:
-        return None
-    return CloseObservation(record.error_code, reason)
+
+def verdict(signatures: LibrarySignatures, h3: HandshakeRecord | None, invalid: HandshakeRecord | None):  # type: ignore[no-untyped-def]
+    """``tparams.library.Identification`` of one target from its two attempts (either may be None)."""
+    decoded = h3.decoded if h3 is not None and h3.status == OK else None
+    if h3 is not None and h3.decoded is not None and h3.decoded.findings:
+        decoded = h3.decoded  # malformed parameters: the classifier says why it stays unknown
+    return classify_decoded(signatures, decoded, alpn_refusal(invalid) if invalid is not None else None,
+                            retry=h3.retry if h3 is not None else False,
+                            retry_token_length=h3.retry_token_length if h3 is not None else None)
 
 
 def identify_records(
@@ -76,24 +95,25 @@ def identify_records(
     invalid_records: Iterable[HandshakeRecord],
 ) -> pl.DataFrame:
     """One row per target (columns of ``server_library``) from the two handshakes."""
-    closes = {(r.ip, r.port): r for r in invalid_records}
+    invalid = {(r.ip, r.port): r for r in invalid_records}
     h3 = {(r.ip, r.port): r for r in h3_records}
     now = dt.datetime.now(dt.timezone.utc)
     rows = []
-    for key in sorted(h3.keys() | closes.keys()):
-        record = h3.get(key)
-        decoded = record.decoded if record is not None else None
-        close_record = closes.get(key)
-        close = close_observation(close_record) if close_record is not None else None
-        verdict = classify_decoded(signatures, decoded, close)
-        sni = (record or close_record).sni
+    for key in sorted(h3.keys() | invalid.keys()):
+        record, refused = h3.get(key), invalid.get(key)
+        identification = verdict(signatures, record, refused)
+        refusal = alpn_refusal(refused) if refused is not None else None
         rows.append({
-            "ip": key[0], "port": key[1], "sni": sni, "identified_at": now,
-            "library": verdict.library, "library_evidence": verdict.library_evidence,
+            "ip": key[0], "port": key[1], "sni": (record or refused).sni, "identified_at": now,
+            "library": identification.library, "library_evidence": identification.library_evidence,
+            "candidates": list(identification.candidates),
             "order_signature": record.order_signature if record is not None else None,
             "order_fingerprint": record.order_fingerprint if record is not None else None,
-            "close_error_code": close.error_code if close else None,
-            "close_reason_phrase": close.reason_phrase if close else None,
+            "alpn_refusal": refusal.describe() if refusal else None,
+            "close_error_code": refusal.error_code if refusal else None,
+            "close_frame_type": refusal.frame_type if refusal else None,
+            "close_reason_phrase": refusal.reason_phrase if refusal else None,
+            "retry": record.retry if record is not None else None,
         })
     return pl.DataFrame(rows, schema=_SCHEMA)
 
@@ -101,8 +121,9 @@ def identify_records(
 _SCHEMA = {
     "ip": pl.String, "port": pl.Int32, "sni": pl.String,
     "identified_at": pl.Datetime("us", "UTC"), "library": pl.String, "library_evidence": pl.String,
-    "order_signature": pl.String, "order_fingerprint": pl.String,
-    "close_error_code": pl.Int64, "close_reason_phrase": pl.String,
+    "candidates": pl.List(pl.String), "order_signature": pl.String, "order_fingerprint": pl.String,
+    "alpn_refusal": pl.String, "close_error_code": pl.Int64, "close_frame_type": pl.Int64,
+    "close_reason_phrase": pl.String, "retry": pl.Boolean,
 }
 
 
@@ -114,7 +135,7 @@ def _collect(targets: Sequence[Target], settings: ScanSettings) -> list[Handshak
 
 def invalid_alpn_settings(settings: ScanSettings) -> ScanSettings:
     """The scan's settings with ALPN ``invalid``: what ``--identify`` runs after the h3 pass."""
-    return ScanSettings(**{**settings.__dict__, "alpn": INVALID_ALPN})
+    return dataclasses.replace(settings, alpn=INVALID_ALPN)
 
 
 def identify_targets(
@@ -159,41 +180,122 @@ def read_identifications(db_path: Path | str) -> pl.DataFrame:
                              "ORDER BY ip, port, identified_at DESC").pl()
 
 
-# -- learning the signatures from the lab -------------------------------------------------
+# -- learning the signatures from the lab, and measuring the classifier on it ------------
 
 def _dpkg_version(package: str) -> str:
     result = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True)
     return result.stdout.strip() or "unknown"
 
 
-# What runs behind each lab server kind, with its version read from the
-# machine, so that the signatures file says exactly what it was learned from.
+def _cargo_version(crate: str) -> str:
+    """The version of ``crate`` that lab/servers/Cargo.lock pins (what setup builds)."""
+    lock = tomllib.loads((ROOT / "lab" / "servers" / "Cargo.lock").read_text())
+    return next((p["version"] for p in lock["package"] if p["name"] == crate), "unknown")
+
+
+# Lab servers that are no library: never learned from, expected to stay unknown.
+NOT_A_LIBRARY = "broken"
+
+# The second configuration of every lab server whose kind takes flow-control values:
+# none of them is any library's default (the lab records what reached the wire).
+# The stream windows are one power of two for all three: msquic takes nothing else,
+# quinn, aioquic and qh3 one window for every direction.
+OTHER_FLOW_CONTROL: Mapping[str, int] = {
+    "initial_max_data": 5_000_000,
+    "initial_max_stream_data_bidi_local": 2_097_152,
+    "initial_max_stream_data_bidi_remote": 2_097_152,
+    "initial_max_stream_data_uni": 2_097_152,
+    "initial_max_streams_bidi": 50,
+    "initial_max_streams_uni": 20,
+}
+CONFIGURATIONS = ("default", "other flow control")
+
+
+def _maven_dependencies(kind: str) -> str:
+    """The dependencies lab/servers/<kind>/pom.xml pins, e.g. 'kwik 0.10.8, flupke 0.9.4'."""
+    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
+    pom = ElementTree.parse(ROOT / "lab" / "servers" / kind / "pom.xml")
+    return ", ".join(f"{d.findtext('m:artifactId', '', namespace)} {d.findtext('m:version', '', namespace)}"
+                     for d in pom.getroot().iterfind("m:dependencies/m:dependency", namespace))
+
+
+def _lsquic() -> str:
+    from lab.kinds.lsquic import server_binary
+
+    binary = server_binary()
+    readme = Path(binary).parents[1] / "README.md" if binary else None
+    title = readme.read_text().splitlines()[0].lstrip("# ") if readme and readme.is_file() else "LSQUIC"
+    return f"{title}: {binary} (example http_server)"
+
+
+# Kinds built from lab/servers (a Cargo workspace): the crates whose versions say what runs.
+CRATES: dict[str, tuple[str, ...]] = {
+    "quinn": ("quinn", "quinn-proto"),
+    "quiche": ("quiche",),
+    "s2n-quic": ("s2n-quic",),
+    "tquic": ("tquic",),
+    "msquic": ("msquic",),
+}
+
+
+def _crates(kind: str) -> str:
+    return ", ".join(f"{crate} {_cargo_version(crate)}" for crate in CRATES[kind]) + f" (lab/servers/{kind})"
+
+
+# What runs behind each lab server kind, with its version read from the machine,
+# the lock files or the build, so that the signatures file says exactly what it was learned from.
 SOFTWARE: dict[str, Callable[[], str]] = {
     "ngtcp2": lambda: f"ngtcp2 gtlsserver, Debian ngtcp2-server {_dpkg_version('ngtcp2-server')}",
     "caddy": lambda: f"caddy (quic-go), Debian caddy {_dpkg_version('caddy')}",
     "aioquic": lambda: f"aioquic {importlib.metadata.version('aioquic')} (lab/aioquic_server.py)",
+    "qh3": lambda: f"qh3 {importlib.metadata.version('qh3')} (lab/qh3_server.py)",
+    "kwik": lambda: f"{_maven_dependencies('kwik')} (lab/servers/kwik)",
+    "netty": lambda: f"{_maven_dependencies('netty')} (lab/servers/netty)",
+    "lsquic": _lsquic,
+    **{kind: functools.partial(_crates, kind) for kind in CRATES},
 }
 
 
+def software(kind: str) -> str:
+    describe = SOFTWARE.get(kind)
+    return describe() if describe is not None else kind
+
+
+def lab_topology(configuration: str = "default"):  # type: ignore[no-untyped-def]
+    """The default lab, or (``other flow control``) every library's server given
+    ``OTHER_FLOW_CONTROL`` in ``options["parameters"]``; kinds that cannot set
+    them run as before."""
+    from lab.topology import default_topology
+
+    topology = default_topology()
+    if configuration == "default":
+        return topology
+    if configuration not in CONFIGURATIONS:
+        raise ToolError(f"unknown configuration {configuration!r} (known: {', '.join(CONFIGURATIONS)})")
+    servers = tuple(
+        spec if spec.kind == NOT_A_LIBRARY else dataclasses.replace(
+            spec, options={**spec.options, "parameters": {**spec.options.get("parameters", {}), **OTHER_FLOW_CONTROL}})
+        for spec in topology.servers
+    )
+    return dataclasses.replace(topology, servers=servers)
+
+
 def observe_server(records_h3: Iterable[HandshakeRecord], records_invalid: Iterable[HandshakeRecord],
-                   name: str, library: str, software: str) -> ServerObservations:
-    observation = ServerObservations(server=name, library=library, software=software)
+                   name: str, library: str, software: str, configuration: str = "default") -> ServerObservations:
+    observation = ServerObservations(server=name, library=library, software=software, configuration=configuration)
     for record in records_h3:
-        if record.status == OK and record.decoded is not None:
-            observation.orders.append(record.decoded.ids)
-            observation.values.append(ParamSet.from_decoded(record.decoded).as_sent())
-    for record in records_invalid:
-        if (close := close_observation(record)) is not None:
-            observation.closes.append(close)
+        if record.status == OK and record.decoded is not None and not record.decoded.findings:
+            traits = handshake_traits(record.decoded, record.retry, record.retry_token_length)
+            observation.handshakes.append((record.decoded.ids, traits))
+    observation.refusals.extend(alpn_refusal(record) for record in records_invalid)
     return observation
 
 
-def learn_from_lab(lab, repetitions: int = 5, timeout: float = 5.0) -> list[ServerObservations]:  # type: ignore[no-untyped-def]
-    """Handshake ``repetitions`` times (h3 and ``invalid``) with every lab server
-    whose kind runs a known library; one connection at a time per server so
-    that each handshake is a fresh connection of its own."""
-    servers = [s for s in lab.servers if s.kind in SOFTWARE]
-    targets = [Target(s.ip, s.port, s.sni) for s in servers]
+def lab_handshakes(lab, repetitions: int, timeout: float = 5.0):  # type: ignore[no-untyped-def]
+    """``repetitions`` rounds of one h3 and one ``invalid`` handshake with every lab
+    server, from the lab's client namespace; each a fresh connection. Returns
+    per server (h3 records, invalid records), in round order."""
+    targets = [Target(s.ip, s.port, s.sni) for s in lab.servers]
     settings = ScanSettings(timeout=timeout, rate=0, concurrency=len(targets))
     h3: list[HandshakeRecord] = []
     invalid: list[HandshakeRecord] = []
@@ -201,51 +303,194 @@ def learn_from_lab(lab, repetitions: int = 5, timeout: float = 5.0) -> list[Serv
         for _ in range(repetitions):
             h3 += _collect(targets, settings)
             invalid += _collect(targets, invalid_alpn_settings(settings))
-    observations = []
-    for server in servers:
-        mine = lambda records: [r for r in records if (r.ip, r.port) == (server.ip, server.port)]  # noqa: E731
-        observations.append(observe_server(mine(h3), mine(invalid), server.name, server.library,
-                                           SOFTWARE[server.kind]()))
-    return observations
+    mine = lambda records, server: [r for r in records if (r.ip, r.port) == (server.ip, server.port)]  # noqa: E731
+    return {server.name: (mine(h3, server), mine(invalid, server)) for server in lab.servers}
+
+
+def learn_from_lab(lab, repetitions: int = 5, timeout: float = 5.0,  # type: ignore[no-untyped-def]
+                   configuration: str = "default") -> list[ServerObservations]:
+    """Observations of every lab server that runs a library (not the broken ones)."""
+    records = lab_handshakes(lab, repetitions, timeout)
+    return [observe_server(*records[server.name], server.name, server.library, software(server.kind), configuration)
+            for server in lab.servers if server.kind != NOT_A_LIBRARY]
+
+
+def flow_control_sent(record: HandshakeRecord | None) -> dict[str, int] | None:
+    if record is None or record.decoded is None:
+        return None
+    sent = ParamSet.from_decoded(record.decoded).as_sent()
+    return {name: sent[name] for name in FLOW_CONTROL}
+
+
+def evaluate_lab(lab, signatures: LibrarySignatures, configuration: str,  # type: ignore[no-untyped-def]
+                 repetitions: int = 2, timeout: float = 5.0) -> list[dict[str, object]]:
+    """Rows of the confusion matrix: per lab server and round, the verdict from the
+    h3 handshake alone (one handshake) and from both (two)."""
+    records = lab_handshakes(lab, repetitions, timeout)
+    rows = []
+    for server in lab.servers:
+        h3_records, invalid_records = records[server.name]
+        for round_number, (h3, invalid) in enumerate(zip(h3_records, invalid_records), 1):
+            one = verdict(signatures, h3, None)
+            both = verdict(signatures, h3, invalid)
+            rows.append({
+                "configuration": configuration, "server": server.name, "kind": server.kind,
+                "expected": UNKNOWN if server.kind == NOT_A_LIBRARY else server.library, "round": round_number,
+                "h3_status": h3.status, "named_from_1": one.library, "named_from_2": both.library,
+                "tie_broken_from_1": TIE_BROKEN in one.library_evidence,
+                "tie_broken_from_2": TIE_BROKEN in both.library_evidence,
+                "flow_control_sent": flow_control_sent(h3), "evidence": both.library_evidence,
+            })
+    return rows
+
+
+def handshakes_needed(row: Mapping[str, object], keys_only: bool = False) -> int | None:
+    """1 or 2 handshakes for a right verdict, None when even two give a wrong one
+    (``keys_only``: or when only values and Retry broke a tie)."""
+    def right(handshakes: int) -> bool:
+        return row[f"named_from_{handshakes}"] == row["expected"] and not (
+            keys_only and row[f"tie_broken_from_{handshakes}"])
+
+    return 1 if right(1) and right(2) else 2 if right(2) else None
+
+
+def confusion_matrix(rows: Iterable[Mapping[str, object]], column: str = "named_from_2") -> pl.DataFrame:
+    """Expected library (rows) x named library (columns), counting verdicts."""
+    frame = pl.DataFrame([{"expected": r["expected"], "named": r[column]} for r in rows])
+    names = sorted(set(frame["expected"]) | set(frame["named"]), key=lambda n: (n == UNKNOWN, n))
+    counts = frame.group_by("expected", "named").len()
+    matrix = counts.pivot(on="named", index="expected", values="len").fill_null(0)
+    for name in names:
+        if name not in matrix.columns:
+            matrix = matrix.with_columns(pl.lit(0, dtype=pl.UInt32).alias(name))
+    order = {name: i for i, name in enumerate(names)}
+    return matrix.select("expected", *names).sort(pl.col("expected").replace_strict(order, return_dtype=pl.Int32))
+
+
+def read_evaluation(path: Path | str = EVALUATION_PATH) -> dict[str, object]:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ToolError(f"no evaluation at {path}; measure it with `python -m scanner.identify evaluate`") from None
+
+
+def features(path: Path | str = SIGNATURES_PATH) -> pl.DataFrame:
+    """The learned traits of every library, one row each (README, notebook)."""
+    return pl.DataFrame(feature_table(json.loads(Path(path).read_text())))
+
+
+def handshakes_per_server(rows: Iterable[Mapping[str, object]]) -> pl.DataFrame:
+    """Per lab server and configuration: the verdicts, how many handshakes a right one needs
+    (the most over its rounds; 1 = the h3 handshake alone, 2 = with the invalid-ALPN one;
+    empty: never right), also without the tie-breaking values and Retry."""
+    frame = pl.DataFrame([{"configuration": r["configuration"], "server": r["server"], "expected": r["expected"],
+                           "named": r["named_from_2"], "needed": handshakes_needed(r),
+                           "needed_by_keys": handshakes_needed(r, keys_only=True)} for r in rows])
+    return (frame.group_by("server", "configuration", maintain_order=True)
+            .agg(pl.col("expected").first(), pl.col("named").unique().sort().str.join(" / "),
+                 pl.len().alias("rounds"), *[
+                     pl.when(pl.col(column).is_null().any()).then(None).otherwise(pl.col(column).max()).alias(alias)
+                     for column, alias in (("needed", "handshakes"), ("needed_by_keys", "handshakes, keys alone"))]))
+
+
+def _markdown(frame: pl.DataFrame) -> str:
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    for row in frame.iter_rows():
+        lines.append("| " + " | ".join("" if v is None else str(v).replace("|", "\\|") for v in row) + " |")
+    return "\n".join(lines)
+
+
+def report_command(argv: Sequence[str]) -> None:
+    """The README's tables, from the committed signatures and evaluation."""
+    evaluation = read_evaluation()
+    rows = evaluation["rows"]
+    print(_markdown(features()))
+    print()
+    print(_markdown(confusion_matrix(rows)))
+    print()
+    print(_markdown(confusion_matrix(rows, "named_from_1")))
+    print()
+    print(_markdown(handshakes_per_server(rows)))
+    print()
+    fragile = pl.DataFrame(separations(load_signatures())).filter(pl.col("traits") <= 2)
+    print(_markdown(fragile))
+
+
+def _provenance(argv: Sequence[str], command: str, repetitions: int, method: str) -> dict[str, object]:
+    return {
+        "learned_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": f"python -m scanner.identify {command} " + shlex.join(argv),
+        "method": method,
+        "client": f"scanner.engine (scanner.handshake on aioquic {importlib.metadata.version('aioquic')}'s lower layers)",
+        "repetitions": repetitions,
+    }
+
+
+def _lab_arguments(command: str, description: str, out: Path, repetitions: int, argv: Sequence[str]):  # type: ignore[no-untyped-def]
+    parser = argparse.ArgumentParser(prog=f"python -m scanner.identify {command}", description=description)
+    parser.add_argument("--out", type=Path, default=out, help="file to write")
+    parser.add_argument("--repetitions", type=int, default=repetitions,
+                        help="rounds of one h3 and one invalid-ALPN handshake per server")
+    parser.add_argument("--instance", default=f"qlab{command}",
+                        help="lab instance name (its own namespaces, so a running lab is left alone)")
+    return parser.parse_args(argv)
 
 
 def learn_command(argv: Sequence[str]) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m scanner.identify learn",
-        description="Bring the lab up, handshake repeatedly with each of its real servers "
-                    "(ALPN h3 and ALPN invalid) and write the library signatures learned.")
-    parser.add_argument("--out", type=Path, default=SIGNATURES_PATH, help="signatures file to write")
-    parser.add_argument("--repetitions", type=int, default=5, help="handshakes of each kind per server")
-    parser.add_argument("--instance", default="qlablearn",
-                        help="lab instance name (its own namespaces, so a running lab is left alone)")
-    args = parser.parse_args(argv)
+    args = _lab_arguments(
+        "learn", "Bring the lab up, handshake repeatedly with each of its library servers "
+                 "(ALPN h3 and ALPN invalid) and write the library signatures learned.", SIGNATURES_PATH, 5, argv)
     from lab import Lab  # the lab needs root; importing it is only for learning
 
-    with Lab.up(instance=args.instance) as lab:
+    with Lab.up(lab_topology("default"), instance=args.instance) as lab:
         observations = learn_from_lab(lab, args.repetitions)
-    missing = [o.server for o in observations if not o.orders or not o.closes]
+    missing = [o.server for o in observations if not o.handshakes]
     if missing:
-        raise ToolError(f"no completed handshake or no invalid-ALPN close from: {', '.join(missing)}")
-    document = learn_signatures(observations, {
-        "learned_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python -m scanner.identify learn " + shlex.join(argv),
-        "method": "repeated real handshakes from the lab's client namespace with each lab server: "
-                  "ALPN h3 for the order of transport parameter ids, ALPN invalid for the CONNECTION_CLOSE",
-        "client": f"scanner.engine over aioquic {importlib.metadata.version('aioquic')}",
-        "repetitions": args.repetitions,
-    })
+        raise ToolError(f"no completed handshake from: {', '.join(missing)}")
+    document = learn_signatures(observations, _provenance(
+        argv, "learn", args.repetitions,
+        "repeated real handshakes from the lab's client namespace with each lab server as the lab configures "
+        "it: ALPN h3 for the traits of the transport parameters and Retry, ALPN invalid for the refusal"))
     args.out.write_text(json.dumps(document, indent=2) + "\n")
     for library, entry in document["libraries"].items():
         print(f"{library}: {len(entry['orders'])} order(s), randomised={entry['order_randomised']}, "
-              f"closes={entry['invalid_alpn_close']}")
+              f"invalid ALPN={entry['invalid_alpn']}")
+
+
+def evaluate_command(argv: Sequence[str]) -> None:
+    args = _lab_arguments(
+        "evaluate", "Bring the lab up twice (as configured, then with other flow-control values), identify "
+                    "every server from fresh handshakes with the committed signatures, write the verdicts.",
+        EVALUATION_PATH, 2, argv)
+    from lab import Lab
+
+    signatures = load_signatures()
+    rows: list[dict[str, object]] = []
+    for configuration in CONFIGURATIONS:
+        with Lab.up(lab_topology(configuration), instance=args.instance) as lab:
+            rows += evaluate_lab(lab, signatures, configuration, args.repetitions)
+    document = {"provenance": {**_provenance(argv, "evaluate", args.repetitions,
+                                             "fresh real handshakes with every lab server in both configurations, "
+                                             "classified with the committed signatures"),
+                               "signatures_learned_at": signatures.learned_at},
+                "rows": rows}
+    args.out.write_text(json.dumps(document, indent=2) + "\n")
+    print(confusion_matrix(rows))
+    wrong = [r for r in rows if handshakes_needed(r) is None]
+    for row in wrong:
+        print(f"WRONG {row['configuration']} {row['server']}: {row['named_from_2']} ({row['evidence']})")
+
+
+COMMANDS = {"learn": learn_command, "evaluate": evaluate_command, "report": report_command}
 
 
 def main() -> None:
-    if sys.argv[1:2] != ["learn"]:
+    command = COMMANDS.get(sys.argv[1] if len(sys.argv) > 1 else "")
+    if command is None:
         print(__doc__)
         sys.exit(2)
     try:
-        learn_command(sys.argv[2:])
+        command(sys.argv[2:])
     except ToolError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)

@@ -34,13 +34,13 @@ import pyarrow.compute as pc
 from tparams.codec import DecodedParameters, PreferredAddress, TransportParameter, VersionInformation
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet, order_fingerprint, order_signature
-from tparams.registry import id_for, spec_for
+from tparams.registry import REGISTERED_GREASE_FORM, REGISTRY, id_for, is_grease, spec_for
 
 from scanner.engine import HandshakeRecord
 from scanner.targets import Target
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "duckdb"
-SCAN_SCHEMA = ("scan", 2, SCHEMA_DIR / "scan_v2.sql")
+SCAN_SCHEMA = ("scan", 3, SCHEMA_DIR / "scan_v3.sql")
 CHECKPOINT_THRESHOLD = "512MB"
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -86,8 +86,11 @@ HANDSHAKE_SCHEMA = pa.schema(
         ("error", pa.string()),
         ("error_code", pa.int64()),
         ("closed_by", pa.string()),
+        ("close_frame_type", pa.int64()),
+        ("close_reason_phrase", pa.string()),
         ("offered_versions", pa.list_(pa.int64())),
         ("retry", pa.bool_()),
+        ("retry_token_length", pa.int32()),
         ("datagrams_received", pa.int32()),
         ("quic_version", pa.int64()),
         ("alpn", pa.string()),
@@ -104,7 +107,8 @@ PARAMETER_SCHEMA = pa.schema([("handshake_id", pa.int64()), *LONG_FORM_FIELDS])
 PARAMETER_NAMES_SCHEMA = pa.schema([("param_id", pa.int64()), ("name", pa.string())])
 _RECORD_FIELDS = [
     "ip", "port", "sni", "started_at", "finished_at", "handshake_ms", "status", "error", "error_code",
-    "closed_by", "offered_versions", "retry", "datagrams_received", "quic_version", "alpn", "tls_version",
+    "closed_by", "close_frame_type", "close_reason_phrase", "offered_versions", "retry", "retry_token_length",
+    "datagrams_received", "quic_version", "alpn", "tls_version",
     "cipher_suite", "key_exchange_group", "certificate_verified", "certificate_error", "transport_parameters_raw",
 ]  # fmt: skip
 
@@ -137,6 +141,7 @@ class ScanStore:
                     raise ToolError(f"{path} holds no qscan results (no 'scan' schema component)")
             else:
                 apply_schema(con, *SCAN_SCHEMA[:2], SCAN_SCHEMA[2].read_text())
+                _name_registered(con)
                 # DuckDB checkpoints whenever the WAL passes 16 MB, i.e. every batch or
                 # two at speed, tripling write time. A kill -9 replays the WAL on the
                 # next open, so a larger one costs only replay time, never data.
@@ -230,11 +235,12 @@ class ScanStore:
     def parameter_names(self, param_ids: pa.ChunkedArray) -> pa.Table:
         """Rows for ``parameter_names``: the ids among ``param_ids`` the file does not name yet.
 
-        Append them with the parameters that use them. GREASE ids are named by
-        the views' rule, so a million connections' random ids are never listed.
+        Append them with the parameters that use them. GREASE ids
+        (``tparams.registry.is_grease``) are the ones left unlisted, which is how
+        the views name them, so a million connections' random ids are never listed.
         """
         ids = pc.unique(param_ids).to_pylist()
-        new = [i for i in ids if i % 31 != _GREASE and i not in self._named_ids]
+        new = [i for i in ids if not is_grease(i) and i not in self._named_ids]
         self._named_ids.update(new)
         return pa.Table.from_arrays(
             [pa.array(new, pa.int64()), pa.array([spec_for(i).name for i in new], pa.string())], schema=PARAMETER_NAMES_SCHEMA
@@ -333,7 +339,7 @@ def _derivation_key(parameters: tuple[TransportParameter, ...]) -> tuple[tuple, 
     with GREASE ids normalised (they are random per connection)."""
     return (
         tuple([(p.id, p.value) for p in parameters if p.id in _PERFORMANCE_IDS]),
-        tuple([_GREASE if p.id % 31 == _GREASE else p.id for p in parameters]),
+        tuple([_GREASE if is_grease(p.id) else p.id for p in parameters]),
     )
 
 
@@ -355,7 +361,7 @@ def _group_records(
     clean = np.array([d is not None and not d.findings for d in decoded], bool) & (lengths > 0)
     rows = np.flatnonzero(clean)
     if len(rows):
-        normalised = np.where(ids % 31 == _GREASE, _GREASE, ids)
+        normalised = np.where(_grease_mask(ids), _GREASE, ids)
         # The twelve's values matter; without findings they are integers or the flag's True (-1 here).
         relevant = np.where(np.isin(normalised, _PERFORMANCE_ID_ARRAY), integers, -2)
         with np.errstate(over="ignore"):
@@ -394,6 +400,12 @@ _PERFORMANCE_ID_ARRAY = np.array(sorted(_PERFORMANCE_IDS), np.int64)
 
 
 _GREASE = 27  # GREASE ids are 31 * N + 27 (RFC 9000 18.1); the first stands for all
+_REGISTERED_GREASE_FORM = np.array(sorted(REGISTERED_GREASE_FORM), np.int64)
+
+
+def _grease_mask(ids: np.ndarray) -> np.ndarray:
+    """``tparams.registry.is_grease`` over an array of ids."""
+    return (ids % 31 == _GREASE) & ~np.isin(ids, _REGISTERED_GREASE_FORM)
 
 
 def _certificate_column(records: list[HandshakeRecord]) -> pa.Array:
@@ -472,6 +484,21 @@ def apply_schema(con: duckdb.DuckDBPyConnection, name: str, version: int, ddl: s
         raise ToolError(f"file has schema {name} v{found}, this qscan writes v{version}; use a new --out")
     if found is None:
         con.execute(ddl)
+
+
+def _name_registered(con: duckdb.DuckDBPyConnection) -> None:
+    """List the registry in ``parameter_names``: what the views name a registered id by,
+    whether or not it has the GREASE form. Ids a newer registry adds are listed on the
+    next open for writing; names already in the file stay as they were written."""
+    names = pa.Table.from_arrays(
+        [pa.array(list(REGISTRY), pa.int64()), pa.array([spec.name for spec in REGISTRY.values()], pa.string())],
+        schema=PARAMETER_NAMES_SCHEMA,
+    )
+    con.register("_registry", names)
+    try:
+        con.execute("INSERT OR IGNORE INTO parameter_names SELECT * FROM _registry")
+    finally:
+        con.unregister("_registry")
 
 
 def _component_version(con: duckdb.DuckDBPyConnection, name: str) -> int | None:

@@ -5,8 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(zmap tshark ngtcp2-client ngtcp2-server caddy iproute2 dnsmasq-base
+APT_PACKAGES=(zmap tshark ngtcp2-client ngtcp2-server caddy iproute2 dnsmasq-base libclang-dev cmake
               chromium firefox-esr libcap2-bin procps iperf3)
+APT_PACKAGES+=(openjdk-17-jdk-headless maven)  # jvmlab: the lab's Java servers (block below)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -48,3 +49,56 @@ if [ -f go.mod ]; then
     fi
   done
 fi
+
+# The lab's Rust QUIC servers (lab/servers, one package per library): built
+# one at a time (-j2: the machine has two cores) into a target dir outside the
+# clone, and kept there under a key of their sources, so that a second run or
+# another clone of the same sources only copies them into build/bin, where
+# lab/kinds/built.py finds them.
+if [ -f lab/servers/Cargo.toml ]; then
+  command -v cargo >/dev/null || { echo "setup: cargo is missing (the lab's Rust servers need it)" >&2; exit 1; }
+  cache=${XDG_CACHE_HOME:-$HOME/.cache}/quictp
+  export CARGO_TARGET_DIR=$cache/cargo-target
+  mkdir -p build/bin
+  for dir in lab/servers/*/; do
+    dir=${dir%/}
+    name=lab-$(basename "$dir")
+    grep -q "^name = \"$name\"" "$dir/Cargo.toml" 2>/dev/null || continue  # the shared crate
+    key=$( { rustc -V; find "$dir" lab/servers/common -type f -print0 | sort -z | xargs -0 sha256sum;
+             sha256sum lab/servers/Cargo.toml lab/servers/Cargo.lock; } | sha256sum | cut -c1-16)
+    built=$cache/lab-servers/$name-$key
+    if [ ! -x "$built/$name" ]; then
+      echo "setup: cargo build $name"
+      cargo build -q --release --locked -j2 --manifest-path lab/servers/Cargo.toml -p "$name"
+      mkdir -p "$built"
+      install -m755 "$CARGO_TARGET_DIR/release/$name" "$built/"
+      # lab-msquic loads the crate's libmsquic.so.2 from beside itself (rpath $ORIGIN).
+      if [ "$name" = lab-msquic ]; then
+        install -m644 "$(ls -t "$CARGO_TARGET_DIR"/release/build/msquic-*/out/lib/libmsquic.so.2 | head -n1)" "$built/"
+      fi
+    fi
+    for file in "$built"/*; do
+      cmp -s "$file" "build/bin/${file##*/}" || install -m "$(stat -c %a "$file")" "$file" build/bin/
+    done
+  done
+fi
+# ---- jvmlab: the lab's Java servers (lab/servers/<library>/pom.xml) --------------
+# Maven (its cache ~/.m2) builds each into one jar named by the hash of its
+# sources, outside the clone; lab/builds.py finds it by the same hash, so a
+# second run, or a fresh clone on this machine, builds nothing.
+lab_servers=${XDG_CACHE_HOME:-$HOME/.cache}/quictp/lab-servers
+for pom in lab/servers/*/pom.xml; do
+  src=$(dirname "$pom")
+  library=$(basename "$src")
+  hash=$(cd "$src" && find . -type f -not -path './target/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+  jar=$lab_servers/$library-$hash.jar
+  if [ ! -f "$jar" ]; then
+    echo "setup: building the $library lab server (Maven)"
+    mkdir -p "$lab_servers"
+    # (sed: Debian's Maven prints colour resets even when told not to)
+    mvn -q -B -f "$pom" package -Dlab.build.dir="$lab_servers/build/$library" 2>&1 | sed 's/\x1b\[[0-9;]*m//g'
+    cp "$lab_servers/build/$library/lab-server.jar" "$jar.tmp" && mv "$jar.tmp" "$jar"
+    find "$lab_servers" -maxdepth 1 -name "$library-*.jar" ! -name "${jar##*/}" -delete
+  fi
+done
+# ---- end jvmlab -------------------------------------------------------------------

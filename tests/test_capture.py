@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 
 from scanner.capture.extract import read_capture
 from scanner.capture.frontend import long_header_datagrams
-from scanner.capture.quic import CryptoStream, crypto_frames, initial_keys, long_packets, unprotect
+from scanner.handshake.packets import CryptoStream, crypto_frames, initial_keys, long_packets, unprotect
 from tparams.setfile import paramset_from_document
 
 ROOT = Path(__file__).resolve().parent.parent

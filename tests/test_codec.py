@@ -16,6 +16,7 @@ from tparams.codec import (
     encode_transport_parameters,
     encode_value,
 )
+from tparams.paramset import order_signature
 from tparams.registry import REGISTRY, ParamType, id_for, is_grease, spec_for
 from tparams.varint import VARINT_MAX, decode_varint, encode_varint
 
@@ -171,5 +172,9 @@ def test_registry_covers_iana_and_grease():
     assert is_grease(27) and is_grease(27 + 31 * 1000) and not is_grease(28)
     assert spec_for(27 + 31 * 7).name == "GREASE" and spec_for(27 + 31 * 7).type is ParamType.OPAQUE
     assert spec_for(0x1234).name == "unknown_0x1234"
+    # Firefox's min_ack_delay (delayed-ack draft 02) is 31*N+27, and registered: no GREASE.
+    assert (0xFF02DE1A - 27) % 31 == 0 and not is_grease(0xFF02DE1A)
+    assert spec_for(0xFF02DE1A).name == "min_ack_delay_draft_delayed_ack_02"
+    assert order_signature([0x04, 0xFF02DE1A, 27 + 31 * 5]) == "04-ff02de1a-G"
     grease = decode_transport_parameters(b"\x40\xb6\x02\xaa\xbb")
     assert grease.parameters[0].name == "GREASE" and grease.parameters[0].value == b"\xaa\xbb"

@@ -10,6 +10,7 @@ import ssl
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -20,20 +21,31 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted
 
 from conftest import lab_instance, lab_unavailable
-from lab import Lab, LabServer, ServerKind, ServerSpec, Topology, Launch, netns, register_kind, status, up
+from lab import (Lab, LabContext, LabServer, Launch, ServerKind, ServerSpec, Topology, default_topology, netns,
+                 register_kind, status, up)
+from lab.certs import write_certificate
+from lab.kinds import kind_for
 from tparams.codec import decode_transport_parameters
 from tparams.errors import ToolError
 from tparams.paramset import ParamSet
+from tparams.probe import make_probe
 from tparams.registry import id_for
 
 pytestmark = pytest.mark.lab
 
 QSCAN = str(Path(sys.executable).with_name("qscan"))
-GOOD_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "caddy", "aioquic")
+LSQUIC_UNAVAILABLE = kind_for("lsquic").unavailable_reason()
+LSQUIC = pytest.param("lsquic", marks=pytest.mark.skipif(LSQUIC_UNAVAILABLE is not None,
+                                                         reason=f"the lab has no LSQUIC server: {LSQUIC_UNAVAILABLE}"))
+ALWAYS_THERE = ("ngtcp2-alpha", "ngtcp2-beta", "caddy", "aioquic", "quinn", "quiche", "s2n-quic", "tquic",
+                "msquic", "qh3", "kwik", "netty")
+GOOD_SERVERS = (*ALWAYS_THERE, LSQUIC)
+# Our own servers of lab/servers, each a QUIC library started with its own defaults.
+BUILT_SERVERS = ("quinn", "quiche", "s2n-quic", "tquic", "msquic")
 # Debian's gtlsclient 0.12 and caddy 2.6.2 (quic-go) do not interoperate: caddy
 # closes with CRYPTO_ERROR 0x150 (TLS internal_error), while aioquic completes.
 # So caddy is checked with aioquic, the others with both clients.
-GTLSCLIENT_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "aioquic")
+GTLSCLIENT_SERVERS = ("ngtcp2-alpha", "ngtcp2-beta", "aioquic", "qh3")
 # server -> (the parameter its mode damages, does ngtcp2 0.12 reject it?, does aioquic 1.7.2?)
 # Seen here: neither checks for duplicates; aioquic takes a 15-byte reset token.
 MALFORMED = {
@@ -128,13 +140,133 @@ def test_good_servers_complete_a_gtlsclient_handshake(lab, name):
             assert logged[parameter] == value, parameter
 
 
-@pytest.mark.parametrize("name", ["ngtcp2-alpha", "ngtcp2-beta", "aioquic"])
+def sent_parameters(lab: Lab, server: LabServer) -> dict[str, int | bool]:
+    """The performance parameters a server sent in an aioquic handshake, as sent."""
+    raw = aioquic_handshake(lab, server).captured
+    assert raw is not None, f"{server.name} sent no transport parameters"
+    sent = ParamSet.from_decoded(decode_transport_parameters(raw, sender="server")).as_sent()
+    return {k: v for k, v in sent.items() if v is not None}
+
+
+@pytest.mark.parametrize("name", ["ngtcp2-alpha", "ngtcp2-beta", "aioquic", "qh3", "kwik", "netty", *BUILT_SERVERS, LSQUIC])
 def test_recorded_parameters_are_exactly_what_the_server_sends(lab, name):
     server = lab.server(name)
-    raw = aioquic_handshake(lab, server).captured
-    assert raw is not None, f"{name} sent no transport parameters"
-    sent = ParamSet.from_decoded(decode_transport_parameters(raw, sender="server")).as_sent()
-    assert {k: v for k, v in sent.items() if v is not None} == server.transport_parameters
+    assert sent_parameters(lab, server) == server.transport_parameters
+
+
+# Flow-control values none of the libraries has as its default. msquic takes
+# only powers of two as stream windows; quinn has one window for every
+# stream, so the three stream windows agree there.
+OTHER_VALUES = {
+    "max_idle_timeout": 12000,
+    "initial_max_data": 3000000,
+    "initial_max_stream_data_bidi_local": 262144,
+    "initial_max_stream_data_bidi_remote": 131072,
+    "initial_max_stream_data_uni": 32768,
+    "initial_max_streams_bidi": 17,
+    "initial_max_streams_uni": 7,
+}
+ONE_STREAM_WINDOW = {"quinn"}
+
+
+@pytest.fixture(scope="module")
+def other_values_lab(needs_lab):
+    """The built servers again, each started with OTHER_VALUES."""
+    specs = []
+    for spec in default_topology().servers:
+        if spec.name in BUILT_SERVERS:
+            values = dict(OTHER_VALUES)
+            if spec.kind in ONE_STREAM_WINDOW:
+                values.update(dict.fromkeys(("initial_max_stream_data_bidi_local",
+                                             "initial_max_stream_data_bidi_remote"), values["initial_max_stream_data_uni"]))
+            specs.append(replace(spec, options={"parameters": values}))
+    with Lab.up(Topology(servers=tuple(specs)), instance=lab_instance("other")) as running:
+        yield running
+
+
+@pytest.mark.parametrize("name", BUILT_SERVERS)
+def test_a_server_started_with_other_values_sends_them(other_values_lab, name):
+    server = other_values_lab.server(name)
+    sent = sent_parameters(other_values_lab, server)
+    assert sent == server.transport_parameters
+    assert {k: sent.get(k) for k in server.options["parameters"]} == server.options["parameters"]
+
+
+# Flow control unlike every library's defaults. Each kind reports what its
+# library makes of it (aioquic and qh3 have one window for all streams and fixed stream
+# limits, kwik/flupke pin the uni window); these every library sends as asked.
+CONFIGURED_FLOW_CONTROL = {
+    "max_idle_timeout": 11000, "initial_max_data": 3000000, "initial_max_stream_data_bidi_local": 400000,
+    "initial_max_stream_data_bidi_remote": 400000, "initial_max_stream_data_uni": 400000,
+    "initial_max_streams_bidi": 17,
+}
+SENT_AS_ASKED_EVERYWHERE = ("max_idle_timeout", "initial_max_data", "initial_max_stream_data_bidi_local",
+                            "initial_max_stream_data_bidi_remote")
+CONFIGURED_KINDS = {"aioquic": "198.18.1.30", "kwik": "198.18.1.70", "netty": "198.18.1.71", "qh3": "198.18.1.72",
+                   "lsquic": "198.18.1.73"}
+
+
+@pytest.fixture(scope="module")
+def configured_lab(needs_lab):
+    servers = tuple(ServerSpec(f"{kind}-configured", kind, ip, options={"parameters": CONFIGURED_FLOW_CONTROL})
+                    for kind, ip in CONFIGURED_KINDS.items() if kind_for(kind).unavailable_reason() is None)
+    with Lab.up(Topology(servers=servers), instance=lab_instance("fc")) as running:
+        yield running
+
+
+@pytest.mark.parametrize("kind", ["aioquic", "kwik", "netty", "qh3", LSQUIC])
+def test_a_server_started_with_other_flow_control_sends_it(configured_lab, kind):
+    server = configured_lab.server(f"{kind}-configured")
+    sent = sent_parameters(configured_lab, server)
+    assert sent == server.transport_parameters
+    assert {name: sent.get(name) for name in SENT_AS_ASKED_EVERYWHERE} == \
+        {name: CONFIGURED_FLOW_CONTROL[name] for name in SENT_AS_ASKED_EVERYWHERE}
+
+
+@pytest.mark.parametrize("name", BUILT_SERVERS)
+def test_a_built_server_exits_at_once_and_cleanly_on_sigterm(needs_lab, tmp_path, name):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    ctx = LabContext(tmp_path, tmp_path / "cert.pem", tmp_path / "key.pem")
+    write_certificate(ctx.cert, ctx.key, [f"{name}.lab.test"], ["127.0.0.1"])
+    launch = kind_for(name).launch(ServerSpec(name, name, "127.0.0.1", port=port), ctx)
+    server = subprocess.Popen(launch.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # loopback only
+            probe.settimeout(0.2)
+            for _ in range(50):  # a Version Negotiation answer: it is up
+                probe.sendto(make_probe().payload, ("127.0.0.1", port))
+                try:
+                    probe.recv(65535)
+                    break
+                except socket.timeout:
+                    assert server.poll() is None, server.stderr.read()
+            else:
+                pytest.fail(f"{name} did not answer on 127.0.0.1:{port}")
+        server.terminate()
+        assert server.wait(timeout=2) == 0
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_netty_answers_a_first_initial_with_a_retry_carrying_its_token(lab):
+    server = lab.server("netty")
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=server.sni)
+    client = QuicConnection(configuration=config)
+    client.connect((server.ip, server.port), now=time.monotonic())
+    with lab.in_client():
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with sock:
+        sock.settimeout(3)
+        for data, address in client.datagrams_to_send(now=time.monotonic()):
+            sock.sendto(data, address)
+        answer = sock.recv(65535)
+    assert answer[0] & 0xF0 == 0xF0 and answer[1:5] == b"\0\0\0\1"  # long header, QUIC v1, type Retry
+    dcid_end = 6 + answer[5]
+    token = answer[dcid_end + 1 + answer[dcid_end]:-16]  # after the SCID, before the integrity tag
+    assert token.startswith(b"netty")  # InsecureQuicTokenHandler's
 
 
 def test_the_two_ngtcp2_servers_send_different_sets(lab):
@@ -210,7 +342,7 @@ def test_closed_host_refuses_and_silent_address_stays_silent(lab):
 
 def test_status_and_a_second_up_is_refused(lab):
     state = status(lab.instance)
-    assert state["up"] and {s["name"] for s in state["servers"]} >= set(GOOD_SERVERS)
+    assert state["up"] and {s["name"] for s in state["servers"]} >= set(ALWAYS_THERE)
     with pytest.raises(ToolError, match="already up"):
         up(instance=lab.instance)
     assert status(lab.instance)["up"]  # the refused attempt touched nothing

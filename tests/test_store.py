@@ -15,7 +15,8 @@ from scanner.engine import OK, TIMEOUT, Certificate, HandshakeRecord
 from scanner.store import ScanStore
 from scanner.targets import Target, parse_targets
 from tparams.codec import decode_transport_parameters, encode_transport_parameters
-from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet
+from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet, order_signature
+from tparams.registry import REGISTRY, spec_for
 
 QSCAN = str(Path(sys.executable).with_name("qscan"))
 NOW = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
@@ -41,7 +42,7 @@ def test_contract_views_hold_values_as_sent(tmp_path: Path):
         store.append_records(scan_id, [record("192.0.2.1", ALPHA, extra=[(0x1B, b"\x01\x02")]), record("192.0.2.2", None, status=TIMEOUT)])
         store.finish_scan(scan_id)
     con = duckdb.connect(str(path), read_only=True)
-    assert con.execute("SELECT name, version FROM schema_version").fetchall() == [("scan", 2)]
+    assert con.execute("SELECT name, version FROM schema_version").fetchall() == [("scan", 3)]
     handshakes = con.sql("SELECT * FROM handshakes ORDER BY ip").pl()
     assert {"ip", "port", "sni", "status", "error", "handshake_ms", "quic_version", "alpn", "scan_id"} <= set(handshakes.columns)
     assert handshakes["status"].to_list() == ["ok", "timeout"]
@@ -160,7 +161,32 @@ def test_long_form_names_and_texts_equal_the_codec(tmp_path: Path):
     ]  # fmt: skip
     assert [row[1:] for row in rows] == expected * 2
     assert rows[4][3].startswith("chosen=0x00000001")
-    assert con.execute("SELECT count(*), count(DISTINCT param_id) FROM parameter_names").fetchone() == (5, 5)  # GREASE by rule
+    listed = {param_id for (param_id,) in con.execute("SELECT param_id FROM parameter_names").fetchall()}
+    assert listed == set(REGISTRY)  # the registry, and no GREASE id
+
+
+def test_sql_names_every_id_as_the_registry_does(tmp_path: Path):
+    # One definition of GREASE: Firefox's min_ack_delay 0xff02de1a is 31*N+27 but registered,
+    # so the views, the order signature and the order grouping must all keep its name.
+    grease, unknown = 27 + 31 * 977, 0x1234
+    ids = [grease, *REGISTRY, unknown]
+    path = tmp_path / "s.duckdb"
+    raw = encode_transport_parameters([(param_id, b"\x01") for param_id in ids])
+    records = [record("192.0.2.1", ParamSet()), record("192.0.2.2", ParamSet())]
+    for r in records:
+        r.transport_parameters_raw, r.decoded = raw, decode_transport_parameters(raw, "server")
+    # The second record differs only in its GREASE id: it must share the first one's order.
+    raw = encode_transport_parameters([(grease + 31, b"\x01"), *[(i, b"\x01") for i in ids[1:]]])
+    records[1].transport_parameters_raw, records[1].decoded = raw, decode_transport_parameters(raw, "server")
+    with ScanStore.open(path) as store:
+        store.append_records(store.begin_scan("targets", {}), records)
+    con = duckdb.connect(str(path), read_only=True)
+    names = con.execute("SELECT param_id, name FROM transport_parameters WHERE ip = '192.0.2.1' ORDER BY position").fetchall()
+    assert names == [(i, spec_for(i).name) for i in ids]
+    assert ("ff02de1a", "min_ack_delay_draft_delayed_ack_02") in [(f"{i:x}", n) for i, n in names]
+    signatures = con.execute("SELECT DISTINCT order_signature FROM handshakes").fetchall()
+    assert signatures == [(order_signature(ids),)] and "-ff02de1a-" in signatures[0][0]
+    assert signatures[0][0].startswith("G-")
 
 
 def test_derived_columns_equal_each_records_own_computation(tmp_path: Path):

@@ -80,9 +80,24 @@ REGISTRY: dict[int, ParamSpec] = {
 _BY_NAME = {spec.name: spec.id for spec in REGISTRY.values()}
 
 
-def is_grease(param_id: int) -> bool:
-    """Reserved ids 31*N+27 (RFC 9000, 18.1): peers must ignore them."""
+def has_grease_form(param_id: int) -> bool:
+    """Of the reserved form 31*N+27 (RFC 9000, 18.1), registered or not."""
     return param_id >= 27 and (param_id - 27) % 31 == 0
+
+
+# Registered ids that happen to have the reserved form keep their names: Firefox's
+# min_ack_delay 0xff02de1a is 31*N+27 and is no GREASE.
+REGISTERED_GREASE_FORM = frozenset(param_id for param_id in REGISTRY if has_grease_form(param_id))
+
+
+def is_grease(param_id: int) -> bool:
+    """An unregistered id of the reserved form 31*N+27: a peer's GREASE, to be ignored.
+
+    The one definition: the scan store names every other id in its
+    ``parameter_names`` table, and the SQL views name an id GREASE only
+    when that table does not list it.
+    """
+    return has_grease_form(param_id) and param_id not in REGISTRY
 
 
 def spec_for(param_id: int) -> ParamSpec:

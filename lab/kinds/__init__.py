@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from tparams.errors import ToolError
+from tparams.paramset import ParamSet
 
 from lab.topology import ServerSpec
 
@@ -54,6 +55,11 @@ class ServerKind:
     # port (a Version Negotiation probe) and, if set, accepts TCP on it.
     serves_tcp: ClassVar[bool] = False
 
+    def unavailable_reason(self) -> str | None:
+        """Why this kind's server cannot run on this machine (not installed,
+        not built), or None; checked before the lab creates anything."""
+        return None
+
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
         raise NotImplementedError
 
@@ -61,6 +67,18 @@ class ServerKind:
         """The performance parameters the server sends, as sent (absent = not
         sent), where known; None where the lab cannot know them."""
         return None
+
+
+def asked_parameters(spec: ServerSpec, defaults: Mapping[str, int] | None = None) -> dict[str, int | bool]:
+    """The transport parameters ``options["parameters"]`` asks for, as sent, over ``defaults``."""
+    params = ParamSet.from_mapping(spec.options.get("parameters", {})).as_sent()
+    return {**(defaults or {}), **{name: value for name, value in params.items() if value is not None}}
+
+
+def parameter_flags(asked: Mapping[str, int | bool], settable: Iterable[str]) -> list[str]:
+    """``--<parameter name>=<value>`` for each settable one: how the lab's own
+    server programs (lab/servers, lab/qh3_server.py) take flow control."""
+    return [f"--{name}={int(value)}" for name, value in asked.items() if name in settable]
 
 
 def register_kind(cls: type[ServerKind]) -> type[ServerKind]:

@@ -33,21 +33,13 @@ import time
 from functools import cache
 from pathlib import Path
 
+from lab.kinds.lsquic import ENGINE_SETTINGS, MAX_IDLE_TIMEOUT_S, SERVER_ENV, idle_timeout_seconds
 from replay.stacks.base import Applied, ClientPlan, RunOptions, Stack, ensure_certificate
 from tparams.paramset import ParamSet
 
-# Transport parameter -> LSQUIC -o engine setting (bin/test_common.c, set_engine_option()).
-SETTINGS = {
-    "initial_max_data": "init_max_data",
-    "initial_max_stream_data_bidi_local": "init_max_stream_data_bidi_local",
-    "initial_max_stream_data_bidi_remote": "init_max_stream_data_bidi_remote",
-    "initial_max_stream_data_uni": "init_max_stream_data_uni",
-    "initial_max_streams_bidi": "init_max_streams_bidi",
-    "initial_max_streams_uni": "init_max_streams_uni",
-    "max_idle_timeout": "idle_timeout",  # LSQUIC counts whole seconds, at most 600
-    "max_udp_payload_size": "max_udp_payload_size_rx",
-    "disable_active_migration": "allow_migration",  # inverted: allow_migration=0 sends the parameter
-}
+# Transport parameter -> LSQUIC -o engine setting: the lab's, and the inverted migration switch
+# (allow_migration=0 sends disable_active_migration), which only a client's command line needs.
+SETTINGS = {**ENGINE_SETTINGS, "disable_active_migration": "allow_migration"}
 # What LSQUIC sends whatever it is told. The HTTP client hard-codes its initial_max_streams_uni
 # (lsquic_full_conn_ietf.c); -o init_max_streams_uni only reaches a server's.
 FIXED = {
@@ -55,7 +47,6 @@ FIXED = {
                "initial_max_streams_uni": 3},
     "server": {"ack_delay_exponent": 3, "max_ack_delay": 25, "active_connection_id_limit": 8},
 }
-MAX_IDLE_TIMEOUT_S = 600  # lsquic_engine_check_settings() refuses more
 # The largest value each engine setting holds (C unsigned int; max_udp_payload_size_rx is a short).
 MAX_SETTING = {"max_udp_payload_size": 2**16 - 1}
 MAX_UNSIGNED = 2**32 - 1
@@ -63,7 +54,7 @@ MAX_UNSIGNED = 2**32 - 1
 AUTOTUNE_MAX_CFCW = 24 << 20
 AUTOTUNE_MAX_SFCW = 16 << 20
 CC_ALGO = {"cubic": 1, "bbr": 2}
-ENV = {"client": "QREPLAY_LSQUIC_CLIENT", "server": "QREPLAY_LSQUIC_SERVER"}
+ENV = {"client": "QREPLAY_LSQUIC_CLIENT", "server": SERVER_ENV}
 PROGRAM = {"client": "http_client", "server": "http_server"}
 HOW_TO = ("build LSQUIC (github.com/litespeedtech/lsquic, see the README) and point the two variables at its "
           "bin/http_client and bin/http_server")
@@ -113,9 +104,7 @@ class Lsquic(Stack):
             if name == "disable_active_migration":
                 sent = 0 if value else 1
             elif name == "max_idle_timeout":
-                sent = min(round(value / 1000), MAX_IDLE_TIMEOUT_S)
-                if sent == 0 and value:  # 0 would mean no idle timeout at all
-                    sent = 1
+                sent = idle_timeout_seconds(value)
                 if sent * 1000 != value:
                     out.notes.append(f"max_idle_timeout={value} sent as {sent} s (LSQUIC counts whole seconds, "
                                      f"at most {MAX_IDLE_TIMEOUT_S})")

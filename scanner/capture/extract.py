@@ -9,8 +9,7 @@ that retries on a new port or after a Retry counts again: that is what it sent.
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +19,8 @@ from aioquic.quic.packet import QuicPacketType
 from aioquic.tls import CipherSuite, pull_encrypted_extensions, pull_server_hello
 
 from scanner.capture.frontend import Datagram, long_header_datagrams
-from scanner.capture.quic import (
+from scanner.handshake.hello import TRANSPORT_PARAMETERS_EXTENSIONS, parse_client_hello
+from scanner.handshake.packets import (
     INITIAL_KEY_VERSIONS,
     CryptoStream,
     LongPacket,
@@ -32,10 +32,6 @@ from tparams.codec import DecodedParameters, decode_transport_parameters
 from tparams.errors import ToolError
 from tparams.registry import id_for
 
-# quic_transport_parameters: the RFC 9001 code point, then the draft one old clients used.
-TRANSPORT_PARAMETERS_EXTENSIONS = (0x39, 0xFFA5)
-EXTENSION_SERVER_NAME = 0x00
-EXTENSION_ALPN = 0x10
 _USER_AGENT_ID = id_for("user_agent")
 
 Flow = tuple[str, int, str, int]
@@ -115,61 +111,6 @@ def read_keylog(path: Path | str) -> dict[bytes, bytes]:
     if not secrets:
         raise ToolError(f"key log {path} has no SERVER_HANDSHAKE_TRAFFIC_SECRET line")
     return secrets
-
-
-@dataclass(frozen=True)
-class ClientHelloFields:
-    random: bytes
-    sni: str | None
-    alpn: tuple[str, ...]
-    transport_parameters: bytes  # empty when the extension is absent
-
-
-def parse_client_hello(message: bytes) -> ClientHelloFields:
-    """The few ClientHello fields a capture needs; ValueError when it is not one.
-
-    aioquic's pull_client_hello parses every extension into Python objects
-    (key shares, signature lists, ...), three times the cost of the whole
-    rest of the per-connection work; this walks the extensions and reads three.
-    """
-    try:
-        if message[0] != 1:
-            raise ValueError(f"handshake message type {message[0]}, not ClientHello")
-        end = 4 + int.from_bytes(message[1:4], "big")
-        random = message[6:38]
-        pos = 38
-        pos += 1 + message[pos]  # legacy_session_id
-        pos += 2 + struct.unpack_from("!H", message, pos)[0]  # cipher_suites
-        pos += 1 + message[pos]  # legacy_compression_methods
-        extensions_end = pos + 2 + struct.unpack_from("!H", message, pos)[0]
-        pos += 2
-        if extensions_end > end or end > len(message):
-            raise ValueError("extensions run past the message")
-        sni, alpn, found = None, (), {}
-        while pos < extensions_end:
-            kind, length = struct.unpack_from("!HH", message, pos)
-            body = message[pos + 4 : pos + 4 + length]
-            pos += 4 + length
-            if len(body) != length or pos > extensions_end:
-                raise ValueError(f"extension {kind:#x} runs past the extensions")
-            if kind == EXTENSION_SERVER_NAME and len(body) > 5 and body[2] == 0:  # first entry, host_name
-                sni = body[5 : 5 + struct.unpack_from("!H", body, 3)[0]].decode("ascii", "replace")
-            elif kind == EXTENSION_ALPN:
-                alpn = tuple(_length_prefixed(body[2:]))
-            elif kind in TRANSPORT_PARAMETERS_EXTENSIONS:
-                found.setdefault(kind, body)
-    except (IndexError, struct.error) as exc:
-        raise ValueError(f"truncated ClientHello: {exc}") from None
-    raw = next((found[e] for e in TRANSPORT_PARAMETERS_EXTENSIONS if e in found), b"")
-    return ClientHelloFields(random, sni, alpn, raw)
-
-
-def _length_prefixed(data: bytes) -> Iterator[str]:
-    pos = 0
-    while pos < len(data):
-        length = data[pos]
-        yield data[pos + 1 : pos + 1 + length].decode("ascii", "replace")
-        pos += 1 + length
 
 
 class HelloExtractor:

@@ -1,11 +1,13 @@
-"""QUIC long-header packets from captured UDP payloads: framing, unprotection, frames.
+"""QUIC long-header packets: framing, Initial keys, (un)protection, CRYPTO reassembly.
 
-tshark 4.0 only decodes a client's transport parameters when the whole
+One implementation for the whole project: the capture reader opens browsers'
+Initials with it and the scanner's handshake sends and opens its packets with
+it. tshark 4.0 only decodes a client's transport parameters when the whole
 ClientHello sits in one well-formed datagram. Browsers on loopback break
 every one of those assumptions (GSO batches with padding between datagrams,
 ClientHellos over several packets, CRYPTO frames out of order, a greased QUIC
 bit), so the project walks the packets itself. Key derivation and AEAD are
-aioquic's (C-accelerated); only the framing is done here.
+aioquic's (over `cryptography`); only the framing is done here.
 """
 
 from __future__ import annotations
@@ -13,23 +15,27 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import hmac
+import struct
+
+from aioquic._crypto import AEAD, HeaderProtection
 from aioquic.quic.crypto import (
+    CIPHER_SUITES,
     INITIAL_CIPHER_SUITE,
     INITIAL_SALT_VERSION_1,
     INITIAL_SALT_VERSION_2,
     CryptoContext,
-    cipher_suite_hash,
-    hkdf_expand_label,
-    hkdf_extract,
 )
+from aioquic.tls import CipherSuite
 from aioquic.quic.packet import (
     PACKET_LONG_TYPE_DECODE_VERSION_1,
     PACKET_LONG_TYPE_DECODE_VERSION_2,
     QuicPacketType,
     QuicProtocolVersion,
+    encode_long_header_first_byte,
 )
 
-from tparams.varint import decode_varint
+from tparams.varint import decode_varint, encode_varint
 
 # aioquic derives Initial keys for these versions only (RFC 9001 and RFC 9369 salts).
 INITIAL_KEY_VERSIONS = (QuicProtocolVersion.VERSION_1, QuicProtocolVersion.VERSION_2)
@@ -56,7 +62,7 @@ class LongPacket:
     dcid: bytes
     scid: bytes
     data: bytes  # the whole packet, header included
-    pn_offset: int  # where the protected packet number starts, relative to ``data``
+    pn_offset: int  # where the protected packet number starts (a Retry's token), relative to ``data``
 
 
 def long_packets(payload: bytes) -> Iterator[LongPacket]:
@@ -65,7 +71,8 @@ def long_packets(payload: bytes) -> Iterator[LongPacket]:
     A GSO batch arrives in the capture as one oversized payload: datagram
     after datagram, each possibly followed by zero padding. So zero bytes
     between packets are skipped, and walking stops at the first byte that
-    cannot start a long header (a short-header packet runs to the end).
+    cannot start a long header (a short-header packet runs to the end), and
+    after a Retry, which has no Length field and so is the rest of the datagram.
     """
     offset = 0
     size = len(payload)
@@ -90,8 +97,11 @@ def long_packets(payload: bytes) -> Iterator[LongPacket]:
         pos += 1 + scid_length
         long_types = _LONG_TYPES.get(version)  # type: ignore[call-overload]
         packet_type = long_types[(first & 0x30) >> 4] if long_types else None
-        if packet_type is None or packet_type == QuicPacketType.RETRY:
-            return  # unknown framing, or a Retry: both run to the end of the datagram
+        if packet_type is None:
+            return  # unknown framing
+        if packet_type == QuicPacketType.RETRY:  # no Length: the rest of the datagram
+            yield LongPacket(version, packet_type, dcid, scid, payload[offset:], pos - offset)
+            return
         try:
             if packet_type == QuicPacketType.INITIAL:
                 token_length, pos = decode_varint(payload, pos)
@@ -106,26 +116,56 @@ def long_packets(payload: bytes) -> Iterator[LongPacket]:
         offset = end
 
 
-_INITIAL_HASH = cipher_suite_hash(INITIAL_CIPHER_SUITE)
+# The hash of each TLS 1.3 cipher suite, by hashlib's name.
+HASH_NAMES = {
+    CipherSuite.AES_128_GCM_SHA256: "sha256",
+    CipherSuite.AES_256_GCM_SHA384: "sha384",
+    CipherSuite.CHACHA20_POLY1305_SHA256: "sha256",
+}
+_KEY_SIZES = {CipherSuite.AES_128_GCM_SHA256: 16, CipherSuite.AES_256_GCM_SHA384: 32, CipherSuite.CHACHA20_POLY1305_SHA256: 32}
 _INITIAL_SALTS = {QuicProtocolVersion.VERSION_1: INITIAL_SALT_VERSION_1, QuicProtocolVersion.VERSION_2: INITIAL_SALT_VERSION_2}
 
 
-def initial_keys(dcid: bytes, version: int, of_client: bool) -> CryptoContext:
-    """The Initial keys protecting what the client (``of_client``) or the server sends.
+def hkdf_extract(hash_name: str, salt: bytes, key_material: bytes) -> bytes:
+    return hmac.digest(salt, key_material, hash_name)
 
-    aioquic's own derivation (RFC 9001, 5.2), one direction only:
-    CryptoPair.setup_initial derives both, and a capture of many clients
-    spends most of its key time on the direction it never opens.
-    """
-    initial_secret = hkdf_extract(_INITIAL_HASH, _INITIAL_SALTS[version], dcid)  # type: ignore[index]
-    label = b"client in" if of_client else b"server in"
+
+def hkdf_expand_label(hash_name: str, secret: bytes, label: bytes, context: bytes, length: int) -> bytes:
+    """HKDF-Expand-Label (RFC 8446 7.1) for outputs of at most one hash, which is all TLS 1.3
+    and QUIC ask for: then HKDF-Expand is a single HMAC (RFC 5869 2.3), a third of the
+    cost of building a `cryptography` HKDFExpand object per call (aioquic's way)."""
+    info = struct.pack("!HB", length, 6 + len(label)) + b"tls13 " + label + bytes((len(context),)) + context
+    return hmac.digest(secret, info + b"\x01", hash_name)[:length]
+
+
+def packet_keys(cipher_suite: int, secret: bytes, version: int) -> CryptoContext:
+    """aioquic's packet protection for one direction from a traffic secret (RFC 9001 5.1;
+    RFC 9369 3.3.2's labels for QUIC v2): CryptoContext.setup's result, derived as above."""
+    hash_name = HASH_NAMES[cipher_suite]  # type: ignore[index]
+    key_size = _KEY_SIZES[cipher_suite]  # type: ignore[index]
+    prefix = b"quicv2 " if version == QuicProtocolVersion.VERSION_2 else b"quic "
+    hp_cipher, aead_cipher = CIPHER_SUITES[cipher_suite]  # type: ignore[index]
     keys = CryptoContext()
-    keys.setup(
-        cipher_suite=INITIAL_CIPHER_SUITE,
-        secret=hkdf_expand_label(_INITIAL_HASH, initial_secret, label, b"", _INITIAL_HASH.digest_size),
-        version=version,
+    keys.aead = AEAD(
+        aead_cipher,
+        hkdf_expand_label(hash_name, secret, prefix + b"key", b"", key_size),
+        hkdf_expand_label(hash_name, secret, prefix + b"iv", b"", 12),
     )
+    keys.hp = HeaderProtection(hp_cipher, hkdf_expand_label(hash_name, secret, prefix + b"hp", b"", key_size))
+    keys.cipher_suite = cipher_suite  # type: ignore[assignment]
+    keys.secret = secret
+    keys.version = version
     return keys
+
+
+def initial_keys(dcid: bytes, version: int, of_client: bool) -> CryptoContext:
+    """The Initial keys protecting what the client (``of_client``) or the server sends
+    (RFC 9001, 5.2), one direction only: CryptoPair.setup_initial derives both, and
+    a capture of many clients spends most of its key time on the direction it never
+    opens, a scanner on the one a silent target never uses."""
+    initial_secret = hkdf_extract("sha256", _INITIAL_SALTS[version], dcid)  # type: ignore[index]
+    label = b"client in" if of_client else b"server in"
+    return packet_keys(INITIAL_CIPHER_SUITE, hkdf_expand_label("sha256", initial_secret, label, b"", 32), version)
 
 
 def unprotect(packet: LongPacket, keys: CryptoContext, expected_packet_number: int = 0) -> tuple[int, bytes] | None:
@@ -193,6 +233,7 @@ class CryptoStream:
     def __init__(self) -> None:
         self._chunks: dict[int, bytes] = {}
         self._data = bytearray()
+        self._read = 0  # where next_message() continues
 
     def add(self, offset: int, data: bytes) -> None:
         end = offset + len(data)
@@ -223,6 +264,22 @@ class CryptoStream:
                 progressed = True
 
     @property
+    def contiguous(self) -> int:
+        """How many bytes from offset 0 have arrived."""
+        return len(self._data)
+
+    def next_message(self) -> bytes | None:
+        """The next complete TLS handshake message after those already taken, header included."""
+        start = self._read
+        if len(self._data) < start + 4:
+            return None
+        end = start + 4 + int.from_bytes(self._data[start + 1 : start + 4], "big")
+        if len(self._data) < end:
+            return None
+        self._read = end
+        return bytes(self._data[start:end])
+
+    @property
     def data(self) -> bytes:
         """The contiguous prefix received so far."""
         return bytes(self._data)
@@ -233,3 +290,74 @@ class CryptoStream:
             return None
         end = 4 + int.from_bytes(self._data[1:4], "big")
         return bytes(self._data[:end]) if len(self._data) >= end else None
+
+
+PACKET_NUMBER_LENGTH = 2  # what we send; enough for a handshake's few packets
+AEAD_TAG_LENGTH = 16
+
+
+def seal_long_packet(
+    keys: CryptoContext,
+    version: int,
+    packet_type: QuicPacketType,
+    dcid: bytes,
+    scid: bytes,
+    packet_number: int,
+    payload: bytes,
+    token: bytes = b"",
+    min_size: int = 0,
+) -> bytes:
+    """One protected Initial or Handshake packet, its payload padded to ``min_size`` bytes of packet.
+
+    Padding is PADDING frames (zero bytes) at the end of the payload. The
+    payload is also padded to the 4 bytes the header-protection sample needs
+    (RFC 9001, 5.4.2).
+    """
+    header = bytearray((encode_long_header_first_byte(version, packet_type, PACKET_NUMBER_LENGTH - 1),))
+    header += version.to_bytes(4, "big")
+    header += bytes((len(dcid),)) + dcid + bytes((len(scid),)) + scid
+    if packet_type == QuicPacketType.INITIAL:
+        header += encode_varint(len(token)) + token
+    # The Length field is always written in 2 bytes, so its size is known before padding.
+    size = len(header) + 2 + PACKET_NUMBER_LENGTH + len(payload) + AEAD_TAG_LENGTH
+    padding = max(min_size - size, 4 - PACKET_NUMBER_LENGTH - len(payload), 0)
+    if padding:
+        payload += bytes(padding)
+    header += (0x4000 | (PACKET_NUMBER_LENGTH + len(payload) + AEAD_TAG_LENGTH)).to_bytes(2, "big")
+    header += (packet_number & 0xFFFF).to_bytes(PACKET_NUMBER_LENGTH, "big")
+    return keys.encrypt_packet(bytes(header), payload, packet_number)
+
+
+def ack_frame(received: set[int], max_ranges: int = 32) -> bytes:
+    """An ACK frame (delay 0) for the packet numbers in ``received``, newest ranges first."""
+    ranges: list[list[int]] = []  # [largest, smallest], descending
+    for packet_number in sorted(received, reverse=True):
+        if ranges and ranges[-1][1] == packet_number + 1:
+            ranges[-1][1] = packet_number
+        elif len(ranges) < max_ranges:
+            ranges.append([packet_number, packet_number])
+        else:
+            break
+    largest, smallest = ranges[0]
+    frame = bytearray((FRAME_ACK,))
+    frame += encode_varint(largest) + b"\x00" + encode_varint(len(ranges) - 1) + encode_varint(largest - smallest)
+    for high, low in ranges[1:]:
+        frame += encode_varint(smallest - high - 2) + encode_varint(high - low)
+        smallest = low
+    return bytes(frame)
+
+
+def connection_close_frame(error_code: int, frame_type: int | None, reason: str) -> bytes:
+    """A transport CONNECTION_CLOSE (0x1c), the only kind Initial and Handshake packets carry."""
+    phrase = reason.encode()
+    return (
+        bytes((FRAME_CONNECTION_CLOSE,))
+        + encode_varint(error_code)
+        + encode_varint(frame_type or 0)
+        + encode_varint(len(phrase))
+        + phrase
+    )
+
+
+def crypto_frame(offset: int, data: bytes) -> bytes:
+    return bytes((FRAME_CRYPTO,)) + encode_varint(offset) + encode_varint(len(data)) + data

@@ -1,4 +1,4 @@
--- qscan handshake results, schema component 'scan', version 2. One DuckDB file per scan
+-- qscan handshake results, schema component 'scan', version 3. One DuckDB file per scan
 -- (or campaign); written in batches by scanner.store, one transaction a batch.
 -- Contract (see schemas/README.md): handshakes, server_params, transport_parameters.
 
@@ -6,7 +6,7 @@ CREATE TABLE IF NOT EXISTS schema_version (
     name    VARCHAR PRIMARY KEY,
     version INTEGER NOT NULL
 );
-INSERT OR IGNORE INTO schema_version VALUES ('scan', 2);
+INSERT OR IGNORE INTO schema_version VALUES ('scan', 3);
 
 -- One row per invocation that wrote into the file (a resumed scan keeps its scan_id).
 CREATE TABLE IF NOT EXISTS scans (
@@ -32,8 +32,11 @@ CREATE TABLE IF NOT EXISTS handshakes (
     error               VARCHAR,             -- human-readable reason when status <> 'ok'
     error_code          BIGINT,              -- QUIC error code of the CONNECTION_CLOSE (0x100+alert for TLS)
     closed_by           VARCHAR,             -- server | client
+    close_frame_type    BIGINT,              -- CONNECTION_CLOSE 0x1c's Frame Type field; NULL for 0x1d (application)
+    close_reason_phrase VARCHAR,             -- its reason phrase as sent ('' = empty)
     offered_versions    BIGINT[],            -- from a Version Negotiation packet
     retry               BOOLEAN NOT NULL,    -- a Retry packet was seen
+    retry_token_length  INTEGER,             -- of the first Retry's token
     datagrams_received  INTEGER NOT NULL,
     quic_version        BIGINT,
     alpn                VARCHAR,
@@ -77,16 +80,19 @@ CREATE TABLE IF NOT EXISTS handshake_parameters (
     raw          BLOB NOT NULL
 );
 
--- tparams.registry's name of every non-GREASE id that occurs in the file (also for
+-- The names of tparams.registry (all of it, written when the file is opened for writing)
+-- and of every other non-GREASE id that occurs in the file (also for
 -- client_hello_parameters), written with the batch that first holds it.
 CREATE TABLE IF NOT EXISTS parameter_names (
     param_id BIGINT PRIMARY KEY,
     name     VARCHAR NOT NULL                -- registry name or 'unknown_0x..'
 );
 
--- GREASE ids (31 * N + 27, RFC 9000 18.1) are random per connection: named by rule, not listed.
+-- GREASE ids (unregistered 31 * N + 27, RFC 9000 18.1; tparams.registry.is_grease) are
+-- random per connection, so they are the ids parameter_names leaves out. A registered id
+-- of that form (Firefox's min_ack_delay 0xff02de1a) is listed and keeps its name.
 CREATE OR REPLACE MACRO parameter_name(param_id, listed_name) AS
-    CASE WHEN param_id % 31 = 27 THEN 'GREASE' ELSE listed_name END;
+    coalesce(listed_name, 'GREASE');
 -- What is neither an integer nor a flag or structure is bytes (ids, tokens, opaque, undecodable): its hex.
 CREATE OR REPLACE MACRO parameter_value_text(value, value_text, raw) AS
     coalesce(value_text, CASE WHEN value IS NULL THEN lower(hex(raw)) END);

@@ -1,0 +1,29 @@
+"""A small qh3 HTTP/3 server for the lab: answers every request with 200 and a short body.
+
+qh3 is aioquic's fork with a Rust core; it keeps aioquic's API, so the
+protocol is lab.aioquic_server's. Run inside a lab namespace by the "qh3" kind,
+flow control by transport-parameter name:
+    python -m lab.qh3_server --host IP --port 443 --certificate C --private-key K [--initial_max_data N ...]
+qh3 has one window for all streams: the largest of the three given is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from qh3.h3.connection import H3_ALPN
+from qh3.quic.configuration import QuicConfiguration
+
+from lab.aioquic_server import apply_parameters, arguments, run
+
+
+def main() -> None:
+    args = vars(arguments(__doc__.splitlines()[0]).parse_args())
+    config = QuicConfiguration(is_client=False, alpn_protocols=H3_ALPN)
+    apply_parameters(config, args)
+    config.load_cert_chain(args["certificate"], args["private_key"])
+    asyncio.run(run(args["host"], args["port"], config, library="qh3"))
+
+
+if __name__ == "__main__":
+    main()

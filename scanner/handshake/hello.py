@@ -1,0 +1,233 @@
+"""The ClientHello: built from a per-scan template, and parsed (captures read browsers' with it).
+
+A scan sends the same ClientHello to every target but for the random, the
+key shares and our connection ID inside the transport parameters. So the
+hello is encoded once per (server name, ALPN, groups, QUIC version) with
+aioquic's TLS codec, and each connection copies it and writes its own bytes
+over the placeholders: no per-connection encoding at all. The content is
+what aioquic's client sends with the same settings (cipher suites, signature
+algorithms, transport parameters, extension order), so servers answer the
+scanner as they answered the aioquic-based engine it replaced.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from aioquic.buffer import Buffer
+from aioquic.quic.packet import (
+    QuicProtocolVersion,
+    QuicTransportParameters,
+    QuicVersionInformation,
+    push_quic_transport_parameters,
+)
+from aioquic.tls import (
+    CipherSuite,
+    ClientHello,
+    CompressionMethod,
+    ExtensionType,
+    Group,
+    SignatureAlgorithm,
+    push_client_hello,
+)
+from cryptography.hazmat.primitives.asymmetric import ec, x448, x25519
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+# quic_transport_parameters: the RFC 9001 code point, then the draft one old clients used.
+TRANSPORT_PARAMETERS_EXTENSIONS = (0x39, 0xFFA5)
+EXTENSION_SERVER_NAME = 0x00
+EXTENSION_ALPN = 0x10
+
+# What aioquic's client offers, in its order.
+CIPHER_SUITES = (CipherSuite.AES_256_GCM_SHA384, CipherSuite.AES_128_GCM_SHA256, CipherSuite.CHACHA20_POLY1305_SHA256)
+SIGNATURE_ALGORITHMS = (
+    SignatureAlgorithm.ECDSA_SECP256R1_SHA256,
+    SignatureAlgorithm.RSA_PSS_RSAE_SHA256,
+    SignatureAlgorithm.RSA_PKCS1_SHA256,
+    SignatureAlgorithm.ECDSA_SECP384R1_SHA384,
+    SignatureAlgorithm.RSA_PSS_RSAE_SHA384,
+    SignatureAlgorithm.RSA_PKCS1_SHA384,
+    SignatureAlgorithm.RSA_PKCS1_SHA1,
+    SignatureAlgorithm.ED25519,
+    SignatureAlgorithm.ED448,
+)
+QUIC_VERSIONS = (int(QuicProtocolVersion.VERSION_1), int(QuicProtocolVersion.VERSION_2))
+TLS_VERSION_1_3 = 0x0304
+CID_LENGTH = 8  # our connection IDs; short-header packets carry no length
+
+_CURVES = {Group.SECP256R1: ec.SECP256R1, Group.SECP384R1: ec.SECP384R1, Group.SECP521R1: ec.SECP521R1}
+_PUBLIC_KEY_SIZES = {Group.X25519: 32, Group.X448: 56, Group.SECP256R1: 65, Group.SECP384R1: 97, Group.SECP521R1: 133}
+
+
+def generate_key_share(group: int) -> tuple[object, bytes]:
+    """(private key, public key bytes as sent) for one key-exchange group."""
+    if group == Group.X25519:
+        key = x25519.X25519PrivateKey.generate()
+        return key, key.public_key().public_bytes_raw()
+    if group == Group.X448:
+        key = x448.X448PrivateKey.generate()
+        return key, key.public_key().public_bytes_raw()
+    key = ec.generate_private_key(_CURVES[group]())  # type: ignore[index]
+    return key, key.public_key().public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+
+
+def client_transport_parameters(source_cid: bytes, version: int) -> bytes:
+    """The transport parameters aioquic's client sends with its default configuration."""
+    buf = Buffer(capacity=1024)
+    push_quic_transport_parameters(
+        buf,
+        QuicTransportParameters(
+            max_idle_timeout=60_000,
+            initial_max_data=1_048_576,
+            initial_max_stream_data_bidi_local=1_048_576,
+            initial_max_stream_data_bidi_remote=1_048_576,
+            initial_max_stream_data_uni=1_048_576,
+            initial_max_streams_bidi=128,
+            initial_max_streams_uni=128,
+            ack_delay_exponent=3,
+            max_ack_delay=25,
+            active_connection_id_limit=8,
+            initial_source_connection_id=source_cid,
+            version_information=QuicVersionInformation(chosen_version=version, available_versions=list(QUIC_VERSIONS)),
+        ),
+    )
+    return buf.data
+
+
+class HelloTemplate:
+    """One scan's ClientHello (its ALPN and key-exchange groups), with holes for each connection."""
+
+    def __init__(self, alpn: str, groups: Sequence[int]):
+        self.groups = tuple(groups)
+        self.alpn = alpn
+        # Placeholders are random, so finding them in the encoding cannot hit anything else.
+        random, scid = os.urandom(32), os.urandom(CID_LENGTH)
+        shares = [os.urandom(_PUBLIC_KEY_SIZES[g]) for g in self.groups]
+        chosen_version = os.urandom(4)
+        buf = Buffer(capacity=4096)
+        push_client_hello(
+            buf,
+            ClientHello(
+                random=random,
+                legacy_session_id=b"",
+                cipher_suites=[int(c) for c in CIPHER_SUITES],
+                legacy_compression_methods=[CompressionMethod.NULL],
+                alpn_protocols=[alpn],
+                key_share=list(zip(self.groups, shares)),
+                signature_algorithms=[int(a) for a in SIGNATURE_ALGORITHMS],
+                supported_groups=list(self.groups),
+                supported_versions=[TLS_VERSION_1_3],
+                other_extensions=[
+                    (
+                        ExtensionType.QUIC_TRANSPORT_PARAMETERS,
+                        client_transport_parameters(scid, int.from_bytes(chosen_version, "big")),
+                    )
+                ],
+            ),
+        )
+        self.message = buf.data
+        self._random_at = self.message.index(random)
+        self._share_at = [self.message.index(share) for share in shares]
+        self._scid_at = self.message.index(scid)
+        self._version_at = self.message.index(chosen_version)
+        # aioquic puts server_name right before ALPN; the name is spliced in there per connection.
+        name = alpn.encode()
+        alpn_extension = struct.pack("!HHHB", EXTENSION_ALPN, len(name) + 3, len(name) + 1, len(name)) + name
+        self._name_at = self.message.index(alpn_extension, self._share_at[-1] + _PUBLIC_KEY_SIZES[self.groups[-1]])
+        self._extensions_length_at = 4 + 2 + 32 + 1 + 2 + 2 * len(CIPHER_SUITES) + 2
+
+    def fill(self, random: bytes, public_keys: Sequence[bytes], source_cid: bytes, server_name: str | None, version: int) -> bytes:
+        """This connection's ClientHello. A literal address is not sent as a name (RFC 6066 3)."""
+        hello = bytearray(self.message)
+        hello[self._random_at : self._random_at + 32] = random
+        for at, public in zip(self._share_at, public_keys):
+            hello[at : at + len(public)] = public
+        hello[self._scid_at : self._scid_at + CID_LENGTH] = source_cid
+        hello[self._version_at : self._version_at + 4] = version.to_bytes(4, "big")
+        if server_name and not _is_address(server_name):
+            name = _encode_name(server_name)
+            extension = struct.pack("!HHHBH", EXTENSION_SERVER_NAME, len(name) + 5, len(name) + 3, 0, len(name)) + name
+            hello[self._name_at : self._name_at] = extension
+            body_length = len(hello) - 4
+            hello[1:4] = body_length.to_bytes(3, "big")
+            at = self._extensions_length_at
+            hello[at : at + 2] = (int.from_bytes(hello[at : at + 2], "big") + len(extension)).to_bytes(2, "big")
+        return bytes(hello)
+
+
+def _encode_name(name: str) -> bytes:
+    if name.isascii():
+        return name.encode()
+    try:
+        return name.encode("idna")  # an internationalised name as DNS knows it
+    except UnicodeError:
+        return name.encode()  # not a valid IDN either: the bytes as given, for the server to judge
+
+
+def _is_address(name: str) -> bool:
+    if not (name[0].isdigit() or ":" in name):
+        return False  # no address starts otherwise: spare the exception
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class ClientHelloFields:
+    random: bytes
+    sni: str | None
+    alpn: tuple[str, ...]
+    transport_parameters: bytes  # empty when the extension is absent
+
+
+def parse_client_hello(message: bytes) -> ClientHelloFields:
+    """The few ClientHello fields a capture needs; ValueError when it is not one.
+
+    aioquic's pull_client_hello parses every extension into Python objects
+    (key shares, signature lists, ...), three times the cost of the whole
+    rest of the per-connection work; this walks the extensions and reads three.
+    """
+    try:
+        if message[0] != 1:
+            raise ValueError(f"handshake message type {message[0]}, not ClientHello")
+        end = 4 + int.from_bytes(message[1:4], "big")
+        random = message[6:38]
+        pos = 38
+        pos += 1 + message[pos]  # legacy_session_id
+        pos += 2 + struct.unpack_from("!H", message, pos)[0]  # cipher_suites
+        pos += 1 + message[pos]  # legacy_compression_methods
+        extensions_end = pos + 2 + struct.unpack_from("!H", message, pos)[0]
+        pos += 2
+        if extensions_end > end or end > len(message):
+            raise ValueError("extensions run past the message")
+        sni, alpn, found = None, (), {}
+        while pos < extensions_end:
+            kind, length = struct.unpack_from("!HH", message, pos)
+            body = message[pos + 4 : pos + 4 + length]
+            pos += 4 + length
+            if len(body) != length or pos > extensions_end:
+                raise ValueError(f"extension {kind:#x} runs past the extensions")
+            if kind == EXTENSION_SERVER_NAME and len(body) > 5 and body[2] == 0:  # first entry, host_name
+                sni = body[5 : 5 + struct.unpack_from("!H", body, 3)[0]].decode("ascii", "replace")
+            elif kind == EXTENSION_ALPN:
+                alpn = tuple(_length_prefixed(body[2:]))
+            elif kind in TRANSPORT_PARAMETERS_EXTENSIONS:
+                found.setdefault(kind, body)
+    except (IndexError, struct.error) as exc:
+        raise ValueError(f"truncated ClientHello: {exc}") from None
+    raw = next((found[e] for e in TRANSPORT_PARAMETERS_EXTENSIONS if e in found), b"")
+    return ClientHelloFields(random, sni, alpn, raw)
+
+
+def _length_prefixed(data: bytes) -> Iterator[str]:
+    pos = 0
+    while pos < len(data):
+        length = data[pos]
+        yield data[pos + 1 : pos + 1 + length].decode("ascii", "replace")
+        pos += 1 + length

@@ -1,0 +1,402 @@
+"""The scanner's sans-I/O handshake against aioquic's server connection, in one process.
+
+The server is real (aioquic's QuicConnection on the server side, our lab
+certificate); only the wire is a list, so losses, reordering, Retry, Version
+Negotiation and damaged flights are exact and repeatable. The lab tests
+(test_engine.py) cover the other libraries over real sockets.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from aioquic import tls
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
+from aioquic.quic.packet import QuicPacketType, QuicProtocolVersion, encode_quic_retry, encode_quic_version_negotiation
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from lab.certs import write_certificate
+from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, VERSION_NEGOTIATION, _CertificateChecker, handshake_record
+from scanner.handshake.client import ClientHandshake
+from scanner.handshake.hello import HelloTemplate, parse_client_hello
+from scanner.handshake.packets import (
+    CryptoStream,
+    crypto_frame,
+    crypto_frames,
+    initial_keys,
+    long_packets,
+    packet_keys,
+    seal_long_packet,
+    unprotect,
+)
+from scanner.targets import Target
+
+ADDRESS = ("198.18.1.10", 443)
+CLIENT = ("198.18.0.2", 40000)
+GROUPS = [tls.Group.X25519, tls.Group.SECP256R1]
+V1, V2 = int(QuicProtocolVersion.VERSION_1), int(QuicProtocolVersion.VERSION_2)
+Wire = Callable[[list[bytes]], list[bytes]]
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    tmp = tmp_path_factory.mktemp("cert")
+    write_certificate(tmp / "cert.pem", tmp / "key.pem", ["server.lab.test"], [ADDRESS[0]])
+    return tmp / "cert.pem", tmp / "key.pem"
+
+
+def long_chain(count: int) -> list[x509.Certificate]:
+    """Certificates padded with names, to make a flight larger than 3x the client's Initial."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "padding")])
+    now = dt.datetime.now(dt.timezone.utc)
+    names = [x509.DNSName(f"name-{i:04d}.padding.lab.test") for i in range(80)]
+    return [
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False).sign(key, hashes.SHA256())
+        for _ in range(count)
+    ]  # fmt: skip
+
+
+class Pair:
+    """One ClientHandshake and the aioquic server connection it talks to."""
+
+    def __init__(self, certificate: tuple[Path, Path], alpn: str = "h3", groups=GROUPS, chain: int = 0, versions=None):
+        self.configuration = QuicConfiguration(is_client=False, alpn_protocols=["h3"])
+        self.configuration.load_cert_chain(*certificate)
+        self.configuration.certificate_chain = long_chain(chain) if chain else []
+        if versions:
+            self.configuration.supported_versions = versions
+        self.client = ClientHandshake(HelloTemplate(alpn, groups), "server.lab.test", os.urandom(48), now=0.0)
+        self.server: QuicConnection | None = None
+        self.retry_source_cid: bytes | None = None
+        self.now = 0.0
+        self.from_server: list[bytes] = []  # every datagram the server sent
+
+    def to_server(self, datagram: bytes) -> None:
+        if self.server is None:
+            self.server = QuicConnection(
+                configuration=self.configuration,
+                original_destination_connection_id=self.client.original_dcid,
+                retry_source_connection_id=self.retry_source_cid,
+            )
+        self.server.receive_datagram(datagram, CLIENT, now=self.now)
+
+    def run(self, wire: Wire = lambda datagrams: datagrams, rounds: int = 40) -> None:
+        """Exchange datagrams until the client is done or ``rounds`` pass; timers fire when the wire is idle."""
+        for _ in range(rounds):
+            for datagram in self.client.datagrams_to_send():
+                self.to_server(datagram)
+            if self.client.done:
+                return
+            answers = [data for data, _ in self.server.datagrams_to_send(now=self.now)] if self.server else []
+            self.from_server += answers
+            for datagram in wire(answers):
+                self.client.receive_datagram(datagram, self.now)
+            if not answers and not self.client.done:
+                timers = [t for t in (self.client.timer(), self.server.get_timer() if self.server else None) if t]
+                self.now = max(self.now, min(timers)) if timers else self.now + 0.1
+                if self.client.timer() and self.now >= self.client.timer():
+                    self.client.handle_timer(self.now)
+                if self.server and self.server.get_timer() and self.now >= self.server.get_timer():
+                    self.server.handle_timer(now=self.now)
+            else:
+                self.now += 0.001
+
+    def record(self):
+        target = Target(ADDRESS[0], ADDRESS[1], "server.lab.test")
+        started = dt.datetime.now(dt.timezone.utc)
+        return handshake_record(target, self.client, started, 0.0, self.now, CHECKER, 5.0)
+
+
+CHECKER = _CertificateChecker()
+
+
+def test_template_is_aioquics_client_hello() -> None:
+    """Servers see the hello the aioquic-based engine sent: same bytes but for what is per connection."""
+    configuration = QuicConfiguration(is_client=True, alpn_protocols=["h3"], server_name="server.lab.test")
+    connection = QuicConnection(configuration=configuration)
+    connection.connect(ADDRESS, now=0.0)
+    packet = next(long_packets(connection.datagrams_to_send(now=0.0)[0][0]))
+    _, payload = unprotect(packet, initial_keys(packet.dcid, packet.version, of_client=True))
+    theirs = CryptoStream().add_frames(payload)
+    assert theirs is not None
+    groups = connection.tls._supported_groups  # aioquic's four, in its order
+    template = HelloTemplate("h3", groups)
+    hello = tls.pull_client_hello(tls.Buffer(data=theirs))
+    shares = [dict(hello.key_share)[g] for g in groups]
+    ours = template.fill(hello.random, shares, packet.scid, "server.lab.test", V1)
+    assert ours == theirs
+    fields = parse_client_hello(template.fill(hello.random, shares, packet.scid, "198.18.1.10", V1))
+    assert fields.sni is None and fields.alpn == ("h3",)  # an address is no server name (RFC 6066)
+
+
+def test_packet_keys_equal_aioquics_setup() -> None:
+    from aioquic.quic.crypto import CryptoContext
+
+    header = bytes([0xC1]) + bytes(20) + b"\x00\x01"
+    for suite in (tls.CipherSuite.AES_128_GCM_SHA256, tls.CipherSuite.AES_256_GCM_SHA384, tls.CipherSuite.CHACHA20_POLY1305_SHA256):
+        for version in (V1, V2):
+            secret = os.urandom(48 if suite == tls.CipherSuite.AES_256_GCM_SHA384 else 32)
+            theirs = CryptoContext()
+            theirs.setup(cipher_suite=suite, secret=secret, version=version)
+            assert packet_keys(suite, secret, version).encrypt_packet(header, b"payload!", 7) == theirs.encrypt_packet(
+                header, b"payload!", 7
+            )
+
+
+def test_completes_with_tls_facts(certificate) -> None:
+    pair = Pair(certificate)
+    pair.run()
+    record = pair.record()
+    assert record.status == OK, record.error
+    assert (record.alpn, record.tls_version, record.key_exchange_group, record.quic_version) == ("h3", "TLS 1.3", "x25519", V1)
+    assert record.cipher_suite == "AES_256_GCM_SHA384"  # aioquic's first choice, as ours
+    assert len(record.certificates) == 1 and record.certificates[0].sans[0] == "server.lab.test"
+    # The server saw our Finished and our polite close.
+    assert pair.server._handshake_complete and pair.server._close_event.error_code == 0
+    # The raw parameters are the server's own bytes.
+    assert record.transport_parameters_raw == pair.server._serialize_transport_parameters()
+
+
+@pytest.mark.parametrize("groups, expected", [([tls.Group.SECP256R1], "secp256r1"), ([tls.Group.X448, tls.Group.SECP384R1], "x448")])
+def test_key_share_choices(certificate, groups, expected) -> None:
+    pair = Pair(certificate, groups=groups)
+    pair.run()
+    record = pair.record()
+    assert record.status == OK and record.key_exchange_group == expected
+
+
+def test_long_chain_needs_our_acks_to_lift_amplification_limit(certificate) -> None:
+    pair = Pair(certificate, chain=3)
+    pair.run()
+    assert pair.record().status == OK
+    assert len(pair.record().certificates) == 4
+    assert sum(map(len, pair.from_server)) > 3 * 1200  # more than the server may send unvalidated
+
+
+def test_lost_first_flight_is_probed_again(certificate) -> None:
+    dropped = []
+
+    def lose_first(datagrams: list[bytes]) -> list[bytes]:
+        if not dropped and datagrams:
+            dropped.extend(datagrams)
+            return []
+        return datagrams
+
+    pair = Pair(certificate)
+    pair.run(lose_first)
+    assert dropped and pair.record().status == OK
+    assert pair.now > 0.2  # only the probe timeout brought it back
+
+
+def test_reordered_flight_completes(certificate) -> None:
+    pair = Pair(certificate, chain=1)
+    pair.run(lambda datagrams: datagrams[::-1])
+    assert pair.record().status == OK
+
+
+def test_retry(certificate) -> None:
+    pair = Pair(certificate)
+    first = pair.client.datagrams_to_send()
+    pair.retry_source_cid = os.urandom(8)
+    retry = encode_quic_retry(V1, pair.retry_source_cid, pair.client.source_cid, pair.client.original_dcid, b"token!")
+    pair.client.receive_datagram(retry, 0.0)
+    resent = pair.client.datagrams_to_send()
+    assert first and resent and next(long_packets(resent[0])).dcid == pair.retry_source_cid
+    for datagram in resent:
+        pair.to_server(datagram)
+    pair.run()
+    record = pair.record()
+    assert record.status == OK and record.retry and record.retry_token_length == len(b"token!")
+
+
+def test_retry_with_a_bad_tag_is_ignored(certificate) -> None:
+    pair = Pair(certificate)
+    pair.client.datagrams_to_send()
+    retry = bytearray(encode_quic_retry(V1, os.urandom(8), pair.client.source_cid, pair.client.original_dcid, b"token!"))
+    retry[-1] ^= 1
+    pair.client.receive_datagram(bytes(retry), 0.0)
+    assert pair.client.datagrams_to_send() == [] and pair.record().retry and pair.record().status == TIMEOUT
+
+
+def test_version_negotiation_to_v2(certificate) -> None:
+    pair = Pair(certificate, versions=[V2])
+    pair.client.datagrams_to_send()
+    pair.client.receive_datagram(encode_quic_version_negotiation(os.urandom(8), pair.client.source_cid, [V2, 0x1A2A3A4A]), 0.0)
+    pair.run()
+    record = pair.record()
+    assert record.status == OK and record.quic_version == V2 and record.offered_versions == [V2, 0x1A2A3A4A]
+
+
+def test_version_negotiation_without_common_version(certificate) -> None:
+    pair = Pair(certificate)
+    pair.client.datagrams_to_send()
+    pair.client.receive_datagram(encode_quic_version_negotiation(os.urandom(8), pair.client.source_cid, [0xFF00001D]), 0.0)
+    record = pair.record()
+    assert record.status == VERSION_NEGOTIATION and record.error == "no common version; server offers 0xff00001d"
+    assert pair.client.datagrams_to_send() == []  # nothing to say it in
+
+
+def test_hello_retry_request_with_a_cookie(certificate) -> None:
+    """RFC 8446 4.1.4: the second ClientHello follows the first in the stream and echoes the cookie."""
+    pair = Pair(certificate)
+    client = pair.client
+    first = client.datagrams_to_send()[0]
+    first_hello = CryptoStream().add_frames(
+        unprotect(next(long_packets(first)), initial_keys(client.original_dcid, V1, of_client=True))[1]
+    )
+    cookie = b"\x00\x05crumb"
+    body = (
+        b"\x03\x03" + bytes.fromhex("CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C")
+        + b"\x00" + b"\x13\x01" + b"\x00"
+    )  # fmt: skip
+    extensions = b"\x00\x2b\x00\x02\x03\x04" + b"\x00\x2c" + len(cookie).to_bytes(2, "big") + cookie
+    body += len(extensions).to_bytes(2, "big") + extensions
+    retry_request = b"\x02" + len(body).to_bytes(3, "big") + body
+    server_cid = os.urandom(8)
+    keys = initial_keys(client.original_dcid, V1, of_client=False)
+    payload = crypto_frame(0, retry_request)
+    client.receive_datagram(
+        seal_long_packet(keys, V1, QuicPacketType.INITIAL, client.source_cid, server_cid, 0, payload, min_size=1200), 0.01
+    )
+    assert not client.done
+    (second,) = client.datagrams_to_send()
+    packet = next(long_packets(second))
+    assert packet.dcid == server_cid
+    frames = list(crypto_frames(unprotect(packet, initial_keys(client.original_dcid, V1, of_client=True))[1]))
+    (offset, second_hello), = frames
+    assert offset == len(first_hello)
+    assert parse_client_hello(second_hello).random == parse_client_hello(first_hello).random
+    extensions = tls.pull_client_hello(tls.Buffer(data=second_hello)).other_extensions
+    assert (tls.ExtensionType.COOKIE, cookie) in extensions
+
+
+def test_hello_retry_request_asking_for_nothing_new_is_refused(certificate) -> None:
+    pair = Pair(certificate)
+    client = pair.client
+    client.datagrams_to_send()
+    body = b"\x03\x03" + bytes.fromhex("CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C") + b"\x00\x13\x01\x00"
+    extensions = b"\x00\x2b\x00\x02\x03\x04" + b"\x00\x33\x00\x02\x00\x1d"  # x25519, which we sent a share for
+    body += len(extensions).to_bytes(2, "big") + extensions
+    message = b"\x02" + len(body).to_bytes(3, "big") + body
+    keys = initial_keys(client.original_dcid, V1, of_client=False)
+    client.receive_datagram(
+        seal_long_packet(keys, V1, QuicPacketType.INITIAL, client.source_cid, os.urandom(8), 0, crypto_frame(0, message)), 0.01
+    )
+    record = pair.record()
+    assert record.status == TLS_ALERT and record.closed_by == "client" and record.error_code == 0x100 + 47
+
+
+def test_no_common_alpn_is_the_servers_alert(certificate) -> None:
+    pair = Pair(certificate, alpn="invalid")
+    pair.run()
+    record = pair.record()
+    assert record.status == TLS_ALERT and record.closed_by == "server" and record.error_code == 0x100 + 120
+    assert (record.close_frame_type, record.close_reason_phrase) == (0x06, "No common ALPN protocols")  # aioquic's
+
+
+def test_certificate_verify_is_checked(certificate) -> None:
+    """A server signing with a key that is not its certificate's: our decrypt_error alert."""
+    pair = Pair(certificate)
+    pair.configuration.private_key = ec.generate_private_key(ec.SECP256R1())
+    pair.run()
+    record = pair.record()
+    assert record.status == TLS_ALERT and record.closed_by == "client" and record.error_code == 0x100 + 51
+    assert record.certificates  # what the server presented is recorded all the same
+
+
+def mutate(datagram: bytes, rng: random.Random) -> bytes:
+    if not datagram:
+        return datagram
+    kind = rng.choice(["flip", "truncate", "insert", "splice"])
+    at = rng.randrange(len(datagram))
+    if kind == "flip":
+        return datagram[:at] + bytes([datagram[at] ^ rng.randrange(1, 256)]) + datagram[at + 1 :]
+    if kind == "truncate":
+        return datagram[:at]
+    if kind == "insert":
+        return datagram[:at] + rng.randbytes(rng.randrange(1, 40)) + datagram[at:]
+    return datagram + datagram[at:]
+
+
+def reseal(pair: Pair, datagram: bytes, rng: random.Random) -> bytes:
+    """The datagram with its packets' plaintext damaged, as a server with broken framing or TLS
+    would send it: the Initial keys are public, the Handshake keys come from the client's key log."""
+    client = pair.client
+    out = b""
+    for packet in long_packets(datagram):
+        if packet.packet_type == QuicPacketType.INITIAL:
+            keys = initial_keys(client.original_dcid, packet.version, of_client=False)
+        else:
+            secret = dict(client.secrets).get("SERVER_HANDSHAKE_TRAFFIC_SECRET")
+            if secret is None or client.cipher_suite is None:
+                out += packet.data
+                continue
+            keys = packet_keys(client.cipher_suite, secret, packet.version)
+        opened = unprotect(packet, keys)
+        if opened is None:
+            out += packet.data
+            continue
+        packet_number, payload = opened
+        if rng.random() < 0.7:
+            payload = mutate(payload, rng)
+        out += seal_long_packet(keys, packet.version, packet.packet_type, packet.dcid, packet.scid, packet_number, payload)
+    return out
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 2**32), st.sampled_from([0, 0, 1]))
+def test_hostile_flights_end_in_a_record(certificate, seed: int, chain: int) -> None:
+    """Damaged (inside and outside the encryption), dropped, duplicated server datagrams:
+    never an exception, always a record with a status.
+
+    The handshake's keys and IDs are fresh each time, so datagram sizes vary; the
+    damage comes from a seeded generator rather than from hypothesis draws."""
+    rng = random.Random(seed)
+    pair = Pair(certificate, chain=chain)
+    pair.client._keylog = True  # noqa: SLF001  (the test plays a server that knows its own secrets)
+
+    def hostile(datagrams: list[bytes]) -> list[bytes]:
+        out = []
+        for datagram in datagrams:
+            action = rng.choice(["keep", "mutate", "reseal", "reseal", "reseal", "drop", "twice"])
+            if action == "keep":
+                out.append(datagram)
+            elif action == "mutate":
+                out.append(mutate(datagram, rng))
+            elif action == "reseal":
+                out.append(reseal(pair, datagram, rng))
+            elif action == "twice":
+                out += [datagram, datagram]
+        return out
+
+    pair.run(hostile, rounds=12)
+    record = pair.record()
+    assert record.status in (OK, TIMEOUT, PROTOCOL_ERROR, TLS_ALERT, "connection_close", VERSION_NEGOTIATION)
+    if record.status != OK:
+        assert record.error
+    assert not (record.error or "").startswith(("internal", "IndexError", "TypeError", "AttributeError", "KeyError"))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=1500), st.booleans())
+def test_arbitrary_datagrams_end_in_a_record(certificate, garbage: bytes, addressed: bool) -> None:
+    pair = Pair(certificate)
+    pair.client.datagrams_to_send()
+    if addressed and len(garbage) > 14:  # make it reach the packet parser: our CID where a long header has it
+        garbage = bytes([garbage[0] | 0x80]) + b"\x00\x00\x00\x01\x08" + pair.client.source_cid + garbage[14:]
+    pair.client.receive_datagram(garbage, 0.0)
+    pair.client.datagrams_to_send()
+    assert pair.record().status in (TIMEOUT, PROTOCOL_ERROR, TLS_ALERT, "connection_close", VERSION_NEGOTIATION)
