@@ -325,11 +325,14 @@ def flow_control_sent(record: HandshakeRecord | None) -> dict[str, int] | None:
 def evaluate_lab(lab, signatures: LibrarySignatures, configuration: str,  # type: ignore[no-untyped-def]
                  repetitions: int = 2, timeout: float = 5.0) -> list[dict[str, object]]:
     """Rows of the confusion matrix: per lab server and round, the verdict from the
-    h3 handshake alone (one handshake) and from both (two)."""
+    h3 handshake alone (one handshake) and from both (two), and from both with the
+    server's own library left out of the signatures (a library not learned: it
+    should come out unknown, not as another)."""
     records = lab_handshakes(lab, repetitions, timeout)
     rows = []
     for server in lab.servers:
         h3_records, invalid_records = records[server.name]
+        held_out = LibrarySignatures(tuple(s for s in signatures.signatures if s.library != server.library))
         for round_number, (h3, invalid) in enumerate(zip(h3_records, invalid_records), 1):
             one = verdict(signatures, h3, None)
             both = verdict(signatures, h3, invalid)
@@ -339,6 +342,7 @@ def evaluate_lab(lab, signatures: LibrarySignatures, configuration: str,  # type
                 "h3_status": h3.status, "named_from_1": one.library, "named_from_2": both.library,
                 "tie_broken_from_1": TIE_BROKEN in one.library_evidence,
                 "tie_broken_from_2": TIE_BROKEN in both.library_evidence,
+                "named_when_not_learned": verdict(held_out, h3, invalid).library,
                 "flow_control_sent": flow_control_sent(h3), "evidence": both.library_evidence,
             })
     return rows
@@ -365,6 +369,16 @@ def confusion_matrix(rows: Iterable[Mapping[str, object]], column: str = "named_
             matrix = matrix.with_columns(pl.lit(0, dtype=pl.UInt32).alias(name))
     order = {name: i for i, name in enumerate(names)}
     return matrix.select("expected", *names).sort(pl.col("expected").replace_strict(order, return_dtype=pl.Int32))
+
+
+def not_learned(rows: Iterable[Mapping[str, object]]) -> pl.DataFrame:
+    """Per library: what its servers are named when the signatures leave it out
+    (from both handshakes, every round and configuration): ideally unknown."""
+    frame = pl.DataFrame([{"library": r["expected"], "named": r["named_when_not_learned"]}
+                          for r in rows if r["expected"] != UNKNOWN])
+    return (frame.group_by("library", "named").len().sort("library", "named")
+            .group_by("library", maintain_order=True)
+            .agg(pl.format("{} ({})", "named", "len").str.join(", ").alias("named when not learned")))
 
 
 def read_evaluation(path: Path | str = EVALUATION_PATH) -> dict[str, object]:
@@ -412,8 +426,9 @@ def report_command(argv: Sequence[str]) -> None:
     print()
     print(_markdown(handshakes_per_server(rows)))
     print()
-    fragile = pl.DataFrame(separations(load_signatures())).filter(pl.col("traits") <= 2)
-    print(_markdown(fragile))
+    print(_markdown(not_learned(rows)))
+    print()
+    print(_markdown(pl.DataFrame(separations(load_signatures())).filter(pl.col("traits") <= 2)))
 
 
 def _provenance(argv: Sequence[str], command: str, repetitions: int, method: str) -> dict[str, object]:

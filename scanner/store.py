@@ -239,8 +239,8 @@ class ScanStore:
         (``tparams.registry.is_grease``) are the ones left unlisted, which is how
         the views name them, so a million connections' random ids are never listed.
         """
-        ids = pc.unique(param_ids).to_pylist()
-        new = [i for i in ids if not is_grease(i) and i not in self._named_ids]
+        ids = pc.unique(param_ids).to_numpy()
+        new = [i for i in ids[~_grease_mask(ids)].tolist() if i not in self._named_ids]
         self._named_ids.update(new)
         return pa.Table.from_arrays(
             [pa.array(new, pa.int64()), pa.array([spec_for(i).name for i in new], pa.string())], schema=PARAMETER_NAMES_SCHEMA

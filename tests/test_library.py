@@ -35,6 +35,7 @@ from scanner.identify import (
     load_signatures,
     read_identifications,
     store_identifications,
+    verdict,
 )
 from scanner.store import ScanStore
 from scanner.targets import Target
@@ -96,6 +97,21 @@ def test_other_flow_control_values_reach_the_wire_and_every_library_is_still_nam
                and flow_control_sent(default[name]) != flow_control_sent(other[name])}
     libraries = {s.name for s in lab.servers if s.kind != NOT_A_LIBRARY}
     assert libraries - changed <= {"caddy"}, sorted(libraries - changed)
+
+
+@pytest.mark.lab
+def test_a_library_left_out_of_the_signatures_is_unknown_not_another(lab):
+    signatures = load_signatures()
+    records = lab_handshakes(lab, 1, timeout=3)
+    # netty runs quiche (JNI): without one the other is the right name.
+    same_library = {"netty": "quiche", "quiche": "netty"}
+    for server in lab.servers:
+        if server.kind == NOT_A_LIBRARY:
+            continue
+        held_out = LibrarySignatures(tuple(s for s in signatures.signatures if s.library != server.library))
+        (h3,), (invalid,) = records[server.name]
+        named = verdict(held_out, h3, invalid)
+        assert named.library == same_library.get(server.library, UNKNOWN), (server.name, named.library_evidence)
 
 
 @pytest.mark.lab
