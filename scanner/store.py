@@ -21,7 +21,6 @@ import contextlib
 import datetime as dt
 import gc
 import json
-import operator
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tparams.codec import DecodedParameters, PreferredAddress, TransportParameter, VersionInformation
 from tparams.errors import ToolError
@@ -232,7 +232,7 @@ class ScanStore:
         Append them with the parameters that use them. GREASE ids are named by
         the views' rule, so a million connections' random ids are never listed.
         """
-        ids = np.unique(param_ids.to_numpy())
+        ids = pc.unique(param_ids).to_numpy()
         new = [i for i in ids[ids % 31 != _GREASE].tolist() if i not in self._named_ids]
         self._named_ids.update(new)
         return pa.Table.from_arrays(
@@ -289,9 +289,10 @@ def records_to_arrow(scan_id: int, first_id: int, records: list[HandshakeRecord]
     operations on the long form.
     """
     count = len(records)
-    columns: dict[str, Any] = dict(zip(_RECORD_FIELDS, zip(*map(_SCALARS, records))))
+    # pyarrow reads the record fields straight from each record's __dict__ (the rest it ignores).
+    columns: dict[str, Any] = dict(zip(_RECORD_FIELDS, pa.array(list(map(vars, records)), _RECORD_STRUCT).flatten()))
     columns["scan_id"] = pa.repeat(pa.scalar(scan_id, pa.int32()), count)  # type: ignore[attr-defined]
-    columns["handshake_id"] = pa.array(range(first_id, first_id + count), pa.int64())
+    columns["handshake_id"] = np.arange(first_id, first_id + count, dtype=np.int64)
     columns["certificates"] = _certificate_column(records)
     decoded = [r.decoded for r in records]
     columns["findings"] = [
@@ -409,8 +410,11 @@ class _ParameterRows:
 
 def _read_varints(windows: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The QUIC varints (RFC 9000 16) at offsets ``at``: values and sizes in bytes."""
+    first = windows[at, 0]
+    if not (first >> 6).any():  # all of one byte, as most ids and lengths are
+        return first.astype(np.int64), np.ones(len(at), np.int64)
     window = windows[at]
-    prefix = window[:, 0] >> 6  # the size class: 1, 2, 4 or 8 bytes
+    prefix = first >> 6  # the size class: 1, 2, 4 or 8 bytes
     values = window.view(">u8").ravel().astype(np.uint64)
     np.right_shift(values, _VARINT_SHIFTS[prefix], out=values)
     np.bitwise_and(values, _VARINT_MASKS[prefix], out=values)
@@ -488,7 +492,7 @@ def _group_exactly(decoded: list, records: list[int], group: np.ndarray) -> np.n
     return group
 
 
-_SCALARS = operator.attrgetter(*_RECORD_FIELDS)
+_RECORD_STRUCT = pa.struct([HANDSHAKE_SCHEMA.field(name) for name in _RECORD_FIELDS])
 _DERIVED_COLUMNS = (*PERFORMANCE_PARAMETERS, "set_fingerprint", "order_signature", "order_fingerprint")
 _PERFORMANCE_IDS = frozenset(id_for(name) for name in PERFORMANCE_PARAMETERS)
 _IS_PERFORMANCE = _IdTable({i: 1 for i in _PERFORMANCE_IDS}, 0)
