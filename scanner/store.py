@@ -302,7 +302,7 @@ def records_to_arrow(scan_id: int, first_id: int, records: list[HandshakeRecord]
     values, texts = rows.values()
     parameters = pa.Table.from_arrays(
         [
-            pa.array(np.repeat(np.arange(first_id, first_id + count, dtype=np.int64), rows.lengths)),
+            pa.array(rows.records + first_id),
             pa.array(rows.positions.astype(np.int32)),
             pa.array(rows.ids),
             values,
@@ -316,9 +316,8 @@ def records_to_arrow(scan_id: int, first_id: int, records: list[HandshakeRecord]
     representatives = np.unique(group[group >= 0])
     derived = [_derived(*_derivation_key(decoded[r].parameters)) for r in representatives]  # type: ignore[union-attr]
     take = pa.array(np.searchsorted(representatives, group).astype(np.int32), mask=group < 0)
-    for position, name in enumerate(_DERIVED_COLUMNS):
-        column = pa.array([row[position] for row in derived], HANDSHAKE_SCHEMA.field(name).type)
-        columns[name] = column.take(take)
+    distinct = pa.Table.from_pylist([dict(zip(_DERIVED_COLUMNS, row)) for row in derived], _DERIVED_SCHEMA)
+    columns.update(zip(_DERIVED_COLUMNS, distinct.take(take).columns))
     return pa.Table.from_pydict(columns, schema=HANDSHAKE_SCHEMA), parameters
 
 
@@ -472,14 +471,14 @@ def _group_records(decoded: list, long_form: _ParameterRows, integers: np.ndarra
     # The twelve's values matter; without findings they are integers or the flag's True (-1 here).
     keys[:, 1] = np.where(_IS_PERFORMANCE.lookup(ids).astype(bool), integers, -2)
     offsets = np.append(long_form.starts, len(ids)) * keys.itemsize * 2
+    # Null for the records left out: dictionary encoding gives them no code.
+    valid = pa.py_buffer(np.packbits(long_form.clean, bitorder="little"))
     per_record = pa.Array.from_buffers(
-        pa.binary(), len(decoded), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(keys)]
+        pa.binary(), len(decoded), [valid, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(keys)]
     )
-    clean = np.flatnonzero(long_form.clean)
-    codes = per_record.take(pa.array(clean)).dictionary_encode().indices.to_numpy()
-    _, first = np.unique(codes, return_index=True)
-    group = np.full(len(decoded), -1, np.int64)
-    group[clean] = clean[first[codes]]
+    codes = per_record.dictionary_encode().indices.fill_null(-1).to_numpy()
+    found, first = np.unique(codes, return_index=True)
+    group = np.where(codes >= 0, first[np.searchsorted(found, codes)], -1)
     leftover = [r for r in np.flatnonzero(~long_form.clean).tolist() if decoded[r] is not None]
     return _group_exactly(decoded, leftover, group)
 
@@ -494,6 +493,7 @@ def _group_exactly(decoded: list, records: list[int], group: np.ndarray) -> np.n
 
 _RECORD_STRUCT = pa.struct([HANDSHAKE_SCHEMA.field(name) for name in _RECORD_FIELDS])
 _DERIVED_COLUMNS = (*PERFORMANCE_PARAMETERS, "set_fingerprint", "order_signature", "order_fingerprint")
+_DERIVED_SCHEMA = pa.schema([HANDSHAKE_SCHEMA.field(name) for name in _DERIVED_COLUMNS])
 _PERFORMANCE_IDS = frozenset(id_for(name) for name in PERFORMANCE_PARAMETERS)
 _IS_PERFORMANCE = _IdTable({i: 1 for i in _PERFORMANCE_IDS}, 0)
 # How _ParameterRows stores a value of each type; ids outside the registry are opaque bytes (spec_for).
