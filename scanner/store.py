@@ -21,6 +21,7 @@ import contextlib
 import datetime as dt
 import gc
 import json
+import operator
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -289,8 +290,7 @@ def records_to_arrow(scan_id: int, first_id: int, records: list[HandshakeRecord]
     operations on the long form.
     """
     count = len(records)
-    # pyarrow reads the record fields straight from each record's __dict__ (the rest it ignores).
-    columns: dict[str, Any] = dict(zip(_RECORD_FIELDS, pa.array(list(map(vars, records)), _RECORD_STRUCT).flatten()))
+    columns: dict[str, Any] = dict(zip(_RECORD_FIELDS, zip(*map(_SCALARS, records))))
     columns["scan_id"] = pa.repeat(pa.scalar(scan_id, pa.int32()), count)  # type: ignore[attr-defined]
     columns["handshake_id"] = np.arange(first_id, first_id + count, dtype=np.int64)
     columns["certificates"] = _certificate_column(records)
@@ -491,7 +491,7 @@ def _group_exactly(decoded: list, records: list[int], group: np.ndarray) -> np.n
     return group
 
 
-_RECORD_STRUCT = pa.struct([HANDSHAKE_SCHEMA.field(name) for name in _RECORD_FIELDS])
+_SCALARS = operator.attrgetter(*_RECORD_FIELDS)
 _DERIVED_COLUMNS = (*PERFORMANCE_PARAMETERS, "set_fingerprint", "order_signature", "order_fingerprint")
 _DERIVED_SCHEMA = pa.schema([HANDSHAKE_SCHEMA.field(name) for name in _DERIVED_COLUMNS])
 _PERFORMANCE_IDS = frozenset(id_for(name) for name in PERFORMANCE_PARAMETERS)
