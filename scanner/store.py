@@ -456,7 +456,7 @@ def _derivation_key(parameters: tuple[TransportParameter, ...]) -> tuple[tuple, 
 
 
 def _group_records(decoded: list, long_form: _ParameterRows, integers: np.ndarray) -> np.ndarray:
-    """Per record, the index of the first record with the same derivation key; -1 without parameters.
+    """Per record, the index of the first record with the same derivation key; -1 without an extension.
 
     The key of a record without findings is the sequence of (id with GREASE
     normalised, value if one of the twelve) over its long-form rows: written
