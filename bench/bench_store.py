@@ -1,8 +1,12 @@
 """Store speed: 1,000,000 synthetic handshake records written in batches, then the report.
 
-Goal (issue 3): write < 20 s, report < 2 s. Baseline printed in the same run:
-the same records inserted with executemany of plain rows (row-by-row, what
-the store avoids), on a 20,000-record sample, extrapolated.
+Goal (issue 3): write < 20 s, report < 2 s; (issue 12) the write at most 1.2x
+DuckDB's own ingest of the same rows as ready Arrow tables, measured right
+after it on all the records. Both are given in wall and in CPU seconds (all
+threads of this process): on a machine shared with other work the wall
+ratio moves with the load, the CPU ratio much less. Baseline printed in
+the same run: the same records inserted with executemany of plain rows
+(row-by-row, what the store avoids), on a 20,000-record sample, extrapolated.
 """
 
 from __future__ import annotations
@@ -89,30 +93,31 @@ def main() -> None:
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.duckdb"
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         with ScanStore.open(path) as store:
             scan_id = store.begin_scan("bench", {})
             for offset in range(0, TOTAL, BATCH):
                 store.append_records(scan_id, records[offset : offset + BATCH])
-        write_s = time.perf_counter() - start
+        write_s, write_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         start = time.perf_counter()
         report = build_report(path, top=10)
         report_s = time.perf_counter() - start
         assert report.summary["reached"][0] == TOTAL
 
         # Floor: DuckDB's own ingest of the same rows as ready Arrow tables (the conversion
-        # done beforehand, untimed), one transaction a batch, on a sample, extrapolated.
-        sample = records[: min(TOTAL, 100_000)]
+        # done beforehand, untimed), one transaction a batch, all of them: a sample
+        # extrapolated took a second or two, which a moment of load skewed tenfold.
         tables = []
-        for offset in range(0, len(sample), BATCH):
-            handshakes, parameters = records_to_arrow(1, offset + 1, sample[offset : offset + BATCH])
+        for offset in range(0, TOTAL, BATCH):
+            handshakes, parameters = records_to_arrow(1, offset + 1, records[offset : offset + BATCH])
             tables.append({"handshakes": handshakes, "handshake_parameters": parameters})
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         with ScanStore.open(Path(tmp) / "arrow.duckdb") as store:
             for batch in tables:
                 store.append(batch)
-        arrow_s = (time.perf_counter() - start) * TOTAL / len(sample)
+        arrow_s, arrow_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         del tables
+        load_end = os.getloadavg()[0]
 
         # Baseline: row-by-row inserts of only the handshakes' scalar columns.
         sample = records[:20_000]
@@ -123,11 +128,13 @@ def main() -> None:
         row_s = (time.perf_counter() - start) * TOTAL / len(sample)
         con.close()
     print(f"records: {TOTAL:,} ({TOTAL * len(records[0].decoded.parameters):,} parameter rows), batches of {BATCH:,}; "
-          f"load average at start {load:.1f} on {os.cpu_count()} cores")  # fmt: skip
-    print(f"store write:  {write_s:6.2f} s  ({TOTAL / write_s:,.0f} records/s)   goal < 20 s: {'PASS' if write_s < 20 else 'FAIL'}")
+          f"load average {load:.1f} at start, {load_end:.1f} after the floor, on {os.cpu_count()} cores")  # fmt: skip
+    print(f"store write:  {write_s:6.2f} s  ({TOTAL / write_s:,.0f} records/s), CPU {write_cpu:.1f} s   "
+          f"goal < 20 s: {'PASS' if write_s < 20 else 'FAIL'}")  # fmt: skip
     print(f"report:       {report_s:6.2f} s   goal < 2 s: {'PASS' if report_s < 2 else 'FAIL'}")
-    print(f"floor: DuckDB ingest of the same rows as ready Arrow (extrapolated from {min(TOTAL, 100_000):,}): "
-          f"{arrow_s:6.1f} s -> the store takes {write_s / arrow_s:.2f}x DuckDB's own ingest time")  # fmt: skip
+    ratio = write_s / arrow_s
+    print(f"floor: DuckDB ingest of the same rows as ready Arrow: {arrow_s:6.2f} s, CPU {arrow_cpu:.1f} s -> the store takes "
+          f"{ratio:.2f}x DuckDB's own ingest time ({write_cpu / arrow_cpu:.2f}x its CPU)   goal <= 1.2x: {'PASS' if ratio <= 1.2 else 'FAIL'}")  # fmt: skip
     print(f"baseline row-by-row executemany (5 columns only, extrapolated): {row_s:6.1f} s -> batch store is {row_s / write_s:.1f}x faster")
 
 

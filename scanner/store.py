@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from tparams.codec import DecodedParameters, PreferredAddress, TransportParameter, VersionInformation
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet, order_fingerprint, order_signature
-from tparams.registry import REGISTERED_GREASE_FORM, REGISTRY, id_for, is_grease, spec_for
+from tparams.registry import REGISTERED_GREASE_FORM, REGISTRY, ParamType, id_for, is_grease, spec_for
 
 from scanner.engine import HandshakeRecord
 from scanner.targets import Target
@@ -263,9 +263,10 @@ class ScanStore:
             handshakes, parameters = records_to_arrow(scan_id, first_id, records)
         self._drain()
         names = self.parameter_names(parameters.column("param_id"))
-        self._pending = self._writer.submit(
-            self._write, {"handshakes": handshakes, "handshake_parameters": parameters, "parameter_names": names}
-        )
+        tables = {"handshakes": handshakes, "handshake_parameters": parameters}
+        if names.num_rows:
+            tables["parameter_names"] = names
+        self._pending = self._writer.submit(self._write, tables)
         self._next_handshake_id = first_id + len(records)
         return len(records)
 
@@ -286,52 +287,169 @@ def _pause_gc() -> Iterator[None]:
 def records_to_arrow(scan_id: int, first_id: int, records: list[HandshakeRecord]) -> tuple[pa.Table, pa.Table]:
     """The ``handshakes`` and ``handshake_parameters`` rows of a batch.
 
-    Every column is built as one list or array over the batch. What repeats
+    Every column is built as one list or array over the batch, and no Python
+    object is touched per parameter: the long form is framed again from the
+    extension bytes with array operations (``_ParameterRows``). What repeats
     across records is computed once per distinct value and gathered with
-    Arrow ``take``: the certificate structs, and the derived set/order
-    columns, whose records are grouped with array operations on the long
-    form (a Python key per record was half the conversion time).
+    Arrow ``take``: the certificate structs, structured parameter values, and
+    the derived set/order columns, whose records are grouped with array
+    operations on the long form.
     """
     count = len(records)
     columns: dict[str, Any] = dict(zip(_RECORD_FIELDS, zip(*map(_SCALARS, records))))
     columns["scan_id"] = pa.repeat(pa.scalar(scan_id, pa.int32()), count)  # type: ignore[attr-defined]
-    columns["handshake_id"] = pa.array(range(first_id, first_id + count), pa.int64())
+    columns["handshake_id"] = np.arange(first_id, first_id + count, dtype=np.int64)
     columns["certificates"] = _certificate_column(records)
     decoded = [r.decoded for r in records]
     columns["findings"] = [
         None if d is None else [f._asdict() for f in d.findings] if d.findings else [] for d in decoded
     ]
-    lengths = np.array([0 if d is None else len(d.parameters) for d in decoded], np.int64)
-    flat = [p for d in decoded if d is not None for p in d.parameters]
-    if flat:
-        # TransportParameter is a NamedTuple: one transposition yields every column.
-        _positions, param_ids, _names, raws, values = zip(*flat)
-    else:
-        param_ids = raws = values = ()
-    ids = np.array(param_ids, np.int64)
-    integers = pa.array([v if type(v) is int else None for v in values], pa.int64())
-    starts = np.cumsum(lengths) - lengths
-    positions = np.arange(len(ids), dtype=np.int64) - np.repeat(starts, lengths)  # wire position in its record
+    rows = _ParameterRows(decoded)
+    values, texts = rows.values()
     parameters = pa.Table.from_arrays(
         [
-            pa.array(np.repeat(np.arange(first_id, first_id + count, dtype=np.int64), lengths)),
-            pa.array(positions.astype(np.int32)),
-            pa.array(ids),
-            integers,
-            pa.array([None if type(v) in _TEXTLESS else value_text(v) for v in values], pa.string()),
-            pa.array(raws, pa.binary()),
+            pa.array(rows.records + first_id),
+            pa.array(rows.positions.astype(np.int32)),
+            pa.array(rows.ids),
+            values,
+            texts,
+            rows.raw,
         ],
         schema=PARAMETER_SCHEMA,
     )
     # Derived columns: one row per distinct (twelve, order), gathered by each record's group.
-    group = _group_records(decoded, lengths, starts, positions, ids, integers.fill_null(-1).to_numpy())
+    group = _group_records(decoded, rows, values.fill_null(-1).to_numpy())
     representatives = np.unique(group[group >= 0])
     derived = [_derived(*_derivation_key(decoded[r].parameters)) for r in representatives]  # type: ignore[union-attr]
     take = pa.array(np.searchsorted(representatives, group).astype(np.int32), mask=group < 0)
-    for position, name in enumerate(_DERIVED_COLUMNS):
-        column = pa.array([row[position] for row in derived], HANDSHAKE_SCHEMA.field(name).type)
-        columns[name] = column.take(take)
+    distinct = pa.Table.from_pylist([dict(zip(_DERIVED_COLUMNS, row)) for row in derived], _DERIVED_SCHEMA)
+    columns.update(zip(_DERIVED_COLUMNS, distinct.take(take).columns))
     return pa.Table.from_pydict(columns, schema=HANDSHAKE_SCHEMA), parameters
+
+
+class _ParameterRows:
+    """Every parameter of a batch as long-form rows, without a Python object per row.
+
+    The codec has framed each extension already and kept its parameters up to
+    where framing broke off, so the id and length varints can be read again
+    from ``DecodedParameters.raw``: position by position, across all records
+    of the batch at once. A value is then decoded from its bytes by its
+    registered type: in an extension without findings every varint is one
+    whole varint and every flag is empty. Structured values
+    (version_information, preferred_address) are shown by ``value_text`` once
+    per distinct bytes; records with findings take their values from the
+    decoded parameters themselves, as the codec left them.
+    """
+
+    def __init__(self, decoded: list[DecodedParameters | None]):
+        self.decoded = decoded
+        extensions = [b"" if d is None else d.raw for d in decoded]
+        self.lengths = np.array([0 if d is None else len(d.parameters) for d in decoded], np.int64)
+        self.clean = np.array([d is not None and not d.findings for d in decoded], bool)
+        self.starts = np.cumsum(self.lengths) - self.lengths  # first row of each record
+        total = int(self.lengths.sum())
+        self.records = np.repeat(np.arange(len(decoded)), self.lengths)  # the record of each row
+        self.positions = np.arange(total, dtype=np.int64) - self.starts[self.records]  # wire position
+        data = b"".join(extensions)
+        # Every offset's next eight bytes (zero-padded): a varint is read from the window at its offset.
+        self._windows = np.lib.stride_tricks.sliding_window_view(np.frombuffer(data + bytes(8), np.uint8), 8)
+        sizes = np.fromiter(map(len, extensions), np.int64, len(extensions))
+        self.ids = np.empty(total, np.int64)
+        self._value_at = np.empty(total, np.int64)
+        value_ends = np.empty(total, np.int64)
+        cursor = np.cumsum(sizes) - sizes
+        pending = np.flatnonzero(self.lengths)
+        for position in range(int(self.lengths.max(initial=0))):
+            pending = pending[self.lengths[pending] > position]
+            at = cursor[pending]
+            param_id, id_size = _read_varints(self._windows, at)
+            value_size, length_size = _read_varints(self._windows, at + id_size)
+            rows = self.starts[pending] + position
+            self.ids[rows] = param_id
+            self._value_at[rows] = value_at = at + id_size + length_size
+            cursor[pending] = value_ends[rows] = value_at + value_size
+        # The bytes cut at every value's start and end: values alternate with what lies
+        # between them (headers, unframed tails), and Arrow's take keeps the values.
+        cuts = np.empty(2 * total, np.int32)
+        cuts[0::2], cuts[1::2] = self._value_at, value_ends
+        segments = pa.Array.from_buffers(pa.binary(), max(2 * total - 1, 0), [None, pa.py_buffer(cuts), pa.py_buffer(data)])
+        self.raw = segments.take(pa.array(np.arange(0, 2 * total, 2, dtype=np.int32)))
+
+    def values(self) -> tuple[pa.Array, pa.Array]:
+        """The ``value`` and ``value_text`` columns."""
+        total = len(self.ids)
+        clean_row = np.repeat(self.clean, self.lengths)
+        kinds = _VALUE_KINDS.lookup(self.ids)
+        values = np.zeros(total, np.int64)
+        has_value = clean_row & (kinds == _VARINT)
+        values[has_value] = _read_varints(self._windows, self._value_at[has_value])[0]
+        texts = ["true"]
+        text_of = np.full(total, -1, np.int32)
+        text_of[clean_row & (kinds == _FLAG)] = 0
+        structured = np.flatnonzero(clean_row & (kinds == _STRUCTURED))
+        for param_id in np.unique(self.ids[structured]).tolist():
+            rows = structured[self.ids[structured] == param_id]
+            distinct = self.raw.take(pa.array(rows)).dictionary_encode()
+            codes = distinct.indices.to_numpy()
+            _, first = np.unique(codes, return_index=True)
+            text_of[rows] = codes + len(texts)
+            texts += [value_text(self._parameter(rows[f]).value) for f in first.tolist()]
+        for record in np.flatnonzero(~self.clean & (self.lengths > 0)).tolist():
+            for parameter in self.decoded[record].parameters:  # type: ignore[union-attr]
+                row = self.starts[record] + parameter.position
+                value = parameter.value
+                if type(value) is int:
+                    values[row], has_value[row] = value, True
+                elif type(value) not in _TEXTLESS:
+                    text_of[row] = len(texts)
+                    texts.append(value_text(value))
+        return (
+            pa.array(values, mask=~has_value),
+            pa.array(texts, pa.string()).take(pa.array(text_of, mask=text_of < 0)),
+        )
+
+    def _parameter(self, row: int) -> TransportParameter:
+        record = self.records[row]
+        return self.decoded[record].parameters[row - self.starts[record]]  # type: ignore[union-attr]
+
+
+def _read_varints(windows: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The QUIC varints (RFC 9000 16) at offsets ``at``: values and sizes in bytes."""
+    first = windows[at, 0]
+    if not (first >> 6).any():  # all of one byte, as most ids and lengths are
+        return first.astype(np.int64), np.ones(len(at), np.int64)
+    window = windows[at]
+    prefix = first >> 6  # the size class: 1, 2, 4 or 8 bytes
+    values = window.view(">u8").ravel().astype(np.uint64)
+    np.right_shift(values, _VARINT_SHIFTS[prefix], out=values)
+    np.bitwise_and(values, _VARINT_MASKS[prefix], out=values)
+    return values.view(np.int64), _VARINT_SIZES[prefix]
+
+
+_VARINT_SIZES = np.array([1, 2, 4, 8], np.int64)
+_VARINT_SHIFTS = np.array([56, 48, 32, 0], np.uint64)  # the varint's bytes out of an 8-byte window
+_VARINT_MASKS = np.array([(1 << 6) - 1, (1 << 14) - 1, (1 << 30) - 1, (1 << 62) - 1], np.uint64)
+
+
+class _IdTable:
+    """A small-integer property of parameter ids, looked up for whole arrays of ids:
+    directly for the low ids most parameters have, by search for the rest."""
+
+    def __init__(self, properties: Mapping[int, int], default: int):
+        self._dense = np.full(64, default, np.int8)
+        low = {i: p for i, p in properties.items() if i < 64}
+        self._dense[list(low)] = list(low.values())
+        high = sorted((i, p) for i, p in properties.items() if i >= 64)
+        self._high_ids = np.array([i for i, _ in high] + [-1], np.int64)  # -1: a sentinel no id matches
+        self._high = np.array([p for _, p in high] + [default], np.int8)
+        self._default = default
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        found = self._dense[np.minimum(ids, 63)]
+        high = np.flatnonzero(ids >= 64)
+        index = np.minimum(np.searchsorted(self._high_ids[:-1], ids[high]), len(self._high_ids) - 1)
+        found[high] = np.where(self._high_ids[index] == ids[high], self._high[index], self._default)
+        return found
 
 
 def _derivation_key(parameters: tuple[TransportParameter, ...]) -> tuple[tuple, tuple]:
@@ -343,50 +461,36 @@ def _derivation_key(parameters: tuple[TransportParameter, ...]) -> tuple[tuple, 
     )
 
 
-def _group_records(
-    decoded: list, lengths: np.ndarray, starts: np.ndarray, positions: np.ndarray, ids: np.ndarray, integers: np.ndarray
-) -> np.ndarray:
-    """Per record, the index of the first record with the same derivation key; -1 without parameters.
+def _group_records(decoded: list, long_form: _ParameterRows, integers: np.ndarray) -> np.ndarray:
+    """Per record, the index of the first record with the same derivation key; -1 without an extension.
 
-    The key of a record is the sequence of (id with GREASE normalised, value
-    if one of the twelve) over its long-form rows. Records are hashed by
-    that sequence with array operations, then every row is compared with the
-    same row of its group's first record, so a hash collision only sends the
-    records concerned through the exact Python key. So do records with
-    findings (a value that did not decode is None, which ``integers`` cannot
-    tell from a flag) and empty extensions.
+    The key of a record without findings is the sequence of (id with GREASE
+    normalised, value if one of the twelve) over its long-form rows: written
+    as 16 bytes a row, one binary value a record, it is grouped exactly by
+    Arrow's dictionary encoding. Records with findings take the Python key
+    (a value that did not decode is None, which ``integers`` cannot tell
+    from a flag).
     """
-    count = len(lengths)
-    group = np.full(count, -1, np.int64)
-    clean = np.array([d is not None and not d.findings for d in decoded], bool) & (lengths > 0)
-    rows = np.flatnonzero(clean)
-    if len(rows):
-        normalised = np.where(_grease_mask(ids), _GREASE, ids)
-        # The twelve's values matter; without findings they are integers or the flag's True (-1 here).
-        relevant = np.where(np.isin(normalised, _PERFORMANCE_ID_ARRAY), integers, -2)
-        with np.errstate(over="ignore"):
-            mixed = (normalised.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-                     + relevant.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
-                     + positions.astype(np.uint64) * np.uint64(0x165667B19E3779F9))  # fmt: skip
-            mixed ^= mixed >> np.uint64(31)
-            mixed *= np.uint64(0xBF58476D1CE4E5B9)
-            mixed ^= mixed >> np.uint64(29)
-            hashes = np.add.reduceat(mixed, starts[rows]) + lengths[rows].astype(np.uint64) * np.uint64(0x94D049BB133111EB)
-        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-        group[rows] = rows[first[inverse]]
-        # Exactness: same length, and every row equal to the same row of the group's first record.
-        row_record = np.repeat(np.arange(count), lengths)
-        checked = clean[row_record] & (lengths[row_record] == lengths[group[row_record]])
-        counterpart = np.where(checked, starts[group[row_record]] + positions, np.arange(len(ids)))
-        equal = (normalised == normalised[counterpart]) & (relevant == relevant[counterpart])
-        group[np.unique(row_record[~(equal & checked) & clean[row_record]])] = -1
-    leftover = [r for r in np.flatnonzero(group < 0).tolist() if decoded[r] is not None]
+    ids = long_form.ids
+    keys = np.empty((len(ids), 2), np.int64)
+    keys[:, 0] = np.where(_grease_mask(ids), _GREASE, ids)
+    # The twelve's values matter; without findings they are integers or the flag's True (-1 here).
+    keys[:, 1] = np.where(_IS_PERFORMANCE.lookup(ids).astype(bool), integers, -2)
+    offsets = np.append(long_form.starts, len(ids)) * keys.itemsize * 2
+    # Null for the records left out: dictionary encoding gives them no code.
+    valid = pa.py_buffer(np.packbits(long_form.clean, bitorder="little"))
+    per_record = pa.Array.from_buffers(
+        pa.binary(), len(decoded), [valid, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(keys)]
+    )
+    codes = per_record.dictionary_encode().indices.fill_null(-1).to_numpy()
+    found, first = np.unique(codes, return_index=True)
+    group = np.where(codes >= 0, first[np.searchsorted(found, codes)], -1)
+    leftover = [r for r in np.flatnonzero(~long_form.clean).tolist() if decoded[r] is not None]
     return _group_exactly(decoded, leftover, group)
 
 
 def _group_exactly(decoded: list, records: list[int], group: np.ndarray) -> np.ndarray:
-    """The exact Python key for the few records the array path leaves: empty
-    extensions and hash collisions."""
+    """The exact Python key for the few records with findings."""
     first: dict[tuple, int] = {}
     for record in records:
         group[record] = first.setdefault(_derivation_key(decoded[record].parameters), record)
@@ -395,8 +499,18 @@ def _group_exactly(decoded: list, records: list[int], group: np.ndarray) -> np.n
 
 _SCALARS = operator.attrgetter(*_RECORD_FIELDS)
 _DERIVED_COLUMNS = (*PERFORMANCE_PARAMETERS, "set_fingerprint", "order_signature", "order_fingerprint")
+_DERIVED_SCHEMA = pa.schema([HANDSHAKE_SCHEMA.field(name) for name in _DERIVED_COLUMNS])
 _PERFORMANCE_IDS = frozenset(id_for(name) for name in PERFORMANCE_PARAMETERS)
-_PERFORMANCE_ID_ARRAY = np.array(sorted(_PERFORMANCE_IDS), np.int64)
+_IS_PERFORMANCE = _IdTable({i: 1 for i in _PERFORMANCE_IDS}, 0)
+# How _ParameterRows stores a value of each type; ids outside the registry are opaque bytes (spec_for).
+_VARINT, _FLAG, _STRUCTURED, _OTHER = range(4)
+_TYPE_KINDS = {
+    ParamType.VARINT: _VARINT,
+    ParamType.FLAG: _FLAG,
+    ParamType.PREFERRED_ADDRESS: _STRUCTURED,
+    ParamType.VERSION_INFORMATION: _STRUCTURED,
+}
+_VALUE_KINDS = _IdTable({i: _TYPE_KINDS.get(spec.type, _OTHER) for i, spec in REGISTRY.items()}, _OTHER)
 
 
 _GREASE = 27  # GREASE ids are 31 * N + 27 (RFC 9000 18.1); the first stands for all

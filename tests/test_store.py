@@ -226,3 +226,49 @@ def test_derived_columns_equal_each_records_own_computation(tmp_path: Path):
         params = ParamSet.from_decoded(rec.decoded)
         assert row == (*params.as_sent().values(), params.fingerprint(), order_signature(rec.decoded.ids), order_fingerprint(rec.decoded.ids))
     assert len({row[-3] for row in rows if row[-3]}) >= len(sets)
+
+
+def test_long_form_rows_equal_each_parameter_as_decoded(tmp_path: Path):
+    # The store reads the long form back from the extension bytes with array operations;
+    # every row must still be the parameter the codec decoded. Clean extensions carry every
+    # value type and varint size here (they take the array path), beside records with
+    # findings (their decoded values), empty extensions and handshakes without any.
+    import random
+
+    from scanner.store import value_text
+
+    rng = random.Random(11)
+    preferred_address = bytes(4) + b"\x01\xbb" + bytes(16) + b"\x01\xbb" + b"\x04" + rng.randbytes(4) + rng.randbytes(16)
+    clean = [
+        (0x0F, b""), (0x00, rng.randbytes(20)), (0x02, rng.randbytes(16)), (0x0C, b""), (0x0D, preferred_address),
+        (0x11, bytes.fromhex("00000001" "00000001" "6b3343cf")), (0xFF73DB, bytes.fromhex("00000001")),
+        (0x03, b"\x44\xd0"), (0x05, b"\x80\x01\x00\x00"), (0x07, b"\xc0\x00\x00\x00\x40\x00\x00\x00"), (0x08, b"\x03"),
+        (0xFF02DE1A, b"\x43\xe8"), (0x3127, b"\x01\x02"), (0x3FFFFFFFFFFFFFFF, rng.randbytes(70)),
+    ]  # fmt: skip
+    broken = [(0x01, b"\xff"), (0x0C, b"\x01"), (0x03, b"\x10"), (0x11, b"\x01\x02\x03")]
+    records = []
+    for i in range(300):
+        extra = rng.sample(clean, rng.randrange(len(clean))) + [(27 + 31 * rng.randrange(1 << 40), rng.randbytes(rng.randrange(3)))]
+        if i % 10 == 3:
+            extra.append(rng.choice(broken))
+        rec = record(f"192.0.2.{i % 250}", ParamSet(), extra=extra)
+        if i % 25 == 7:  # framing broke off: a truncated tail
+            raw = rec.transport_parameters_raw[: -rng.randrange(1, 4)]
+            rec.transport_parameters_raw, rec.decoded = raw, decode_transport_parameters(raw, "server")
+        records.append(rec)
+    records.insert(5, record("192.0.2.251", None, status=TIMEOUT))
+    empty = record("192.0.2.252", ParamSet())
+    empty.transport_parameters_raw, empty.decoded = b"", decode_transport_parameters(b"", "server")
+    records.insert(9, empty)
+    assert sum(1 for r in records if r.decoded is not None and r.decoded.findings) >= 30
+    with ScanStore.open(tmp_path / "s.duckdb") as store:
+        store.append_records(store.begin_scan("targets", {}), records)
+        rows = store.con.execute(
+            "SELECT handshake_id, position, param_id, value, value_text, raw FROM handshake_parameters ORDER BY handshake_id, position"
+        ).fetchall()
+    expected = [
+        (handshake_id, p.position, p.id, p.value if type(p.value) is int else None, value_text(p.value), p.raw)
+        for handshake_id, rec in enumerate(records, start=1) if rec.decoded is not None for p in rec.decoded.parameters
+    ]  # fmt: skip
+    assert rows == expected
+    assert {type(p.value) for rec in records if rec.decoded for p in rec.decoded.parameters} >= {int, bool, bytes, type(None)}
