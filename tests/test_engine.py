@@ -3,6 +3,7 @@ lab's own configuration and against tshark's decoding of the same handshakes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -180,6 +181,22 @@ def test_invalid_alpn_is_a_tls_alert(lab: Lab, tmp_path: Path):
     assert (frame_type, phrase, retry_token_length) == (0, "", None)
 
 
+def committed_handshakes(scan: Path, workdir: Path) -> int:
+    """Handshakes committed to ``scan`` so far, read while its writer holds the file's lock
+    (which refuses even read-only connections): a copy of the file and its WAL is counted."""
+    workdir.mkdir(exist_ok=True)
+    for source in (scan, scan.with_name(scan.name + ".wal")):
+        target = workdir / source.name
+        target.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            shutil.copyfile(source, target)
+    try:
+        with duckdb.connect(str(workdir / scan.name), read_only=True) as con:
+            return con.execute("SELECT count(*) FROM handshakes").fetchall()[0][0]
+    except duckdb.Error:  # not created yet, no table yet, or copied mid-write: nothing counted
+        return 0
+
+
 def test_resume_after_kill_completes_without_duplicates(lab: Lab, tmp_path: Path):
     # Lab servers plus silent addresses (timeouts) so the scan runs long enough to be killed mid-way.
     silent = [f"198.18.1.{host},{port}" for host in range(241, 255) for port in range(1000, 1004)]
@@ -189,7 +206,13 @@ def test_resume_after_kill_completes_without_duplicates(lab: Lab, tmp_path: Path
     out = tmp_path / "scan.duckdb"
     argv = [QSCAN, "targets", str(targets), "--out", str(out), "--rate", "20", "--timeout", "1", "-q"]
     process = subprocess.Popen(["ip", "netns", "exec", lab.client_ns, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(3.0)
+    # Killed once its first batch is committed, not after a fixed time: qscan alone takes seconds
+    # to start on a loaded machine.
+    deadline = time.monotonic() + 60
+    while committed_handshakes(out, tmp_path / "copy") == 0:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "qscan committed no handshakes within 60 s"
+        time.sleep(0.05)
     os.kill(process.pid, signal.SIGKILL)  # ip netns exec execs qscan: this is the scanner itself
     process.wait()
     con = duckdb.connect(str(out), read_only=True)
