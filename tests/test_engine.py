@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from scanner.capture.frontend import wait_until_capturing
 from scanner.scan import scan_into
 from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, ScanSettings
 from lab import Lab
@@ -54,13 +55,14 @@ def lab_scan(lab: Lab, tmp_path_factory: pytest.TempPathFactory):
     if shutil.which("tshark") is None:
         pytest.skip("tshark is not installed")
     tmp = tmp_path_factory.mktemp("engine")
-    pcap, keylog, out = tmp / "scan.pcapng", tmp / "keys.log", tmp / "scan.duckdb"
-    capture = subprocess.Popen(
-        ["ip", "netns", "exec", lab.client_ns, "tshark", "-q", "-i", client_interface(lab), "-f", "udp", "-w", str(pcap)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    pcap, keylog, out, log = tmp / "scan.pcapng", tmp / "keys.log", tmp / "scan.duckdb", tmp / "tshark.log"
+    with open(log, "wb") as log_file:
+        capture = subprocess.Popen(
+            ["ip", "netns", "exec", lab.client_ns, "tshark", "-q", "-i", client_interface(lab), "-f", "udp", "-w", str(pcap)],
+            stdout=log_file, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     try:
-        time.sleep(1.5)  # tshark needs a moment before it captures
+        wait_until_capturing(capture, log)
         with lab.in_client():
             outcome = scan_into(out, lab_targets(lab), ScanSettings(timeout=3.0, keylog_file=str(keylog)))
         time.sleep(0.5)

@@ -25,6 +25,7 @@ from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
 from replay.stacks.lsquic import STACK as LSQUIC
 from scanner.capture.extract import read_capture
+from scanner.capture.frontend import wait_until_capturing
 from tparams.paramset import ParamSet
 
 # Both sides ask for values no stack sends by default, so a value on the wire can only have come
@@ -66,12 +67,7 @@ def _captured(ns: str, pcap: Path, log: Path):
     tshark = netns.start_process(ns, ["tshark", "-i", "any", "-q", "-w", str(pcap), "-f", "udp and udp[8] & 0x80 != 0"],
                                  log)
     try:
-        deadline = time.monotonic() + 20
-        # tshark says "Capturing on" before its dumpcap has opened the interface; dumpcap's own
-        # "Capture started" comes a few hundred ms later, and only packets after it are kept.
-        while "Capture started" not in log.read_text(errors="replace"):
-            assert time.monotonic() < deadline and tshark.poll() is None, log.read_text(errors="replace")
-            time.sleep(0.05)
+        wait_until_capturing(tshark, log)
         yield
         time.sleep(0.2)  # the last packets reach the capture file
     finally:
