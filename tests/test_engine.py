@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from capturing import wait_until_in_capture
 from scanner.capture.frontend import wait_until_capturing
 from scanner.scan import scan_into
 from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, ScanSettings
@@ -65,7 +66,7 @@ def lab_scan(lab: Lab, tmp_path_factory: pytest.TempPathFactory):
         wait_until_capturing(capture, log)
         with lab.in_client():
             outcome = scan_into(out, lab_targets(lab), ScanSettings(timeout=3.0, keylog_file=str(keylog)))
-        time.sleep(0.5)
+            wait_until_in_capture(pcap, lab.servers[0].ip)
     finally:
         capture.send_signal(signal.SIGINT)
         capture.wait(timeout=10)

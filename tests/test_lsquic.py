@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from capturing import wait_until_in_capture
 from lab import netns
 from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, open_path, run_experiment, run_once
@@ -69,7 +69,8 @@ def _captured(ns: str, pcap: Path, log: Path):
     try:
         wait_until_capturing(tshark, log)
         yield
-        time.sleep(0.2)  # the last packets reach the capture file
+        with netns.in_namespace(ns):
+            wait_until_in_capture(pcap, "127.0.0.1")
     finally:
         netns.stop_process(tshark.pid)
 
