@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scanner.capture.extract import CaptureResult, read_capture
-from scanner.capture.frontend import tshark_path
+from scanner.capture.frontend import tshark_path, wait_until_capturing
 from lab.certs import write_certificate
 from lab.netns import teardown_on_signals
 from tparams.errors import ToolError
@@ -248,16 +248,7 @@ def _end_group(process: subprocess.Popen, first_signal: int) -> None:
 
 def _start_tshark(start: Starter, port: int, capture_file: Path, log: Path) -> None:
     tshark = start([tshark_path(), "-i", "lo", "-f", f"udp port {port}", "-w", str(capture_file)], log)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if tshark.poll() is not None:
-            raise ToolError(f"tshark could not capture on lo: {log.read_text(errors='replace').strip()[-300:]}")
-        # tshark says "Capturing on" before its dumpcap keeps packets; only what comes after
-        # dumpcap's "Capture started" is in the file.
-        if b"Capture started" in log.read_bytes():
-            return
-        time.sleep(0.1)
-    raise ToolError("tshark did not start capturing on lo within 15 s")
+    wait_until_capturing(tshark, log)
 
 
 def _wait_for_hello(browser: subprocess.Popen, capture_file: Path, port: int, timeout: float) -> None:

@@ -3,6 +3,7 @@ lab's own configuration and against tshark's decoding of the same handshakes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -14,6 +15,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from capturing import wait_until_in_capture
+from scanner.capture.frontend import wait_until_capturing
 from scanner.scan import scan_into
 from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, ScanSettings
 from lab import Lab
@@ -53,16 +56,17 @@ def lab_scan(lab: Lab, tmp_path_factory: pytest.TempPathFactory):
     if shutil.which("tshark") is None:
         pytest.skip("tshark is not installed")
     tmp = tmp_path_factory.mktemp("engine")
-    pcap, keylog, out = tmp / "scan.pcapng", tmp / "keys.log", tmp / "scan.duckdb"
-    capture = subprocess.Popen(
-        ["ip", "netns", "exec", lab.client_ns, "tshark", "-q", "-i", client_interface(lab), "-f", "udp", "-w", str(pcap)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    pcap, keylog, out, log = tmp / "scan.pcapng", tmp / "keys.log", tmp / "scan.duckdb", tmp / "tshark.log"
+    with open(log, "wb") as log_file:
+        capture = subprocess.Popen(
+            ["ip", "netns", "exec", lab.client_ns, "tshark", "-q", "-i", client_interface(lab), "-f", "udp", "-w", str(pcap)],
+            stdout=log_file, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     try:
-        time.sleep(1.5)  # tshark needs a moment before it captures
+        wait_until_capturing(capture, log)
         with lab.in_client():
             outcome = scan_into(out, lab_targets(lab), ScanSettings(timeout=3.0, keylog_file=str(keylog)))
-        time.sleep(0.5)
+            wait_until_in_capture(pcap, lab.servers[0].ip)
     finally:
         capture.send_signal(signal.SIGINT)
         capture.wait(timeout=10)
@@ -180,6 +184,22 @@ def test_invalid_alpn_is_a_tls_alert(lab: Lab, tmp_path: Path):
     assert (frame_type, phrase, retry_token_length) == (0, "", None)
 
 
+def committed_handshakes(scan: Path, workdir: Path) -> int:
+    """Handshakes committed to ``scan`` so far, read while its writer holds the file's lock
+    (which refuses even read-only connections): a copy of the file and its WAL is counted."""
+    workdir.mkdir(exist_ok=True)
+    for source in (scan, scan.with_name(scan.name + ".wal")):
+        target = workdir / source.name
+        target.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            shutil.copyfile(source, target)
+    try:
+        with duckdb.connect(str(workdir / scan.name), read_only=True) as con:
+            return con.execute("SELECT count(*) FROM handshakes").fetchall()[0][0]
+    except duckdb.Error:  # not created yet, no table yet, or copied mid-write: nothing counted
+        return 0
+
+
 def test_resume_after_kill_completes_without_duplicates(lab: Lab, tmp_path: Path):
     # Lab servers plus silent addresses (timeouts) so the scan runs long enough to be killed mid-way.
     silent = [f"198.18.1.{host},{port}" for host in range(241, 255) for port in range(1000, 1004)]
@@ -189,7 +209,13 @@ def test_resume_after_kill_completes_without_duplicates(lab: Lab, tmp_path: Path
     out = tmp_path / "scan.duckdb"
     argv = [QSCAN, "targets", str(targets), "--out", str(out), "--rate", "20", "--timeout", "1", "-q"]
     process = subprocess.Popen(["ip", "netns", "exec", lab.client_ns, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(3.0)
+    # Killed once its first batch is committed, not after a fixed time: qscan alone takes seconds
+    # to start on a loaded machine.
+    deadline = time.monotonic() + 60
+    while committed_handshakes(out, tmp_path / "copy") == 0:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "qscan committed no handshakes within 60 s"
+        time.sleep(0.05)
     os.kill(process.pid, signal.SIGKILL)  # ip netns exec execs qscan: this is the scanner itself
     process.wait()
     con = duckdb.connect(str(out), read_only=True)

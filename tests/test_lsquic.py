@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from capturing import wait_until_in_capture
 from lab import netns
 from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, open_path, run_experiment, run_once
@@ -25,6 +25,7 @@ from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
 from replay.stacks.lsquic import STACK as LSQUIC
 from scanner.capture.extract import read_capture
+from scanner.capture.frontend import wait_until_capturing
 from tparams.paramset import ParamSet
 
 # Both sides ask for values no stack sends by default, so a value on the wire can only have come
@@ -66,14 +67,10 @@ def _captured(ns: str, pcap: Path, log: Path):
     tshark = netns.start_process(ns, ["tshark", "-i", "any", "-q", "-w", str(pcap), "-f", "udp and udp[8] & 0x80 != 0"],
                                  log)
     try:
-        deadline = time.monotonic() + 20
-        # tshark says "Capturing on" before its dumpcap has opened the interface; dumpcap's own
-        # "Capture started" comes a few hundred ms later, and only packets after it are kept.
-        while "Capture started" not in log.read_text(errors="replace"):
-            assert time.monotonic() < deadline and tshark.poll() is None, log.read_text(errors="replace")
-            time.sleep(0.05)
+        wait_until_capturing(tshark, log)
         yield
-        time.sleep(0.2)  # the last packets reach the capture file
+        with netns.in_namespace(ns):
+            wait_until_in_capture(pcap, "127.0.0.1")
     finally:
         netns.stop_process(tshark.pid)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import binascii
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,22 @@ def tshark_path() -> str:
         return pyshark_tshark.get_process_path()
     except pyshark_tshark.TSharkNotFoundException as exc:
         raise ToolError("tshark is not installed (Debian package 'tshark')") from exc
+
+
+def wait_until_capturing(tshark: subprocess.Popen, log: Path, timeout: float = 20.0) -> None:
+    """Return once ``tshark`` (its stdout and stderr going to ``log``) keeps packets.
+
+    tshark says "Capturing on" before its dumpcap has opened the interface; dumpcap's own
+    "Capture started" comes a few hundred ms later (seconds on a loaded machine), and only
+    packets after it are in the file.
+    """
+    deadline = time.monotonic() + timeout
+    while b"Capture started" not in log.read_bytes():
+        if tshark.poll() is not None:
+            raise ToolError(f"tshark could not capture: {log.read_text(errors='replace').strip()[-300:]}")
+        if time.monotonic() > deadline:
+            raise ToolError(f"tshark did not start capturing within {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 def tshark_version() -> str:
