@@ -1,0 +1,148 @@
+"""The measurements behind the README's LSQUIC causes: why client initial_max_data 196,608 lands where it
+does at 30 ms, and under which conditions Firefox 109's client set beats Chrome 109's.
+
+    QREPLAY_LSQUIC_CLIENT=... QREPLAY_LSQUIC_SERVER=... .venv/bin/python scripts/lsquic_causes.py OUT_DIR [part ...]
+
+Parts: ``updates`` (the credit each window update of the client granted, from its own flow-control
+log), ``size`` (196,608 at 5/20/100 MB, paced and unpaced server), ``browsers`` (Firefox vs Chrome under
+socket buffers, a rate limit with a shallow and a deep queue, an unpaced server, 500 MB). Every part is
+ordinary qreplay experiments (one results file per variant in OUT_DIR); the repetitions of variants that
+differ in something an experiment fixes (size, buffer) alternate experiment by experiment, so drift on a
+shared machine spreads over all of them. Prints one JSON line per condition.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+from replay.link import LinkConfig, parse_size
+from replay.runner import Condition, Experiment, run_experiment, summaries
+from replay.sets import resolve_one, with_overrides
+from replay.stacks.base import RunOptions
+from replay.stacks.lsquic import Lsquic
+
+
+class LsquicWith(Lsquic):
+    """LSQUIC with extra engine settings on the server (e.g. its pacing off), and optionally the client's
+    flow-control log (cfcw, sfcw at debug) kept in a file, for these measurements."""
+
+    def __init__(self, server_settings: list[str], client_log: Path | None = None):
+        self.server_settings, self.client_log = server_settings, client_log
+
+    def server_command(self, params, opts, ip, port, workdir):
+        argv, applied = super().server_command(params, opts, ip, port, workdir)
+        for setting in self.server_settings:
+            argv += ["-o", setting]
+            applied.notes.append(f"server -o {setting}")
+        return argv, applied
+
+    def client_command(self, params, opts, server_ip, port, workdir):
+        plan, applied = super().client_command(params, opts, server_ip, port, workdir)
+        if self.client_log:
+            # LSQUIC logs to stderr only, which the runner keeps in the run's scratch directory.
+            plan.argv = ["sh", "-c", 'exec "$@" 2>"$0"', str(self.client_log), *plan.argv,
+                         "-l", "cfcw=debug,sfcw=debug"]
+        return plan, applied
+
+
+UPDATE = re.compile(r"\b(cfcw|sfcw):.*recv_off changed: read_off: (\d+); recv_off: (\d+)")
+
+
+def window_updates(log: Path, module: str, window: int) -> dict:
+    """The credit each of the receiver's window updates granted (new limit - previous limit), as a share
+    of the window: 0.5 when every update is decided the moment half the window has been read."""
+    limits = [int(m[3]) for m in map(UPDATE.search, log.read_text(errors="replace").splitlines())
+              if m and m[1] == module and int(m[3]) >= window]
+    steps = sorted(b - a for a, b in zip(limits, limits[1:]) if b > a)
+    if not steps:
+        return {"updates": 0}
+    return {"updates": len(steps), "credit_per_update_mean": sum(steps) / len(steps) / window,
+            "credit_per_update_median": steps[len(steps) // 2] / window,
+            "credit_per_update_p90": steps[int(len(steps) * 0.9)] / window}
+
+
+def updates(out: Path) -> None:
+    """One download per window with the client's flow-control log: which credit each update granted."""
+    server = resolve_one("lsquic-server-default")
+    for param, window, module in (("initial_max_data", 196608, "cfcw"),
+                                  ("initial_max_stream_data_bidi_local", 131072, "sfcw")):
+        client = with_overrides(resolve_one("lsquic-client-default"), [f"{param}={window}"])
+        log = out / f"updates-{param}.log"
+        experiment = Experiment("single", LsquicWith([], log), [Condition(client, server, LinkConfig(delay_down_ms=30),
+                                                                          param, window)],
+                                RunOptions(size=20_000_000, timeout_s=120), 1, "relay",
+                                f"scripts/lsquic_causes.py updates {param}", tags={"variant": f"updates-{param}"})
+        (row,) = run_experiment(experiment, out / "updates.duckdb")
+        print(json.dumps({"variant": f"updates-{param}", "window": window, "goodput_mbps": row.get("goodput_mbps"),
+                          "status": row["status"], **window_updates(log, module, window)}), flush=True)
+
+
+def _variants_size() -> list[dict]:
+    client = with_overrides(resolve_one("lsquic-client-default"), ["initial_max_data=196608"])
+    server = resolve_one("lsquic-server-default")
+    condition = Condition(client, server, LinkConfig(delay_down_ms=30), "initial_max_data", 196608)
+    return [{"name": f"imd196608-{size}-{pacing}", "conditions": [condition], "size": size,
+             "server_settings": [] if pacing == "paced" else ["pace_packets=0"], "buffer": "1664KiB"}
+            for size in ("5MB", "20MB", "100MB") for pacing in ("paced", "unpaced")]
+
+
+def _variants_browsers() -> list[dict]:
+    server = resolve_one("lsquic-server-default")
+
+    def pair(link: LinkConfig) -> list[Condition]:
+        return [Condition(resolve_one(name), server, link) for name in ("firefox-109", "chrome-109")]
+
+    plain = LinkConfig(delay_down_ms=30)
+    # 400 Mbit/s: below what the client drains here; queue of one BDP (the testbed's default) or 100 ms.
+    shallow = LinkConfig(delay_down_ms=30, rate_bps=400_000_000)
+    deep = LinkConfig(delay_down_ms=30, rate_bps=400_000_000, queue=f"{400_000_000 // 8 // 10 // 1024}kb")
+    return [
+        {"name": "browsers-1664KiB", "conditions": pair(plain), "size": "100MB", "buffer": "1664KiB"},
+        {"name": "browsers-8MiB", "conditions": pair(plain), "size": "100MB", "buffer": "8MiB"},
+        {"name": "browsers-8MiB-unpaced", "conditions": pair(plain), "size": "100MB", "buffer": "8MiB",
+         "server_settings": ["pace_packets=0"]},
+        {"name": "browsers-400mbit-bdp-queue", "conditions": pair(shallow), "size": "100MB", "buffer": "8MiB"},
+        {"name": "browsers-400mbit-100ms-queue", "conditions": pair(deep), "size": "100MB", "buffer": "8MiB"},
+        {"name": "browsers-8MiB-500MB", "conditions": pair(plain), "size": "500MB", "buffer": "8MiB", "reps": 2},
+    ]
+
+
+PARTS = {"size": _variants_size, "browsers": _variants_browsers}
+
+
+def main(out_dir: str, *parts: str) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if "updates" in parts:
+        updates(out)
+        parts = tuple(p for p in parts if p != "updates")
+        if not parts:
+            return
+    variants = [v for part in (parts or PARTS) for v in PARTS[part]()]
+    rows: dict[str, list[dict]] = {v["name"]: [] for v in variants}
+    for rep in range(1, max(v.get("reps", 3) for v in variants) + 1):
+        for variant in variants:
+            if rep > variant.get("reps", 3):
+                continue
+            size = parse_size(variant["size"])
+            experiment = Experiment("matrix", LsquicWith(variant.get("server_settings", [])), variant["conditions"],
+                                    RunOptions(size=size, timeout_s=30 + size * 8 / 5e6), 1, "relay",
+                                    f"scripts/lsquic_causes.py {variant['name']} rep {rep}",
+                                    udp_buffer_bytes=parse_size(variant["buffer"], "buffer"),
+                                    tags={"variant": variant["name"], "load_1min": os.getloadavg()[0]})
+            done = run_experiment(experiment, out / f"{variant['name']}.duckdb")
+            rows[variant["name"]] += done
+            for row in done:
+                print(f"# {variant['name']} rep {rep} {row['set_name']}: {row['status']} "
+                      f"{row.get('goodput_mbps') or row.get('error')}", file=sys.stderr, flush=True)
+    for name, done in rows.items():
+        for summary in summaries(done):
+            print(json.dumps({"variant": name, **summary}), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
