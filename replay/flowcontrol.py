@@ -34,7 +34,12 @@ class UpdateRule:
 # Each stack's receiver, as its source has it (windows pinned: no auto-tuning in the runs the model is for).
 UPDATE_RULES: dict[str, UpdateRule] = {
     "lsquic": UpdateRule(0.5, "LSQUIC 4.9.3 lsquic_sfcw.c / lsquic_cfcw.c: a new limit read offset + window once "
-                              "the unread credit falls below half the window (max_sfcw/max_cfcw 0: never grows)"),
+                              "the unread credit falls below half the window (max_sfcw/max_cfcw 0: never grows). "
+                              "The stream window is checked at every read (lsquic_stream.c stream_consumed_bytes), "
+                              "so each update grants half the window: the burst bound. The connection window is "
+                              "checked once per tick, after all of the tick's reads (lsquic_full_conn_ietf.c), so "
+                              "an update grants half the window plus what the tick read beyond it: up to a whole "
+                              "window, the more packets a tick handles"),
     "ngtcp2": UpdateRule(0.5, "ngtcp2 conn_should_send_max_(stream_)data: once the remaining window is below "
                               "twice the pending increment, i.e. half the window was read"),
     "quicgo": UpdateRule(0.25, "quic-go flowcontrol: WindowUpdateThreshold 0.25 of the window read"),

@@ -59,7 +59,7 @@ class Experiment:
     command_line: str | None = None
     shallow_idle: bool = True  # hold the CPUs out of deep idle during the runs (cpuidle.ShallowIdle)
     udp_buffer_bytes: int | None = None  # the testbed's socket buffer size; None: testbed.BUFFER_BYTES
-    tags: dict[str, str] = field(default_factory=dict)  # stored in the config, e.g. a campaign's figure
+    tags: dict[str, object] = field(default_factory=dict)  # stored in the config, e.g. a campaign's figure
     experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
 

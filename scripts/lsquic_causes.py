@@ -4,7 +4,9 @@ does at 30 ms, and under which conditions Firefox 109's client set beats Chrome 
     QREPLAY_LSQUIC_CLIENT=... QREPLAY_LSQUIC_SERVER=... .venv/bin/python scripts/lsquic_causes.py OUT_DIR [part ...]
 
 Parts: ``updates`` (the credit each window update of the client granted, from its own flow-control
-log), ``size`` (196,608 at 5/20/100 MB, paced and unpaced server), ``browsers`` (Firefox vs Chrome under
+log), ``size`` (196,608 at 5/20/100 MB, paced and unpaced server), ``delay`` (Firefox vs Chrome at 30 and
+50 ms, socket buffers of 1664 KiB and 32 MiB), ``long`` (the same at 500 MB, 1664 KiB / 8 MiB / 32 MiB),
+``browsers`` (Firefox vs Chrome under
 socket buffers, a rate limit with a shallow and a deep queue, an unpaced server, 500 MB). Every part is
 ordinary qreplay experiments (one results file per variant in OUT_DIR); the repetitions of variants that
 differ in something an experiment fixes (size, buffer) alternate experiment by experiment, so drift on a
@@ -111,7 +113,26 @@ def _variants_browsers() -> list[dict]:
     ]
 
 
-PARTS = {"size": _variants_size, "browsers": _variants_browsers}
+def _variants_delay() -> list[dict]:
+    """Where Chrome's stream window binds below what this machine's client drains: at 50 ms its burst
+    bound is 503 Mbit/s (3,145,728 B a round trip), at 30 ms 839."""
+    server = resolve_one("lsquic-server-default")
+    return [{"name": f"browsers-{delay}ms-{buffer}", "size": "100MB", "buffer": buffer,
+             "conditions": [Condition(resolve_one(name), server, LinkConfig(delay_down_ms=delay))
+                            for name in ("firefox-109", "chrome-109")]}
+            for delay in (30, 50) for buffer in ("1664KiB", "32MiB")]
+
+
+def _variants_long() -> list[dict]:
+    """500 MB, as the thesis downloaded, under three socket buffer sizes."""
+    server = resolve_one("lsquic-server-default")
+    return [{"name": f"browsers-500MB-{buffer}", "size": "500MB", "buffer": buffer, "reps": 2,
+             "conditions": [Condition(resolve_one(name), server, LinkConfig(delay_down_ms=30))
+                            for name in ("firefox-109", "chrome-109")]}
+            for buffer in ("1664KiB", "8MiB", "32MiB")]
+
+
+PARTS = {"size": _variants_size, "browsers": _variants_browsers, "delay": _variants_delay, "long": _variants_long}
 
 
 def main(out_dir: str, *parts: str) -> None:
