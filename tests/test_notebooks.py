@@ -122,5 +122,5 @@ def test_notebooks_execute_and_put_our_tables_beside_the_published_ones(scans, r
     assert html["replay_goodput"].count("data:image/png") >= 1  # goodput vs delay with bands
     assert "Datagrams the client's socket dropped" in replay and "client_socket_drop_pct" in replay
     # The reproduce campaign: the thesis's figure 5.6 numbers beside the stack's (LSQUIC where configured).
-    assert "thesis 16.81" in replay and "thesis 701.33" in replay
+    assert "16.81 (figure 5.6)" in replay and "701.33 (figure 5.6)" in replay
     assert "Campaign" in replay and f"stacks {stack}" in replay
