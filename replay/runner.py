@@ -13,6 +13,7 @@ import datetime
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -37,6 +38,9 @@ from tparams.errors import ToolError
 
 SERVER_PORT = 4433
 SERVER_READY_TIMEOUT_S = 10.0
+# How long a client may still take to finish once its server has exited: a server that dies
+# mid-run leaves the client waiting out its idle timeout, which is no measurement.
+SERVER_EXIT_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,19 @@ class _Process:
         except (OSError, IndexError, ValueError):
             return None, None
 
+    def killed_by(self) -> str | None:
+        """The signal that ended the stack (GNU time notes it in the usage file), e.g. 'SIGSEGV'."""
+        try:
+            found = re.search(r"Command terminated by signal (\d+)", self.usage_file.read_text())
+        except OSError:
+            return None
+        if not found:
+            return None
+        try:
+            return signal.Signals(int(found.group(1))).name
+        except ValueError:
+            return f"signal {found.group(1)}"
+
     def stderr_tail(self) -> str:
         try:
             with open(self.stderr_file, "rb") as stderr:
@@ -203,11 +220,20 @@ class _FifoDrain:
         self._thread.join(5)
 
 
-def _wait_listening(ns: str | None, port: int, server: _Process) -> None:
+def _exit_text(stack: Stack, role: str, process: _Process) -> str:
+    """How a stack process ended, in words: its status or signal, then its last stderr lines or the
+    stack's reading of a silent exit."""
+    status, killed_by = process.status, process.killed_by()
+    how = f"was killed by {killed_by}" if killed_by else f"exited with status {status}"
+    tail = process.stderr_tail()
+    return f"{role} {how}: {stack.explain_exit(role, status, tail) or tail or 'no output'}"
+
+
+def _wait_listening(stack: Stack, ns: str | None, port: int, server: _Process) -> None:
     deadline = time.monotonic() + SERVER_READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.wait(0):
-            raise RuntimeError(f"server exited with status {server.status}: {server.stderr_tail()}")
+            raise RuntimeError(f"{_exit_text(stack, 'server', server)} (before it listened)")
         out = subprocess.run(_in_ns(ns, ["ss", "-Hnlu", f"sport = :{port}"]), capture_output=True, text=True).stdout
         if out.strip():
             return
@@ -282,13 +308,13 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         row["server_argv"] = json.dumps(server.popen.args)
         client = None
         try:
-            _wait_listening(path.server_ns, port, server)
+            _wait_listening(stack, path.server_ns, port, server)
             before = path.interface_counters()
             drain = _FifoDrain(plan.body_fifo) if plan.body_fifo else None
             stdout_file = open(workdir / "client.stdout", "w+b")
             client = _Process(path.client_ns, plan.argv, workdir / "client.usage", stdout=stdout_file)
             row["client_argv"] = json.dumps(client.popen.args)
-            finished = client.wait(options.timeout_s)
+            finished, server_gone = _await_client(client, server, options.timeout_s)
             if not finished:
                 client.stop()
             if drain:
@@ -308,13 +334,17 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                 row["timing"] = result.extra.get("timing", "request to last byte (client)")
                 if result.duration_s and result.duration_s > 0:
                     row["goodput_mbps"] = result.bytes * 8 / result.duration_s / 1e6
-            if not finished:
+            received = f"received {result.bytes if result else 0} of {options.size} bytes"
+            if server_gone:
+                row["status"] = "failed"
+                row["error"] = (f"{_exit_text(stack, 'server', server)} "
+                                f"({server.ended - client.started:.1f} s into the run; {received})")
+            elif not finished:
                 row["status"], row["error"] = "timeout", f"no completion within {options.timeout_s:.0f} s"
             elif client.status != 0:
-                row["status"], row["error"] = "failed", f"client exit status {client.status}: {client.stderr_tail()}"
+                row["status"], row["error"] = "failed", f"{_exit_text(stack, 'client', client)} ({received})"
             elif not result or result.bytes != options.size:
-                row["status"] = "failed"
-                row["error"] = f"received {result.bytes if result else 0} of {options.size} bytes"
+                row["status"], row["error"] = "failed", received
             else:
                 row["status"] = "ok"
         except (RuntimeError, OSError, ValueError) as exc:
@@ -336,6 +366,17 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
     if row["status"] != "ok":
         row["goodput_mbps"] = None  # a failed run is kept, but never averaged in
     return row
+
+
+def _await_client(client: _Process, server: _Process, timeout_s: float) -> tuple[bool, bool]:
+    """(whether the client finished within ``timeout_s``, whether its server exited before it did)."""
+    deadline = time.monotonic() + timeout_s
+    while not client.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
+        if time.monotonic() >= deadline:
+            return False, False
+        if server.wait(0):
+            return client.wait(SERVER_EXIT_GRACE_S), True
+    return True, False
 
 
 def _client_result(stack: Stack, stdout: str, drain: _FifoDrain | None, client: _Process) -> ClientResult | None:
@@ -384,6 +425,7 @@ def run_experiment(experiment: Experiment, results: str | Path,
         "command_line": experiment.command_line,
     }
     config = {**experiment.tags, "conditions": [_describe(c) for c in experiment.conditions],
+              "stack_version": experiment.stack.version(),
               "timeout_s": experiment.options.timeout_s, "qlog_dir": str(experiment.options.qlog_dir or "")}
     record["config"] = json.dumps(config)
     store.upsert_experiment(con, record)

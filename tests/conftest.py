@@ -12,6 +12,14 @@ import pytest
 
 from lab import Lab, netns
 
+# The LSQUIC build kept beside the checkout (../shared/lsquic, see its README) runs the lsquic
+# stack's tests where the user has not named a build of their own. The product itself never
+# looks there: users point the two variables at their build.
+SHARED_LSQUIC = Path(__file__).resolve().parents[1].parent / "shared" / "lsquic" / "bin"
+if SHARED_LSQUIC.is_dir():
+    os.environ.setdefault("QREPLAY_LSQUIC_CLIENT", str(SHARED_LSQUIC / "http_client"))
+    os.environ.setdefault("QREPLAY_LSQUIC_SERVER", str(SHARED_LSQUIC / "http_server"))
+
 # Several pytest sessions may run on one machine at once (and a lab started by
 # hand with `qscan lab up` may be running): every lab instance a session makes
 # is named qlab<role><pid>, and the leak check looks only at those.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,14 +15,17 @@ import pytest
 from replay import cpuidle
 from replay.link import LINKEM
 from replay.sets import resolve_alias
+from replay.stacks import get_stack
 from timing import measure_until
 
 QREPLAY = str(Path(sys.executable).with_name("qreplay"))
 
 
-def qreplay(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def qreplay(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """qreplay with this environment, ``env`` changing it (a None value removes the variable)."""
+    merged = {**os.environ, "COLUMNS": "200", **(env or {})}
     return subprocess.run([QREPLAY, *args], capture_output=True, text=True, timeout=180, cwd=cwd,
-                          env={**os.environ, "COLUMNS": "200"})
+                          env={k: v for k, v in merged.items() if v is not None})
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -43,10 +47,19 @@ def test_bad_input_is_one_line_exit_2(args, expected):
 
 
 def test_missing_lsquic_says_how_to_get_it():
-    if os.environ.get("QREPLAY_LSQUIC_CLIENT"):
-        pytest.skip("an LSQUIC build is configured here")
-    result = qreplay("--set", "firefox", "--stack", "lsquic", "--reps", "1")
-    assert result.returncode == 2 and "QREPLAY_LSQUIC_CLIENT" in result.stderr
+    result = qreplay("--set", "firefox", "--stack", "lsquic", "--reps", "1",
+                     env={"QREPLAY_LSQUIC_CLIENT": None, "QREPLAY_LSQUIC_SERVER": None})
+    assert result.returncode == 2 and "QREPLAY_LSQUIC_CLIENT is not set; QREPLAY_LSQUIC_SERVER is not set" in result.stderr
+    assert "build LSQUIC" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_program_that_is_not_lsquic_is_refused_in_one_line():
+    result = qreplay("--set", "firefox", "--stack", "lsquic", "--reps", "1",
+                     env={"QREPLAY_LSQUIC_CLIENT": "/bin/true", "QREPLAY_LSQUIC_SERVER": "/bin/true"})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == ("qreplay: error: stack lsquic is not usable here: QREPLAY_LSQUIC_CLIENT=/bin/true "
+                                     "is not LSQUIC's http_client: `/bin/true -h` printed nothing (exit status 0), "
+                                     "not LSQUIC's 'Usage: http_client [opts]'")
 
 
 def test_sets_lists_builtins_and_aliases():
@@ -89,8 +102,12 @@ def test_doctor_says_what_works_here_and_why_not():
     if netem is not None:
         assert rows[("link backend", "netem")]["ok"] is netem.ok
         assert rows[("link backend", "auto")]["detail"] == f"uses {'netem' if netem.ok else 'relay'}"
-    if not os.environ.get("QREPLAY_LSQUIC_CLIENT"):
-        assert not rows[("stack", "lsquic")]["ok"] and "not obtainable" in rows[("stack", "lsquic")]["detail"]
+    lsquic = rows[("stack", "lsquic")]
+    if get_stack("lsquic").unavailable_reason():
+        assert not lsquic["ok"] and "QREPLAY_LSQUIC_CLIENT" in lsquic["detail"]
+    else:  # the version is the one the server names in its responses
+        assert lsquic["ok"] and re.fullmatch(r"version \d+\.\d+\.\d+; client sets 8 of 12; server sets 9 of 12",
+                                             lsquic["detail"]), lsquic
     assert rows[("stack", "aioquic")]["detail"] == "client sets 12 of 12; server sets 12 of 12"
 
 

@@ -158,6 +158,9 @@ def stack_doctor_rows() -> list[DoctorRow]:
     for name, stack in all_stacks().items():
         reason = stack.unavailable_reason()
         detail = reason or "; ".join(f"{role} sets {len(params)} of 12" for role, params in stack.settable.items())
+        version = None if reason else stack.version()
+        if version:
+            detail = f"version {version}; {detail}"
         rows.append(DoctorRow("stack", name, reason is None, detail))
     return rows
 

@@ -84,6 +84,14 @@ class Stack(ABC):
     def client_command(self, params: ParamSet | None, opts: RunOptions, server_ip: str, port: int, workdir: Path) -> tuple[ClientPlan, Applied]:
         ...
 
+    def version(self) -> str | None:
+        """The stack's version as the stack itself reports it, where it can; None otherwise."""
+        return None
+
+    def explain_exit(self, role: Role, status: int | None, stderr_tail: str) -> str | None:
+        """A sentence for an exit the stack's own output leaves unexplained (e.g. a silent refusal), else None."""
+        return None
+
     def parse_client_output(self, stdout: str) -> ClientResult:
         """Default: the last JSON line of stdout, as our own clients print it."""
         data = last_json_line(stdout)

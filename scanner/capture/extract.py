@@ -258,7 +258,9 @@ class HelloExtractor:
             return
         if packet.packet_type == QuicPacketType.INITIAL and connection.cipher_suite is None:
             if connection.server_keys is None:
-                connection.server_keys = initial_keys(connection.original_dcid, connection.version, of_client=False)
+                # The packet's version, not the ClientHello's: a server may switch to another
+                # version by compatible version negotiation (RFC 9368), as LSQUIC does from v1 to v2.
+                connection.server_keys = initial_keys(connection.original_dcid, packet.version, of_client=False)
             opened = unprotect(packet, connection.server_keys)
             message = connection.server_initial.add_frames(opened[1]) if opened else None
             if message is None:
@@ -273,7 +275,7 @@ class HelloExtractor:
                 connection.done_server = True
                 return
             connection.handshake_keys = CryptoContext()
-            connection.handshake_keys.setup(cipher_suite=connection.cipher_suite, secret=secret, version=connection.version)
+            connection.handshake_keys.setup(cipher_suite=connection.cipher_suite, secret=secret, version=packet.version)
             pending, connection.pending_handshake = connection.pending_handshake, []
             for early in pending:
                 self._server_handshake(connection, early)
