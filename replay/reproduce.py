@@ -216,6 +216,7 @@ class Campaign:
     loads: list[float]
     link_backends: list[str]
     udp_buffer_bytes: list[int]
+    versions: dict[str, str]  # stack -> the version it named, where it names one
     summaries: list[ConditionSummary] = field(default_factory=list)
 
     def find(self, stack: str, figure: str | None = None, **where) -> list[ConditionSummary]:
@@ -260,7 +261,8 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
                    chosen[0][2], max((e[3] for e in chosen if e[3]), default=None),
                    [c["load_1min"] for c in chosen_configs if c.get("load_1min") is not None],
                    sorted({r["link_backend"] for r in rows if r["link_backend"]}),
-                   sorted({c["udp_buffer_bytes"] for c in chosen_configs if c.get("udp_buffer_bytes")}))
+                   sorted({c["udp_buffer_bytes"] for c in chosen_configs if c.get("udp_buffer_bytes")}),
+                   {e[1]: configs[e[0]]["stack_version"] for e in chosen if configs[e[0]].get("stack_version")})
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         row["figure"] = configs[row["experiment_id"]]["figure"]
@@ -584,7 +586,9 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
     parts = [
         "# The thesis's goodput figures, reproduced",
         "",
-        f"Campaign `{data.campaign}` ({data.mode}), stack(s) {', '.join(data.stacks)}, results "
+        f"Campaign `{data.campaign}` ({data.mode}), stack(s) "
+        + ", ".join(f"{stack} ({data.versions[stack]})" if stack in data.versions else stack for stack in data.stacks)
+        + ", results "
         f"`{data.results}`, {data.started_at:%Y-%m-%d %H:%M}"
         + (f" to {data.finished_at:%H:%M}" if data.finished_at else "")
         + f". Link: {', '.join(data.link_backends) or '-'}; UDP buffers "

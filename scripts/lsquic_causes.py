@@ -4,7 +4,7 @@ does at 30 ms, and under which conditions Firefox 109's client set beats Chrome 
     QREPLAY_LSQUIC_CLIENT=... QREPLAY_LSQUIC_SERVER=... .venv/bin/python scripts/lsquic_causes.py OUT_DIR [part ...]
 
 Parts: ``updates`` (the credit each window update of the client granted, from its own flow-control
-log), ``size`` (196,608 at 5/20/100 MB, paced and unpaced server), ``delay`` (Firefox vs Chrome at 30 and
+log), ``backlog`` (Firefox vs Chrome, the bytes waiting in the client's socket during each run), ``size`` (196,608 at 5/20/100 MB, paced and unpaced server), ``delay`` (Firefox vs Chrome at 30 and
 50 ms, socket buffers of 1664 KiB and 32 MiB), ``long`` (the same at 500 MB, 1664 KiB / 8 MiB / 32 MiB),
 ``browsers`` (Firefox vs Chrome under
 socket buffers, a rate limit with a shallow and a deep queue, an unpaced server, 500 MB). Every part is
@@ -18,6 +18,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import threading
+import time
 import sys
 from pathlib import Path
 
@@ -135,14 +138,71 @@ def _variants_long() -> list[dict]:
 PARTS = {"size": _variants_size, "browsers": _variants_browsers, "delay": _variants_delay, "long": _variants_long}
 
 
+class BacklogSampler:
+    """Samples the bytes waiting in the client's UDP socket (ss Recv-Q, kernel accounting) every 50 ms, in
+    this process's testbed client namespaces: the queue a receiver that lags behind keeps in front of it."""
+
+    def __init__(self):
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        mine = f"qrep-{os.getpid()}-"
+        while not self._stop.wait(0.05):
+            names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+            for ns in (n for n in names if n.startswith(mine) and n.endswith("-c")):
+                out = subprocess.run(["ip", "netns", "exec", ns, "ss", "-Hnua"], capture_output=True,
+                                     text=True).stdout
+                queued = [int(line.split()[1]) for line in out.splitlines() if len(line.split()) > 2]
+                if queued:
+                    self.samples.append((time.time(), max(queued)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+    def during(self, row: dict) -> dict:
+        start = row["started_at"].timestamp()
+        values = sorted(q for t, q in self.samples if start <= t <= start + (row.get("wall_s") or 0))
+        if not values:
+            return {}
+        return {"recv_q_samples": len(values), "recv_q_mean_bytes": sum(values) / len(values),
+                "recv_q_p90_bytes": values[int(len(values) * 0.9)]}
+
+
+def backlog(out: Path) -> None:
+    """Firefox vs Chrome at 30 ms with 32 MiB buffers, 200 MB: the client socket's backlog per run."""
+    server = resolve_one("lsquic-server-default")
+    conditions = [Condition(resolve_one(name), server, LinkConfig(delay_down_ms=30))
+                  for name in ("firefox-109", "chrome-109")]
+    sampler = BacklogSampler()
+    try:
+        for buffer in ("32MiB", "1664KiB"):
+            experiment = Experiment("matrix", Lsquic(), conditions, RunOptions(size=200_000_000, timeout_s=360), 3,
+                                    "relay", f"scripts/lsquic_causes.py backlog {buffer}",
+                                    udp_buffer_bytes=parse_size(buffer, "buffer"),
+                                    tags={"variant": f"backlog-{buffer}"})
+            for row in run_experiment(experiment, out / "backlog.duckdb"):
+                counters = json.loads(row.get("counters") or "{}")
+                print(json.dumps({"variant": f"backlog-{buffer}", "set_name": row["set_name"], "rep": row["rep"],
+                                  "goodput_mbps": row.get("goodput_mbps"),
+                                  "client_udp_rcvbuf_errors": counters.get("client_udp_rcvbuf_errors"),
+                                  **sampler.during(row)}), flush=True)
+    finally:
+        sampler.stop()
+
+
 def main(out_dir: str, *parts: str) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if "updates" in parts:
-        updates(out)
-        parts = tuple(p for p in parts if p != "updates")
-        if not parts:
-            return
+    for name, part in (("updates", updates), ("backlog", backlog)):
+        if name in parts:
+            part(out)
+            parts = tuple(p for p in parts if p != name)
+    if not parts:
+        return
     variants = [v for part in (parts or PARTS) for v in PARTS[part]()]
     rows: dict[str, list[dict]] = {v["name"]: [] for v in variants}
     for rep in range(1, max(v.get("reps", 3) for v in variants) + 1):
