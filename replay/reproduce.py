@@ -191,6 +191,8 @@ class ConditionSummary:
     client_socket_drop_pct: float | None
     client_tx_packets: float | None
     server_tx_packets: float | None
+    client_cpu_share: float | None  # CPU seconds per second of the download, client and server
+    server_cpu_share: float | None
     bound: WindowBound | None  # the window model's prediction for this download, if any
     steady: WindowBound | None  # the same for an endless download: does the window bind at all?
 
@@ -248,7 +250,8 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
             raise ToolError(f"{results} has no campaign {campaign!r}")
         columns = ("experiment_id", "stack", "set_name", "server_set_name", "delay_ms", "delay_up_ms", "loss_pct",
                    "sweep_param", "sweep_value", "size_bytes", "status", "goodput_mbps", "counters",
-                   "client_tx_packets", "server_tx_packets", "requested_client", "link_backend")
+                   "client_tx_packets", "server_tx_packets", "requested_client", "link_backend", "wall_s",
+                   "client_cpu_s", "server_cpu_s")
         rows = [dict(zip(columns, row)) for row in con.execute(
             f"SELECT {', '.join(columns)} FROM runs WHERE list_contains(?, experiment_id) ORDER BY started_at",
             [[e[0] for e in chosen]]).fetchall()]
@@ -273,12 +276,15 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
         ok = [r for r in group if r["status"] == "ok"]
         stats = summarize([r["goodput_mbps"] for r in ok])
         packets = {side: _mean([r[f"{side}_tx_packets"] for r in ok]) for side in ("client", "server")}
+        cpu = {side: _mean([r[f"{side}_cpu_s"] / r["wall_s"] for r in ok if r[f"{side}_cpu_s"] and r["wall_s"]])
+               for side in ("client", "server")}
         requested = json.loads(group[0]["requested_client"] or "{}")
         rtt = delay + (group[0]["delay_up_ms"] or 0)
         out.summaries.append(ConditionSummary(
             stack, figure, client, server, delay, loss, param, value, group[0]["size_bytes"], len(group),
             len(group) - len(ok), stats["n"], stats["mean"], stats["stddev"],
-            client_socket_drop_pct(ok) if ok else None, packets["client"], packets["server"],
+            client_socket_drop_pct(ok) if ok else None, packets["client"], packets["server"], cpu["client"],
+            cpu["server"],
             client_window_bound(requested, rtt, stack, group[0]["size_bytes"]) if not loss else None,
             client_window_bound(requested, rtt, stack) if not loss else None))
     return out
@@ -351,8 +357,12 @@ def _why(s: ConditionSummary, thesis: float | None = None) -> str:
         reasons.append(f"the client's socket dropped {s.client_socket_drop_pct:.1f}% of the datagrams (a receiver "
                        "too slow for the bursts; the sender takes the drops as congestion)")
     if s.delay_ms == 0 and not s.loss_pct:
-        reasons.append("0 ms is CPU-bound: here two shared vCPUs carry client, server and link, the thesis had "
-                       "two Xeon E5-1650 v3 hosts on 10 GbE")
+        busy = ""
+        if s.client_cpu_share is not None and s.server_cpu_share is not None:
+            busy = (f" (client {s.client_cpu_share:.0%}, server {s.server_cpu_share:.0%} of a core while it ran, "
+                    "the link's relay beside them)")
+        reasons.append("0 ms is CPU-bound: here two shared vCPUs carry client, server and link" + busy
+                       + "; the thesis had two Xeon E5-1650 v3 hosts on 10 GbE")
     return "; ".join(reasons)
 
 
