@@ -12,9 +12,11 @@ at most one window in flight, and gets new credit in chunks of ``f x window``:
   chunks out of phase), each chunk is re-opened as it is read and up to a whole window is in
   flight: ``window`` a round trip, the upper bound.
 
-Where between the two a stack lands depends on how the arriving data bunches, which the path and the
-sender's pacing decide, not the window. A finite download also pays the start (handshake and request,
-two round trips, timed from client start as the runner does) before the window binds.
+Where between the two a stack lands depends on how the arriving data bunches and on when the receiver
+checks its windows, not on the machine's speed. A finite download also pays its start, timed from
+client start as the runner does: the handshake and the request (two round trips), and slow start,
+doubling from the sender's initial congestion window each round trip until its flight reaches what the
+window allows.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class UpdateRule:
-    """When a receiver re-opens a fixed window: after ``consumed_fraction`` of it was read."""
+    """When a stack's receiver re-opens a fixed window (after ``consumed_fraction`` of it was read), and
+    the congestion window its sender starts from."""
 
     consumed_fraction: float
     source: str  # where the rule is written down, for the report
+    initial_cwnd: int = 12_000  # RFC 9002: ten 1,200-byte datagrams
 
 
 # Each stack's receiver, as its source has it (windows pinned: no auto-tuning in the runs the model is for).
@@ -39,7 +43,8 @@ UPDATE_RULES: dict[str, UpdateRule] = {
                               "so each update grants half the window: the burst bound. The connection window is "
                               "checked once per tick, after all of the tick's reads (lsquic_full_conn_ietf.c), so "
                               "an update grants half the window plus what the tick read beyond it: up to a whole "
-                              "window, the more packets a tick handles"),
+                              "window, the more packets a tick handles",
+                         initial_cwnd=32 * 1460),  # lsquic_cubic.c: 32 * TCP_MSS
     "ngtcp2": UpdateRule(0.5, "ngtcp2 conn_should_send_max_(stream_)data: once the remaining window is below "
                               "twice the pending increment, i.e. half the window was read"),
     "quicgo": UpdateRule(0.25, "quic-go flowcontrol: WindowUpdateThreshold 0.25 of the window read"),
@@ -78,9 +83,19 @@ def window_bound(window: int, rtt_ms: float, rule: UpdateRule, size: int | None 
         steady = bytes_per_rtt * 8 / rtt_s
         if size is None:
             return steady / 1e6
-        return size * 8 / (size * 8 / steady + STARTUP_RTTS * rtt_s) / 1e6
+        start = (STARTUP_RTTS + slow_start_rtts(bytes_per_rtt, rule.initial_cwnd)) * rtt_s
+        return size * 8 / (size * 8 / steady + start) / 1e6
 
     return WindowBound(window, binding, rtt_ms, rate((1 - rule.consumed_fraction) * window), rate(window))
+
+
+def slow_start_rtts(flight: float, initial_cwnd: int) -> float:
+    """Round trips slow start costs before the sender's flight reaches ``flight``: k doublings take k round
+    trips and deliver initial_cwnd x (2^k - 1) bytes, which the steady flight would have sent sooner."""
+    if flight <= initial_cwnd:
+        return 0.0
+    doublings = math.ceil(math.log2(flight / initial_cwnd))
+    return max(0.0, doublings - initial_cwnd * (2 ** doublings - 1) / flight)
 
 
 def client_window_bound(client: dict, rtt_ms: float, stack: str, size: int | None = None) -> WindowBound | None:
@@ -94,8 +109,3 @@ def client_window_bound(client: dict, rtt_ms: float, stack: str, size: int | Non
               if client.get(name) is not None]
     bounds = [b for b in bounds if b is not None]
     return min(bounds, key=lambda b: b.low_mbps) if bounds else None
-
-
-def window_for_rate(mbps: float, rtt_ms: float, rule: UpdateRule) -> int:
-    """The smallest window whose burst bound reaches ``mbps`` at ``rtt_ms`` (where a sweep stops mattering)."""
-    return math.ceil(mbps * 1e6 / 8 * rtt_ms / 1000 / (1 - rule.consumed_fraction))
