@@ -299,7 +299,7 @@ def _mean(values: list) -> float | None:
 
 REPRODUCED_WITHIN = 0.15  # a ratio within 1 +- this counts as reproduced
 SOCKET_DROPS_MATTER_PCT = 0.5  # above this share the receiver's socket, not the path, sets the pace
-WINDOW_TABLE_BELOW = 2000  # Mbit/s: windows allowing more than this never bind on one machine (or on 10 GbE in the thesis)
+WINDOW_TABLE_BELOW = 2000  # Mbit/s: windows allowing more never bind on one machine (nor on the thesis's 10 GbE)
 
 
 @dataclass
@@ -347,8 +347,8 @@ def _why(s: ConditionSummary, thesis: float | None = None) -> str:
                 f"{_fmt(s.bound.low_mbps)}-{_fmt(s.bound.high_mbps)} Mbit/s, the measurement lies at "
                 f"{s.bound.position(s.mean):.2f} of that range")
         if thesis is not None and s.steady:
-            text += f"; the thesis (500 MB, as endless) at {s.steady.position(thesis):.2f} of {_fmt(s.steady.low_mbps)}-" \
-                    f"{_fmt(s.steady.high_mbps)}"
+            text += (f"; the thesis (500 MB, as endless) at {s.steady.position(thesis):.2f} of "
+                     f"{_fmt(s.steady.low_mbps)}-{_fmt(s.steady.high_mbps)}")
         reasons.append(text)
     elif s.bound and s.mean is not None and s.mean < s.bound.low_mbps:
         reasons.append(f"below what the window allows ({_fmt(s.bound.low_mbps)} Mbit/s and more): "

@@ -4,10 +4,11 @@ does at 30 ms, and under which conditions Firefox 109's client set beats Chrome 
     QREPLAY_LSQUIC_CLIENT=... QREPLAY_LSQUIC_SERVER=... .venv/bin/python scripts/lsquic_causes.py OUT_DIR [part ...]
 
 Parts: ``updates`` (the credit each window update of the client granted, from its own flow-control
-log), ``backlog`` (Firefox vs Chrome, the bytes waiting in the client's socket during each run), ``size`` (196,608 at 5/20/100 MB, paced and unpaced server), ``delay`` (Firefox vs Chrome at 30 and
-50 ms, socket buffers of 1664 KiB and 32 MiB), ``long`` (the same at 500 MB, 1664 KiB / 8 MiB / 32 MiB),
-``browsers`` (Firefox vs Chrome under
-socket buffers, a rate limit with a shallow and a deep queue, an unpaced server, 500 MB). Every part is
+log), ``backlog`` (Firefox vs Chrome, the bytes waiting in the client's socket during each run), ``size``
+(196,608 at 5/20/100 MB, paced and unpaced server), ``delay`` (Firefox vs Chrome at 30 and 50 ms, socket
+buffers of 1664 KiB and 32 MiB), ``long`` (the same at 500 MB, 1664 KiB / 8 MiB / 32 MiB), ``browsers``
+(Firefox vs Chrome under socket buffers, a rate limit with a shallow and a deep queue, an unpaced server,
+500 MB). Every part is
 ordinary qreplay experiments (one results file per variant in OUT_DIR); the repetitions of variants that
 differ in something an experiment fixes (size, buffer) alternate experiment by experiment, so drift on a
 shared machine spreads over all of them. Prints one JSON line per condition.
