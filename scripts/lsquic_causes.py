@@ -4,7 +4,7 @@ does at 30 ms, and under which conditions Firefox 109's client set beats Chrome 
     QREPLAY_LSQUIC_CLIENT=... QREPLAY_LSQUIC_SERVER=... .venv/bin/python scripts/lsquic_causes.py OUT_DIR [part ...]
 
 Parts: ``updates`` (the credit each window update of the client granted, from its own flow-control
-log), ``backlog`` (Firefox vs Chrome, the bytes waiting in the client's socket during each run), ``size``
+log), ``sinks`` (196,608 with the body into the runner's FIFO, a tmpfs file, or discarded), ``backlog`` (Firefox vs Chrome, the bytes waiting in the client's socket during each run), ``size``
 (196,608 at 5/20/100 MB, paced and unpaced server), ``delay`` (Firefox vs Chrome at 30 and 50 ms, socket
 buffers of 1664 KiB and 32 MiB), ``long`` (the same at 500 MB, 1664 KiB / 8 MiB / 32 MiB), ``browsers``
 (Firefox vs Chrome under socket buffers, a rate limit with a shallow and a deep queue, an unpaced server,
@@ -53,6 +53,40 @@ class LsquicWith(Lsquic):
             plan.argv = ["sh", "-c", 'exec "$@" 2>"$0"', str(self.client_log), *plan.argv,
                          "-l", "cfcw=debug,sfcw=debug"]
         return plan, applied
+
+
+class LsquicSink(Lsquic):
+    """LSQUIC whose client writes the body to a tmpfs file or discards it (-K) instead of the runner's FIFO:
+    does the FIFO's reader slow the client's reads? Goodput from the client's lifetime (wall_s), the same
+    for every sink; the runner then finds no body and marks the run failed, which is expected here."""
+
+    def __init__(self, sink: str):
+        self.sink = sink
+
+    def client_command(self, params, opts, server_ip, port, workdir):
+        plan, applied = super().client_command(params, opts, server_ip, port, workdir)
+        if self.sink == "fifo":
+            return plan, applied
+        at = plan.argv.index("-7")
+        plan.argv[at:at + 2] = ["-K"] if self.sink == "discard" else ["-7", str(workdir)]
+        return type(plan)(plan.argv), applied
+
+
+def sinks(out: Path) -> None:
+    """initial_max_data 196,608 at 30 ms, 20 MB, with the body into the runner's FIFO, a tmpfs file, nowhere."""
+    client = with_overrides(resolve_one("lsquic-client-default"), ["initial_max_data=196608"])
+    condition = Condition(client, resolve_one("lsquic-server-default"), LinkConfig(delay_down_ms=30),
+                          "initial_max_data", 196608)
+    walls: dict[str, list[float]] = {}
+    for rep in range(3):
+        for sink in ("fifo", "tmpfs", "discard"):
+            experiment = Experiment("single", LsquicSink(sink), [condition], RunOptions(size=20_000_000, timeout_s=120),
+                                    1, "relay", f"scripts/lsquic_causes.py sinks {sink}", tags={"variant": sink})
+            (row,) = run_experiment(experiment, out / "sinks.duckdb")
+            walls.setdefault(sink, []).append(20_000_000 * 8 / row["wall_s"] / 1e6)
+    for sink, rates in walls.items():
+        print(json.dumps({"variant": f"sink-{sink}", "goodput_by_client_lifetime_mbps": rates,
+                          "mean": sum(rates) / len(rates)}), flush=True)
 
 
 UPDATE = re.compile(r"\b(cfcw|sfcw):.*recv_off changed: read_off: (\d+); recv_off: (\d+)")
@@ -198,7 +232,7 @@ def backlog(out: Path) -> None:
 def main(out_dir: str, *parts: str) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for name, part in (("updates", updates), ("backlog", backlog)):
+    for name, part in (("updates", updates), ("backlog", backlog), ("sinks", sinks)):
         if name in parts:
             part(out)
             parts = tuple(p for p in parts if p != name)
