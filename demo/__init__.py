@@ -3,8 +3,10 @@
 Brings the lab up, scans every lab server from the client namespace, prints
 the popularity report, tears the lab down whatever happens, replays the
 browsers' client sets through a real QUIC stack over the emulated link
-(short downloads, two repetitions), and renders the analysis notebooks over
-both result files.
+(short downloads, two repetitions), replays a small part of the thesis's
+campaign on LSQUIC where a build is configured (`qreplay reproduce --quick`,
+figures 5.3a, 5.4 and 5.6, with its report beside the published numbers), and
+renders the analysis notebooks over both result files.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ REPLAY_DELAYS_MS = (0.0, 30.0)
 REPLAY_SIZE = 20_000_000
 REPLAY_REPS = 2
 DEMO_DIR = Path("out/demo")
+# The thesis's own stack, where the user configured a build: its headline figures, small.
+REPRODUCE_FIGURES = {"5.3a", "5.4", "5.6"}
+REPRODUCE_SIZE = 10_000_000
 
 
 def _replay_path(scan: Path) -> Path:
@@ -63,6 +68,7 @@ def run_demo(out: Path | None, fmt: str = "table", html_dir: Path | None = None,
     sys.stdout.write(text.rstrip("\n") + "\n")
     if replay:
         _replay(replay_path)
+        _reproduce_on_lsquic(replay_path)
     if html_dir is not None:
         from scanner.analysis import render_notebooks
 
@@ -87,3 +93,24 @@ def _replay(results: Path) -> None:
                f"{REPLAY_SIZE // 1_000_000} MB x {REPLAY_REPS} at {' and '.join(f'{d:g}' for d in REPLAY_DELAYS_MS)} ms ...")  # fmt: skip
     options = RunOptions(size=REPLAY_SIZE, timeout_s=60.0)
     execute(Experiment("matrix", get_stack("ngtcp2"), conditions, options, REPLAY_REPS, command_line="quictp-demo"), results, False)
+
+
+def _reproduce_on_lsquic(results: Path) -> None:
+    """`qreplay reproduce --stack lsquic --quick`, a part of it, into the replay file (the notebook shows it)
+    and its report beside it; skipped, with the reason, without an LSQUIC build."""
+    from replay.commands.run import execute
+    from replay.reproduce import build_report, plan_campaign, run_campaign
+    from replay.stacks import get_stack
+
+    lsquic = get_stack("lsquic")
+    reason = lsquic.unavailable_reason()
+    if reason:
+        _err.print(f"not replaying on LSQUIC: {reason}")
+        return
+    plans = plan_campaign(quick=True, figures=REPRODUCE_FIGURES, size=REPRODUCE_SIZE)
+    _err.print(f"reproducing the thesis's figures {', '.join(sorted(REPRODUCE_FIGURES))} on LSQUIC, "
+               f"{REPRODUCE_SIZE // 1_000_000} MB downloads ...")
+    run_campaign([lsquic], plans, results, mode="quick", command_line="quictp-demo",
+                 execute=lambda experiment, out: execute(experiment, out, False))
+    report = build_report(results, results.with_name(f"{results.stem}-reproduce"))
+    _err.print(f"LSQUIC beside the thesis: {report.markdown} and {report.html}")

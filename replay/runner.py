@@ -63,6 +63,7 @@ class Experiment:
     command_line: str | None = None
     shallow_idle: bool = True  # hold the CPUs out of deep idle during the runs (cpuidle.ShallowIdle)
     udp_buffer_bytes: int | None = None  # the testbed's socket buffer size; None: testbed.BUFFER_BYTES
+    tags: dict[str, object] = field(default_factory=dict)  # stored in the config, e.g. a campaign's figure
     experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
 
@@ -423,7 +424,8 @@ def run_experiment(experiment: Experiment, results: str | Path,
         "reps": experiment.reps, "autotune": experiment.options.autotune, "cc": experiment.options.cc,
         "command_line": experiment.command_line,
     }
-    config = {"conditions": [_describe(c) for c in experiment.conditions], "stack_version": experiment.stack.version(),
+    config = {**experiment.tags, "conditions": [_describe(c) for c in experiment.conditions],
+              "stack_version": experiment.stack.version(),
               "timeout_s": experiment.options.timeout_s, "qlog_dir": str(experiment.options.qlog_dir or "")}
     record["config"] = json.dumps(config)
     store.upsert_experiment(con, record)

@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from replay.stacks import get_stack
 from scanner.analysis import compare_scans, render_comparison, render_notebooks, server_params
 from scanner.identify import load_signatures
 from scanner.scan import scan_into
@@ -45,19 +46,22 @@ def scans(lab, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def replay_db(tmp_path_factory):
-    """A short real replay: two client sets, two delays, two repetitions of a 1 MB download."""
+    """A short real replay: two client sets, two delays, two repetitions of a 1 MB download; beside it in
+    the same file a tiny `qreplay reproduce` campaign (figure 5.6) on LSQUIC where a build is configured."""
     qreplay = BIN / "qreplay"
     if shutil.which(str(qreplay)) is None:
         pytest.skip("qreplay is not installed in this environment")
-    out = tmp_path_factory.mktemp("replay") / "replay.duckdb"
-    result = subprocess.run(
-        [str(qreplay), "matrix", "--sets", "firefox,chrome", "--delays", "0ms,10ms", "--losses", "0",
-         "--size", "1MB", "--reps", "2", "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )
-    if result.returncode != 0:
-        pytest.skip(f"qreplay could not run here: {result.stderr.strip().splitlines()[-1:]}")
-    return out
+    directory = tmp_path_factory.mktemp("replay")
+    out = directory / "reproduce.duckdb"
+    stack = "lsquic" if get_stack("lsquic").unavailable_reason() is None else "ngtcp2"
+    for command in (["matrix", "--sets", "firefox,chrome", "--delays", "0ms,10ms", "--losses", "0", "--size", "1MB",
+                     "--reps", "2", "--out", str(out)],
+                    ["reproduce", "--stack", stack, "--quick", "--figures", "5.6", "--size", "1MB", "--reps", "1",
+                     "--out-dir", str(directory)]):
+        result = subprocess.run([str(qreplay), *command], capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            pytest.skip(f"qreplay could not run here: {result.stderr.strip().splitlines()[-1:]}")
+    return out, stack
 
 
 @pytest.mark.lab
@@ -93,6 +97,7 @@ def _text(html: str) -> str:
 @pytest.mark.lab
 def test_notebooks_execute_and_put_our_tables_beside_the_published_ones(scans, replay_db, tmp_path):
     paths, lab = scans
+    replay_db, stack = replay_db
     written = render_notebooks(paths["a"], tmp_path, other_scan_db=paths["b"], replay_db=replay_db)
     html = {path.stem: path.read_text() for path in written}
     assert set(html) == {"parameter_popularity", "scan_comparison", "replay_goodput"}
@@ -114,8 +119,12 @@ def test_notebooks_execute_and_put_our_tables_beside_the_published_ones(scans, r
 
     replay = _text(html["replay_goodput"])
     with duckdb.connect(str(replay_db), read_only=True) as con:
-        set_names = [name for (name,) in con.execute("SELECT DISTINCT set_name FROM runs WHERE status = 'ok'").fetchall()]
+        set_names = [name for (name,) in con.execute(
+            "SELECT DISTINCT set_name FROM runs WHERE status = 'ok' AND sweep_param IS NULL").fetchall()]
     assert len(set_names) == 2 and all(f"{name} / stack default" in replay for name in set_names)
     assert "1069.48" in replay  # published headline beside our runs
     assert html["replay_goodput"].count("data:image/png") >= 1  # goodput vs delay with bands
     assert "Datagrams the client's socket dropped" in replay and "client_socket_drop_pct" in replay
+    # The reproduce campaign: the thesis's figure 5.6 numbers beside the stack's (LSQUIC where configured).
+    assert "16.81 (figure 5.6)" in replay and "701.33 (figure 5.6)" in replay
+    assert "Campaign" in replay and f"stacks {stack}" in replay

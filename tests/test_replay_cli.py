@@ -38,6 +38,8 @@ def qreplay(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
     (["--set", "firefox", "--stack", "picoquic"], "unknown stack 'picoquic'"),
     (["--set", "firefox", "--client-param", "initial_max_data=lots"], "initial_max_data takes an integer"),
     (["sweep", "--param", "nope", "--values", "1"], "not one of"),
+    (["reproduce", "--figures", "5.9"], "no figure 5.9"),
+    (["reproduce", "--stack", "ngtcp2", "--size", "huge"], "--size"),
 ])
 def test_bad_input_is_one_line_exit_2(args, expected):
     result = qreplay(*args)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import base64
 import html
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from replay.figures import draw_band, embedded_img, pyplot, save_png
 from tparams.errors import ToolError
 
 
@@ -29,11 +29,9 @@ def load_summary(results: Path):
 
 def plot_results(results: Path, out_dir: Path) -> list[Path]:
     """Write goodput-vs-delay, sweep and packet-count figures; returns the PNG paths plus the HTML page."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import polars as pl
+
+    plt = pyplot()
 
     summary = load_summary(results).filter(pl.col("n") > 0)
     if summary.is_empty():
@@ -43,10 +41,7 @@ def plot_results(results: Path, out_dir: Path) -> list[Path]:
 
     def band(ax, frame, x: str, label: str) -> None:
         frame = frame.sort(x)
-        xs, mean = frame[x].to_list(), frame["mean_mbps"].to_list()
-        sd = [s or 0.0 for s in frame["stddev_mbps"].to_list()]
-        ax.plot(xs, mean, marker="o", label=label)
-        ax.fill_between(xs, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], alpha=0.25)
+        draw_band(ax, frame[x].to_list(), frame["mean_mbps"].to_list(), frame["stddev_mbps"].to_list(), label)
 
     plain = summary.filter(pl.col("sweep_param").is_null())
     if not plain.is_empty():
@@ -58,7 +53,7 @@ def plot_results(results: Path, out_dir: Path) -> list[Path]:
         ax.set(xlabel="added one-way delay (ms)", ylabel="goodput (Mbit/s)",
                title="Goodput vs delay per client set (band: ±1 standard deviation)")
         ax.legend(fontsize="small")
-        figures.append(("Goodput vs delay", _save(fig, out_dir / "goodput_vs_delay.png")))
+        figures.append(("Goodput vs delay", save_png(fig, out_dir / "goodput_vs_delay.png")))
 
     swept = summary.filter(pl.col("sweep_param").is_not_null())
     for param in swept["sweep_param"].unique().sort().to_list():
@@ -69,7 +64,7 @@ def plot_results(results: Path, out_dir: Path) -> list[Path]:
         ax.set_xscale("log")
         ax.set(xlabel=f"client {param} (bytes)", ylabel="goodput (Mbit/s)", title=f"Sweep of {param}")
         ax.legend(fontsize="small")
-        figures.append((f"Sweep of {param}", _save(fig, out_dir / f"sweep_{param}.png")))
+        figures.append((f"Sweep of {param}", save_png(fig, out_dir / f"sweep_{param}.png")))
 
         fig, ax = plt.subplots(figsize=(7, 4.5))
         pinned = frame.filter(~pl.col("autotune")).sort("sweep_value")
@@ -83,20 +78,11 @@ def plot_results(results: Path, out_dir: Path) -> list[Path]:
         ax.set(xlabel=f"client {param} (bytes)", ylabel="packets per download (mean)",
                title=f"Packets per download, sweep of {param}")
         ax.legend(fontsize="small")
-        figures.append((f"Packet counts, {param}", _save(fig, out_dir / f"packets_{param}.png")))
+        figures.append((f"Packet counts, {param}", save_png(fig, out_dir / f"packets_{param}.png")))
 
     page = out_dir / "report.html"
     page.write_text(_html(results, figures, summary))
     return [path for _, path in figures] + [page]
-
-
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path
 
 
 def _html(results: Path, figures: list[tuple[str, Path]], summary) -> str:
@@ -104,8 +90,7 @@ def _html(results: Path, figures: list[tuple[str, Path]], summary) -> str:
     parts = [f"<!doctype html><meta charset=utf-8><title>qreplay: {html.escape(results.name)}</title>",
              f"<h1>qreplay results: {html.escape(str(results))}</h1>"]
     for title, path in figures:
-        data = base64.b64encode(path.read_bytes()).decode()
-        parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>")
+        parts.append(f"<h2>{html.escape(title)}</h2>{embedded_img(title, path)}")
     columns = ["stack", "set_name", "delay_ms", "loss_pct", "sweep_param", "sweep_value", "autotune", "runs", "n",
                "mean_mbps", "stddev_mbps", "client_socket_drop_pct"]
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(row[c]))}</td>" for c in columns) + "</tr>"

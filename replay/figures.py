@@ -1,0 +1,38 @@
+"""Drawing helpers shared by `qreplay plot` and the reproduction report: one look for every figure."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only backend (no display on a test or CI machine)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def draw_band(ax, xs: list, mean: list[float], sd: list[float | None], label: str, **line) -> None:
+    """A mean line with a band of one standard deviation, as the thesis draws its figures."""
+    sd = [s or 0.0 for s in sd]
+    drawn = ax.plot(xs, mean, marker="o", label=label, **line)
+    ax.fill_between(xs, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)], alpha=0.25,
+                    color=drawn[0].get_color())
+
+
+def save_png(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)
+    return path
+
+
+def embedded_img(title: str, path: Path) -> str:
+    """An <img> carrying the PNG itself, so that the HTML page is one self-contained file."""
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f"<img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>"

@@ -1,0 +1,111 @@
+"""What a fixed flow-control window allows: goodput predicted from the window, the round-trip time and
+the receiver's window-update rule. Pure arithmetic, no I/O, so a notebook, the report and a test agree.
+
+A receiver that never grows its windows re-opens one (MAX_DATA, MAX_STREAM_DATA) to ``read offset +
+window`` once a share ``f`` of the window has been read since its last update. The sender can then have
+at most one window in flight, and gets new credit in chunks of ``f x window``:
+
+- If the chunks a round trip delivers arrive as one burst (a fast link, the sender free to send at
+  once), the update sent during the burst cannot cover the bytes of the same burst that are still
+  to come: the sender gets ``(1 - f) x window`` a round trip. That is the lower bound.
+- If the data arrives spread over the round trip (pacing, a bottleneck, slow start leaving the
+  chunks out of phase), each chunk is re-opened as it is read and up to a whole window is in
+  flight: ``window`` a round trip, the upper bound.
+
+Where between the two a stack lands depends on how the arriving data bunches and on when the receiver
+checks its windows, not on the machine's speed. A finite download also pays its start, timed from
+client start as the runner does: the handshake and the request (two round trips), and slow start,
+doubling from the sender's initial congestion window each round trip until its flight reaches what the
+window allows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class UpdateRule:
+    """When a stack's receiver re-opens a fixed window (after ``consumed_fraction`` of it was read), and
+    the congestion window its sender starts from."""
+
+    consumed_fraction: float
+    source: str  # where the rule is written down, for the report
+    initial_cwnd: int = 12_000  # RFC 9002: ten 1,200-byte datagrams
+
+
+# Each stack's receiver, as its source has it (windows pinned: no auto-tuning in the runs the model is for).
+UPDATE_RULES: dict[str, UpdateRule] = {
+    "lsquic": UpdateRule(0.5, "LSQUIC 4.9.3 lsquic_sfcw.c / lsquic_cfcw.c: a new limit read offset + window once "
+                              "the unread credit falls below half the window (max_sfcw/max_cfcw 0: never grows). "
+                              "The stream window is checked at every read (lsquic_stream.c stream_consumed_bytes), "
+                              "so each update grants half the window: the burst bound. The connection window is "
+                              "checked once per tick, after all of the tick's reads (lsquic_full_conn_ietf.c), so "
+                              "an update grants half the window plus what the tick read beyond it: up to a whole "
+                              "window, the more packets a tick handles",
+                         initial_cwnd=32 * 1460),  # lsquic_cubic.c: 32 * TCP_MSS
+    "ngtcp2": UpdateRule(0.5, "ngtcp2 conn_should_send_max_(stream_)data: once the remaining window is below "
+                              "twice the pending increment, i.e. half the window was read"),
+    "quicgo": UpdateRule(0.25, "quic-go flowcontrol: WindowUpdateThreshold 0.25 of the window read"),
+}
+
+STARTUP_RTTS = 2  # handshake, then the request: the first body byte comes two round trips after the client starts
+
+
+@dataclass(frozen=True)
+class WindowBound:
+    """The goodput a window allows at one round-trip time, Mbit/s (low: bursts, high: spread arrivals)."""
+
+    window: int
+    binding: str  # which window: initial_max_data or initial_max_stream_data_bidi_local
+    rtt_ms: float
+    low_mbps: float
+    high_mbps: float
+
+    def contains(self, mbps: float, slack: float = 0.1) -> bool:
+        """Whether a measurement lies within the bounds, widened by ``slack`` (processing adds to the RTT)."""
+        return self.low_mbps * (1 - slack) <= mbps <= self.high_mbps * (1 + slack)
+
+    def position(self, mbps: float) -> float:
+        """Where a measurement lies between the bounds: 0 at the burst bound, 1 at a whole window per RTT."""
+        return (mbps - self.low_mbps) / (self.high_mbps - self.low_mbps)
+
+
+def window_bound(window: int, rtt_ms: float, rule: UpdateRule, size: int | None = None,
+                 binding: str = "") -> WindowBound | None:
+    """The bounds for one window; with ``size`` the download's start is charged. None at no RTT."""
+    if rtt_ms <= 0 or window <= 0:
+        return None
+    rtt_s = rtt_ms / 1000
+
+    def rate(bytes_per_rtt: float) -> float:
+        steady = bytes_per_rtt * 8 / rtt_s
+        if size is None:
+            return steady / 1e6
+        start = (STARTUP_RTTS + slow_start_rtts(bytes_per_rtt, rule.initial_cwnd)) * rtt_s
+        return size * 8 / (size * 8 / steady + start) / 1e6
+
+    return WindowBound(window, binding, rtt_ms, rate((1 - rule.consumed_fraction) * window), rate(window))
+
+
+def slow_start_rtts(flight: float, initial_cwnd: int) -> float:
+    """Round trips slow start costs before the sender's flight reaches ``flight``: k doublings take k round
+    trips and deliver initial_cwnd x (2^k - 1) bytes, which the steady flight would have sent sooner."""
+    if flight <= initial_cwnd:
+        return 0.0
+    doublings = math.ceil(math.log2(flight / initial_cwnd))
+    return max(0.0, doublings - initial_cwnd * (2 ** doublings - 1) / flight)
+
+
+def client_window_bound(client: dict, rtt_ms: float, stack: str, size: int | None = None) -> WindowBound | None:
+    """The tighter of a download's two windows (the client's connection and stream windows), or None
+    when the stack's rule is unknown, the set sends neither, or there is no round trip to bound."""
+    rule = UPDATE_RULES.get(stack)
+    if rule is None:
+        return None
+    bounds = [window_bound(int(client[name]), rtt_ms, rule, size, name)
+              for name in ("initial_max_data", "initial_max_stream_data_bidi_local")
+              if client.get(name) is not None]
+    bounds = [b for b in bounds if b is not None]
+    return min(bounds, key=lambda b: b.low_mbps) if bounds else None

@@ -1,0 +1,696 @@
+"""The thesis's goodput experiments (figures 5.1-5.7) as one campaign, and a report beside the published figures.
+
+A campaign is a list of figure plans; each plan runs as one ordinary qreplay
+experiment per stack (round-robin repetitions, every run stored in the
+results file, tagged with the campaign and the figure). The report reads a
+campaign back from the results file and puts each figure and each headline
+number of datasets/reference/goodput_headlines.csv beside the published one,
+with the ratio, a verdict, the window model's prediction (replay.flowcontrol)
+and what this machine measured about the receiver (its socket's drops).
+
+    plans = plan_campaign(quick=True)
+    campaign = run_campaign([get_stack("lsquic")], plans, "reproduce.duckdb")
+    build_report("reproduce.duckdb", "report/", campaign)
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import html
+import json
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from replay.flowcontrol import UPDATE_RULES, WindowBound, client_window_bound
+from replay.figures import draw_band, embedded_img, pyplot, save_png
+from replay.link import LinkConfig
+from replay.runner import Condition, Experiment, client_socket_drop_pct, run_experiment, summarize
+from replay.sets import NamedSet, resolve_one, with_overrides
+from replay.stacks.base import REPO_ROOT, RunOptions, Stack
+from tparams.errors import ToolError
+
+HEADLINES_CSV = REPO_ROOT / "datasets" / "reference" / "goodput_headlines.csv"
+MB = 1_000_000
+
+# The thesis's sets (tables 2.1, 5.1, 5.8; section 5.2). "lsquic-defaults" is each side's own default set.
+SAME_SET_BOTH_SIDES = ("lsquic-defaults", "alpha", "beta", "config3", "config4")
+SERVER_SETS = ("lsquic-server-default", "alpha", "beta", "config3", "config4")
+CLIENT_SETS = ("firefox-109", "chrome-109", "lsquic-client-default")
+DELAYS_MS = (0, 10, 20, 30, 40, 50)
+LOSSES_PCT = (0.001, 0.01, 0.1, 1.0)
+LOSS_DELAY_MS = 10  # the thesis fixes 10 ms for its loss figures, "to amplify the effects"
+SWEEP_DELAY_MS = 30
+INITIAL_MAX_DATA_VALUES = (196608, 1572864, 3145728, 6291456, 15728640, 25165824)
+BIDI_LOCAL_VALUES = (131072, 524288, 1048576, 3145728, 6291456, 12582912)
+
+FIGURE_TITLES = {
+    "5.1a": "Same set on client and server, goodput vs delay",
+    "5.1b": f"Same set on client and server, goodput vs loss at {LOSS_DELAY_MS} ms",
+    "5.2a": "Server sets (LSQUIC's default client), goodput vs delay",
+    "5.2b": f"Server sets (LSQUIC's default client), goodput vs loss at {LOSS_DELAY_MS} ms",
+    "5.3a": "Client sets (LSQUIC's default server), goodput vs delay",
+    "5.3b": f"Client sets (LSQUIC's default server), goodput vs loss at {LOSS_DELAY_MS} ms",
+    "5.4": f"Client initial_max_data sweep at {SWEEP_DELAY_MS} ms (packets: figure 5.5)",
+    "5.6": f"Client initial_max_stream_data_bidi_local sweep at {SWEEP_DELAY_MS} ms (packets: figure 5.7)",
+}
+PACKET_FIGURES = {"5.4": "5.5", "5.6": "5.7"}
+
+
+@dataclass(frozen=True)
+class FigurePlan:
+    figure: str  # a key of FIGURE_TITLES
+    conditions: tuple[Condition, ...]
+    size: int
+    reps: int
+
+    @property
+    def kind(self) -> str:
+        return "sweep" if self.conditions[0].sweep_param else "matrix"
+
+
+# The thesis ran configuration 4 with initial_max_data 4,294,967,295: LSQUIC keeps the value in 32 bits,
+# and the scanned 34,359,738,368 left it without a connection window (section 5.2).
+AS_THE_THESIS_RAN = {"config4": ["initial_max_data=4294967295"]}
+
+
+def _thesis_set(name: str) -> NamedSet:
+    named = resolve_one(name)
+    if name not in AS_THE_THESIS_RAN:
+        return named
+    changed = with_overrides(named, AS_THE_THESIS_RAN[name])
+    return NamedSet(f"{name}-as-run", changed.params, f"{named.source}, {', '.join(AS_THE_THESIS_RAN[name])} "
+                                                      "as the thesis ran it")
+
+
+def _pair(name: str, role: str) -> tuple[NamedSet, NamedSet]:
+    """(client set, server set) for one series of figures 5.1-5.3."""
+    if name == "lsquic-defaults":
+        return resolve_one("lsquic-client-default"), resolve_one("lsquic-server-default")
+    if role == "same":
+        return _thesis_set(name), _thesis_set(name)
+    if role == "server":
+        return resolve_one("lsquic-client-default"), _thesis_set(name)
+    return _thesis_set(name), resolve_one("lsquic-server-default")
+
+
+def _sets_figure(figure: str, names, role: str, links: list[LinkConfig], size: int, reps: int) -> FigurePlan:
+    pairs = [_pair(name, role) for name in names]
+    return FigurePlan(figure, tuple(Condition(c, s, link) for link in links for c, s in pairs), size, reps)
+
+
+def _sweep_figure(figure: str, param: str, values, size: int, reps: int) -> FigurePlan:
+    client, server = _pair("lsquic-defaults", "client")
+    link = LinkConfig(delay_down_ms=SWEEP_DELAY_MS)
+    return FigurePlan(figure, tuple(Condition(with_overrides(client, [f"{param}={v}"]), server, link, param, v)
+                                    for v in values), size, reps)
+
+
+def plan_campaign(quick: bool = False, figures: set[str] | None = None, size: int | None = None,
+                  reps: int | None = None) -> list[FigurePlan]:
+    """The campaign: everything (sizes and repetitions chosen to finish in about half an hour on two
+    cores, where the thesis downloaded 500 MB 10-20 times), or ``quick``: the conditions of the
+    headline numbers only, a few minutes. ``figures``, ``size`` and ``reps`` narrow it further."""
+    delays = [LinkConfig(delay_down_ms=d) for d in DELAYS_MS]
+    losses = [LinkConfig(delay_down_ms=LOSS_DELAY_MS, loss_pct=x) for x in LOSSES_PCT]
+    if quick:
+        plans = [
+            _sets_figure("5.1a", ("lsquic-defaults", "alpha"), "same", [LinkConfig()], 20 * MB, 2),
+            _sets_figure("5.3a", CLIENT_SETS[:2], "client", [LinkConfig(), LinkConfig(delay_down_ms=30)], 20 * MB, 2),
+            _sets_figure("5.3b", CLIENT_SETS[:2], "client", losses[-1:], 5 * MB, 1),
+            _sweep_figure("5.4", "initial_max_data", (196608, 15728640), 20 * MB, 2),
+            _sweep_figure("5.6", "initial_max_stream_data_bidi_local", (131072, 12582912), 10 * MB, 2),
+        ]
+    else:
+        plans = [
+            _sets_figure("5.1a", SAME_SET_BOTH_SIDES, "same", delays, 20 * MB, 3),
+            _sets_figure("5.1b", SAME_SET_BOTH_SIDES, "same", losses, 10 * MB, 2),
+            _sets_figure("5.2a", SERVER_SETS, "server", delays, 50 * MB, 3),
+            _sets_figure("5.2b", SERVER_SETS, "server", losses, 10 * MB, 2),
+            _sets_figure("5.3a", CLIENT_SETS, "client", delays, 100 * MB, 5),
+            _sets_figure("5.3b", CLIENT_SETS, "client", losses, 20 * MB, 3),
+            _sweep_figure("5.4", "initial_max_data", INITIAL_MAX_DATA_VALUES, 100 * MB, 3),
+            _sweep_figure("5.6", "initial_max_stream_data_bidi_local", BIDI_LOCAL_VALUES, 100 * MB, 3),
+        ]
+    if figures:
+        unknown = figures - set(FIGURE_TITLES)
+        if unknown:
+            raise ToolError(f"--figures: no figure {', '.join(sorted(unknown))} (known: {', '.join(FIGURE_TITLES)})")
+        plans = [p for p in plans if p.figure in figures]
+        if not plans:
+            raise ToolError(f"--figures: none of {', '.join(sorted(figures))} is in the "
+                            f"{'quick' if quick else 'full'} campaign")
+    return [FigurePlan(p.figure, p.conditions, size or p.size, reps or p.reps) for p in plans]
+
+
+def run_campaign(stacks: list[Stack], plans: list[FigurePlan], results: str | Path, *, link_backend: str = "auto",
+                 udp_buffer_bytes: int | None = None, mode: str = "full", command_line: str | None = None,
+                 execute: Callable[[Experiment, Path], list[dict]] | None = None) -> str:
+    """Run every plan on every stack, figure by figure, into ``results``; returns the campaign id.
+
+    ``execute`` runs one experiment (the CLI passes its progress-bar runner); by default
+    runner.run_experiment. Each experiment's config carries the campaign, the figure, the mode and the
+    machine's load when it started."""
+    for stack in stacks:
+        reason = stack.unavailable_reason()
+        if reason:
+            raise ToolError(f"stack {stack.name} is not usable here: {reason}")
+    campaign = uuid.uuid4().hex[:12]
+    execute = execute or (lambda experiment, out: run_experiment(experiment, out))
+    for plan in plans:
+        for stack in stacks:
+            options = RunOptions(size=plan.size, timeout_s=30 + plan.size * 8 / 5e6)
+            tags = {"campaign": campaign, "figure": plan.figure, "mode": mode,
+                    "load_1min": round(os.getloadavg()[0], 2)}
+            execute(Experiment(plan.kind, stack, list(plan.conditions), options, plan.reps, link_backend,
+                               command_line, udp_buffer_bytes=udp_buffer_bytes, tags=tags), Path(results))
+    return campaign
+
+
+# --- reading a campaign back ---------------------------------------------------------------------
+
+@dataclass
+class ConditionSummary:
+    stack: str
+    figure: str
+    client: str
+    server: str | None
+    delay_ms: float
+    loss_pct: float
+    sweep_param: str | None
+    sweep_value: int | None
+    size: int
+    runs: int
+    failed: int
+    n: int
+    mean: float | None
+    stddev: float | None
+    client_socket_drop_pct: float | None
+    client_tx_packets: float | None
+    server_tx_packets: float | None
+    client_cpu_share: float | None  # CPU seconds per second of the download, client and server
+    server_cpu_share: float | None
+    bound: WindowBound | None  # the window model's prediction for this download, if any
+    steady: WindowBound | None  # the same for an endless download: does the window bind at all?
+
+    @property
+    def series(self) -> str:
+        if self.client == "lsquic-client-default" and self.server == "lsquic-server-default":
+            return "lsquic-defaults"
+        if self.figure.startswith("5.1"):
+            return self.client
+        if self.figure.startswith("5.2"):
+            return self.server or "stack default"
+        return self.client
+
+
+@dataclass
+class Campaign:
+    campaign: str
+    mode: str
+    results: Path
+    stacks: list[str]
+    started_at: datetime.datetime
+    finished_at: datetime.datetime | None
+    loads: list[float]
+    link_backends: list[str]
+    udp_buffer_bytes: list[int]
+    versions: dict[str, str]  # stack -> the version it named, where it names one
+    summaries: list[ConditionSummary] = field(default_factory=list)
+
+    def find(self, stack: str, figure: str | None = None, **where) -> list[ConditionSummary]:
+        return [s for s in self.summaries if s.stack == stack and (figure is None or s.figure.startswith(figure))
+                and all(getattr(s, k) == v for k, v in where.items())]
+
+
+def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
+    """A campaign's runs, summarised per stack and condition (the newest campaign in the file by default)."""
+    import duckdb
+
+    results = Path(results)
+    if not results.exists():
+        raise ToolError(f"results file {results} does not exist")
+    try:
+        con = duckdb.connect(str(results), read_only=True)
+    except duckdb.Error as exc:
+        raise ToolError(f"cannot open {results}: {str(exc).splitlines()[0]}") from None
+    try:
+        experiments = con.execute(
+            "SELECT experiment_id, stack, started_at, finished_at, config FROM experiments "
+            "WHERE json_extract_string(config, '$.campaign') IS NOT NULL ORDER BY started_at").fetchall()
+        if not experiments:
+            raise ToolError(f"{results} holds no `qreplay reproduce` campaign")
+        configs = {eid: json.loads(config) for eid, _, _, _, config in experiments}
+        campaign = campaign or configs[experiments[-1][0]]["campaign"]
+        chosen = [e for e in experiments if configs[e[0]]["campaign"] == campaign]
+        if not chosen:
+            raise ToolError(f"{results} has no campaign {campaign!r}")
+        columns = ("experiment_id", "stack", "set_name", "server_set_name", "delay_ms", "delay_up_ms", "loss_pct",
+                   "sweep_param", "sweep_value", "size_bytes", "status", "goodput_mbps", "counters",
+                   "client_tx_packets", "server_tx_packets", "requested_client", "link_backend", "wall_s",
+                   "client_cpu_s", "server_cpu_s")
+        rows = [dict(zip(columns, row)) for row in con.execute(
+            f"SELECT {', '.join(columns)} FROM runs WHERE list_contains(?, experiment_id) ORDER BY started_at",
+            [[e[0] for e in chosen]]).fetchall()]
+    except duckdb.Error as exc:
+        raise ToolError(f"{results} is not a qreplay results file: {str(exc).splitlines()[0]}") from None
+    finally:
+        con.close()
+    chosen_configs = [configs[e[0]] for e in chosen]
+    out = Campaign(campaign, chosen_configs[0].get("mode", "full"), results, sorted({e[1] for e in chosen}),
+                   chosen[0][2], max((e[3] for e in chosen if e[3]), default=None),
+                   [c["load_1min"] for c in chosen_configs if c.get("load_1min") is not None],
+                   sorted({r["link_backend"] for r in rows if r["link_backend"]}),
+                   sorted({c["udp_buffer_bytes"] for c in chosen_configs if c.get("udp_buffer_bytes")}),
+                   {e[1]: configs[e[0]]["stack_version"] for e in chosen if configs[e[0]].get("stack_version")})
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        row["figure"] = configs[row["experiment_id"]]["figure"]
+        key = (row["stack"], row["figure"], row["set_name"], row["server_set_name"], row["delay_ms"],
+               row["loss_pct"], row["sweep_param"], row["sweep_value"])
+        groups.setdefault(key, []).append(row)
+    for (stack, figure, client, server, delay, loss, param, value), group in groups.items():
+        ok = [r for r in group if r["status"] == "ok"]
+        stats = summarize([r["goodput_mbps"] for r in ok])
+        packets = {side: _mean([r[f"{side}_tx_packets"] for r in ok]) for side in ("client", "server")}
+        cpu = {side: _mean([r[f"{side}_cpu_s"] / r["wall_s"] for r in ok if r[f"{side}_cpu_s"] and r["wall_s"]])
+               for side in ("client", "server")}
+        requested = json.loads(group[0]["requested_client"] or "{}")
+        rtt = delay + (group[0]["delay_up_ms"] or 0)
+        out.summaries.append(ConditionSummary(
+            stack, figure, client, server, delay, loss, param, value, group[0]["size_bytes"], len(group),
+            len(group) - len(ok), stats["n"], stats["mean"], stats["stddev"],
+            client_socket_drop_pct(ok) if ok else None, packets["client"], packets["server"], cpu["client"],
+            cpu["server"],
+            client_window_bound(requested, rtt, stack, group[0]["size_bytes"]) if not loss else None,
+            client_window_bound(requested, rtt, stack) if not loss else None))
+    return out
+
+
+def _mean(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+# --- the published numbers beside ours -----------------------------------------------------------
+
+REPRODUCED_WITHIN = 0.15  # a ratio within 1 +- this counts as reproduced
+SOCKET_DROPS_MATTER_PCT = 0.5  # above this share the receiver's socket, not the path, sets the pace
+WINDOW_TABLE_BELOW = 2000  # Mbit/s: windows allowing more never bind on one machine (nor on the thesis's 10 GbE)
+
+
+@dataclass
+class Headline:
+    """One published number (a row of goodput_headlines.csv, or one derived from two) beside one stack's."""
+
+    figure: str
+    what: str
+    thesis: float
+    thesis_text: str
+    stack: str
+    measured: float | None = None
+    measured_text: str = "not measured in this campaign"
+    verdict: str = "not measured"
+    why: str = ""
+    bound: WindowBound | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        return self.measured / self.thesis if self.measured is not None and self.thesis else None
+
+
+def read_headlines(path: Path = HEADLINES_CSV) -> list[dict]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _stats_text(s: ConditionSummary) -> str:
+    if s.n == 0:
+        return f"no successful run of {s.runs}"
+    sd = f" (sd {_fmt(s.stddev)})" if s.stddev is not None else ""
+    failed = f", {s.failed} failed" if s.failed else ""
+    return f"{_fmt(s.mean)}{sd}, n={s.n}{failed}"
+
+
+def _why(s: ConditionSummary, thesis: float | None = None) -> str:
+    """What this campaign measured about one condition that explains where it landed."""
+    reasons = []
+    if s.bound and s.mean is not None and s.bound.contains(s.mean):
+        text = (f"window-limited ({s.bound.binding} {s.bound.window:,} at {s.bound.rtt_ms:g} ms): the model allows "
+                f"{_fmt(s.bound.low_mbps)}-{_fmt(s.bound.high_mbps)} Mbit/s, the measurement lies at "
+                f"{s.bound.position(s.mean):.2f} of that range")
+        if thesis is not None and s.steady:
+            text += (f"; the thesis (500 MB, as endless) at {s.steady.position(thesis):.2f} of "
+                     f"{_fmt(s.steady.low_mbps)}-{_fmt(s.steady.high_mbps)}")
+        reasons.append(text)
+    elif s.bound and s.mean is not None and s.mean < s.bound.low_mbps:
+        reasons.append(f"below what the window allows ({_fmt(s.bound.low_mbps)} Mbit/s and more): "
+                       "something else limits")
+    if s.client_socket_drop_pct is not None and s.client_socket_drop_pct > SOCKET_DROPS_MATTER_PCT:
+        reasons.append(f"the client's socket dropped {s.client_socket_drop_pct:.1f}% of the datagrams (a receiver "
+                       "too slow for the bursts; the sender takes the drops as congestion)")
+    if s.delay_ms == 0 and not s.loss_pct:
+        busy = ""
+        if s.client_cpu_share is not None and s.server_cpu_share is not None:
+            busy = (f" (client {s.client_cpu_share:.0%}, server {s.server_cpu_share:.0%} of a core while it ran, "
+                    "the link's relay beside them)")
+        reasons.append("0 ms is CPU-bound: here two shared vCPUs carry client, server and link" + busy
+                       + "; the thesis had two Xeon E5-1650 v3 hosts on 10 GbE")
+    return "; ".join(reasons)
+
+
+def _verdict(ratio: float) -> str:
+    if abs(ratio - 1) <= REPRODUCED_WITHIN:
+        return "reproduced"
+    return f"{'higher' if ratio > 1 else 'lower'} ({ratio:.2f}x)"
+
+
+def _absolute(h: Headline, found: list[ConditionSummary]) -> Headline:
+    if not found or found[0].mean is None:
+        return h
+    s = found[0]
+    h.measured, h.measured_text, h.bound = s.mean, _stats_text(s), s.bound
+    h.verdict, h.why = _verdict(h.ratio), _why(s, h.thesis)
+    return h
+
+
+def evaluate_headlines(campaign: Campaign, rows: list[dict] | None = None) -> list[Headline]:
+    """Every published headline beside every stack of the campaign, with ratio, verdict and cause."""
+    out = []
+    for stack in campaign.stacks:
+        derived: dict[str, Headline] = {}
+        for row in rows or read_headlines():
+            key = (row["experiment"], row["setting"])
+            value = row["goodput_mbit_s"]
+            thesis = float(value.lstrip("+"))
+            h = Headline("", f"{row['experiment']} {row['condition']} {row['setting']}", thesis,
+                         f"{value} ({row['note']})" if row["note"] else value, stack)
+            if key == ("defaults_both_sides", "lsquic_defaults"):
+                h.figure = "5.1a"
+                found = [s for s in campaign.find(stack, "5.1a", delay_ms=0, loss_pct=0)
+                         if s.series == "lsquic-defaults"]
+                out.append(_absolute(h, found))
+            elif key == ("defaults_both_sides", "config1_alpha"):
+                h.figure = "5.1a"
+                out.append(_absolute(h, campaign.find(stack, "5.1a", client="alpha", delay_ms=0, loss_pct=0)))
+            elif row["experiment"] in ("client_initial_max_data", "client_bidi_local"):
+                h.figure = "5.4" if row["experiment"] == "client_initial_max_data" else "5.6"
+                swept = int(row["setting"].removeprefix("default_"))
+                out.append(_absolute(h, campaign.find(stack, h.figure, sweep_value=swept)))
+                derived[row["setting"]] = out[-1]
+            elif key == ("client_sets", "firefox_vs_chrome"):
+                h.figure = "5.3a"
+                out.append(_browser_difference(h, campaign, stack))
+            elif key == ("loss", "all_sets"):
+                h.figure = "5.1b-5.3b"
+                out.append(_loss_convergence(h, campaign, stack))
+            else:
+                out.append(h)
+        small, default = derived.get("196608"), derived.get("default_15728640")
+        if small and default:
+            out.append(_share(small, default, stack))
+    return out
+
+
+def _share(small: Headline, default: Headline, stack: str) -> Headline:
+    """The thesis's "more than 90% below defaults": 196,608 as a share of the default window."""
+    h = Headline("5.4", "client_initial_max_data 30ms 196608 as % of default_15728640",
+                 100 * small.thesis / default.thesis, f"{100 * small.thesis / default.thesis:.1f}% (more than 90% "
+                 "below defaults)", stack)
+    if small.measured is None or default.measured is None:
+        return h
+    h.measured = 100 * small.measured / default.measured
+    h.measured_text = f"{h.measured:.1f}%"
+    h.verdict = "reproduced (more than 90% below)" if h.measured < 10 else f"not reproduced ({h.measured:.0f}%)"
+    h.why = "the small window's goodput over the default's; see the two rows above for each"
+    return h
+
+
+def _browser_difference(h: Headline, campaign: Campaign, stack: str) -> Headline:
+    """Firefox's set minus Chrome's, averaged over the delays of 20 ms and more (figure 5.3a)."""
+    pairs = []
+    for delay in sorted({s.delay_ms for s in campaign.find(stack, "5.3a") if s.delay_ms >= 20 and not s.loss_pct}):
+        ff = campaign.find(stack, "5.3a", client="firefox-109", delay_ms=delay, loss_pct=0)
+        ch = campaign.find(stack, "5.3a", client="chrome-109", delay_ms=delay, loss_pct=0)
+        if ff and ch and ff[0].mean is not None and ch[0].mean is not None:
+            pairs.append((delay, ff[0], ch[0]))
+    if not pairs:
+        return h
+    differences = [ff.mean - ch.mean for _, ff, ch in pairs]
+    h.measured = sum(differences) / len(differences)
+    h.measured_text = "; ".join(f"{d:g} ms: {_fmt(ff.mean)} vs {_fmt(ch.mean)} ({ff.mean - ch.mean:+,.1f})"
+                                for d, ff, ch in pairs) + f"; mean {h.measured:+,.1f}"
+    if h.measured >= (1 - 2 * REPRODUCED_WITHIN) * h.thesis:
+        h.verdict = "reproduced"
+    elif h.measured > 0:
+        h.verdict = f"same sign, smaller ({h.ratio:.2f}x)"
+    else:
+        h.verdict = "not reproduced (Firefox not ahead)"
+    bound = pairs[0][2].bound
+    reasons = []
+    if bound:
+        reasons.append(f"Chrome's windows bind only below {_fmt(bound.low_mbps)}-{_fmt(bound.high_mbps)} Mbit/s at "
+                       f"{pairs[0][0]:g} ms ({bound.binding} {bound.window:,}, model)")
+    drops = [(ff.client_socket_drop_pct, ch.client_socket_drop_pct) for _, ff, ch in pairs]
+    if all(a is not None and b is not None for a, b in drops):
+        reasons.append("client socket drops Firefox/Chrome: " + ", ".join(f"{a:.1f}/{b:.1f}%" for a, b in drops))
+    h.why = "; ".join(reasons)
+    return h
+
+
+def _loss_convergence(h: Headline, campaign: Campaign, stack: str) -> Headline:
+    """At 1% loss every set converges near the same goodput (CUBIC): the mean over sets, and their spread."""
+    found = [s for s in campaign.find(stack) if s.loss_pct == 1.0 and s.mean is not None]
+    if not found:
+        return h
+    means = [s.mean for s in found]
+    h.measured = sum(means) / len(means)
+    h.measured_text = (f"mean over {len(found)} set(s) {_fmt(h.measured)} (range {_fmt(min(means))}-"
+                       f"{_fmt(max(means))})")
+    converged = max(means) <= 1.3 * min(means)
+    h.verdict = _verdict(h.ratio) + ("; sets converge" if converged else "; sets do not converge")
+    h.why = "loss-bound: CUBIC halves its window at each loss, so the set's windows stop mattering"
+    return h
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+@dataclass
+class ReportFiles:
+    markdown: Path
+    html: Path
+    figures: list[Path]
+
+
+def build_report(results: str | Path, out_dir: str | Path, campaign: str | None = None) -> ReportFiles:
+    """Write report.md, report.html (self-contained) and one PNG per figure for a campaign."""
+    data = load_campaign(results, campaign)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    headlines = evaluate_headlines(data)
+    figures = _draw_figures(data, headlines, out_dir)
+    markdown = _markdown(data, headlines, figures)
+    md_path = out_dir / "report.md"
+    md_path.write_text(markdown)
+    html_path = out_dir / "report.html"
+    html_path.write_text(_html(markdown, figures))
+    return ReportFiles(md_path, html_path, [path for _, path in figures])
+
+
+def _thesis_points(headlines: list[Headline], figure: str) -> dict[str, float]:
+    """Published absolute numbers that belong on one figure: {what: Mbit/s}."""
+    return {h.what: h.thesis for h in headlines if h.figure == figure and not h.thesis_text.startswith("+")
+            and "%" not in h.what}
+
+
+def _draw_figures(data: Campaign, headlines: list[Headline], out_dir: Path) -> list[tuple[str, Path]]:
+    plt = pyplot()
+    drawn = []
+    for figure in FIGURE_TITLES:
+        rows = [s for s in data.summaries if s.figure == figure and s.mean is not None]
+        if not rows:
+            continue
+        fig, ax = plt.subplots(figsize=(8, 4.8))
+        sweep = rows[0].sweep_param
+        x_of = (lambda s: s.sweep_value) if sweep else (lambda s: s.loss_pct) if figure.endswith("b") else \
+            (lambda s: s.delay_ms)
+        series = {}
+        for s in rows:
+            series.setdefault((s.stack, "" if sweep else s.series), []).append(s)
+        for (stack, name), group in series.items():
+            group.sort(key=x_of)
+            label = f"{name} ({stack})" if name else stack
+            draw_band(ax, [x_of(s) for s in group], [s.mean for s in group], [s.stddev for s in group], label)
+            bounded = [s for s in group if s.bound and s.steady.high_mbps < WINDOW_TABLE_BELOW]
+            if bounded:
+                color = ax.get_lines()[-1].get_color()
+                ax.plot([x_of(s) for s in bounded], [s.bound.low_mbps for s in bounded], "--", marker="v",
+                        color=color, lw=1, label=f"window model, {label}: bursts (v) .. whole window (^)")
+                ax.plot([x_of(s) for s in bounded], [s.bound.high_mbps for s in bounded], ":", marker="^",
+                        color=color, lw=1)
+        top = max([s.mean + (s.stddev or 0) for s in rows] + list(_thesis_points(headlines, figure).values()))
+        for what, value in _thesis_points(headlines, figure).items():
+            x = _thesis_x(what, figure)
+            if x is not None:
+                ax.plot([x], [value], marker="*", markersize=14, color="black", linestyle="none")
+                ax.annotate(f"thesis {value:g}", (x, value), textcoords="offset points", xytext=(6, 4), fontsize=8)
+        if figure.endswith("b"):
+            ax.set_xscale("log")
+            ax.plot([1.0], [21], marker="*", markersize=14, color="black", linestyle="none")
+            ax.annotate("thesis: all sets ~21", (1.0, 21), textcoords="offset points", xytext=(-90, 8), fontsize=8)
+        if sweep:
+            ax.set_xscale("log")
+        ax.set(xlabel=f"client {sweep} (bytes)" if sweep else "loss (%)" if figure.endswith("b")
+               else "added one-way delay, server to client (ms)", ylabel="goodput (Mbit/s)",
+               title=f"Figure {figure}: {FIGURE_TITLES[figure]}")
+        ax.set_ylim(0, 1.2 * top)  # model lines above the measurements run off the top
+        ax.legend(fontsize=7)
+        drawn.append((f"Figure {figure}", save_png(fig, out_dir / f"figure_{figure}.png")))
+        if sweep:
+            drawn.append(_draw_packets(rows, figure, sweep, out_dir))
+    return drawn
+
+
+def _thesis_x(what: str, figure: str) -> float | None:
+    """Where a published headline sits on its figure's x axis."""
+    if figure in ("5.4", "5.6"):
+        return float(what.split()[-1].removeprefix("default_"))
+    return 0.0 if figure == "5.1a" else None
+
+
+def _draw_packets(rows: list[ConditionSummary], figure: str, sweep: str, out_dir: Path) -> tuple[str, Path]:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for stack in sorted({s.stack for s in rows}):
+        group = sorted((s for s in rows if s.stack == stack), key=lambda s: s.sweep_value)
+        for side, style in (("client", "o-"), ("server", "s--")):
+            ax.plot([s.sweep_value for s in group], [getattr(s, f"{side}_tx_packets") or 0 for s in group], style,
+                    label=f"sent by {side} ({stack})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set(xlabel=f"client {sweep} (bytes)", ylabel="packets per download (mean)",
+           title=f"Figure {PACKET_FIGURES[figure]}: packets sent, {sweep} at {SWEEP_DELAY_MS} ms")
+    ax.legend(fontsize=7)
+    return f"Figure {PACKET_FIGURES[figure]}", save_png(fig, out_dir / f"figure_{PACKET_FIGURES[figure]}.png")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    def cell(text: str) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str, Path]]) -> str:
+    loads = f"{min(data.loads):g}-{max(data.loads):g}" if data.loads else "not recorded"
+    sizes = sorted({(s.figure, s.size) for s in data.summaries})
+    parts = [
+        "# The thesis's goodput figures, reproduced",
+        "",
+        f"Campaign `{data.campaign}` ({data.mode}), stack(s) "
+        + ", ".join(f"{stack} ({data.versions[stack]})" if stack in data.versions else stack for stack in data.stacks)
+        + ", results "
+        f"`{data.results}`, {data.started_at:%Y-%m-%d %H:%M}"
+        + (f" to {data.finished_at:%H:%M}" if data.finished_at else "")
+        + f". Link: {', '.join(data.link_backends) or '-'}; UDP buffers "
+        + (", ".join(f"{b // 1024} KiB" for b in data.udp_buffer_bytes) or "the machine's")
+        + f"; 1-minute load at the start of each experiment {loads}. Downloads: "
+        + ", ".join(f"{figure} {size // MB} MB" for figure, size in sizes) + ".",
+        "",
+        "The thesis: LSQUIC on two hosts (Xeon E5-1650 v3) over 10 GbE, CUBIC, enlarged UDP receive buffers, "
+        "500 MB downloads repeated 10 (figures 5.1-5.3) or 20 times (5.4-5.7), delay and loss by netem on an "
+        "IFB carrying the client's ingress (30 ms delay = +30 ms RTT). Here: one machine, two network "
+        "namespaces, the delay on the server-to-client direction as there, smaller downloads.",
+        "",
+        "## Headline numbers",
+        "",
+        f"Verdict: reproduced within {REPRODUCED_WITHIN:.0%}, else the ratio; *why* is what this campaign "
+        "measured about the condition (window model, the client's socket drops).",
+        "",
+        _table(["figure", "published number", "thesis (Mbit/s)", "stack", "measured (Mbit/s)", "ratio", "verdict",
+                "why"],
+               [[h.figure, h.what, h.thesis_text, h.stack, h.measured_text,
+                 "-" if h.ratio is None else f"{h.ratio:.2f}", h.verdict, h.why] for h in headlines]),
+        "",
+        "## Window-limited conditions: model, measurement, thesis",
+        "",
+        "A fixed window allows between (1 - f) x window and a whole window per round trip, f being the share "
+        "of the window the receiver lets be read before it re-opens it (replay/flowcontrol.py). The rules:",
+        "",
+    ]
+    parts += [f"- {stack}: f = {UPDATE_RULES[stack].consumed_fraction:g}; {UPDATE_RULES[stack].source}"
+              for stack in data.stacks if stack in UPDATE_RULES]
+    parts += [f"- {stack}: no rule known, no prediction" for stack in data.stacks if stack not in UPDATE_RULES]
+    thesis_by_point = {(h.figure, h.what.split()[-1].removeprefix("default_")): h.thesis for h in headlines
+                       if h.figure in ("5.4", "5.6") and "%" not in h.what}
+    # A window can only be the limit below what the stack reached somewhere in the campaign; figure 5.2's
+    # client is always LSQUIC's default one, whose rows figure 5.3 already has.
+    reached = {stack: max((s.mean for s in data.summaries if s.stack == stack and s.mean), default=0)
+               for stack in data.stacks}
+    bounded = [s for s in data.summaries if s.bound and s.mean is not None and not s.figure.startswith("5.2")
+               and s.steady.low_mbps < min(reached[s.stack], WINDOW_TABLE_BELOW)]
+    parts += ["", _table(
+        ["figure", "stack", "condition", "binding window", "model (Mbit/s)", "measured (Mbit/s)", "position",
+         "thesis", "client socket drops", "verdict"],
+        [[s.figure, s.stack, _condition(s), f"{s.bound.binding} {s.bound.window:,}",
+          f"{_fmt(s.bound.low_mbps)}-{_fmt(s.bound.high_mbps)}", _stats_text(s),
+          f"{s.bound.position(s.mean):.2f}" if s.bound.contains(s.mean) else "-",
+          _fmt(thesis_by_point.get((s.figure, str(s.sweep_value))), 2) if s.sweep_value else "-",
+          "-" if s.client_socket_drop_pct is None else f"{s.client_socket_drop_pct:.2f}%",
+          "as the model predicts" if s.bound.contains(s.mean) else
+          "below the window's bound: something else limits" if s.mean < s.bound.low_mbps else "above the model"]
+         for s in bounded]) if bounded else
+        "No condition of this campaign has a window that binds below what its stack reached."]
+    for title, path in figures:
+        figure = title.split()[-1]
+        parts += ["", f"## {title}: {FIGURE_TITLES.get(figure) or _packets_title(figure)}", "",
+                  f"![{title}]({path.name})", ""]
+        rows = [s for s in data.summaries if s.figure == figure or PACKET_FIGURES.get(s.figure) == figure]
+        if figure in PACKET_FIGURES.values():
+            parts.append(_table(["stack", "condition", "client packets", "server packets", "goodput"],
+                                [[s.stack, _condition(s), _fmt(s.client_tx_packets, 0), _fmt(s.server_tx_packets, 0),
+                                  _fmt(s.mean)] for s in rows]))
+        else:
+            parts.append(_table(["stack", "series", "condition", "runs", "goodput mean (sd), n", "client socket drops",
+                                 "model (Mbit/s)"],
+                                [[s.stack, s.series, _condition(s), str(s.runs), _stats_text(s),
+                                  "-" if s.client_socket_drop_pct is None else f"{s.client_socket_drop_pct:.2f}%",
+                                  f"{_fmt(s.bound.low_mbps)}-{_fmt(s.bound.high_mbps)}" if s.bound else "-"]
+                                 for s in rows]))
+    return "\n".join(parts) + "\n"
+
+
+def _packets_title(figure: str) -> str:
+    source = next(k for k, v in PACKET_FIGURES.items() if v == figure)
+    return f"packets sent by each side, the sweep of figure {source}"
+
+
+def _condition(s: ConditionSummary) -> str:
+    parts = [f"{s.delay_ms:g} ms"] + ([f"loss {s.loss_pct:g}%"] if s.loss_pct else [])
+    if s.sweep_param:
+        parts.insert(0, f"{s.sweep_param}={s.sweep_value:,}")
+    elif s.server:
+        parts.insert(0, f"{s.client} / {s.server}")
+    return ", ".join(parts)
+
+
+def _html(markdown: str, figures: list[tuple[str, Path]]) -> str:
+    """The Markdown rendered, its images carried inside the page, so one file travels alone."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark").enable("table").render(markdown)
+    for title, path in figures:
+        body = body.replace(f'<img src="{path.name}" alt="{html.escape(title)}" />', embedded_img(title, path))
+    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto}table{border-collapse:collapse;"
+             "font-size:90%}td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top}")
+    return (f"<!doctype html><meta charset=utf-8><title>qreplay reproduce</title><style>{style}</style>\n"
+            f"{body}")
