@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from common.terminal import cli_console
-from replay.commands.run import LinkOpt, UdpBufferOpt, _command_line, _comma_list, execute
+from replay.commands.run import LinkOpt, UdpBufferOpt, current_command_line, comma_list, execute
 from replay.link import parse_size
 from replay.reproduce import FIGURE_TITLES, build_report, plan_campaign, run_campaign
 from replay.stacks import get_stack
@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         console = cli_console(stderr=True)
         if not report_only:
             stacks = [get_stack(name) for name in (stack or ["lsquic"])]
-            plans = plan_campaign(quick, set(_comma_list(figures, "--figures")) if figures else None,
+            plans = plan_campaign(quick, set(comma_list(figures, "--figures")) if figures else None,
                                   parse_size(size, "--size") if size else None, reps)
             out_dir.mkdir(parents=True, exist_ok=True)
             runs = sum(len(p.conditions) * p.reps for p in plans) * len(stacks)
@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
                 return execute(experiment, out, json_output=False)
 
             run_campaign(stacks, plans, results, link_backend=link, udp_buffer_bytes=parse_size(udp_buffer,
-                         "--udp-buffer"), mode="quick" if quick else "full", command_line=_command_line(),
+                         "--udp-buffer"), mode="quick" if quick else "full", command_line=current_command_line(),
                          execute=run_one)
         elif not results.exists():
             raise ToolError(f"--report-only: no results in {out_dir} ({results.name} missing)")

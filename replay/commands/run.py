@@ -141,11 +141,11 @@ def show_summaries(rows: list[dict], json_output: bool) -> None:
     cli_console().print(table)
 
 
-def _command_line() -> str:
+def current_command_line() -> str:
     return shlex.join(["qreplay", *sys.argv[1:]])
 
 
-def _comma_list(text: str, what: str) -> list[str]:
+def comma_list(text: str, what: str) -> list[str]:
     items = [item.strip() for item in text.split(",") if item.strip()]
     if not items:
         raise ToolError(f"{what}: give a comma-separated list")
@@ -192,7 +192,7 @@ def register(app: typer.Typer) -> None:
         clients = [sets_api.with_overrides(s, client_param or []) for s in sets_api.resolve(set_spec)]
         server = server_set(server_set_spec, server_param)
         experiment = Experiment("single", the_stack, [Condition(c, server, the_link) for c in clients],
-                                options, reps, link, _command_line(), shallow_idle,
+                                options, reps, link, current_command_line(), shallow_idle,
                                 parse_size(udp_buffer, "--udp-buffer"))
         execute(experiment, out, json_output)
 
@@ -217,7 +217,7 @@ def register(app: typer.Typer) -> None:
         client = sets_api.with_overrides(sets_api.resolve_one(set_spec), client_param or [])
         server = server_set(server_set_spec, server_param)
         conditions = []
-        for value in _comma_list(values, "--values"):
+        for value in comma_list(values, "--values"):
             override = [f"{param}={value}"]
             swept_value = int(getattr(sets_api.with_overrides(client, override).params, param))
             if side == "client":
@@ -228,7 +228,7 @@ def register(app: typer.Typer) -> None:
                 conditions.append(Condition(client, sets_api.with_overrides(base, override) if server else base,
                                             make_link(delay, delay_up, jitter, loss, rate, queue), param, swept_value))
         experiment = Experiment("sweep", get_stack(stack), conditions,
-                                make_options(size, autotune, cc, qlog, timeout), reps, link, _command_line(),
+                                make_options(size, autotune, cc, qlog, timeout), reps, link, current_command_line(),
                                 shallow_idle, parse_size(udp_buffer, "--udp-buffer"))
         execute(experiment, out, json_output)
 
@@ -248,13 +248,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Every set under every delay and loss (the thesis's figures 5.1-5.3)."""
         clients = [sets_api.with_overrides(s, client_param or [])
-                   for spec in _comma_list(sets, "--sets") for s in sets_api.resolve(spec)]
+                   for spec in comma_list(sets, "--sets") for s in sets_api.resolve(spec)]
         server = server_set(server_set_spec, server_param)
         links = [make_link(d, delay_up, jitter, x, rate, queue)
-                 for d in _comma_list(delays, "--delays") for x in _comma_list(losses, "--losses")]
+                 for d in comma_list(delays, "--delays") for x in comma_list(losses, "--losses")]
         conditions = [Condition(c, server, lk) for lk in links for c in clients]
         experiment = Experiment("matrix", get_stack(stack), conditions,
-                                make_options(size, autotune, cc, qlog, timeout), reps, link, _command_line(),
+                                make_options(size, autotune, cc, qlog, timeout), reps, link, current_command_line(),
                                 shallow_idle, parse_size(udp_buffer, "--udp-buffer"))
         execute(experiment, out, json_output)
 
