@@ -297,6 +297,8 @@ def records_to_arrow(scan_id: int, first_id: int, records: list[HandshakeRecord]
     """
     count = len(records)
     columns: dict[str, Any] = dict(zip(_RECORD_FIELDS, zip(*map(_SCALARS, records))))
+    columns["started_at"] = _timestamps(columns["started_at"])
+    columns["finished_at"] = _timestamps(columns["finished_at"])
     columns["scan_id"] = pa.repeat(pa.scalar(scan_id, pa.int32()), count)  # type: ignore[attr-defined]
     columns["handshake_id"] = np.arange(first_id, first_id + count, dtype=np.int64)
     columns["certificates"] = _certificate_column(records)
@@ -327,6 +329,20 @@ def records_to_arrow(scan_id: int, first_id: int, records: list[HandshakeRecord]
     return pa.Table.from_pydict(columns, schema=HANDSHAKE_SCHEMA), parameters
 
 
+def _timestamps(moments: tuple[dt.datetime, ...]) -> pa.Array:
+    """A timestamp column from aware datetimes as whole microseconds since the epoch:
+    pyarrow's own conversion calls ``utcoffset()`` on every one, which costs more."""
+    try:
+        micros = [(moment - _EPOCH) // _MICROSECOND for moment in moments]
+    except TypeError:  # naive or missing: pyarrow's rules, as before
+        return pa.array(moments, TIMESTAMP)
+    return pa.array(micros, pa.int64()).view(TIMESTAMP)
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
 class _ParameterRows:
     """Every parameter of a batch as long-form rows, without a Python object per row.
 
@@ -351,8 +367,11 @@ class _ParameterRows:
         self.records = np.repeat(np.arange(len(decoded)), self.lengths)  # the record of each row
         self.positions = np.arange(total, dtype=np.int64) - self.starts[self.records]  # wire position
         data = b"".join(extensions)
-        # Every offset's next eight bytes (zero-padded): a varint is read from the window at its offset.
-        self._windows = np.lib.stride_tricks.sliding_window_view(np.frombuffer(data + bytes(8), np.uint8), 8)
+        # Every offset's next eight bytes (zero-padded) as one big-endian word, the words
+        # overlapping (a stride of one byte): a varint is read from the word at its offset.
+        padded = data + bytes(8)
+        self._bytes = np.frombuffer(padded, np.uint8)
+        self._words = np.ndarray((len(data) + 1,), ">u8", padded, 0, (1,))
         sizes = np.fromiter(map(len, extensions), np.int64, len(extensions))
         self.ids = np.empty(total, np.int64)
         self._value_at = np.empty(total, np.int64)
@@ -362,8 +381,8 @@ class _ParameterRows:
         for position in range(int(self.lengths.max(initial=0))):
             pending = pending[self.lengths[pending] > position]
             at = cursor[pending]
-            param_id, id_size = _read_varints(self._windows, at)
-            value_size, length_size = _read_varints(self._windows, at + id_size)
+            param_id, id_size = _read_varints(self._bytes, self._words, at)
+            value_size, length_size = _read_varints(self._bytes, self._words, at + id_size)
             rows = self.starts[pending] + position
             self.ids[rows] = param_id
             self._value_at[rows] = value_at = at + id_size + length_size
@@ -382,7 +401,7 @@ class _ParameterRows:
         kinds = _VALUE_KINDS.lookup(self.ids)
         values = np.zeros(total, np.int64)
         has_value = clean_row & (kinds == _VARINT)
-        values[has_value] = _read_varints(self._windows, self._value_at[has_value])[0]
+        values[has_value] = _read_varints(self._bytes, self._words, self._value_at[has_value])[0]
         texts = ["true"]
         text_of = np.full(total, -1, np.int32)
         text_of[clean_row & (kinds == _FLAG)] = 0
@@ -413,14 +432,16 @@ class _ParameterRows:
         return self.decoded[record].parameters[row - self.starts[record]]  # type: ignore[union-attr]
 
 
-def _read_varints(windows: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The QUIC varints (RFC 9000 16) at offsets ``at``: values and sizes in bytes."""
-    first = windows[at, 0]
+def _read_varints(data: np.ndarray, words: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The QUIC varints (RFC 9000 16) at offsets ``at`` of ``data``: values and sizes in bytes.
+
+    ``words`` holds the eight bytes from every offset as one big-endian word.
+    """
+    first = data[at]
     if not (first >> 6).any():  # all of one byte, as most ids and lengths are
         return first.astype(np.int64), np.ones(len(at), np.int64)
-    window = windows[at]
     prefix = first >> 6  # the size class: 1, 2, 4 or 8 bytes
-    values = window.view(">u8").ravel().astype(np.uint64)
+    values = words[at].astype(np.uint64)
     np.right_shift(values, _VARINT_SHIFTS[prefix], out=values)
     np.bitwise_and(values, _VARINT_MASKS[prefix], out=values)
     return values.view(np.int64), _VARINT_SIZES[prefix]
