@@ -12,7 +12,6 @@ import pytest
 
 from lab import Lab, default_topology, netns
 from lab.kinds import kind_for
-from lab.kinds.built import BIN_DIR, BuiltServerKind
 
 # The lab's LSQUIC server runs where QREPLAY_LSQUIC_SERVER names an http_server;
 # the tests use the build in ../shared when there is one (the product never looks there).
@@ -49,10 +48,6 @@ def lab_unavailable() -> str | None:
     missing = [tool for tool in ("gtlsserver", "gtlsclient", "caddy") if shutil.which(tool) is None]
     if missing:
         return f"lab servers not installed: {', '.join(missing)} (scripts/setup.sh installs them)"
-    kinds = {kind_for(spec.kind) for spec in default_topology().servers}
-    unbuilt = sorted(k.binary for k in kinds if isinstance(k, BuiltServerKind) and not (BIN_DIR / k.binary).is_file())
-    if unbuilt:
-        return f"lab servers not built: {', '.join(unbuilt)} in {BIN_DIR} (scripts/setup.sh builds them)"
     for spec in default_topology().servers:
         reason = kind_for(spec.kind).unavailable_reason()
         if reason:

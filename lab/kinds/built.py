@@ -7,10 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from tparams.errors import ToolError
-from tparams.paramset import PERFORMANCE_PARAMETERS, RFC9000_DEFAULTS, ParamSet
+from tparams.paramset import PERFORMANCE_PARAMETERS, RFC9000_DEFAULTS
 
-from lab.kinds import LabContext, Launch, ServerKind
+from lab.kinds import LabContext, Launch, ServerKind, asked_parameters
 from lab.topology import ServerSpec
 
 BIN_DIR = Path(__file__).resolve().parents[2] / "build" / "bin"
@@ -24,13 +23,6 @@ SETTABLE: tuple[str, ...] = tuple(
 )
 
 
-def built_binary(name: str) -> Path:
-    path = BIN_DIR / name
-    if not path.is_file():
-        raise ToolError(f"lab server binary {path} is missing; run scripts/setup.sh")
-    return path
-
-
 class BuiltServerKind(ServerKind):
     """A server of lab/servers: ``build/bin/lab-<library>``, the values of
     ``options["parameters"]`` that it can set passed as flags."""
@@ -42,13 +34,17 @@ class BuiltServerKind(ServerKind):
     def binary(self) -> str:
         return f"lab-{self.library}"
 
+    def unavailable_reason(self) -> str | None:
+        if not (BIN_DIR / self.binary).is_file():
+            return f"lab server binary {BIN_DIR / self.binary} is missing; run scripts/setup.sh"
+        return None
+
     def configured(self, spec: ServerSpec) -> dict[str, int]:
-        params = ParamSet.from_mapping(spec.options.get("parameters", {})).as_sent()
-        return {name: params[name] for name in SETTABLE if params.get(name) is not None}
+        return {name: value for name, value in asked_parameters(spec).items() if name in SETTABLE}
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
         flags = [f"--{name.replace('_', '-')}={value}" for name, value in self.configured(spec).items()]
-        return Launch([str(built_binary(self.binary)), f"{spec.ip}:{spec.port}",
+        return Launch([str(BIN_DIR / self.binary), f"{spec.ip}:{spec.port}",
                        f"--cert={ctx.cert}", f"--key={ctx.key}", *flags])
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:

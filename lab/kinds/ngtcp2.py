@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from tparams.paramset import ParamSet
-
-from lab.kinds import LabContext, Launch, ServerKind, register_kind
+from lab.kinds import LabContext, Launch, ServerKind, asked_parameters, register_kind
 from lab.topology import ServerSpec
 
 
@@ -44,8 +42,7 @@ class Ngtcp2Kind(ServerKind):
     }
 
     def configured(self, spec: ServerSpec) -> dict[str, int]:
-        params = ParamSet.from_mapping(spec.options.get("parameters", {})).as_sent()
-        return {name: params[name] for name in self.FLAGS if params.get(name) is not None}
+        return {name: value for name, value in asked_parameters(spec).items() if name in self.FLAGS}
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
         htdocs = ctx.workdir(spec) / "htdocs"
