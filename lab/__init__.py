@@ -6,12 +6,12 @@
 """
 
 from lab.core import DEFAULT_INSTANCE, Lab, LabServer, down, state_dir, status, up
-from lab.kinds import KIND_MODULES, LabContext, Launch, ServerKind, known_kinds, register_kind
+from lab.kinds import LabContext, Launch, ServerKind, known_kinds, register_kind
 from lab.topology import LAB_DOMAIN, ServerSpec, Topology, default_topology
 from common.setfiles import builtin_set
 
 __all__ = [
-    "DEFAULT_INSTANCE", "KIND_MODULES", "LAB_DOMAIN", "Lab", "LabContext", "LabServer", "Launch", "ServerKind",
+    "DEFAULT_INSTANCE", "LAB_DOMAIN", "Lab", "LabContext", "LabServer", "Launch", "ServerKind",
     "ServerSpec", "Topology", "builtin_set", "default_topology", "down", "known_kinds", "register_kind",
     "state_dir", "status", "up",
 ]

@@ -3,7 +3,7 @@
 To add a kind: one file in this package that subclasses ServerKind and
 decorates it with ``@register_kind`` (every module here is imported before a
 kind is looked up); then put a ``ServerSpec(kind=<name>, ...)`` in a
-Topology. Kinds defined elsewhere append their module to ``KIND_MODULES``.
+Topology. A kind defined elsewhere registers when its module is imported.
 The lab core never needs to know the kind.
 """
 
@@ -20,9 +20,6 @@ from tparams.errors import ToolError
 from tparams.paramset import ParamSet
 
 from lab.topology import ServerSpec
-
-# Modules outside this package that register kinds when imported (append-only).
-KIND_MODULES: tuple[str, ...] = ()
 
 _KINDS: dict[str, "ServerKind"] = {}
 
@@ -89,8 +86,6 @@ def register_kind(cls: type[ServerKind]) -> type[ServerKind]:
 def _import_kinds() -> None:
     for module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{module.name}")
-    for module in KIND_MODULES:
-        importlib.import_module(module)
 
 
 def kind_for(name: str) -> ServerKind:
