@@ -335,7 +335,10 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                 if result.duration_s and result.duration_s > 0:
                     row["goodput_mbps"] = result.bytes * 8 / result.duration_s / 1e6
             received = f"received {result.bytes if result else 0} of {options.size} bytes"
-            if server_gone:
+            # A server that exits just after the last byte still served a whole download.
+            if finished and client.status == 0 and result and result.bytes == options.size:
+                row["status"] = "ok"
+            elif server_gone:
                 row["status"] = "failed"
                 row["error"] = (f"{_exit_text(stack, 'server', server)} "
                                 f"({server.ended - client.started:.1f} s into the run; {received})")
@@ -343,10 +346,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                 row["status"], row["error"] = "timeout", f"no completion within {options.timeout_s:.0f} s"
             elif client.status != 0:
                 row["status"], row["error"] = "failed", f"{_exit_text(stack, 'client', client)} ({received})"
-            elif not result or result.bytes != options.size:
-                row["status"], row["error"] = "failed", received
             else:
-                row["status"] = "ok"
+                row["status"], row["error"] = "failed", received
         except (RuntimeError, OSError, ValueError) as exc:
             where = traceback.extract_tb(exc.__traceback__)[-1]
             row["status"], row["error"] = "failed", f"{exc} ({Path(where.filename).name}:{where.lineno})"[:400]
