@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.markdown import markdown_table
 from replay.flowcontrol import UPDATE_RULES, WindowBound, client_window_bound
 from replay.figures import draw_band, embedded_img, pyplot, save_png
 from replay.link import LinkConfig
@@ -136,6 +137,8 @@ def plan_campaign(quick: bool = False, figures: set[str] | None = None, size: in
             _sweep_figure("5.6", "initial_max_stream_data_bidi_local", BIDI_LOCAL_VALUES, 100 * MB, 3),
         ]
     if figures:
+        # The packet figures come out of their sweeps' runs: asking for one runs its sweep.
+        figures = {{packets: sweep for sweep, packets in PACKET_FIGURES.items()}.get(f, f) for f in figures}
         unknown = figures - set(FIGURE_TITLES)
         if unknown:
             raise ToolError(f"--figures: no figure {', '.join(sorted(unknown))} (known: {', '.join(FIGURE_TITLES)})")
@@ -581,15 +584,6 @@ def _draw_packets(rows: list[ConditionSummary], figure: str, sweep: str, out_dir
     return f"Figure {PACKET_FIGURES[figure]}", save_png(fig, out_dir / f"figure_{PACKET_FIGURES[figure]}.png")
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    def cell(text: str) -> str:
-        return str(text).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str, Path]]) -> str:
     loads = f"{min(data.loads):g}-{max(data.loads):g}" if data.loads else "not recorded"
     sizes = sorted({(s.figure, s.size) for s in data.summaries})
@@ -616,7 +610,7 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
         f"Verdict: reproduced within {REPRODUCED_WITHIN:.0%}, else the ratio; *why* is what this campaign "
         "measured about the condition (window model, the client's socket drops).",
         "",
-        _table(["figure", "published number", "thesis (Mbit/s)", "stack", "measured (Mbit/s)", "ratio", "verdict",
+        markdown_table(["figure", "published number", "thesis (Mbit/s)", "stack", "measured (Mbit/s)", "ratio", "verdict",
                 "why"],
                [[h.figure, h.what, h.thesis_text, h.stack, h.measured_text,
                  "-" if h.ratio is None else f"{h.ratio:.2f}", h.verdict, h.why] for h in headlines]),
@@ -638,7 +632,7 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
                for stack in data.stacks}
     bounded = [s for s in data.summaries if s.bound and s.mean is not None and not s.figure.startswith("5.2")
                and s.steady.low_mbps < min(reached[s.stack], WINDOW_TABLE_BELOW)]
-    parts += ["", _table(
+    parts += ["", markdown_table(
         ["figure", "stack", "condition", "binding window", "model (Mbit/s)", "measured (Mbit/s)", "position",
          "thesis", "client socket drops", "verdict"],
         [[s.figure, s.stack, _condition(s), f"{s.bound.binding} {s.bound.window:,}",
@@ -656,11 +650,11 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
                   f"![{title}]({path.name})", ""]
         rows = [s for s in data.summaries if s.figure == figure or PACKET_FIGURES.get(s.figure) == figure]
         if figure in PACKET_FIGURES.values():
-            parts.append(_table(["stack", "condition", "client packets", "server packets", "goodput"],
+            parts.append(markdown_table(["stack", "condition", "client packets", "server packets", "goodput"],
                                 [[s.stack, _condition(s), _fmt(s.client_tx_packets, 0), _fmt(s.server_tx_packets, 0),
                                   _fmt(s.mean)] for s in rows]))
         else:
-            parts.append(_table(["stack", "series", "condition", "runs", "goodput mean (sd), n", "client socket drops",
+            parts.append(markdown_table(["stack", "series", "condition", "runs", "goodput mean (sd), n", "client socket drops",
                                  "model (Mbit/s)"],
                                 [[s.stack, s.series, _condition(s), str(s.runs), _stats_text(s),
                                   "-" if s.client_socket_drop_pct is None else f"{s.client_socket_drop_pct:.2f}%",

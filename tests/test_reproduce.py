@@ -11,6 +11,7 @@ import pytest
 from replay.flowcontrol import UPDATE_RULES, window_bound
 from replay.reproduce import load_campaign, plan_campaign, read_headlines
 from replay.stacks import get_stack
+from tparams.errors import ToolError
 from test_replay_cli import qreplay
 
 
@@ -34,6 +35,14 @@ def test_every_published_headline_has_its_conditions_in_the_full_campaign():
             assert ("initial_max_stream_data_bidi_local", int(row["setting"])) in swept
     assert {"5.1a", "5.1b", "5.2a", "5.2b", "5.3a", "5.3b", "5.4", "5.6"} == set(plans)
 
+
+
+def test_a_packet_figure_asked_for_runs_its_sweep():
+    """Figures 5.5 and 5.7 count the packets of 5.4's and 5.6's runs: asking for them runs those sweeps."""
+    assert [p.figure for p in plan_campaign(figures={"5.5"})] == ["5.4"]
+    assert [p.figure for p in plan_campaign(figures={"5.7", "5.3a"})] == ["5.3a", "5.6"]
+    with pytest.raises(ToolError, match="no figure 5.8"):
+        plan_campaign(figures={"5.8"})
 
 def _stacks() -> list[str]:
     usable = [name for name in ("ngtcp2", "lsquic") if get_stack(name).unavailable_reason() is None]
