@@ -32,6 +32,7 @@ from pathlib import Path
 
 import polars as pl
 
+from common.markdown import markdown_table
 from tparams.errors import ToolError
 from tparams.library import (
     FLOW_CONTROL,
@@ -164,8 +165,17 @@ def store_identifications(db_path: Path | str, frame: pl.DataFrame, signatures_d
 def identify_into(out: Path | str, targets: Sequence[Target], settings: ScanSettings,
                   signatures: LibrarySignatures, h3_records: Sequence[HandshakeRecord]) -> dict[str, int]:
     """What ``qscan targets --identify`` runs after its scan: the invalid-ALPN pass,
-    verdicts stored in ``out``; returns targets per library."""
-    frame = identify_targets(targets, settings, signatures, h3_records=h3_records)
+    verdicts stored in ``out``; returns targets per library. Targets a resumed scan
+    had recorded before (no h3 handshake in ``h3_records``) get their h3 pass here."""
+    handshaken = {record.target for record in h3_records}
+    fresh = [t for t in targets if t in handshaken]
+    earlier = [t for t in targets if t not in handshaken]
+    frames = [identify_targets(fresh, settings, signatures, h3_records=h3_records)] if fresh else []
+    if earlier:
+        frames.append(identify_targets(earlier, settings, signatures))
+    if not frames:
+        return {}
+    frame = pl.concat(frames)
     store_identifications(out, frame, signatures.learned_at)
     return dict(frame.group_by("library").len().sort("library").iter_rows())
 
@@ -408,10 +418,7 @@ def handshakes_per_server(rows: Iterable[Mapping[str, object]]) -> pl.DataFrame:
 
 
 def _markdown(frame: pl.DataFrame) -> str:
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-    for row in frame.iter_rows():
-        lines.append("| " + " | ".join("" if v is None else str(v).replace("|", "\\|") for v in row) + " |")
-    return "\n".join(lines)
+    return markdown_table(frame.columns, frame.iter_rows())
 
 
 def report_command(argv: Sequence[str]) -> None:

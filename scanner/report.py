@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from common.markdown import markdown_table
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
@@ -180,10 +181,8 @@ def _sets_transposed(sets: pl.DataFrame) -> pl.DataFrame:
 
 
 def _markdown(title: str, frame: pl.DataFrame) -> str:
-    header = "| " + " | ".join(frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    lines = ["| " + " | ".join(_cell(v) for v in row) + " |" for row in frame.iter_rows()]
-    return "\n".join([f"### {title}", "", header, rule, *lines])
+    rows = ([_cell(v) for v in row] for row in frame.iter_rows())
+    return f"### {title}\n\n" + markdown_table(frame.columns, rows)
 
 
 def _rich_tables(report: Report) -> str:
