@@ -45,7 +45,7 @@ from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.hazmat.primitives import hashes
 from cryptography.x509 import verification
 
-from tparams.codec import DecodedParameters, decode_transport_parameters
+from tparams.codec import DecodedParameters
 from tparams.errors import ToolError
 from tparams.paramset import ParamSet, order_fingerprint, order_signature
 

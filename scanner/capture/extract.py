@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aioquic._buffer import Buffer
+from aioquic.buffer import Buffer
 from aioquic.quic.crypto import CryptoContext
 from aioquic.quic.packet import QuicPacketType
 from aioquic.tls import CipherSuite, pull_encrypted_extensions, pull_server_hello

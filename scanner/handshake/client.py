@@ -36,7 +36,6 @@ from aioquic.quic.packet import (
     QuicFrameType,
     QuicPacketType,
     QuicProtocolVersion,
-    decode_packet_number,
     get_retry_integrity_tag,
 )
 from aioquic.tls import (
@@ -68,7 +67,6 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from scanner.handshake.hello import (
-    CID_LENGTH,
     CIPHER_SUITES,
     QUIC_VERSIONS,
     SIGNATURE_ALGORITHMS,
