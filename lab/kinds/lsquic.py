@@ -42,9 +42,14 @@ def idle_timeout_seconds(milliseconds: int) -> int:
     return min(max(1, round(milliseconds / 1000)), MAX_IDLE_TIMEOUT_S)
 
 
-def server_binary() -> str | None:
-    configured = os.environ.get(SERVER_ENV)
+def configured_program(variable: str) -> str | None:
+    """The executable an environment variable names (how users point at their LSQUIC build), or None."""
+    configured = os.environ.get(variable)
     return shutil.which(configured) if configured else None
+
+
+def server_binary() -> str | None:
+    return configured_program(SERVER_ENV)
 
 
 @register_kind

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -33,7 +32,7 @@ import time
 from functools import cache
 from pathlib import Path
 
-from lab.kinds.lsquic import ENGINE_SETTINGS, MAX_IDLE_TIMEOUT_S, SERVER_ENV, idle_timeout_seconds
+from lab.kinds.lsquic import ENGINE_SETTINGS, MAX_IDLE_TIMEOUT_S, SERVER_ENV, configured_program, idle_timeout_seconds
 from replay.stacks.base import Applied, ClientPlan, RunOptions, Stack, ensure_certificate
 from tparams.paramset import ParamSet
 
@@ -67,8 +66,7 @@ class Lsquic(Stack):
     settable = {"client": frozenset(SETTINGS) - {"initial_max_streams_uni"}, "server": frozenset(SETTINGS)}
 
     def binary(self, role: str) -> str | None:
-        configured = os.environ.get(ENV[role])
-        return shutil.which(configured) if configured else None
+        return configured_program(ENV[role])
 
     def unavailable_reason(self) -> str | None:
         missing = [f"{ENV[role]}={os.environ[ENV[role]]} is not an executable" if os.environ.get(ENV[role])
