@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tparams.errors import ToolError
 
 from scanner.engine import OK, HandshakeRecord, ScanSettings, scan_targets
+from scanner.columns import HandshakeColumns, handshake_columns
 from scanner.store import ScanStore
 from scanner.targets import Target
 from common.terminal import cli_console
@@ -60,26 +61,28 @@ def scan_into(
         scan_id = store.begin_scan(kind, dataclasses.asdict(settings), command_line, resume=resume)
         done = store.recorded_targets(scan_id) if resume else set()
         todo = [t for t in targets if t not in done]
-        pending: list[HandshakeRecord] = []
-        counts = {"done": 0, "ok": 0}
+        # The workers send columns (scanner/columns.py), so this process only inserts;
+        # on_batch wants the records themselves, which are then converted here.
+        pending: list[HandshakeColumns] = []
+        counts = {"done": 0, "ok": 0, "pending": 0}
         last_flush = time.monotonic()
         started = time.monotonic()
 
         def flush() -> None:
             nonlocal last_flush
-            store.append_records(scan_id, pending)
+            store.append_columns(scan_id, pending)
             pending.clear()
+            counts["pending"] = 0
             last_flush = time.monotonic()
 
         with _progress_bar(progress, len(todo)) as (bar, task):
 
-            def on_records(records: list[HandshakeRecord]) -> None:
-                pending.extend(records)
-                counts["done"] += len(records)
-                counts["ok"] += sum(r.status == OK for r in records)
-                if on_batch:
-                    on_batch(records)
-                if len(pending) >= BATCH_RECORDS or time.monotonic() - last_flush >= BATCH_SECONDS:
+            def on_columns(batch: HandshakeColumns) -> None:
+                pending.append(batch)
+                counts["done"] += len(batch)
+                counts["pending"] += len(batch)
+                counts["ok"] += batch.count_status(OK)
+                if counts["pending"] >= BATCH_RECORDS or time.monotonic() - last_flush >= BATCH_SECONDS:
                     flush()
                 if bar is not None:
                     elapsed = max(time.monotonic() - started, 1e-9)
@@ -91,8 +94,15 @@ def scan_into(
                         rate=counts["done"] / elapsed,
                     )
 
+            def on_records(records: list[HandshakeRecord]) -> None:
+                on_batch(records)  # type: ignore[misc]
+                on_columns(handshake_columns(records))
+
             if todo:
-                scan_targets(todo, settings, on_records)
+                if on_batch:
+                    scan_targets(todo, settings, on_records)
+                else:
+                    scan_targets(todo, settings, on_columns, prepare=handshake_columns)
             flush()
         store.finish_scan(scan_id)
         return ScanOutcome(scan_id, counts["done"], counts["ok"], len(targets) - len(todo), time.monotonic() - started)

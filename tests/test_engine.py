@@ -229,3 +229,32 @@ def test_resume_after_kill_completes_without_duplicates(lab: Lab, tmp_path: Path
     assert total == distinct == len(lines)
     assert con.execute("SELECT count(*) FROM handshakes WHERE status = 'ok'").fetchall()[0][0] >= 4
     assert con.execute("SELECT count(DISTINCT scan_id) FROM handshakes").fetchall()[0][0] == 1
+
+
+def test_two_workers_hand_the_store_columns(lab: Lab, tmp_path: Path):
+    """Enough targets for two worker processes, which send their records as columns:
+    every target stored once, ids dense, each parameter row on its own handshake, and
+    every name a server answers to recorded as that server's single-worker scan records it."""
+    servers = [s for s in lab.servers if not s.kind.startswith("broken")]
+    names = 600 // len(servers) + 1
+    targets = [Target(s.ip, s.port, f"name{n}.example") for s in servers for n in range(names)]
+    settings = ScanSettings(timeout=3.0, rate=0, workers=2)
+    with lab.in_client():
+        outcome = scan_into(tmp_path / "two.duckdb", targets, settings)
+        single = scan_into(tmp_path / "one.duckdb", [Target(s.ip, s.port, "name0.example") for s in servers], settings)
+    assert len(targets) // 256 >= 2 and outcome.attempted == len(targets) and single.attempted == len(servers)
+    con = duckdb.connect(str(tmp_path / "two.duckdb"), read_only=True)
+    rows = con.execute("SELECT count(*), count(DISTINCT (ip, port, sni)), min(handshake_id), max(handshake_id), "
+                       "count(*) FILTER (status = 'ok') FROM handshakes").fetchall()[0]  # fmt: skip
+    assert rows == (len(targets), len(targets), 1, len(targets), outcome.ok)
+    orphans = con.execute("SELECT count(*) FROM handshake_parameters p ANTI JOIN handshakes h USING (handshake_id)").fetchall()
+    assert orphans == [(0,)]
+    # What a server sends does not depend on the name asked for, nor on which worker asked
+    # (the order does for quinn, which shuffles its parameters per connection).
+    fields = "ip, port, status, set_fingerprint, quic_version, alpn, cipher_suite, key_exchange_group, retry"
+    two = con.execute(f"SELECT DISTINCT {fields} FROM handshakes WHERE status = 'ok' ORDER BY ALL").fetchall()
+    con.close()
+    con = duckdb.connect(str(tmp_path / "one.duckdb"), read_only=True)
+    one = con.execute(f"SELECT DISTINCT {fields} FROM handshakes WHERE status = 'ok' ORDER BY ALL").fetchall()
+    con.close()
+    assert len(one) >= 10 and two == one

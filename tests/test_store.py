@@ -70,6 +70,28 @@ def test_batches_accumulate_and_ids_stay_unique(tmp_path: Path):
     assert ids == (15, 15)
 
 
+def test_columns_sent_in_pieces_store_as_one_batch(tmp_path: Path):
+    # Scan workers convert their own batches (numbered from 0) and the store numbers them
+    # on arrival: the rows must be those of the same records converted at once.
+    from scanner.columns import handshake_columns
+
+    records = [record(f"192.0.2.{i}", ALPHA if i % 3 else ParamSet(), extra=[(0x0F, bytes([i]))]) for i in range(9)]
+    records.insert(4, record("192.0.2.200", None, status=TIMEOUT))
+    tables = {}
+    for name, pieces in (("whole", None), ("pieces", [records[:4], [], records[4:5], records[5:]])):
+        with ScanStore.open(tmp_path / f"{name}.duckdb") as store:
+            scan_id = store.begin_scan("targets", {})
+            if pieces is None:
+                assert store.append_records(scan_id, records) == len(records)
+            else:
+                assert store.append_columns(scan_id, [handshake_columns(p) for p in pieces]) == len(records)
+            tables[name] = [store.con.execute(f"SELECT * FROM {t} ORDER BY ALL").to_arrow_table()
+                            for t in ("handshakes", "handshake_parameters")]  # fmt: skip
+    assert tables["pieces"][0].equals(tables["whole"][0]) and tables["pieces"][1].equals(tables["whole"][1])
+    assert tables["whole"][0].column("handshake_id").to_pylist() == list(range(1, len(records) + 1))
+    assert tables["whole"][1].num_rows > 9
+
+
 def test_failed_batch_leaves_nothing(tmp_path: Path):
     with ScanStore.open(tmp_path / "s.duckdb") as store:
         bad = pl.DataFrame({"no_such_column": [1]})
@@ -235,7 +257,7 @@ def test_long_form_rows_equal_each_parameter_as_decoded(tmp_path: Path):
     # findings (their decoded values), empty extensions and handshakes without any.
     import random
 
-    from scanner.store import value_text
+    from scanner.columns import value_text
 
     rng = random.Random(11)
     preferred_address = bytes(4) + b"\x01\xbb" + bytes(16) + b"\x01\xbb" + b"\x04" + rng.randbytes(4) + rng.randbytes(16)

@@ -13,7 +13,8 @@ import pyarrow as pa
 from scanner.browser import BrowserCapture
 from scanner.capture.extract import CaptureResult, ClientHelloRecord
 from scanner.capture.frontend import tshark_version
-from scanner.store import LONG_FORM_FIELDS, SCHEMA_DIR, TIMESTAMP, TRANSPORT_PARAMETER_FIELDS, ScanStore, value_text
+from scanner.columns import LONG_FORM_FIELDS, TIMESTAMP, TRANSPORT_PARAMETER_FIELDS, value_text
+from scanner.store import SCHEMA_DIR, ScanStore
 from tparams.codec import DecodedParameters
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet, order_fingerprint, order_signature

@@ -26,7 +26,8 @@ from tparams.probe import Probe, make_probe
 from scanner.discovery.zmap import Outcome, ZMapFiles, command_text, read_results, run_zmap, write_inputs, zmap_command
 from scanner.engine import ScanSettings
 from lab.netns import in_namespace
-from scanner.store import SCHEMA_DIR, TIMESTAMP, ScanStore
+from scanner.columns import TIMESTAMP
+from scanner.store import SCHEMA_DIR, ScanStore
 from scanner.targets import Target
 
 DISCOVERY_SCHEMA = ("discovery", 1, SCHEMA_DIR / "discovery_v1.sql")
