@@ -4,9 +4,10 @@
   (b) quic-go: bench/qscanner_loop (QScanner's stack), one socket per dial as QScanner does, and
       all dials over one shared socket; the faster of the two is the anchor;
   (c) our engine: scanner.engine.scan_targets, rate unlimited, high concurrency, building the
-      full HandshakeRecord of every handshake (not stored: bench_store covers that), in one
-      process and with one worker process per core; the faster of the two is compared, as
-      quic-go's faster mode is.
+      full HandshakeRecord of every handshake and turning it into the store's Arrow columns
+      where qscan does (in the worker; not stored: bench_store covers that), in one process
+      and with one worker process per core; the faster of the two is compared, as quic-go's
+      faster mode is.
 
 Goal (issue 12): engine >= 1.0x quic-go's rate in the same run, and client CPU per completed
 handshake at or below quic-go's. Each contender prints its CPU per completed handshake, client
@@ -42,12 +43,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from procfs import process_cpu_seconds  # noqa: E402  (bench/, the script's own directory)
 from scanner.engine import OK, HandshakeLoop, ScanSettings, scan_targets  # noqa: E402
 from lab.certs import write_certificate  # noqa: E402
+from scanner.columns import HandshakeColumns, handshake_columns  # noqa: E402
 from scanner.targets import Target  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
@@ -133,19 +138,22 @@ def quic_go(addresses: list[tuple[str, int]], count: int, concurrency: int, shar
 
 
 def engine(addresses: list[tuple[str, int]], count: int, concurrency: int, workers: int) -> dict:
-    """Our engine through its library API, every record built as in a scan."""
+    """Our engine through its library API, every record built, and turned into the store's
+    columns where qscan does it (in each worker), as in a scan."""
     targets = [Target(*addresses[n % len(addresses)]) for n in range(count)]
-    records = []
+    batches: list[HandshakeColumns] = []
     start = time.perf_counter()
-    scan_targets(targets, ScanSettings(rate=0, concurrency=concurrency, timeout=10, workers=workers), records.extend)
+    settings = ScanSettings(rate=0, concurrency=concurrency, timeout=10, workers=workers)
+    scan_targets(targets, settings, batches.append, prepare=handshake_columns)
     total = time.perf_counter() - start
-    ok = [r for r in records if r.status == OK]
+    handshakes = pa.concat_tables(batch.handshakes for batch in batches)
+    ok = sum(batch.count_status(OK) for batch in batches)
     # Handshaking time, first Initial to last completion: what the quic-go loop times too.
     # The workers' interpreter start is reported separately.
-    first = min(r.started_at for r in records)
-    last = max(r.finished_at for r in records)
+    first = pc.min(handshakes.column("started_at")).as_py()
+    last = pc.max(handshakes.column("finished_at")).as_py()
     seconds = (last - first).total_seconds()
-    return {"completed": len(ok), "failed": len(records) - len(ok), "seconds": seconds, "end_to_end_seconds": total}
+    return {"completed": ok, "failed": handshakes.num_rows - ok, "seconds": seconds, "end_to_end_seconds": total}
 
 
 def memory_child(in_flight: int, timeout: float) -> None:
