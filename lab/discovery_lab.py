@@ -21,7 +21,7 @@ from lab.netns import add_route
 from lab.topology import LAB_DOMAIN, ServerSpec, Topology, default_topology
 
 DNS_IP = "198.18.1.53"  # reserved for DNS in lab/topology.py
-RANGE_SERVER_IP = "198.18.1.60"
+RANGE_SERVER_IP = "198.18.1.80"  # clear of the default servers (.10-.73); _check_topology refuses a clash
 # 1,024 addresses answered by one server (routed to it by the core).
 RANGE_SERVER_RANGE = "198.18.4.0/22"
 

@@ -30,7 +30,8 @@ Addresses of the default lab (port 443 everywhere):
     198.18.1.73  lsquic             lsquic.lab.test     LSQUIC's http_server, only where QREPLAY_LSQUIC_SERVER names one
     198.18.1.100 udp-closed host    closed.lab.test
     198.18.1.240-255 silent (routed to a blackhole in the core)
-    Reserved for later kinds: 198.18.1.50-59 (quic-go servers), 198.18.1.53 (DNS).
+    Reserved for later kinds: 198.18.1.50-59 (quic-go servers), 198.18.1.53 (DNS),
+    198.18.1.80 (the discovery benchmark's range server, lab/discovery_lab.py).
 
 Any other address of 198.18.1.0/24 is also silent (ARP fails in the core).
 """
