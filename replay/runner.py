@@ -9,7 +9,9 @@ that an interrupted experiment keeps what it measured.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import json
 import math
 import os
@@ -194,6 +196,9 @@ class _Process:
         return " | ".join(text.splitlines()[-3:])[-400:]
 
 
+PIPE_BYTES = 1 << 20  # Linux's pipe-max-size default
+
+
 class _FifoDrain:
     """Reads a client's response body from a FIFO: counts bytes, notes when the last one came."""
 
@@ -206,9 +211,14 @@ class _FifoDrain:
         self._thread.start()
 
     def _drain(self) -> None:
-        with open(self.path, "rb", buffering=0) as fifo:
-            while chunk := fifo.read(1 << 20):
-                self.bytes += len(chunk)
+        # Spliced into /dev/null, never copied into Python, through a pipe of 1 MiB instead
+        # of 64 KiB: at gigabits a second the reading took a quarter of the two cores from
+        # the stacks it measures (2.5-2.8 s of qreplay's CPU a gigabyte with read()).
+        with open(self.path, "rb", buffering=0) as fifo, open(os.devnull, "wb") as sink:
+            with contextlib.suppress(OSError):  # a smaller pipe only costs wake-ups
+                fcntl.fcntl(fifo, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+            while moved := os.splice(fifo.fileno(), sink.fileno(), PIPE_BYTES):
+                self.bytes += moved
                 self.last_byte = time.monotonic()
 
     def finish(self) -> None:
