@@ -98,7 +98,6 @@ _RECORD_FIELDS = [
 ]  # fmt: skip
 
 
-
 @contextlib.contextmanager
 def _pause_gc() -> Iterator[None]:
     # A batch allocates millions of small tuples and lists, none of them cyclic;
@@ -167,7 +166,7 @@ def _columns(records: list[HandshakeRecord]) -> HandshakeColumns:
     values, texts = rows.values()
     parameters = pa.Table.from_arrays(
         [
-            pa.array(rows.records.astype(np.int64)),
+            pa.array(rows.records),
             pa.array(rows.positions.astype(np.int32)),
             pa.array(rows.ids),
             values,

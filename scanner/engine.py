@@ -35,8 +35,8 @@ import socket
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 import certifi
 from aioquic import tls

@@ -17,8 +17,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tparams.errors import ToolError
 
-from scanner.engine import OK, HandshakeRecord, ScanSettings, scan_targets
 from scanner.columns import HandshakeColumns, handshake_columns
+from scanner.engine import OK, HandshakeRecord, ScanSettings, scan_targets
 from scanner.store import ScanStore
 from scanner.targets import Target
 from common.terminal import cli_console
@@ -94,15 +94,16 @@ def scan_into(
                         rate=counts["done"] / elapsed,
                     )
 
-            def on_records(records: list[HandshakeRecord]) -> None:
-                on_batch(records)  # type: ignore[misc]
-                on_columns(handshake_columns(records))
+            if todo and on_batch is None:
+                scan_targets(todo, settings, on_columns, prepare=handshake_columns)
+            elif todo:
+                wants_records = on_batch
 
-            if todo:
-                if on_batch:
-                    scan_targets(todo, settings, on_records)
-                else:
-                    scan_targets(todo, settings, on_columns, prepare=handshake_columns)
+                def on_records(records: list[HandshakeRecord]) -> None:
+                    wants_records(records)
+                    on_columns(handshake_columns(records))
+
+                scan_targets(todo, settings, on_records)
             flush()
         store.finish_scan(scan_id)
         return ScanOutcome(scan_id, counts["done"], counts["ok"], len(targets) - len(todo), time.monotonic() - started)
