@@ -24,6 +24,7 @@ but verification never stops a handshake.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import heapq
 import ipaddress
@@ -31,10 +32,12 @@ import multiprocessing
 import os
 import queue
 import select
+import signal
 import socket
+import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -572,14 +575,46 @@ def _worker(
     prepare: Callable[[list[HandshakeRecord]], Any],
     results: "multiprocessing.Queue",
 ) -> None:
+    # Ctrl-C reaches the whole process group: a worker stops starting handshakes and
+    # hands on what it finished; the parent decides when to give up on it.
+    interrupted: list[int] = []
+    signal.signal(signal.SIGINT, lambda *_: interrupted.append(1))
     batches = _Batches(prepare, results.put)
     loop = HandshakeLoop(settings, batches.emit, share)
     try:
-        loop.run(targets)
+        loop.run(targets, should_stop=lambda: bool(interrupted))
     finally:
         loop.close()
         batches.flush()
         results.put(None)
+
+
+# After Ctrl-C, how long the workers get to hand on what they finished.
+INTERRUPT_GRACE_SECONDS = 10.0
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[list[int]]:
+    """Ctrl-C noted instead of raised while records are being handed on (an exception in
+    the middle of a store append could leave a batch half-counted); a second Ctrl-C
+    raises at once. Outside the main thread Python delivers no signals: nothing to do."""
+    interrupted: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupted
+        return
+
+    def note(*_: object) -> None:
+        if interrupted:
+            raise KeyboardInterrupt
+        interrupted.append(1)
+
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def scan_targets(
@@ -594,19 +629,33 @@ def scan_targets(
     With one worker the loop runs in this process; with more, each worker
     process takes every n-th target, runs ``prepare`` (a module-level function:
     it is sent to the worker) and the results come back over a queue.
+    Ctrl-C stops new handshakes; every record finished by then is handed on
+    before KeyboardInterrupt is raised.
     """
     # A worker costs ~1 s of interpreter start and imports: worth it for
     # hundreds of targets, not for a handful.
     workers = max(1, min(settings.workers, len(targets) // 256))
-    if workers == 1:
-        batches = _Batches(prepare, on_records)
-        loop = HandshakeLoop(settings, batches.emit)
-        try:
-            loop.run(targets)
-        finally:
-            loop.close()
-        batches.flush()
-        return
+    with _interruptible() as interrupted:
+        if workers == 1:
+            batches = _Batches(prepare, on_records)
+            loop = HandshakeLoop(settings, batches.emit)
+            try:
+                loop.run(targets, should_stop=lambda: bool(interrupted))
+            finally:
+                loop.close()
+            batches.flush()
+        else:
+            _gather(targets, settings, on_records, prepare, workers, interrupted)
+
+
+def _gather(
+    targets: Sequence[Target],
+    settings: ScanSettings,
+    on_records: Callable[[Any], None],
+    prepare: Callable[[list[HandshakeRecord]], Any],
+    workers: int,
+    interrupted: list[int],
+) -> None:
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     processes = [
@@ -615,13 +664,30 @@ def scan_targets(
         )
         for i in range(workers)
     ]
-    for process in processes:
-        process.start()
+    # Started with Ctrl-C ignored (the setting survives exec), so that one arriving while
+    # a worker imports does not end it with a traceback; _worker then takes it over.
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main_thread else None
     try:
-        running = workers
+        for process in processes:
+            process.start()
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGINT, previous)
+    try:
+        running, deadline = workers, None
         while running:
+            if interrupted and deadline is None:
+                # A Ctrl-C from a terminal reached the workers too; a SIGINT sent to
+                # this process alone did not.
+                for process in processes:
+                    if process.is_alive():
+                        os.kill(process.pid, signal.SIGINT)
+                deadline = time.monotonic() + INTERRUPT_GRACE_SECONDS
+            if deadline is not None and time.monotonic() > deadline:
+                break
             try:
-                item = results.get(timeout=1.0)
+                item = results.get(timeout=0.2)
             except queue.Empty:
                 if not any(p.is_alive() for p in processes):
                     raise ToolError("a scan worker died without reporting") from None

@@ -94,16 +94,23 @@ def scan_into(
                         rate=counts["done"] / elapsed,
                     )
 
-            if todo and on_batch is None:
-                scan_targets(todo, settings, on_columns, prepare=handshake_columns)
-            elif todo:
-                wants_records = on_batch
+            try:
+                if todo and on_batch is None:
+                    scan_targets(todo, settings, on_columns, prepare=handshake_columns)
+                elif todo:
+                    wants_records = on_batch
 
-                def on_records(records: list[HandshakeRecord]) -> None:
-                    wants_records(records)
-                    on_columns(handshake_columns(records))
+                    def on_records(records: list[HandshakeRecord]) -> None:
+                        wants_records(records)
+                        on_columns(handshake_columns(records))
 
-                scan_targets(todo, settings, on_records)
+                    scan_targets(todo, settings, on_records)
+            except KeyboardInterrupt:
+                flush()  # everything the workers finished before Ctrl-C
+                raise ToolError(
+                    f"interrupted: {counts['done']} handshakes of this run stored in {out}; --resume continues the scan",
+                    exit_code=130,
+                ) from None
             flush()
         store.finish_scan(scan_id)
         return ScanOutcome(scan_id, counts["done"], counts["ok"], len(targets) - len(todo), time.monotonic() - started)

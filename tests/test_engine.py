@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -258,3 +260,41 @@ def test_two_workers_hand_the_store_columns(lab: Lab, tmp_path: Path):
     one = con.execute(f"SELECT DISTINCT {fields} FROM handshakes WHERE status = 'ok' ORDER BY ALL").fetchall()
     con.close()
     assert len(one) >= 10 and two == one
+
+
+def test_ctrl_c_keeps_what_the_workers_finished(tmp_path: Path):
+    """Ctrl-C to a two-worker scan (the whole process group, as a terminal sends it): one
+    line, exit 130, every handshake the line counts is in the file, no worker traceback,
+    and --resume finishes the rest without duplicates. Loopback only: a bound socket that
+    never answers makes every handshake a timeout."""
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    targets = tmp_path / "targets.txt"
+    targets.write_text("".join(f"127.0.0.1,{port},n{i}.test\n" for i in range(600)))
+    out = tmp_path / "scan.duckdb"
+    argv = [QSCAN, "targets", str(targets), "--out", str(out), "--timeout", "1", "--workers", "2", "-q"]
+    process = subprocess.Popen([*argv, "--rate", "100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while committed_handshakes(out, tmp_path / "copy") == 0:
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "qscan committed no handshakes within 60 s"
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        silent.close()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and len(stderr.splitlines()) == 1, stderr
+    said = int(re.search(r"interrupted: (\d+) handshakes", stderr).group(1))
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM handshakes").fetchall()[0][0] == said
+    assert 0 < said < 600
+    resumed = subprocess.run([*argv, "--rate", "0", "--resume"], capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT count(*), count(DISTINCT sni) FROM handshakes").fetchall()[0] == (600, 600)
