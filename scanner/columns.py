@@ -15,7 +15,7 @@ import dataclasses
 import datetime as dt
 import gc
 import operator
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -134,7 +134,7 @@ class HandshakeColumns:
         return pa.Table.from_arrays([scan_ids, *handshakes.columns], schema=HANDSHAKE_SCHEMA), parameters
 
 
-def handshake_columns(records: Sequence[HandshakeRecord]) -> HandshakeColumns:
+def handshake_columns(records: Iterable[HandshakeRecord]) -> HandshakeColumns:
     """The columns of a batch of records.
 
     Every column is built as one list or array over the batch, and no Python

@@ -181,7 +181,7 @@ class ScanStore:
 
     def append_records(self, scan_id: int, records: Iterable[HandshakeRecord]) -> int:
         """Queue handshake records and their parameters as one transaction; returns how many."""
-        return self.append_columns(scan_id, [handshake_columns(list(records))])
+        return self.append_columns(scan_id, [handshake_columns(records)])
 
     def append_columns(self, scan_id: int, batches: Sequence[HandshakeColumns]) -> int:
         """Queue batches of handshake columns (what scan workers send) as one transaction; returns how many.
