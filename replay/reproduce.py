@@ -31,7 +31,7 @@ from replay.figures import draw_band, embedded_img, pyplot, save_png
 from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, client_socket_drop_pct, run_experiment, summarize
 from replay.sets import NamedSet, resolve_one, with_overrides
-from replay.stacks.base import REPO_ROOT, RunOptions, Stack
+from replay.stacks.base import REPO_ROOT, RunOptions, Stack, default_timeout_s
 from tparams.errors import ToolError
 
 HEADLINES_CSV = REPO_ROOT / "datasets" / "reference" / "goodput_headlines.csv"
@@ -162,10 +162,10 @@ def run_campaign(stacks: list[Stack], plans: list[FigurePlan], results: str | Pa
         if reason:
             raise ToolError(f"stack {stack.name} is not usable here: {reason}")
     campaign = uuid.uuid4().hex[:12]
-    execute = execute or (lambda experiment, out: run_experiment(experiment, out))
+    execute = execute or run_experiment
     for plan in plans:
         for stack in stacks:
-            options = RunOptions(size=plan.size, timeout_s=30 + plan.size * 8 / 5e6)
+            options = RunOptions(size=plan.size, timeout_s=default_timeout_s(plan.size))
             tags = {"campaign": campaign, "figure": plan.figure, "mode": mode,
                     "load_1min": round(os.getloadavg()[0], 2)}
             execute(Experiment(plan.kind, stack, list(plan.conditions), options, plan.reps, link_backend,
@@ -203,8 +203,6 @@ class ConditionSummary:
     def series(self) -> str:
         if self.client == "lsquic-client-default" and self.server == "lsquic-server-default":
             return "lsquic-defaults"
-        if self.figure.startswith("5.1"):
-            return self.client
         if self.figure.startswith("5.2"):
             return self.server or "stack default"
         return self.client
@@ -387,9 +385,10 @@ def _absolute(h: Headline, found: list[ConditionSummary]) -> Headline:
 def evaluate_headlines(campaign: Campaign, rows: list[dict] | None = None) -> list[Headline]:
     """Every published headline beside every stack of the campaign, with ratio, verdict and cause."""
     out = []
+    rows = rows or read_headlines()
     for stack in campaign.stacks:
         derived: dict[str, Headline] = {}
-        for row in rows or read_headlines():
+        for row in rows:
             key = (row["experiment"], row["setting"])
             value = row["goodput_mbit_s"]
             thesis = float(value.lstrip("+"))
@@ -538,8 +537,9 @@ def _draw_figures(data: Campaign, headlines: list[Headline], out_dir: Path) -> l
                         color=color, lw=1, label=f"window model, {label}: bursts (v) .. whole window (^)")
                 ax.plot([x_of(s) for s in bounded], [s.bound.high_mbps for s in bounded], ":", marker="^",
                         color=color, lw=1)
-        top = max([s.mean + (s.stddev or 0) for s in rows] + list(_thesis_points(headlines, figure).values()))
-        for what, value in _thesis_points(headlines, figure).items():
+        points = _thesis_points(headlines, figure)
+        top = max([s.mean + (s.stddev or 0) for s in rows] + list(points.values()))
+        for what, value in points.items():
             x = _thesis_x(what, figure)
             if x is not None:
                 ax.plot([x], [value], marker="*", markersize=14, color="black", linestyle="none")

@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -35,7 +34,7 @@ from replay import store
 from replay.cpuidle import ShallowIdle
 from replay.link import LinkConfig
 from replay.sets import NamedSet
-from replay.stacks.base import ClientResult, RunOptions, Stack
+from replay.stacks.base import ClientResult, RunOptions, Stack, free_udp_port
 from tparams.errors import ToolError
 
 SERVER_PORT = 4433
@@ -261,12 +260,6 @@ def _run_workdir() -> Iterator[Path]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _counter_delta(before, after, prefix: str = "") -> dict[str, int]:
     """Flattened numeric differences of two (nested) counter snapshots: {'client_tx_packets': 12, ...}."""
     delta = {}
@@ -299,7 +292,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         "rep": rep, "size_bytes": options.size, "autotune": options.autotune, "cc": options.cc,
     }
     warnings: list[str] = []
-    port = SERVER_PORT if path.server_ns else _free_udp_port()
+    port = SERVER_PORT if path.server_ns else free_udp_port()
     with _run_workdir() as workdir:
         server_params = condition.server.params if condition.server else None
         server_argv, server_applied = stack.server_command(server_params, options, path.server_ip, port, workdir)

@@ -25,11 +25,13 @@ import time
 import sys
 from pathlib import Path
 
+from lab import netns
 from replay.link import LinkConfig, parse_size
 from replay.runner import Condition, Experiment, run_experiment, summaries
 from replay.sets import resolve_one, with_overrides
-from replay.stacks.base import RunOptions
+from replay.stacks.base import RunOptions, default_timeout_s
 from replay.stacks.lsquic import Lsquic
+from replay.testbed import PREFIX
 
 
 class LsquicWith(Lsquic):
@@ -184,12 +186,10 @@ class BacklogSampler:
         self._thread.start()
 
     def _run(self) -> None:
-        mine = f"qrep-{os.getpid()}-"
+        mine = f"{PREFIX}{os.getpid()}-"
         while not self._stop.wait(0.05):
-            names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-            for ns in (n for n in names if n.startswith(mine) and n.endswith("-c")):
-                out = subprocess.run(["ip", "netns", "exec", ns, "ss", "-Hnua"], capture_output=True,
-                                     text=True).stdout
+            for ns in (n for n in netns.list_namespaces(mine) if n.endswith("-c")):
+                out = subprocess.run(netns.ns_command(ns, ["ss", "-Hnua"]), capture_output=True, text=True).stdout
                 queued = [int(line.split()[1]) for line in out.splitlines() if len(line.split()) > 2]
                 if queued:
                     self.samples.append((time.time(), max(queued)))
@@ -238,7 +238,7 @@ def main(out_dir: str, *parts: str) -> None:
             parts = tuple(p for p in parts if p != name)
     if not parts:
         return
-    variants = [v for part in (parts or PARTS) for v in PARTS[part]()]
+    variants = [v for part in parts for v in PARTS[part]()]
     rows: dict[str, list[dict]] = {v["name"]: [] for v in variants}
     for rep in range(1, max(v.get("reps", 3) for v in variants) + 1):
         for variant in variants:
@@ -246,7 +246,7 @@ def main(out_dir: str, *parts: str) -> None:
                 continue
             size = parse_size(variant["size"])
             experiment = Experiment("matrix", LsquicWith(variant.get("server_settings", [])), variant["conditions"],
-                                    RunOptions(size=size, timeout_s=30 + size * 8 / 5e6), 1, "relay",
+                                    RunOptions(size=size, timeout_s=default_timeout_s(size)), 1, "relay",
                                     f"scripts/lsquic_causes.py {variant['name']} rep {rep}",
                                     udp_buffer_bytes=parse_size(variant["buffer"], "buffer"),
                                     tags={"variant": variant["name"], "load_1min": os.getloadavg()[0]})

@@ -17,7 +17,7 @@ from replay.link import LinkConfig, parse_duration_ms, parse_percent, parse_rate
 from replay.runner import Condition, Experiment, run_experiment, summaries
 from replay.commands.link import DoctorRow, register_doctor_rows
 from replay.stacks import all_stacks, get_stack
-from replay.stacks.base import RunOptions
+from replay.stacks.base import RunOptions, default_timeout_s
 from replay.store import DEFAULT_RESULTS
 from common.terminal import cli_console
 from tparams.errors import ToolError
@@ -76,7 +76,7 @@ def make_options(size: str, autotune: bool, cc: str, qlog: Path | None, timeout:
         raise ToolError(f"--cc must be cubic or bbr, not {cc!r}")
     size_bytes = parse_size(size)
     return RunOptions(size=size_bytes, autotune=autotune, cc=cc, qlog_dir=qlog,
-                      timeout_s=timeout or 30 + size_bytes * 8 / 5e6)
+                      timeout_s=timeout or default_timeout_s(size_bytes))
 
 
 def server_set(spec: str | None, overrides: list[str] | None) -> sets_api.NamedSet | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,18 @@ class RunOptions:
     cc: Literal["cubic", "bbr"] = "cubic"
     qlog_dir: Path | None = None
     timeout_s: float = 600.0
+
+
+def default_timeout_s(size: int) -> float:
+    """How long a download of ``size`` bytes may take: 30 s plus the time at 5 Mbit/s."""
+    return 30 + size * 8 / 5e6
+
+
+def free_udp_port() -> int:
+    """A UDP port free on loopback now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @dataclass

@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,7 +32,7 @@ from functools import cache
 from pathlib import Path
 
 from lab.kinds.lsquic import ENGINE_SETTINGS, MAX_IDLE_TIMEOUT_S, SERVER_ENV, configured_program, idle_timeout_seconds
-from replay.stacks.base import Applied, ClientPlan, RunOptions, Stack, ensure_certificate
+from replay.stacks.base import Applied, ClientPlan, RunOptions, Stack, ensure_certificate, free_udp_port
 from tparams.paramset import ParamSet
 
 # Transport parameter -> LSQUIC -o engine setting: the lab's, and the inverted migration switch
@@ -169,9 +168,7 @@ def _server_version(client: str, server: str) -> str | None:
     document root, LSQUIC's server answers with its own handlers, which name the version."""
     with tempfile.TemporaryDirectory(prefix="qreplay-lsquic-") as tmp:
         key, cert = ensure_certificate(Path(tmp))
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_udp_port()
         server_process = subprocess.Popen([server, "-c", f"{HOST},{cert},{key}", "-s", f"127.0.0.1:{port}"],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           start_new_session=True)
