@@ -328,13 +328,13 @@ def _failure_status(conn: ClientHandshake) -> str:
 class _Attempt:
     __slots__ = ("target", "conn", "sock", "addr", "key", "started", "started_wall", "deadline", "timer", "record")
 
-    def __init__(self, target: Target, conn: ClientHandshake, sock: socket.socket, addr: tuple, key: bytes):
+    def __init__(self, target: Target, conn: ClientHandshake, sock: socket.socket, addr: tuple, key: bytes, now: float):
         self.target = target
         self.conn = conn
         self.sock = sock
         self.addr = addr
         self.key = key
-        self.started = time.monotonic()
+        self.started = now
         self.started_wall = dt.datetime.now(dt.timezone.utc)
         self.deadline = 0.0
         self.timer: float | None = None
@@ -401,8 +401,7 @@ class HandshakeLoop:
         sockets = self._sockets_for(target.family)
         self.sequence += 1
         addr = (target.ip, target.port)
-        attempt = _Attempt(target, conn, sockets[self.sequence % len(sockets)], addr, conn.source_cid)
-        attempt.started = now
+        attempt = _Attempt(target, conn, sockets[self.sequence % len(sockets)], addr, conn.source_cid, now)
         attempt.deadline = now + self.settings.timeout
         self.inflight[attempt.key] = attempt
         self.by_address[addr] = attempt

@@ -30,6 +30,7 @@ from aioquic.tls import (
     ClientHello,
     CompressionMethod,
     ExtensionType,
+    GROUP_TO_CURVE,
     Group,
     SignatureAlgorithm,
     push_client_hello,
@@ -59,7 +60,6 @@ QUIC_VERSIONS = (int(QuicProtocolVersion.VERSION_1), int(QuicProtocolVersion.VER
 TLS_VERSION_1_3 = 0x0304
 CID_LENGTH = 8  # our connection IDs; short-header packets carry no length
 
-_CURVES = {Group.SECP256R1: ec.SECP256R1, Group.SECP384R1: ec.SECP384R1, Group.SECP521R1: ec.SECP521R1}
 _PUBLIC_KEY_SIZES = {Group.X25519: 32, Group.X448: 56, Group.SECP256R1: 65, Group.SECP384R1: 97, Group.SECP521R1: 133}
 
 
@@ -71,7 +71,7 @@ def generate_key_share(group: int) -> tuple[object, bytes]:
     if group == Group.X448:
         key = x448.X448PrivateKey.generate()
         return key, key.public_key().public_bytes_raw()
-    key = ec.generate_private_key(_CURVES[group]())  # type: ignore[index]
+    key = ec.generate_private_key(GROUP_TO_CURVE[group]())  # type: ignore[index]
     return key, key.public_key().public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
 
 
