@@ -167,15 +167,13 @@ def identify_into(out: Path | str, targets: Sequence[Target], settings: ScanSett
     """What ``qscan targets --identify`` runs after its scan: the invalid-ALPN pass,
     verdicts stored in ``out``; returns targets per library. Targets a resumed scan
     had recorded before (no h3 handshake in ``h3_records``) get their h3 pass here."""
-    handshaken = {record.target for record in h3_records}
-    fresh = [t for t in targets if t in handshaken]
-    earlier = [t for t in targets if t not in handshaken]
-    frames = [identify_targets(fresh, settings, signatures, h3_records=h3_records)] if fresh else []
-    if earlier:
-        frames.append(identify_targets(earlier, settings, signatures))
-    if not frames:
+    if not targets:
         return {}
-    frame = pl.concat(frames)
+    handshaken = {record.target for record in h3_records}
+    earlier = [t for t in targets if t not in handshaken]
+    # One invalid-ALPN pass over all targets, so one pool of workers sized for all of them.
+    records = [*h3_records, *_collect(earlier, settings)] if earlier else h3_records
+    frame = identify_targets(targets, settings, signatures, h3_records=records)
     store_identifications(out, frame, signatures.learned_at)
     return dict(frame.group_by("library").len().sort("library").iter_rows())
 

@@ -163,6 +163,28 @@ def test_qscan_targets_identify_stores_a_verdict_per_target(configuration, reque
     assert stored.height == len(lab.servers) and stored["signatures_date"].is_not_null().all()
 
 
+@pytest.mark.lab
+def test_identify_after_resume_names_targets_recorded_before(lab, tmp_path):
+    # Half the servers scanned first; the resumed scan with --identify has no h3 handshake
+    # of its own for them, and must still name every server once.
+    qscan = str(Path(sys.executable).parent / "qscan")
+    lines = [f"{s.ip},{s.port},{s.sni}\n" for s in lab.servers]
+    first, every = tmp_path / "first.txt", tmp_path / "every.txt"
+    first.write_text("".join(lines[: len(lines) // 2]))
+    every.write_text("".join(lines))
+    out = tmp_path / "scan.duckdb"
+    done = lab.run_in_client([qscan, "targets", str(first), "--out", str(out), "--timeout", "3", "--quiet"], timeout=120)
+    assert done.returncode == 0, done.stderr
+    done = lab.run_in_client([qscan, "targets", str(every), "--out", str(out), "--resume", "--identify",
+                              "--timeout", "3", "--quiet", "--json"], timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    expected: dict[str, int] = {}
+    for server in lab.servers:
+        expected[_expected(server)] = expected.get(_expected(server), 0) + 1
+    assert json.loads(done.stdout)["libraries"] == dict(sorted(expected.items()))
+    assert read_identifications(out).height == len(lab.servers)
+
+
 # -- the rules, on small made-up observations ---------------------------------------------
 
 def _decoded(pairs: list[tuple[int, bytes]]):  # type: ignore[no-untyped-def]
