@@ -13,8 +13,6 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
-from aioquic.h3.connection import H3_ALPN
-from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 
 from tparams.codec import decode_transport_parameters
@@ -72,9 +70,12 @@ def apply_parameters(config: Any, asked: Mapping[str, int | None]) -> None:
         config.max_stream_data = max(windows)
 
 
-def configuration(certificate: str | None = None, private_key: str | None = None,
-                  is_client: bool = False, asked: Mapping[str, int | None] | None = None) -> QuicConfiguration:
-    config = QuicConfiguration(is_client=is_client, alpn_protocols=H3_ALPN)
+def configuration(certificate: str | None = None, private_key: str | None = None, is_client: bool = False,
+                  asked: Mapping[str, int | None] | None = None, library: str = "aioquic") -> Any:
+    """``library``: aioquic or its fork qh3, which keeps aioquic's API."""
+    configuration_class = importlib.import_module(f"{library}.quic.configuration").QuicConfiguration
+    alpn = importlib.import_module(f"{library}.h3.connection").H3_ALPN
+    config = configuration_class(is_client=is_client, alpn_protocols=alpn)
     apply_parameters(config, asked or {})
     if certificate:
         config.load_cert_chain(certificate, private_key)

@@ -11,17 +11,12 @@ from __future__ import annotations
 
 import asyncio
 
-from qh3.h3.connection import H3_ALPN
-from qh3.quic.configuration import QuicConfiguration
-
-from lab.aioquic_server import apply_parameters, arguments, run
+from lab.aioquic_server import arguments, configuration, run
 
 
 def main() -> None:
     args = vars(arguments(__doc__.splitlines()[0]).parse_args())
-    config = QuicConfiguration(is_client=False, alpn_protocols=H3_ALPN)
-    apply_parameters(config, args)
-    config.load_cert_chain(args["certificate"], args["private_key"])
+    config = configuration(args["certificate"], args["private_key"], asked=args, library="qh3")
     asyncio.run(run(args["host"], args["port"], config, library="qh3"))
 
 
