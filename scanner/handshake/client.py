@@ -23,6 +23,7 @@ being set; ``receive_datagram`` never raises.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 
@@ -172,41 +173,19 @@ class _KeySchedule:
 
 
 _EDWARDS_GROUPS = frozenset((Group.X25519, Group.X448))
-_SIGNATURE_PARAMS: dict[int, tuple] = {}
+# aioquic's verify() arguments per signature algorithm (immutable), and parsed certificates
+# and their public keys by DER bytes: a scan meets the same chains again and again.
+_signature_params = functools.cache(signature_algorithm_params)
 
 
-def _signature_params(algorithm: int) -> tuple:
-    """aioquic's verify() arguments for a signature algorithm, made once: they are immutable."""
-    params = _SIGNATURE_PARAMS.get(algorithm)
-    if params is None:
-        params = _SIGNATURE_PARAMS[algorithm] = signature_algorithm_params(algorithm)
-    return params
-
-
-# Parsed certificates and their public keys by DER bytes: a scan meets the same chains again and again.
-_CACHE_LIMIT = 4096
-_CERTIFICATES: dict[bytes, x509.Certificate] = {}
-_PUBLIC_KEYS: dict[x509.Certificate, object] = {}
-
-
+@functools.lru_cache(maxsize=4096)
 def _load_certificate(der: bytes) -> x509.Certificate:
-    cert = _CERTIFICATES.get(der)
-    if cert is None:
-        cert = x509.load_der_x509_certificate(der)  # ValueError when corrupt
-        if len(_CERTIFICATES) >= _CACHE_LIMIT:
-            _CERTIFICATES.clear()
-        _CERTIFICATES[der] = cert
-    return cert
+    return x509.load_der_x509_certificate(der)  # ValueError when corrupt
 
 
+@functools.lru_cache(maxsize=4096)
 def _public_key(cert: x509.Certificate) -> object:
-    key = _PUBLIC_KEYS.get(cert)
-    if key is None:
-        key = cert.public_key()  # UnsupportedAlgorithm or ValueError
-        if len(_PUBLIC_KEYS) >= _CACHE_LIMIT:
-            _PUBLIC_KEYS.clear()
-        _PUBLIC_KEYS[cert] = key
-    return key
+    return cert.public_key()  # UnsupportedAlgorithm or ValueError
 
 
 class ClientHandshake:
