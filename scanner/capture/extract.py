@@ -13,19 +13,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aioquic.buffer import Buffer
 from aioquic.quic.crypto import CryptoContext
 from aioquic.quic.packet import QuicPacketType
-from aioquic.tls import CipherSuite, pull_encrypted_extensions, pull_server_hello
+from aioquic.tls import CipherSuite
 
 from scanner.capture.frontend import Datagram, long_header_datagrams
 from scanner.handshake.hello import TRANSPORT_PARAMETERS_EXTENSIONS, parse_client_hello
+from scanner.handshake.messages import read_encrypted_extensions, read_server_hello
 from scanner.handshake.packets import (
     INITIAL_KEY_VERSIONS,
     CryptoStream,
     LongPacket,
     initial_keys,
     long_packets,
+    packet_keys,
     unprotect,
 )
 from tparams.codec import DecodedParameters, decode_transport_parameters
@@ -207,7 +208,7 @@ class HelloExtractor:
             if message is None:
                 return
             try:
-                connection.cipher_suite = pull_server_hello(Buffer(data=message)).cipher_suite
+                connection.cipher_suite = read_server_hello(message).cipher_suite
             except Exception:  # a malformed ServerHello ends the server side, not the capture
                 connection.done_server = True
                 return
@@ -215,8 +216,7 @@ class HelloExtractor:
             if secret is None:
                 connection.done_server = True
                 return
-            connection.handshake_keys = CryptoContext()
-            connection.handshake_keys.setup(cipher_suite=connection.cipher_suite, secret=secret, version=packet.version)
+            connection.handshake_keys = packet_keys(connection.cipher_suite, secret, packet.version)
             pending, connection.pending_handshake = connection.pending_handshake, []
             for early in pending:
                 self._server_handshake(connection, early)
@@ -234,7 +234,7 @@ class HelloExtractor:
             return
         connection.done_server = True
         try:
-            extensions = dict(pull_encrypted_extensions(Buffer(data=message)).other_extensions)
+            extensions = dict(read_encrypted_extensions(message).other_extensions)
         except Exception:  # not an EncryptedExtensions: nothing to report for this server
             return
         raw = next((extensions[e] for e in TRANSPORT_PARAMETERS_EXTENSIONS if e in extensions), None)
