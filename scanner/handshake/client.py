@@ -638,7 +638,7 @@ class ClientHandshake:
         digest = hashlib.new(HASH_NAMES[cipher_suite], self._client_hello).digest()  # type: ignore[index]
         self._transcript_prefix = bytes((HandshakeType.MESSAGE_HASH, 0, 0, len(digest))) + digest + message
         self._hello_offset = len(self._client_hello)
-        self._client_hello = _with_extension(self._client_hello, ExtensionType.COOKIE, cookie)
+        self._client_hello = self._template.with_extension(self._client_hello, ExtensionType.COOKIE, cookie)
         self._send_client_hello()
 
     def _encrypted_extensions(self, message: bytes) -> None:
@@ -793,18 +793,3 @@ def _retry_token_length(data: bytes) -> int | None:
         return None
     offset += 1 + data[offset]
     return len(data) - offset - RETRY_INTEGRITY_TAG_SIZE if len(data) - offset >= RETRY_INTEGRITY_TAG_SIZE else None
-
-
-def _with_extension(hello: bytes, kind: int, body: bytes) -> bytes:
-    """``hello`` with one more extension appended, its lengths fixed up."""
-    extension = kind.to_bytes(2, "big") + len(body).to_bytes(2, "big") + body
-    pos = 38
-    pos += 1 + hello[pos]
-    pos += 2 + int.from_bytes(hello[pos : pos + 2], "big")
-    pos += 1 + hello[pos]
-    extensions_length = int.from_bytes(hello[pos : pos + 2], "big") + len(extension)
-    body_length = len(hello) - 4 + len(extension)
-    return (
-        bytes((hello[0],)) + body_length.to_bytes(3, "big") + hello[4:pos]
-        + extensions_length.to_bytes(2, "big") + hello[pos + 2 :] + extension
-    )  # fmt: skip

@@ -150,12 +150,20 @@ class HelloTemplate:
         hello[self._version_at : self._version_at + 4] = version.to_bytes(4, "big")
         if server_name and not _is_address(server_name):
             name = _encode_name(server_name)
-            extension = struct.pack("!HHHBH", EXTENSION_SERVER_NAME, len(name) + 5, len(name) + 3, 0, len(name)) + name
-            hello[self._name_at : self._name_at] = extension
-            body_length = len(hello) - 4
-            hello[1:4] = body_length.to_bytes(3, "big")
-            at = self._extensions_length_at
-            hello[at : at + 2] = (int.from_bytes(hello[at : at + 2], "big") + len(extension)).to_bytes(2, "big")
+            server_name_list = struct.pack("!HBH", len(name) + 3, 0, len(name)) + name
+            return self.with_extension(hello, EXTENSION_SERVER_NAME, server_name_list, at=self._name_at)
+        return bytes(hello)
+
+    def with_extension(self, hello: bytes | bytearray, kind: int, body: bytes, at: int | None = None) -> bytes:
+        """``hello``, a ClientHello from this template, with one more extension inserted at
+        ``at`` (default: last), the message and extensions lengths fixed up."""
+        extension = struct.pack("!HH", kind, len(body)) + body
+        hello = bytearray(hello)
+        at = len(hello) if at is None else at
+        hello[at:at] = extension
+        hello[1:4] = (len(hello) - 4).to_bytes(3, "big")
+        length_at = self._extensions_length_at
+        hello[length_at : length_at + 2] = (int.from_bytes(hello[length_at : length_at + 2], "big") + len(extension)).to_bytes(2, "big")
         return bytes(hello)
 
 
