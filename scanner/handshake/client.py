@@ -30,13 +30,10 @@ import hmac
 from aioquic.buffer import Buffer, BufferReadError
 from aioquic.quic.crypto import CryptoContext
 from aioquic.quic.packet import (
-    PACKET_LONG_TYPE_DECODE_VERSION_1,
-    PACKET_LONG_TYPE_DECODE_VERSION_2,
     RETRY_INTEGRITY_TAG_SIZE,
     QuicErrorCode,
     QuicFrameType,
     QuicPacketType,
-    QuicProtocolVersion,
     get_retry_integrity_tag,
 )
 from aioquic.tls import (
@@ -90,6 +87,7 @@ from scanner.handshake.packets import (
     FRAME_PADDING,
     FRAME_PING,
     HASH_NAMES,
+    LONG_TYPES,
     CryptoStream,
     LongPacket,
     ack_frame,
@@ -113,10 +111,6 @@ MAX_EARLY_HANDSHAKE_PACKETS = 8  # Handshake packets held until the ServerHello 
 VARINT_MAX = (1 << 62) - 1
 CRYPTO_ERROR = QuicErrorCode.CRYPTO_ERROR
 _HELLO_RETRY_RANDOM = bytes.fromhex("CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C")
-_LONG_TYPES = {
-    QuicProtocolVersion.VERSION_1: PACKET_LONG_TYPE_DECODE_VERSION_1,
-    QuicProtocolVersion.VERSION_2: PACKET_LONG_TYPE_DECODE_VERSION_2,
-}
 # Frames Initial and Handshake packets may not carry, but that exist (aioquic: "Unexpected frame type").
 _LATER_FRAMES = (frozenset(range(0x04, 0x1C)) | {0x1D, 0x1E, 0x30, 0x31}) - {FRAME_CRYPTO}
 _ADVERTISED_SIGNATURES = frozenset(int(a) for a in SIGNATURE_ALGORITHMS)
@@ -305,7 +299,7 @@ class ClientHandshake:
         self._now = now
         if len(data) >= 7 and data[0] & 0x80:
             version = int.from_bytes(data[1:5], "big")
-            if version in _LONG_TYPES and _LONG_TYPES[version][(data[0] & 0x30) >> 4] == QuicPacketType.RETRY:
+            if version in LONG_TYPES and LONG_TYPES[version][(data[0] & 0x30) >> 4] == QuicPacketType.RETRY:
                 if not self.retry_seen:
                     self.retry_token_length = _retry_token_length(data)
                 self.retry_seen = True  # whether or not it is valid: the server sent one

@@ -39,7 +39,8 @@ from tparams.varint import decode_varint, encode_varint
 
 # aioquic derives Initial keys for these versions only (RFC 9001 and RFC 9369 salts).
 INITIAL_KEY_VERSIONS = (QuicProtocolVersion.VERSION_1, QuicProtocolVersion.VERSION_2)
-_LONG_TYPES = {
+# The long-header packet types by version (the type bits mean other types in QUIC v2).
+LONG_TYPES = {
     QuicProtocolVersion.VERSION_1: PACKET_LONG_TYPE_DECODE_VERSION_1,
     QuicProtocolVersion.VERSION_2: PACKET_LONG_TYPE_DECODE_VERSION_2,
 }
@@ -95,7 +96,7 @@ def long_packets(payload: bytes) -> Iterator[LongPacket]:
         scid_length = payload[pos]
         scid = payload[pos + 1 : pos + 1 + scid_length]
         pos += 1 + scid_length
-        long_types = _LONG_TYPES.get(version)  # type: ignore[call-overload]
+        long_types = LONG_TYPES.get(version)  # type: ignore[call-overload]
         packet_type = long_types[(first & 0x30) >> 4] if long_types else None
         if packet_type is None:
             return  # unknown framing
