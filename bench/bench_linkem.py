@@ -175,7 +175,7 @@ def goodput_part(args) -> None:
               f"{statistics.median(relay) / statistics.median(veth):.2f} x")
     if args.quick:
         return
-    for stack in ("ngtcp2", "quicgo"):
+    for stack in ("ngtcp2", "quic-go"):
         veth, relay = [], []
         for _ in range(args.repeats):
             veth.append(quic(stack, "veth", args.quic_size, args.quic_reps))

@@ -47,7 +47,7 @@ UPDATE_RULES: dict[str, UpdateRule] = {
                          initial_cwnd=32 * 1460),  # lsquic_cubic.c: 32 * TCP_MSS
     "ngtcp2": UpdateRule(0.5, "ngtcp2 conn_should_send_max_(stream_)data: once the remaining window is below "
                               "twice the pending increment, i.e. half the window was read"),
-    "quicgo": UpdateRule(0.25, "quic-go flowcontrol: WindowUpdateThreshold 0.25 of the window read"),
+    "quic-go": UpdateRule(0.25, "quic-go flowcontrol: WindowUpdateThreshold 0.25 of the window read"),
 }
 
 STARTUP_RTTS = 2  # handshake, then the request: the first body byte comes two round trips after the client starts

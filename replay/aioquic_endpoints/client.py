@@ -11,7 +11,7 @@ from aioquic.asyncio import QuicConnectionProtocol, connect
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import StreamDataReceived
 
-from replay.aioquic_endpoints.common import ALPN, add_parameter_flags, apply_parameters
+from replay.aioquic_endpoints.common import ALPN, add_parameter_flags, apply_parameters, request
 
 
 class BulkClient(QuicConnectionProtocol):
@@ -36,17 +36,22 @@ async def main() -> None:
     parser.add_argument("--port", type=int, default=4433)
     parser.add_argument("--size", type=int, required=True)
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--keylog", help="append the TLS secrets (NSS key log format) to this file")
     add_parameter_flags(parser)
     args = parser.parse_args()
     configuration = QuicConfiguration(is_client=True, alpn_protocols=[ALPN], verify_mode=False)
+    if args.keylog:
+        configuration.secrets_log_file = open(args.keylog, "a")
     BulkClient.args = args
     async with connect(args.host, args.port, configuration=configuration, create_protocol=BulkClient) as client:
         stream_id = client._quic.get_next_available_stream_id()
-        request = time.monotonic()
-        client._quic.send_stream_data(stream_id, args.size.to_bytes(8, "big"), end_stream=True)
+        requested_at = time.monotonic()
+        client._quic.send_stream_data(stream_id, request(args.size), end_stream=True)
         client.transmit()
         last_byte = await asyncio.wait_for(client.done, args.timeout)
-        print(json.dumps({"bytes": client.received, "duration_s": last_byte - request,
+        if client.received != args.size:
+            raise SystemExit(f"error: received {client.received} of {args.size} bytes")
+        print(json.dumps({"bytes": client.received, "duration_s": last_byte - requested_at,
                           "timing": "request to last byte (client)"}))
 
 

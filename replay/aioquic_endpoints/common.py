@@ -1,13 +1,14 @@
 """What the aioquic client and server share: every one of the twelve parameters as a flag, applied to a
 connection before its transport parameters are sent, and pinned flow-control windows.
 
-The download protocol is qgclient/qgserver's (replay/quicgo): 8 bytes big-endian size on a
-client-opened stream, answered with that many bytes.
+The download protocol is every qreplay program's (lab/servers/common/src/replay.rs): hq-interop,
+``GET /<size>`` on a client-opened stream, answered with that many bytes.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import types
 
 from aioquic.buffer import Buffer
@@ -16,7 +17,25 @@ from aioquic.quic.packet import pull_quic_transport_parameters, push_quic_transp
 
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
-ALPN = "qreplay-bulk"
+ALPN = "hq-interop"
+MAX_REQUEST = 64
+_REQUEST = re.compile(rb"GET /(\d+)\r?\n?")
+
+
+def request(size: int) -> bytes:
+    return f"GET /{size}\r\n".encode()
+
+
+def requested_size(received: bytes, finished: bool) -> int | None:
+    """The size a request asks for; None while the line is incomplete; ValueError if it is no request."""
+    if b"\n" not in received and not finished:
+        if len(received) > MAX_REQUEST:
+            raise ValueError("request line too long")
+        return None
+    found = _REQUEST.fullmatch(received.split(b"\n")[0] + (b"\n" if b"\n" in received else b""))
+    if not found:
+        raise ValueError(f"not a request for /<size>: {received[:MAX_REQUEST]!r}")
+    return int(found.group(1))
 
 
 def add_parameter_flags(parser: argparse.ArgumentParser) -> None:

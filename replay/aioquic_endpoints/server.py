@@ -1,4 +1,4 @@
-"""aioquic bulk server: answers each stream's 8-byte size with that many bytes."""
+"""aioquic bulk server: answers each stream's ``GET /<size>`` with that many bytes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from aioquic.asyncio import QuicConnectionProtocol, serve
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import StreamDataReceived
 
-from replay.aioquic_endpoints.common import ALPN, add_parameter_flags, apply_parameters
+from replay.aioquic_endpoints.common import ALPN, add_parameter_flags, apply_parameters, requested_size
 
 CHUNK = bytes(1 << 16)
 BACKLOG = 8 << 20  # bytes a stream may hold unacknowledged before we stop handing it more
@@ -22,13 +22,20 @@ class BulkServer(QuicConnectionProtocol):
         apply_parameters(quic, self.args)
         super().__init__(quic, *a, **kw)
         self._requests: dict[int, bytes] = {}
+        self._serving: set[int] = set()  # streams whose request was answered (more data may follow it)
 
     def quic_event_received(self, event) -> None:
         if isinstance(event, StreamDataReceived):
             data = self._requests.get(event.stream_id, b"") + event.data
             self._requests[event.stream_id] = data
-            if len(data) >= 8 and event.end_stream:
-                asyncio.ensure_future(self._send(event.stream_id, int.from_bytes(data[:8], "big")))
+            try:
+                size = requested_size(data, event.end_stream)
+            except ValueError:
+                self._quic.reset_stream(event.stream_id, 0)
+                return
+            if size is not None and event.stream_id not in self._serving:
+                self._serving.add(event.stream_id)
+                asyncio.ensure_future(self._send(event.stream_id, size))
 
     async def _send(self, stream_id: int, remaining: int) -> None:
         # Hand data over in slices and yield, so aioquic's flow control (not our buffer) paces the sender.

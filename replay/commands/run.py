@@ -43,7 +43,9 @@ QueueOpt = Annotated[Optional[str], typer.Option("--queue", help="Queue limit of
                                                                  "(default: the testbed's, at least one BDP).")]
 SizeOpt = Annotated[str, typer.Option("--size", help="Download size, e.g. 500MB (decimal) or 64MiB.")]
 RepsOpt = Annotated[int, typer.Option("--reps", min=1, help="Repetitions per condition.")]
-StackOpt = Annotated[str, typer.Option("--stack", help="QUIC stack: ngtcp2, quicgo, aioquic or lsquic.")]
+StackOpt = Annotated[str, typer.Option("--stack", help="QUIC stack, by its library's name: ngtcp2, quic-go, "
+                                                       "aioquic, quinn, quiche, s2n-quic, tquic, msquic or lsquic "
+                                                       "(`qreplay doctor` says which run here).")]
 LinkOpt = Annotated[str, typer.Option("--link", help="Link backend: auto, netem (kernel), relay (linkem), veth "
                                                      "(the namespaces, no emulation: the baseline) or loopback "
                                                      "(no namespaces, 127.0.0.1).")]

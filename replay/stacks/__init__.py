@@ -9,6 +9,10 @@ from replay.stacks.base import Stack
 from tparams.errors import ToolError
 
 
+# Names a stack was once known by (the library's own name is the stack's name now).
+ALIASES = {"quicgo": "quic-go"}
+
+
 def all_stacks() -> dict[str, Stack]:
     stacks = {}
     for info in pkgutil.iter_modules(__path__):
@@ -20,6 +24,7 @@ def all_stacks() -> dict[str, Stack]:
 
 def get_stack(name: str) -> Stack:
     stacks = all_stacks()
+    name = ALIASES.get(name, name)
     if name not in stacks:
         raise ToolError(f"unknown stack {name!r} (known: {', '.join(stacks)})")
     return stacks[name]

@@ -31,6 +31,8 @@ class Aioquic(Stack):
             applied.notes.append(f"aioquic ran with its default congestion control, not {opts.cc}")
         if opts.qlog_dir:
             applied.notes.append("qlog is not wired for the aioquic endpoints")
+        if opts.keylog and role == "client":
+            applied.flags.append(f"--keylog={opts.keylog}")
         return applied
 
     def server_command(self, params, opts, ip, port, workdir):

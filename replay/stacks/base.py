@@ -34,6 +34,8 @@ class RunOptions:
     cc: Literal["cubic", "bbr"] = "cubic"
     qlog_dir: Path | None = None
     timeout_s: float = 600.0
+    #: where the client appends its TLS secrets (NSS key log format), for decrypting a capture
+    keylog: Path | None = None
 
 
 def default_timeout_s(size: int) -> float:
@@ -81,7 +83,9 @@ class ClientResult:
 
 
 class Stack(ABC):
-    name: str
+    name: str  # the library's name, as the lab and identification call it
+    #: the application protocol its client and server speak; a client downloads from any server of the same
+    protocol: Literal["h3", "hq-interop"] = "hq-interop"
     #: parameters each role's command line can set; the rest are reported as not applied
     settable: dict[Role, frozenset[str]]
 
@@ -149,3 +153,65 @@ def ensure_certificate(workdir: Path) -> tuple[Path, Path]:
         workdir.mkdir(parents=True, exist_ok=True)
         write_certificate(cert_path, key_path, ["qreplay.lab"], [])
     return key_path, cert_path
+
+
+class ReplayProgram(Stack):
+    """A library driven through our own client and server (lab/servers/replay-<library>, built by
+    scripts/setup.sh): one binary whose ``server``/``client`` subcommands take the twelve parameters as
+    ``--<name with dashes>`` (lab/servers/common/src/replay.rs) and speak hq-interop.
+
+    A library file says which parameters each role can carry, and what it does with --autotune, --cc and
+    --qlog-dir (``autotune_note``, ``cc_names``, ``writes_qlog``)."""
+
+    #: the --cc values the library has; others run with the library's default and say so
+    cc_names: frozenset[str] = frozenset({"cubic", "bbr"})
+    #: None: --autotune reaches the library; else the sentence saying why it cannot
+    autotune_note: str | None = None
+    writes_qlog: bool = False
+
+    @property
+    def binary(self) -> Path:
+        return GO_BIN_DIR / f"replay-{self.name}"
+
+    def unavailable_reason(self) -> str | None:
+        if not self.binary.is_file():
+            return f"{self.binary} is not built: run scripts/setup.sh (needs cargo)"
+        return None
+
+    def flags(self, params: ParamSet | None, opts: RunOptions, role: Role) -> Applied:
+        settable, not_settable = self.split(params, role)
+        out = Applied(applied=dict(settable), not_applied=not_settable)
+        for name, value in settable.items():
+            flag = f"--{name.replace('_', '-')}"
+            if isinstance(value, bool):
+                out.flags += [flag] if value else []
+            else:
+                out.flags.append(f"{flag}={value}")
+        if opts.cc in self.cc_names:
+            out.flags.append(f"--cc={opts.cc}")
+        else:
+            out.notes.append(f"{self.name} has no {opts.cc}: it ran with its default congestion control")
+        if opts.autotune:
+            if self.autotune_note:
+                out.notes.append(self.autotune_note)
+            else:
+                out.flags.append("--autotune")
+        if opts.qlog_dir:
+            if self.writes_qlog:
+                Path(opts.qlog_dir, role).mkdir(parents=True, exist_ok=True)
+                out.flags.append(f"--qlog-dir={Path(opts.qlog_dir, role)}")
+            else:
+                out.notes.append(f"{self.name} writes no qlog")
+        if opts.keylog and role == "client":
+            out.flags.append(f"--keylog={opts.keylog}")
+        return out
+
+    def server_command(self, params, opts, ip, port, workdir):
+        key, cert = ensure_certificate(workdir)
+        applied = self.flags(params, opts, "server")
+        return [str(self.binary), "server", f"{ip}:{port}", f"--cert={cert}", f"--key={key}", *applied.flags], applied
+
+    def client_command(self, params, opts, server_ip, port, workdir):
+        applied = self.flags(params, opts, "client")
+        return ClientPlan([str(self.binary), "client", f"{server_ip}:{port}", f"--size={opts.size}",
+                           f"--timeout-s={opts.timeout_s:g}", *applied.flags]), applied

@@ -48,7 +48,7 @@ FIXED = {
 # The largest value each engine setting holds (C unsigned int; max_udp_payload_size_rx is a short).
 MAX_SETTING = {"max_udp_payload_size": 2**16 - 1}
 MAX_UNSIGNED = 2**32 - 1
-# Ceilings of --autotune, the same as the other stacks' (quicgo's bulk.go, ngtcp2's client defaults).
+# Ceilings of --autotune, the same as the other stacks' (quic-go's bulk.go, ngtcp2's client defaults).
 AUTOTUNE_MAX_CFCW = 24 << 20
 AUTOTUNE_MAX_SFCW = 16 << 20
 CC_ALGO = {"cubic": 1, "bbr": 2}
@@ -62,6 +62,7 @@ PROBE_TIMEOUT_S = 10.0
 
 class Lsquic(Stack):
     name = "lsquic"
+    protocol = "h3"
     settable = {"client": frozenset(SETTINGS) - {"initial_max_streams_uni"}, "server": frozenset(SETTINGS)}
 
     def binary(self, role: str) -> str | None:

@@ -28,6 +28,7 @@ INSTALL_HINT = "install Debian's ngtcp2-client and ngtcp2-server (apt-get instal
 
 class Ngtcp2(Stack):
     name = "ngtcp2"
+    protocol = "h3"  # Debian ships ngtcp2's HTTP/3 examples only (no h09 ones)
     settable = {"client": frozenset(FLAGS), "server": frozenset(FLAGS)}
 
     def __init__(self, client_binary: str = "gtlsclient", server_binary: str = "gtlsserver"):
@@ -72,7 +73,9 @@ class Ngtcp2(Stack):
         applied = self._common(params, opts, "client")
         download = workdir / "download"
         download.mkdir(exist_ok=True)
-        argv = [which(self.client_binary) or self.client_binary, "-q", "--exit-on-all-streams-close",
+        # GnuTLS writes the key log named by SSLKEYLOGFILE.
+        env = ["env", f"SSLKEYLOGFILE={opts.keylog}"] if opts.keylog else []
+        argv = [*env, which(self.client_binary) or self.client_binary, "-q", "--exit-on-all-streams-close",
                 "--no-quic-dump", "--no-http-dump", f"--download={download}", *applied.flags,
                 server_ip, str(port), f"https://{server_ip}:{port}/{opts.size}"]
         return ClientPlan(argv, body_fifo=download / str(opts.size)), applied

@@ -17,7 +17,7 @@ STREAM_WINDOW = {"client": "initial_max_stream_data_bidi_local", "server": "init
 
 
 class QuicGo(Stack):
-    name = "quicgo"
+    name = "quic-go"
     settable = {role: frozenset((*COMMON, window)) for role, window in STREAM_WINDOW.items()}
 
     def __init__(self, bin_dir: Path = GO_BIN_DIR):
@@ -39,6 +39,8 @@ class QuicGo(Stack):
         if opts.qlog_dir:
             Path(opts.qlog_dir, role).mkdir(parents=True, exist_ok=True)
             env = ["env", f"QLOGDIR={Path(opts.qlog_dir, role)}"]
+        if opts.keylog and role == "client":
+            applied.flags.append(f"-keylog={opts.keylog}")
         return env, applied
 
     def server_command(self, params, opts, ip, port, workdir):

@@ -1,19 +1,47 @@
 // Package bulk holds what qreplay's quic-go client and server share: the
-// transport-parameter flags (named as in RFC 9000) and the tiny download
-// protocol: the client opens a stream and sends the size it wants as 8 bytes
-// big-endian, the server answers with that many bytes and closes the stream.
+// transport-parameter flags (named as in RFC 9000) and the download protocol
+// every qreplay program speaks (lab/servers/common/src/replay.rs): hq-interop,
+// the client sending "GET /<size>\r\n" on one stream, the server answering
+// with that many bytes and closing the stream.
 package bulk
 
 import (
+	"bufio"
 	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/qlog"
 )
 
-// ALPN keeps the bulk protocol from being mistaken for HTTP/3.
-const ALPN = "qreplay-bulk"
+// ALPN is the Interop Runner's name for HTTP/0.9 over QUIC.
+const ALPN = "hq-interop"
+
+// maxRequest bounds the request line a server reads.
+const maxRequest = 64
+
+// Request is the request line for a download of size bytes.
+func Request(size uint64) []byte {
+	return []byte(fmt.Sprintf("GET /%d\r\n", size))
+}
+
+// RequestedSize reads a request line ("GET /<size>", ended by a newline or
+// the stream's end) and returns the size it asks for.
+func RequestedSize(stream io.Reader) (uint64, error) {
+	line, err := bufio.NewReaderSize(io.LimitReader(stream, maxRequest), maxRequest).ReadString('\n')
+	if err != nil && err != io.EOF {
+		return 0, err
+	}
+	path, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "GET /")
+	if !ok {
+		return 0, fmt.Errorf("not a request for /<size>: %q", line)
+	}
+	return strconv.ParseUint(path, 10, 64)
+}
 
 // Ceilings used with -autotune, the same as ngtcp2's client defaults so that
 // stacks grow their windows to comparable limits.

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -23,12 +22,21 @@ func main() {
 	addr := fs.String("addr", "127.0.0.1:4433", "server address host:port")
 	size := fs.Uint64("size", 1<<20, "bytes to download")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	keylog := fs.String("keylog", "", "append the TLS secrets (NSS key log format) to this file")
 	fs.Parse(os.Args[1:])
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	start := time.Now()
 	tlsConf := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{bulk.ALPN}} // lab server, throw-away cert
+	if *keylog != "" {
+		file, err := os.OpenFile(*keylog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			fail("key log", err)
+		}
+		defer file.Close()
+		tlsConf.KeyLogWriter = file
+	}
 	conn, err := quic.DialAddr(ctx, *addr, tlsConf, params.Config())
 	if err != nil {
 		fail("dial", err)
@@ -39,9 +47,7 @@ func main() {
 		fail("open stream", err)
 	}
 	request := time.Now()
-	var header [8]byte
-	binary.BigEndian.PutUint64(header[:], *size)
-	if _, err := stream.Write(header[:]); err != nil {
+	if _, err := stream.Write(bulk.Request(*size)); err != nil {
 		fail("request", err)
 	}
 	stream.Close()
@@ -50,6 +56,9 @@ func main() {
 	conn.CloseWithError(0, "done")
 	if err != nil {
 		fail("download", err)
+	}
+	if uint64(received) != *size {
+		fail("download", fmt.Errorf("received %d of %d bytes", received, *size))
 	}
 	json.NewEncoder(os.Stdout).Encode(map[string]any{
 		"bytes": received, "duration_s": duration.Seconds(), "handshake_s": handshake.Seconds(),

@@ -1,5 +1,5 @@
-// qgserver answers qgclient's download requests: for each stream it reads
-// an 8-byte big-endian size and sends that many bytes. When a connection
+// qgserver answers download requests (hq-interop, bulk.RequestedSize) of any
+// qreplay client: for each stream it reads "GET /<size>" and sends that many bytes. When a connection
 // ends it prints one JSON line with the sender's view of it (packets sent and
 // declared lost, RTT, congestion window): losses the link did not cause, such
 // as a receiver dropping packets it cannot process in time, show only here.
@@ -8,11 +8,9 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"sync"
@@ -77,11 +75,11 @@ func serve(conn *quic.Conn) {
 		}
 		go func() {
 			defer stream.Close()
-			var header [8]byte
-			if _, err := io.ReadFull(stream, header[:]); err != nil {
+			remaining, err := bulk.RequestedSize(stream)
+			if err != nil {
+				stream.CancelWrite(0)
 				return
 			}
-			remaining := binary.BigEndian.Uint64(header[:])
 			chunk := make([]byte, 1<<16)
 			for remaining > 0 {
 				n := uint64(len(chunk))
