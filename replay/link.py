@@ -430,7 +430,11 @@ BACKENDS: dict[str, type[LinkBackend]] = {b.name: b for b in (NetemBackend, Rela
 AUTO_ORDER = ("netem", "relay")
 
 
-def select_backend(choice: str) -> type[LinkBackend]:
+def select_backend(choice: str, link: LinkConfig | None = None) -> type[LinkBackend]:
+    """The backend class for ``choice``; ``auto`` with nothing to emulate on ``link`` is the plain veth
+    pair, so an emulator never takes CPU from the stacks where it would only copy packets."""
+    if choice == "auto" and link == LinkConfig():
+        return VethBackend
     if choice == "auto":
         reasons = []
         for name in AUTO_ORDER:

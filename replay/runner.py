@@ -32,7 +32,7 @@ from pathlib import Path
 
 from replay import store
 from replay.cpuidle import ShallowIdle
-from replay.link import LinkConfig
+from replay.link import LinkConfig, select_backend
 from replay.sets import NamedSet
 from replay.stacks.base import ClientResult, RunOptions, Stack, free_udp_port
 from tparams.errors import ToolError
@@ -55,8 +55,8 @@ class Condition:
 
 @dataclass
 class Experiment:
-    kind: str  # single | sweep | matrix
-    stack: Stack
+    kind: str  # single | sweep | matrix | pairs
+    stack: Stack  # the client's; the server's too unless server_stack is given
     conditions: list[Condition]
     options: RunOptions
     reps: int = 10
@@ -66,6 +66,13 @@ class Experiment:
     udp_buffer_bytes: int | None = None  # the testbed's socket buffer size; None: testbed.BUFFER_BYTES
     tags: dict[str, object] = field(default_factory=dict)  # stored in the config, e.g. a campaign's figure
     experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    server_stack: Stack | None = None  # another library's server (both must speak the same protocol)
+
+    def __post_init__(self) -> None:
+        server = self.server_stack or self.stack
+        if server.protocol != self.stack.protocol:
+            raise ToolError(f"{self.stack.name}'s client speaks {self.stack.protocol}, {server.name}'s server "
+                            f"{server.protocol}: no download between them")
 
 
 class Loopback:
@@ -90,7 +97,8 @@ class Loopback:
 @contextmanager
 def open_path(backend: str, first: LinkConfig, shallow_idle: bool = True,
               udp_buffer_bytes: int | None = None) -> Iterator[object]:
-    """The testbed for a whole experiment; conditions change its link in place (cheaper than rebuilding)."""
+    """The testbed for the conditions of one path kind; they change its link in place (cheaper than
+    rebuilding). ``auto`` with nothing to emulate is a plain veth pair (link.select_backend)."""
     if backend == "loopback":
         path = Loopback()
         path.reconfigure(first)
@@ -277,14 +285,16 @@ COUNTER_COLUMNS = tuple(f"{side}_{way}_{unit}" for side in ("client", "server")
 
 
 def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep: int,
-             experiment_id: str, backend: str) -> dict:
-    """One download; always returns a row, with status ok | timeout | failed."""
+             experiment_id: str, backend: str, server_stack: Stack | None = None) -> dict:
+    """One download from ``server_stack``'s server (default: ``stack``'s) by ``stack``'s client; always
+    returns a row, with status ok | timeout | failed."""
+    server_stack = server_stack or stack
     row: dict = {
         "experiment_id": experiment_id, "run_id": uuid.uuid4().hex,
         "started_at": datetime.datetime.now(), "set_name": condition.client.name,
         "set_fingerprint": condition.client.params.fingerprint(),
         "server_set_name": condition.server.name if condition.server else None,
-        "stack": stack.name, "link_backend": getattr(path, "backend", backend),
+        "stack": stack.name, "server_stack": server_stack.name, "link_backend": getattr(path, "backend", backend),
         "delay_ms": condition.link.delay_down_ms, "delay_up_ms": condition.link.delay_up_ms,
         "jitter_ms": condition.link.jitter_ms, "loss_pct": condition.link.loss_pct,
         "rate_bps": condition.link.rate_bps, "queue": condition.link.queue,
@@ -295,14 +305,15 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
     port = SERVER_PORT if path.server_ns else free_udp_port()
     with _run_workdir() as workdir:
         server_params = condition.server.params if condition.server else None
-        server_argv, server_applied = stack.server_command(server_params, options, path.server_ip, port, workdir)
+        server_argv, server_applied = server_stack.server_command(server_params, options, path.server_ip, port,
+                                                                  workdir)
         plan, client_applied = stack.client_command(condition.client.params, options, path.server_ip, port, workdir)
         for role, applied in (("client", client_applied), ("server", server_applied)):
             row[f"requested_{role}"] = json.dumps({**applied.applied, **applied.not_applied})
             row[f"applied_{role}"] = json.dumps(applied.applied)
             row[f"not_applied_{role}"] = json.dumps(applied.not_applied)
             if applied.not_applied:
-                warnings.append(f"{stack.name} {role} could not apply: "
+                warnings.append(f"{(stack if role == 'client' else server_stack).name} {role} could not apply: "
                                 + ", ".join(f"{k}={v}" for k, v in applied.not_applied.items()))
             warnings += [f"{role}: {note}" for note in applied.notes]
         row["warnings"] = json.dumps(warnings)
@@ -311,7 +322,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         row["server_argv"] = json.dumps(server.popen.args)
         client = None
         try:
-            _wait_listening(stack, path.server_ns, port, server)
+            _wait_listening(server_stack, path.server_ns, port, server)
             before = path.interface_counters()
             drain = _FifoDrain(plan.body_fifo) if plan.body_fifo else None
             stdout_file = open(workdir / "client.stdout", "w+b")
@@ -343,7 +354,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                 row["status"] = "ok"
             elif server_gone:
                 row["status"] = "failed"
-                row["error"] = (f"{_exit_text(stack, 'server', server)} "
+                row["error"] = (f"{_exit_text(server_stack, 'server', server)} "
                                 f"({server.ended - client.started:.1f} s into the run; {received})")
             elif not finished:
                 row["status"], row["error"] = "timeout", f"no completion within {options.timeout_s:.0f} s"
@@ -361,7 +372,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             server.stop()
             row["server_cpu_s"], row["server_maxrss_kb"] = server.usage()
             server_stdout.seek(0)
-            sender = stack.parse_server_output(server_stdout.read().decode(errors="replace"))
+            sender = server_stack.parse_server_output(server_stdout.read().decode(errors="replace"))
             server_stdout.close()
             if sender and row.get("counters"):
                 # The sender's own loss count: drops the link never saw (a receiver too slow
@@ -417,9 +428,11 @@ def run_order(conditions: list[Condition], reps: int) -> list[tuple[Condition, i
 def run_experiment(experiment: Experiment, results: str | Path,
                    on_run: Callable[[dict], None] | None = None) -> list[dict]:
     """Run every condition ``reps`` times in round-robin order, storing each round as one batch."""
-    reason = experiment.stack.unavailable_reason()
-    if reason:
-        raise ToolError(f"stack {experiment.stack.name} is not usable: {reason}")
+    server_stack = experiment.server_stack or experiment.stack
+    for stack in {experiment.stack.name: experiment.stack, server_stack.name: server_stack}.values():
+        reason = stack.unavailable_reason()
+        if reason:
+            raise ToolError(f"stack {stack.name} is not usable: {reason}")
     con = store.connect(results)
     record = {
         "experiment_id": experiment.experiment_id, "kind": experiment.kind,
@@ -429,31 +442,36 @@ def run_experiment(experiment: Experiment, results: str | Path,
         "command_line": experiment.command_line,
     }
     config = {**experiment.tags, "conditions": [_describe(c) for c in experiment.conditions],
-              "stack_version": experiment.stack.version(),
+              "stack_version": experiment.stack.version(), "server_stack": server_stack.name,
+              "server_stack_version": server_stack.version(),
               "timeout_s": experiment.options.timeout_s, "qlog_dir": str(experiment.options.qlog_dir or "")}
     record["config"] = json.dumps(config)
     store.upsert_experiment(con, record)
     rows: list[dict] = []
-    order = run_order(experiment.conditions, experiment.reps)
-    path_link = order[0][0].link
     batch: list[dict] = []
+    path, path_link = None, None
     try:
-        with open_path(experiment.link_backend, path_link, experiment.shallow_idle,
-                       experiment.udp_buffer_bytes) as path:
-            record["config"] = json.dumps({**config, "cpu_idle": path.idle.state,
-                                           "udp_buffer_bytes": path.buffer_bytes})
-            store.upsert_experiment(con, record)
+        with contextlib.ExitStack() as held:
             try:
-                for condition, rep in order:
+                for condition, rep in run_order(experiment.conditions, experiment.reps):
                     if condition.link != path_link or (batch and rep != batch[-1]["rep"]):
                         store.insert(con, "runs", batch)  # a finished round is kept even if the next fails
                         rows += batch
                         batch = []
-                    if condition.link != path_link:
+                    if path is None or (_path_kind(experiment.link_backend, condition.link)
+                                        != _path_kind(experiment.link_backend, path_link)):
+                        held.close()
+                        path = held.enter_context(open_path(experiment.link_backend, condition.link,
+                                                            experiment.shallow_idle, experiment.udp_buffer_bytes))
+                        if path_link is None:
+                            record["config"] = json.dumps({**config, "cpu_idle": path.idle.state,
+                                                           "udp_buffer_bytes": path.buffer_bytes})
+                            store.upsert_experiment(con, record)
+                    elif condition.link != path_link:
                         path.reconfigure(condition.link)
-                        path_link = condition.link
+                    path_link = condition.link
                     row = run_once(experiment.stack, path, condition, experiment.options, rep,
-                                   experiment.experiment_id, experiment.link_backend)
+                                   experiment.experiment_id, experiment.link_backend, server_stack)
                     batch.append(row)
                     if on_run:
                         on_run(row)
@@ -465,6 +483,11 @@ def run_experiment(experiment: Experiment, results: str | Path,
     finally:
         con.close()
     return rows
+
+
+def _path_kind(backend: str, link: LinkConfig) -> str:
+    """The path a link takes: the backend asked for, except that ``auto`` chooses by the link."""
+    return backend if backend == "loopback" else select_backend(backend, link).name
 
 
 def _describe(condition: Condition) -> dict:

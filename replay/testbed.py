@@ -141,7 +141,7 @@ class Testbed:
     def __init__(self, link: LinkConfig | None = None, backend: str = "auto", workdir: Path | None = None,
                  buffer_bytes: int = BUFFER_BYTES, shallow_idle: bool = True):
         self.link = link or LinkConfig()
-        self.backend_class = select_backend(backend)
+        self.backend_class = select_backend(backend, self.link)
         self.backend = self.backend_class.name
         tag = f"{PREFIX}{os.getpid()}-{next(_counter)}"
         self.client_ns, self.server_ns = f"{tag}-c", f"{tag}-s"
@@ -253,8 +253,10 @@ class Testbed:
         """Cumulative packets and bytes of each end's path interface, as
         {"client": {"tx": {"packets", "bytes"}, "rx": {...}, "udp": {...}}, "server": {...}},
         plus the emulator's own counters (drops by cause) under "link".
-        Packets are wire packets (of at most the MTU) with linkem; a plain
-        veth counts a GSO burst once. "udp" holds the namespace's UDP
+        Packets are wire packets (of at most the MTU) with linkem and with a
+        plain veth (whose own counters count a GSO burst once: the datagrams
+        that reached the far end's UDP layer count instead, since a veth
+        loses none). "udp" holds the namespace's UDP
         counters (see udp_counters), where the datagrams the path delivered
         but a full socket buffer dropped show up."""
         counters = {}
@@ -274,6 +276,12 @@ class Testbed:
                                               ("client", "tx", "up", "in"), ("server", "rx", "up", "out")):
                 counters[role][way]["packets"] = link[direction][f"packets_{end}"]
                 counters[role][way]["bytes"] = link[direction][f"bytes_{end}"]
+        elif self.backend == "veth":
+            for sender, receiver in (("server", "client"), ("client", "server")):
+                udp = counters[receiver]["udp"]
+                # InErrors holds the datagrams a full socket buffer dropped: they crossed the wire too.
+                counters[sender]["tx"]["packets"] = counters[receiver]["rx"]["packets"] = (
+                    udp["in_datagrams"] + udp["in_errors"])
         return counters
 
     def link_counters(self) -> dict:

@@ -29,8 +29,10 @@ CREATE TABLE IF NOT EXISTS runs (
     set_name            VARCHAR NOT NULL,   -- client set
     set_fingerprint     VARCHAR,
     server_set_name     VARCHAR,            -- NULL: the stack's own server defaults
-    stack               VARCHAR NOT NULL,
-    link_backend        VARCHAR,            -- the backend actually used
+    stack               VARCHAR NOT NULL,   -- the client's library
+    server_stack        VARCHAR,            -- the server's library (differs from stack in `qreplay pairs`)
+    link_backend        VARCHAR,            -- the path actually taken: netem | relay | veth (auto with nothing
+                                            -- to emulate) | loopback
     delay_ms            DOUBLE NOT NULL,    -- one-way, server to client
     delay_up_ms         DOUBLE NOT NULL,
     jitter_ms           DOUBLE NOT NULL,
@@ -73,11 +75,13 @@ CREATE TABLE IF NOT EXISTS runs (
     client_argv         VARCHAR,            -- JSON list, exactly as executed
     server_argv         VARCHAR
 );
+-- Files written before pairs of stacks existed: the server was the client's library.
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS server_stack VARCHAR;
 
 -- n, mean and standard deviation per condition; failed runs are kept in `runs`
 -- and counted here, but only successful runs enter the goodput statistics.
 CREATE OR REPLACE VIEW run_summary AS
-SELECT experiment_id, stack, set_name, server_set_name, delay_ms, loss_pct, sweep_param, sweep_value,
+SELECT experiment_id, stack, server_stack, set_name, server_set_name, delay_ms, loss_pct, sweep_param, sweep_value,
        autotune, count(*) AS runs, count(*) FILTER (WHERE status = 'ok') AS n,
        avg(goodput_mbps) FILTER (WHERE status = 'ok') AS mean_mbps,
        stddev_samp(goodput_mbps) FILTER (WHERE status = 'ok') AS stddev_mbps,
