@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
+
+from lab import netns
+from scanner.capture.frontend import wait_until_capturing
 
 
 def wait_until_in_capture(pcap: Path, address: str, timeout: float = 30.0) -> None:
@@ -25,3 +29,18 @@ def wait_until_in_capture(pcap: Path, address: str, timeout: float = 30.0) -> No
     while marker not in pcap.read_bytes():
         assert time.monotonic() < deadline, f"{pcap} did not catch up with the wire within {timeout:.0f} s"
         time.sleep(0.05)
+
+
+@contextmanager
+def captured_handshakes(ns: str, pcap: Path, log: Path):
+    """tshark in ``ns`` for the block's duration; long-header packets only (the handshake), so the
+    capture stays small whatever the download's size."""
+    tshark = netns.start_process(ns, ["tshark", "-i", "any", "-q", "-w", str(pcap), "-f", "udp and udp[8] & 0x80 != 0"],
+                                 log)
+    try:
+        wait_until_capturing(tshark, log)
+        yield
+        with netns.in_namespace(ns):
+            wait_until_in_capture(pcap, "127.0.0.1")
+    finally:
+        netns.stop_process(tshark.pid)

@@ -13,19 +13,8 @@ import pytest
 from lab import Lab, default_topology, netns
 from lab.kinds import kind_for
 
-# The lab's LSQUIC server runs where QREPLAY_LSQUIC_SERVER names an http_server;
-# the tests use the build in ../shared when there is one (the product never looks there).
-_SHARED_LSQUIC_SERVER = Path(__file__).resolve().parents[1].parent / "shared" / "lsquic" / "bin" / "http_server"
-if _SHARED_LSQUIC_SERVER.is_file():
-    os.environ.setdefault("QREPLAY_LSQUIC_SERVER", str(_SHARED_LSQUIC_SERVER))
-
-# The LSQUIC build kept beside the checkout (../shared/lsquic, see its README) runs the lsquic
-# stack's tests where the user has not named a build of their own. The product itself never
-# looks there: users point the two variables at their build.
-SHARED_LSQUIC = Path(__file__).resolve().parents[1].parent / "shared" / "lsquic" / "bin"
-if SHARED_LSQUIC.is_dir():
-    os.environ.setdefault("QREPLAY_LSQUIC_CLIENT", str(SHARED_LSQUIC / "http_client"))
-    os.environ.setdefault("QREPLAY_LSQUIC_SERVER", str(SHARED_LSQUIC / "http_server"))
+# LSQUIC runs only where the user names a build of their own (QREPLAY_LSQUIC_CLIENT/_SERVER); the
+# project holds none, and its tests skip, saying why, without them.
 
 # Several pytest sessions may run on one machine at once (and a lab started by
 # hand with `qscan lab up` may be running): every lab instance a session makes

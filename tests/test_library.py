@@ -131,10 +131,13 @@ def test_identifications_go_into_the_scan_file(tmp_path, identified):
 
 @pytest.mark.lab
 def test_signatures_file_is_what_the_lab_shows_today(lab):
-    """Learning again from fresh handshakes gives nothing the committed file lacks: it is not stale."""
+    """Learning again from fresh handshakes gives nothing the committed file lacks: it is not stale.
+    Only what this lab can show is compared: a library whose server does not run here (LSQUIC without
+    the user's build) keeps its committed signature, which stays valid data."""
     committed = json.loads(SIGNATURES_PATH.read_text())["libraries"]
     relearned = learn_signatures(learn_from_lab(lab, repetitions=2, timeout=3), {"by": "test"})["libraries"]
-    assert set(relearned) == set(committed)
+    in_this_lab = {server.library for server in lab.servers if server.kind != NOT_A_LIBRARY}
+    assert set(relearned) == in_this_lab and in_this_lab <= set(committed), (set(relearned), set(committed))
     for library, entry in relearned.items():
         assert entry["order_randomised"] is committed[library]["order_randomised"], library
         if not entry["order_randomised"]:

@@ -2,22 +2,19 @@
 from the wire, and the ways a run on it can go wrong.
 
 Runs where QREPLAY_LSQUIC_CLIENT and QREPLAY_LSQUIC_SERVER name LSQUIC's http_client and
-http_server (conftest points them at ../shared/lsquic/bin where that exists); skips with the reason
-otherwise.
+http_server, a build of the user's own; skips with the reason otherwise.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from capturing import wait_until_in_capture
-from lab import netns
+from capturing import captured_handshakes
 from replay.flowcontrol import UPDATE_RULES, window_bound
 from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, open_path, run_experiment, run_once
@@ -26,7 +23,6 @@ from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
 from replay.stacks.lsquic import STACK as LSQUIC
 from scanner.capture.extract import read_capture
-from scanner.capture.frontend import wait_until_capturing
 from tparams.paramset import ParamSet
 
 # Both sides ask for values no stack sends by default, so a value on the wire can only have come
@@ -61,21 +57,6 @@ def _wrapper(tmp_path: Path, name: str, body: str) -> Path:
     return script
 
 
-@contextmanager
-def _captured(ns: str, pcap: Path, log: Path):
-    """tshark in ``ns`` for the block's duration; long-header packets only (the handshake), so the
-    capture stays small whatever the download's size."""
-    tshark = netns.start_process(ns, ["tshark", "-i", "any", "-q", "-w", str(pcap), "-f", "udp and udp[8] & 0x80 != 0"],
-                                 log)
-    try:
-        wait_until_capturing(tshark, log)
-        yield
-        with netns.in_namespace(ns):
-            wait_until_in_capture(pcap, "127.0.0.1")
-    finally:
-        netns.stop_process(tshark.pid)
-
-
 @pytest.mark.lab
 def test_every_applied_setting_is_what_went_on_the_wire(lsquic, tmp_path, monkeypatch):
     """A download through the emulated link; then the ClientHello's transport parameters (Initial
@@ -92,7 +73,7 @@ def test_every_applied_setting_is_what_went_on_the_wire(lsquic, tmp_path, monkey
                           with_overrides(NamedSet("stack-default", ParamSet(), ""), SERVER_ASKS),
                           LinkConfig(delay_down_ms=10))
     pcap = tmp_path / "handshake.pcapng"
-    with open_path("auto", condition.link) as path, _captured(path.client_ns, pcap, tmp_path / "tshark.log"):
+    with open_path("auto", condition.link) as path, captured_handshakes(path.client_ns, pcap, tmp_path / "tshark.log"):
         row = run_once(lsquic, path, condition, RunOptions(size=3_000_000, timeout_s=60), 1, "wire", "auto")
     assert row["status"] == "ok" and row["bytes"] == 3_000_000, row.get("error")
 

@@ -54,7 +54,7 @@ def server_binary() -> str | None:
 
 @register_kind
 class LsquicKind(ServerKind):
-    """LSQUIC's http_server (4.9.3 in ../shared/lsquic), flow control from
+    """LSQUIC's http_server (tested with 4.9.3, a build of the user's own), flow control from
     ``options["parameters"]`` as engine settings. LSQUIC counts the idle
     timeout in seconds and leaves out parameters at the RFC default (the
     bidi_local window is 0 unless set); ack_delay_exponent, max_ack_delay and
