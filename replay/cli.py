@@ -11,7 +11,7 @@ from common.cliapp import make_app, run
 app = make_app(__doc__.splitlines()[0])
 
 # One entry per replay/commands module, each adding its commands to ``app``.
-COMMAND_MODULES: tuple[str, ...] = ("run", "link", "plot", "reproduce")
+COMMAND_MODULES: tuple[str, ...] = ("run", "link", "plot", "reproduce", "pairs")
 
 for _name in COMMAND_MODULES:
     __import__(f"replay.commands.{_name}", fromlist=["register"]).register(app)

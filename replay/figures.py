@@ -36,3 +36,15 @@ def embedded_img(title: str, path: Path) -> str:
     """An <img> carrying the PNG itself, so that the HTML page is one self-contained file."""
     data = base64.b64encode(path.read_bytes()).decode()
     return f"<img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>"
+
+
+def markdown_page(title: str, markdown: str, figures: list[tuple[str, Path]]) -> str:
+    """The Markdown rendered, its images carried inside the page, so one file travels alone."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark").enable("table").render(markdown)
+    for alt, path in figures:
+        body = body.replace(f'<img src="{path.name}" alt="{html.escape(alt)}" />', embedded_img(alt, path))
+    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto}table{border-collapse:collapse;"
+             "font-size:90%}td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top}")
+    return f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title><style>{style}</style>\n{body}"

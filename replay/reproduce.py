@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import datetime
-import html
 import json
 import os
 import uuid
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from common.markdown import markdown_table
 from replay.flowcontrol import UPDATE_RULES, WindowBound, client_window_bound
-from replay.figures import draw_band, embedded_img, pyplot, save_png
+from replay.figures import draw_band, markdown_page, pyplot, save_png
 from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, client_socket_drop_pct, run_experiment, summarize
 from replay.sets import NamedSet, resolve_one, with_overrides
@@ -502,7 +501,7 @@ def build_report(results: str | Path, out_dir: str | Path, campaign: str | None 
     md_path = out_dir / "report.md"
     md_path.write_text(markdown)
     html_path = out_dir / "report.html"
-    html_path.write_text(_html(markdown, figures))
+    html_path.write_text(markdown_page("qreplay reproduce", markdown, figures))
     return ReportFiles(md_path, html_path, [path for _, path in figures])
 
 
@@ -675,16 +674,3 @@ def _condition(s: ConditionSummary) -> str:
     elif s.server:
         parts.insert(0, f"{s.client} / {s.server}")
     return ", ".join(parts)
-
-
-def _html(markdown: str, figures: list[tuple[str, Path]]) -> str:
-    """The Markdown rendered, its images carried inside the page, so one file travels alone."""
-    from markdown_it import MarkdownIt
-
-    body = MarkdownIt("commonmark").enable("table").render(markdown)
-    for title, path in figures:
-        body = body.replace(f'<img src="{path.name}" alt="{html.escape(title)}" />', embedded_img(title, path))
-    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto}table{border-collapse:collapse;"
-             "font-size:90%}td,th{border:1px solid #bbb;padding:3px 6px;vertical-align:top}")
-    return (f"<!doctype html><meta charset=utf-8><title>qreplay reproduce</title><style>{style}</style>\n"
-            f"{body}")
