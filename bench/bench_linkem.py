@@ -14,9 +14,11 @@
    machine itself leaves (scheduler, timers, a VM's host), the floor for
    linkem's.
 2. 0 ms configured: goodput through linkem versus a plain veth (goal >= 0.8x)
-   for iperf3 UDP (1400 B datagrams, unlimited sender, no GSO), iperf3 TCP,
-   and real QUIC stacks through `qreplay` (ngtcp2 and quic-go, whose GSO
-   bursts cross linkem whole).
+   for iperf3 UDP (1400 B datagrams, unlimited sender, no GSO) and iperf3 TCP;
+   then every QUIC stack usable here through `qreplay` at 0 ms: the veth
+   baseline, `--link auto` as qreplay runs such a condition (goal >= 0.9x:
+   with nothing to emulate it takes the veth, so linkem costs nothing), and
+   linkem forced, with each stack's client and server CPU a gigabyte.
 
 Each figure is measured --repeats times, veth and linkem alternating, and
 printed as the median with the range. The machine is shared: note `uptime`.
@@ -36,8 +38,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import duckdb
+
 from procfs import process_cpu_seconds  # bench/, the script's own directory
 from replay.link import LINKEM, LinkConfig
+from replay.stacks import all_stacks
 from replay.testbed import IPERF_PORT, Testbed, _wait_udp_or_tcp_listening
 from lab import netns
 
@@ -93,16 +98,23 @@ def iperf(tb: Testbed, udp: bool, seconds: float) -> float:
     return statistics.mean(i["sum"]["bits_per_second"] for i in intervals)
 
 
-def quic(stack: str, link: str, size: str, reps: int) -> float | None:
-    """Mean goodput (Mbit/s) of `qreplay --stack STACK --delay 0ms --link LINK`, None if the stack is unusable."""
+def quic(stack: str, link: str, size: str, reps: int) -> dict | None:
+    """`qreplay --stack STACK --delay 0ms --link LINK`: mean goodput (Mbit/s), the path taken, and the client's
+    and the server's CPU seconds a gigabyte; None if the stack is unusable or a run failed."""
     with tempfile.TemporaryDirectory() as scratch:
+        results = Path(scratch) / "bench.duckdb"
         done = subprocess.run([str(REPO / ".venv" / "bin" / "qreplay"), "--stack", stack, "--delay", "0ms",
                                "--size", size, "--reps", str(reps), "--link", link, "--json",
-                               "--out", str(Path(scratch) / "bench.duckdb")], capture_output=True, text=True)
-    summaries = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode or not summaries or summaries[0]["failed"]:
+                               "--out", str(results)], capture_output=True, text=True)
+        if done.returncode or not results.exists():
+            return None
+        row = duckdb.connect(str(results), read_only=True).execute(
+            "SELECT count(*) FILTER (WHERE status != 'ok'), avg(goodput_mbps), any_value(link_backend), "
+            "sum(client_cpu_s) / sum(bytes) * 1e9, sum(server_cpu_s) / sum(bytes) * 1e9 FROM runs").fetchone()
+    failed, mbps, path, client_cpu, server_cpu = row
+    if failed or mbps is None:
         return None
-    return summaries[0]["mean"]
+    return {"mbps": mbps, "path": path, "client_cpu_s_per_gb": client_cpu, "server_cpu_s_per_gb": server_cpu}
 
 
 def spread(values: list[float], scale: float = 1.0, fmt: str = ",.0f") -> str:
@@ -175,17 +187,30 @@ def goodput_part(args) -> None:
               f"{statistics.median(relay) / statistics.median(veth):.2f} x")
     if args.quick:
         return
-    for stack in ("ngtcp2", "quic-go"):
-        veth, relay = [], []
-        for _ in range(args.repeats):
-            veth.append(quic(stack, "veth", args.quic_size, args.quic_reps))
-            relay.append(quic(stack, "relay", args.quic_size, args.quic_reps))
-        if None in veth or None in relay:
-            print(f"  qreplay {stack:<14} not usable here (qreplay doctor says why)")
+    print(f"0 ms, every stack through qreplay ({args.quic_size} downloads, {args.quic_reps} per figure): the "
+          "plain veth baseline; `auto`, as qreplay runs a 0 ms condition (goal >= 0.90 x of the veth; it takes "
+          "the veth itself when nothing is to be emulated); linkem forced (--link relay), for reference; and "
+          "the CPU seconds a gigabyte of the client and the server, over the veth:")
+    for stack, usable in all_stacks().items():
+        if args.stacks and stack not in args.stacks.split(","):
             continue
-        print(f"  qreplay {stack:<14} veth {spread(veth)} Mbit/s, linkem {spread(relay)} Mbit/s = "
-              f"{statistics.median(relay) / statistics.median(veth):.2f} x "
-              f"({args.quic_size} downloads, {args.quic_reps} per figure)")
+        if usable.unavailable_reason():
+            print(f"  {stack:<10} not usable here: {usable.unavailable_reason()}")
+            continue
+        runs: dict[str, list[dict]] = {"veth": [], "auto": [], "relay": []}
+        for _ in range(args.repeats):
+            for link in runs:
+                runs[link].append(quic(stack, link, args.quic_size, args.quic_reps))
+        if any(None in measured for measured in runs.values()):
+            print(f"  {stack:<10} a run failed (qreplay {stack} --delay 0ms --size {args.quic_size} says why)")
+            continue
+        mbps = {link: [r["mbps"] for r in measured] for link, measured in runs.items()}
+        veth = statistics.median(mbps["veth"])
+        print(f"  {stack:<10} veth {spread(mbps['veth'])}, auto ({runs['auto'][0]['path']}) {spread(mbps['auto'])} = "
+              f"{statistics.median(mbps['auto']) / veth:.2f} x, linkem {spread(mbps['relay'])} = "
+              f"{statistics.median(mbps['relay']) / veth:.2f} x Mbit/s; CPU a GB: client "
+              f"{statistics.median(r['client_cpu_s_per_gb'] for r in runs['veth']):.2f} s, server "
+              f"{statistics.median(r['server_cpu_s_per_gb'] for r in runs['veth']):.2f} s")
 
 
 def main() -> None:
@@ -196,12 +221,15 @@ def main() -> None:
     parser.add_argument("--quic-size", default="200MB", help="qreplay download size")
     parser.add_argument("--quic-reps", type=int, default=3, help="qreplay --reps per figure")
     parser.add_argument("--quick", action="store_true", help="skip the QUIC stacks")
+    parser.add_argument("--stacks", help="comma-separated QUIC stacks (default: every one usable here)")
+    parser.add_argument("--skip-delay", action="store_true", help="only the 0 ms goodput part")
     args = parser.parse_args()
     if not LINKEM.exists():
         sys.exit(f"{LINKEM} is missing: run scripts/setup.sh")
     print(f"load: {open('/proc/loadavg').read().split()[:3]} at {time.strftime('%H:%M:%S')}")
-    delay_part(args, pinned=True)
-    delay_part(args, pinned=False)
+    if not args.skip_delay:
+        delay_part(args, pinned=True)
+        delay_part(args, pinned=False)
     goodput_part(args)
     print(f"load: {open('/proc/loadavg').read().split()[:3]} at {time.strftime('%H:%M:%S')}")
 
