@@ -643,6 +643,7 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
           "below the window's bound: something else limits" if s.mean < s.bound.low_mbps else "above the model"]
          for s in bounded]) if bounded else
         "No condition of this campaign has a window that binds below what its stack reached."]
+    parts += _across_implementations(data, thesis_by_point)
     for title, path in figures:
         figure = title.split()[-1]
         parts += ["", f"## {title}: {FIGURE_TITLES.get(figure) or _packets_title(figure)}", "",
@@ -660,6 +661,33 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
                                   f"{_fmt(s.bound.low_mbps)}-{_fmt(s.bound.high_mbps)}" if s.bound else "-"]
                                  for s in rows]))
     return "\n".join(parts) + "\n"
+
+
+def _across_implementations(data: Campaign, thesis_by_point: dict[tuple[str, str], float]) -> list[str]:
+    """Figures 5.4 and 5.6 with the stacks side by side: each cell the measured mean and, in brackets, what
+    the window model predicts with that stack's update rule (burst bound to a whole window a round trip)."""
+    parts: list[str] = []
+    for figure in ("5.4", "5.6"):
+        rows = [s for s in data.summaries if s.figure == figure and s.sweep_value is not None]
+        if len({s.stack for s in rows}) < 2:
+            continue
+        stacks = sorted({s.stack for s in rows})
+        table = []
+        for value in sorted({s.sweep_value for s in rows}):
+            cells = []
+            for stack in stacks:
+                found = next((s for s in rows if s.stack == stack and s.sweep_value == value), None)
+                if found is None or found.mean is None:
+                    cells.append("-" if found is None else "failed")
+                    continue
+                model = f" ({_fmt(found.bound.low_mbps)}-{_fmt(found.bound.high_mbps)})" if found.bound else ""
+                cells.append(f"{_fmt(found.mean)}{model}")
+            table.append([f"{value:,}", _fmt(thesis_by_point.get((figure, str(value))), 2), *cells])
+        parts += ["", f"## Across implementations: figure {figure}, {FIGURE_TITLES[figure]}", "",
+                  "Mean goodput in Mbit/s, and in brackets the window model with that stack's update rule; the "
+                  "thesis's column is LSQUIC on its testbed.", "",
+                  markdown_table([rows[0].sweep_param, "thesis (LSQUIC)", *stacks], table)]
+    return parts
 
 
 def _packets_title(figure: str) -> str:

@@ -45,8 +45,8 @@ def test_a_packet_figure_asked_for_runs_its_sweep():
         plan_campaign(figures={"5.8"})
 
 def _stacks() -> list[str]:
-    usable = [name for name in ("ngtcp2", "lsquic") if get_stack(name).unavailable_reason() is None]
-    return usable or pytest.skip("neither ngtcp2 nor an LSQUIC build is usable here")
+    usable = [name for name in ("ngtcp2", "quic-go", "lsquic") if get_stack(name).unavailable_reason() is None]
+    return usable if len(usable) >= 2 else pytest.skip(f"fewer than two stacks usable here ({usable})")
 
 
 @pytest.mark.lab
@@ -77,6 +77,11 @@ def test_reproduce_writes_a_report_beside_the_published_numbers(tmp_path):
         assert window.bound.contains(window.mean), (window.mean, window.bound)
         assert any("initial_max_stream_data_bidi_local 131,072" in line and "as the model predicts" in line
                    for line in rows)
+    # The sweeps side by side, one column per stack, each cell with the stack's own model beside it.
+    across = markdown[markdown.index("## Across implementations: figure 5.6"):]
+    header = next(line for line in across.splitlines() if line.startswith("| initial_max_stream_data_bidi_local"))
+    assert header.split("|")[3:-1] == [f" {s} " for s in sorted(stacks)], header
+    assert re.search(r"\| 131,072 \| 16\.81 \|( \d+\.\d \(\d+\.\d-\d+\.\d\) \|){%d}" % len(stacks), across), across
     html = (tmp_path / "report.html").read_text()
     assert html.count("data:image/png;base64") == 4  # figures 5.4-5.7, carried inside the page
     assert "<table>" in html and "16.81" in html
