@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(zmap tshark ngtcp2-client ngtcp2-server caddy iproute2 dnsmasq-base libclang-dev cmake
-              chromium firefox-esr libcap2-bin procps iperf3)
+              chromium firefox-esr libcap2-bin procps iperf3 ethtool)
 APT_PACKAGES+=(openjdk-17-jdk-headless maven)  # jvmlab: the lab's Java servers (block below)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -50,11 +50,12 @@ if [ -f go.mod ]; then
   done
 fi
 
-# The lab's Rust QUIC servers (lab/servers, one package per library): built
-# one at a time (-j2: the machine has two cores) into a target dir outside the
-# clone, and kept there under a key of their sources, so that a second run or
-# another clone of the same sources only copies them into build/bin, where
-# lab/kinds/built.py finds them.
+# The Rust programs of lab/servers, one package each: the lab's servers
+# (lab-<library>, found by lab/kinds/built.py) and qreplay's clients and
+# servers (replay-<library>, found by replay/stacks/base.py). Built one at a
+# time (-j2: the machine has two cores) into a target dir outside the clone,
+# and kept there under a key of their sources, so that a second run or
+# another clone of the same sources only copies them into build/bin.
 if [ -f lab/servers/Cargo.toml ]; then
   command -v cargo >/dev/null || { echo "setup: cargo is missing (the lab's Rust servers need it)" >&2; exit 1; }
   cache=${XDG_CACHE_HOME:-$HOME/.cache}/quictp
@@ -62,8 +63,8 @@ if [ -f lab/servers/Cargo.toml ]; then
   mkdir -p build/bin
   for dir in lab/servers/*/; do
     dir=${dir%/}
-    name=lab-$(basename "$dir")
-    grep -q "^name = \"$name\"" "$dir/Cargo.toml" 2>/dev/null || continue  # the shared crate
+    name=$(sed -n 's/^name = "\(.*\)"$/\1/p' "$dir/Cargo.toml" 2>/dev/null | head -n1)
+    case $name in lab-*|replay-*) ;; *) continue ;; esac  # the shared crate
     key=$( { rustc -V; find "$dir" lab/servers/common -type f -print0 | sort -z | xargs -0 sha256sum;
              sha256sum lab/servers/Cargo.toml lab/servers/Cargo.lock; } | sha256sum | cut -c1-16)
     built=$cache/lab-servers/$name-$key
@@ -72,8 +73,8 @@ if [ -f lab/servers/Cargo.toml ]; then
       cargo build -q --release --locked -j2 --manifest-path lab/servers/Cargo.toml -p "$name"
       mkdir -p "$built"
       install -m755 "$CARGO_TARGET_DIR/release/$name" "$built/"
-      # lab-msquic loads the crate's libmsquic.so.2 from beside itself (rpath $ORIGIN).
-      if [ "$name" = lab-msquic ]; then
+      # The msquic programs load the crate's libmsquic.so.2 from beside themselves (rpath $ORIGIN).
+      if [ "${name#*-}" = msquic ]; then
         install -m644 "$(ls -t "$CARGO_TARGET_DIR"/release/build/msquic-*/out/lib/libmsquic.so.2 | head -n1)" "$built/"
       fi
     fi

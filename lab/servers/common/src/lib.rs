@@ -1,5 +1,8 @@
-//! What every lab server shares: its command line (address, certificate,
-//! ALPN, flow-control values) and a clean exit on SIGTERM.
+//! What every lab server and qreplay program shares: the command line
+//! (address, certificate, ALPN, flow-control values) and a clean exit on
+//! SIGTERM. The qreplay programs' own part is in `replay`.
+
+pub mod replay;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -49,6 +52,11 @@ pub struct TransportParameters {
 /// (the lab stops its servers with SIGTERM and expects them gone at once).
 pub fn start() -> Args {
     let args = Args::parse();
+    exit_on_signals();
+    args
+}
+
+fn exit_on_signals() {
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
         .expect("signal handler");
     std::thread::spawn(move || {
@@ -58,7 +66,6 @@ pub fn start() -> Args {
             signal_hook::low_level::exit(0);
         }
     });
-    args
 }
 
 /// A one-line error and status 2, for settings the library cannot express.
