@@ -1,0 +1,224 @@
+//! qreplay's s2n-quic client and server (lab_server_common::replay), s2n-quic 1.91 with its default
+//! TLS (s2n-tls). Transport parameters go through `Limits`; s2n-quic sends neither
+//! max_udp_payload_size nor a chosen ack_delay_exponent or active_connection_id_limit, has no window
+//! auto-tuning and no qlog, so those options are refused.
+
+mod sender_stats;
+
+use std::error::Error;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use lab_server_common::refuse;
+use lab_server_common::replay::{self, ClientArgs, CongestionControl, Options, Role, ServerArgs, ALPN};
+use s2n_quic::client::Connect;
+use s2n_quic::provider::congestion_controller::{self, Bbr, Cubic};
+use s2n_quic::provider::limits::Limits;
+use s2n_quic::provider::tls::default as tls;
+use s2n_quic::stream::BidirectionalStream;
+
+type Result<T> = std::result::Result<T, Box<dyn Error>>;
+
+/// The name the client asks for; the server's certificate is not checked.
+const SERVER_NAME: &str = "qreplay.lab";
+/// Bytes handed to the stream at once: few wake-ups, and well under s2n-quic's 4 MiB send buffer.
+const SEND_CHUNK: usize = 1024 * 1024;
+/// How long the client lingers after the download so that its CONNECTION_CLOSE reaches the server
+/// (which prints its sender statistics on it) before the runner stops the server.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+fn main() {
+    let cli = replay::start();
+    let options = match &cli.role {
+        Role::Server(args) => &args.options,
+        Role::Client(args) => &args.options,
+    };
+    refuse_what_s2n_quic_cannot_do(options);
+    if let Some(path) = &options.keylog {
+        drop(replay::keylog_file(path));
+        // s2n-quic's TLS providers open their key log from this variable, and only from it.
+        std::env::set_var("SSLKEYLOGFILE", path);
+    }
+    let limits = limits(options).unwrap_or_else(|e| refuse(&e.to_string()));
+    let cc = options.cc;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    match (cli.role, cc) {
+        (Role::Server(args), CongestionControl::Cubic) => runtime.block_on(server(args, limits, Cubic::default())),
+        (Role::Server(args), CongestionControl::Bbr) => runtime.block_on(server(args, limits, Bbr::default())),
+        (Role::Client(args), CongestionControl::Cubic) => runtime.block_on(client(args, limits, Cubic::default())),
+        (Role::Client(args), CongestionControl::Bbr) => runtime.block_on(client(args, limits, Bbr::default())),
+    }
+}
+
+fn refuse_what_s2n_quic_cannot_do(options: &Options) {
+    let p = &options.parameters;
+    // Endpoint setup writes max_udp_payload_size nowhere, and overwrites active_connection_id_limit
+    // with its own 3 (s2n-quic-transport src/endpoint/{initial,mod}.rs); Limits has no setter for
+    // ack_delay_exponent (s2n-quic-core src/connection/limits.rs).
+    let unsendable = [
+        ("max_udp_payload_size", p.max_udp_payload_size.is_some()),
+        ("ack_delay_exponent", p.ack_delay_exponent.is_some()),
+        ("active_connection_id_limit", p.active_connection_id_limit.is_some()),
+    ];
+    if let Some((name, _)) = unsendable.iter().find(|(_, given)| *given) {
+        refuse(&format!("s2n-quic 1.91 cannot send a chosen {name}"));
+    }
+    if options.autotune {
+        refuse("s2n-quic 1.91 has no flow-control window auto-tuning: its windows always slide at the advertised size");
+    }
+    if options.qlog_dir.is_some() {
+        refuse("s2n-quic 1.91 writes no qlog");
+    }
+}
+
+fn limits(options: &Options) -> Result<Limits> {
+    let p = &options.parameters;
+    let flow = &p.flow_control;
+    let mut limits = Limits::new();
+    if let Some(ms) = flow.max_idle_timeout {
+        limits =
+            limits.with_max_idle_timeout(Duration::from_millis(ms)).map_err(|e| format!("max_idle_timeout: {e}"))?;
+    }
+    if let Some(ms) = p.max_ack_delay {
+        limits = limits.with_max_ack_delay(Duration::from_millis(ms)).map_err(|e| format!("max_ack_delay: {e}"))?;
+    }
+    if p.disable_active_migration {
+        limits = limits.with_active_connection_migration(false)?;
+    }
+    // s2n-quic's receive windows are fixed-size sliding windows: each is re-opened to its initial
+    // size past what the application has read, never grown, so these pin them as qreplay wants.
+    let settings = [
+        ("initial_max_data", flow.initial_max_data, Limits::with_data_window as fn(Limits, u64) -> _),
+        (
+            "initial_max_stream_data_bidi_local",
+            flow.initial_max_stream_data_bidi_local,
+            Limits::with_bidirectional_local_data_window,
+        ),
+        (
+            "initial_max_stream_data_bidi_remote",
+            flow.initial_max_stream_data_bidi_remote,
+            Limits::with_bidirectional_remote_data_window,
+        ),
+        ("initial_max_stream_data_uni", flow.initial_max_stream_data_uni, Limits::with_unidirectional_data_window),
+        ("initial_max_streams_bidi", flow.initial_max_streams_bidi, Limits::with_max_open_remote_bidirectional_streams),
+        ("initial_max_streams_uni", flow.initial_max_streams_uni, Limits::with_max_open_remote_unidirectional_streams),
+    ];
+    for (name, value, setter) in settings {
+        if let Some(value) = value {
+            limits = setter(limits, value).map_err(|e| format!("{name} {value}: {e}"))?;
+        }
+    }
+    Ok(limits)
+}
+
+async fn server<C: congestion_controller::Provider>(args: ServerArgs, limits: Limits, cc: C) {
+    let serve = async {
+        let mut tls = tls::Server::builder()
+            .with_certificate(args.cert.as_path(), args.key.as_path())?
+            .with_application_protocols([ALPN])?;
+        if args.options.keylog.is_some() {
+            tls = tls.with_key_logging()?;
+        }
+        let mut server = s2n_quic::Server::builder()
+            .with_tls(tls.build()?)?
+            .with_limits(limits)?
+            .with_congestion_controller(cc)?
+            .with_event(sender_stats::PrintSenderStats)?
+            .with_io(args.listen)?
+            .start()?;
+        let body = Bytes::from(replay::body_chunk().repeat(SEND_CHUNK / replay::body_chunk().len()));
+        while let Some(mut connection) = server.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                while let Ok(Some(stream)) = connection.accept_bidirectional_stream().await {
+                    let body = body.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = answer(stream, body).await {
+                            eprintln!("stream: {e}");
+                        }
+                    });
+                }
+            });
+        }
+        Result::Ok(())
+    };
+    if let Err(e) = serve.await {
+        refuse(&e.to_string());
+    }
+}
+
+/// Reads `GET /<size>` and sends <size> bytes and a FIN.
+async fn answer(mut stream: BidirectionalStream, body: Bytes) -> Result<()> {
+    let mut request = Vec::new();
+    let size = loop {
+        let chunk = stream.receive().await?;
+        if let Some(chunk) = &chunk {
+            request.extend_from_slice(chunk);
+        }
+        if let Some(size) = replay::requested_size(&request, chunk.is_none())? {
+            break size;
+        }
+    };
+    let mut remaining = size;
+    while remaining > 0 {
+        let n = remaining.min(body.len() as u64) as usize;
+        stream.send(body.slice(..n)).await?;
+        remaining -= n as u64;
+    }
+    stream.finish()?;
+    Ok(())
+}
+
+async fn client<C: congestion_controller::Provider>(args: ClientArgs, limits: Limits, cc: C) {
+    let timeout = Duration::from_secs_f64(args.timeout_s);
+    match tokio::time::timeout(timeout, download(&args, limits, cc)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => replay::fail(&e.to_string()),
+        Err(_) => replay::fail(&format!("no complete download within {} s", args.timeout_s)),
+    }
+}
+
+async fn download<C: congestion_controller::Provider>(args: &ClientArgs, limits: Limits, cc: C) -> Result<()> {
+    let mut tls = tls::Client::builder().with_application_protocols([ALPN])?;
+    // SAFETY: the lab's servers have throw-away self-signed certificates; nothing here is secret.
+    unsafe {
+        tls.config_mut().disable_x509_verification()?;
+    }
+    if args.options.keylog.is_some() {
+        tls = tls.with_key_logging()?;
+    }
+    let local: std::net::SocketAddr = if args.connect.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse()?;
+    let mut client = s2n_quic::Client::builder()
+        .with_tls(tls.build()?)?
+        .with_limits(limits)?
+        .with_congestion_controller(cc)?
+        .with_io(local)?
+        .start()?;
+
+    let started = Instant::now();
+    let mut connection = client.connect(Connect::new(args.connect).with_server_name(SERVER_NAME)).await?;
+    let handshake = started.elapsed();
+    let mut stream = connection.open_bidirectional_stream().await?;
+    let requested = Instant::now();
+    stream.send(Bytes::from(replay::request(args.size))).await?;
+    stream.finish()?;
+    let mut received = 0u64;
+    let mut chunks = vec![Bytes::new(); 64];
+    loop {
+        let (count, open) = stream.receive_vectored(&mut chunks).await?;
+        // Taken, not just counted: s2n-quic receives only into empty placeholders.
+        received += chunks[..count].iter_mut().map(|chunk| std::mem::take(chunk).len() as u64).sum::<u64>();
+        if !open {
+            break;
+        }
+    }
+    let duration = requested.elapsed();
+    if received != args.size {
+        return Err(format!("received {received} of {} bytes", args.size).into());
+    }
+    replay::print_client_result(received, duration, handshake, &[]);
+    connection.close(0u8.into());
+    drop((stream, connection));
+    let _ = tokio::time::timeout(CLOSE_GRACE, client.wait_idle()).await;
+    Ok(())
+}
