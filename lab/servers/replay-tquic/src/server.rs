@@ -1,0 +1,144 @@
+//! The server: any number of connections at once, each request answered with its body from one
+//! shared buffer (tquic takes `Bytes`, so a slice of it is a reference count, not a copy).
+
+use std::io::Write;
+
+use bytes::Bytes;
+use lab_server_common::replay::{body_chunk, print_sender_stats, requested_size, Options, ServerArgs};
+use tquic::{Connection, Endpoint, TlsConfig, TransportHandler};
+
+use crate::net;
+
+/// Where a request stream stands; the stream's context in tquic.
+enum Exchange {
+    Request(Vec<u8>),
+    Body { remaining: u64 },
+    Done,
+}
+
+struct Server {
+    options: Options,
+    body: Bytes,
+}
+
+impl Server {
+    fn send_body(&self, conn: &mut Connection, stream_id: u64) {
+        let Some(Exchange::Body { mut remaining }) = exchange(conn, stream_id).map(|state| &*state) else {
+            return;
+        };
+        let state = loop {
+            let len = remaining.min(self.body.len() as u64) as usize;
+            let fin = len as u64 == remaining;
+            match conn.stream_write(stream_id, self.body.slice(..len), fin) {
+                Ok(written) if written == len && fin => break Exchange::Done,
+                Ok(written) => {
+                    remaining -= written as u64;
+                    if written < len {
+                        break Exchange::Body { remaining };
+                    }
+                }
+                // No room now: the stream becomes writable again.
+                Err(tquic::Error::Done) => break Exchange::Body { remaining },
+                // Stopped or reset by the client: nothing more to send.
+                Err(_) => break Exchange::Done,
+            }
+        };
+        if matches!(state, Exchange::Done) {
+            let _ = conn.stream_want_write(stream_id, false);
+        }
+        if let Some(current) = exchange(conn, stream_id) {
+            *current = state;
+        }
+    }
+}
+
+fn exchange(conn: &mut Connection, stream_id: u64) -> Option<&mut Exchange> {
+    conn.stream_context(stream_id)?.downcast_mut::<Exchange>()
+}
+
+impl TransportHandler for Server {
+    fn on_conn_created(&mut self, conn: &mut Connection) {
+        crate::attach_logs(conn, &self.options);
+    }
+
+    fn on_conn_established(&mut self, _: &mut Connection) {}
+
+    fn on_conn_closed(&mut self, conn: &mut Connection) {
+        let (packets_sent, packets_lost) = (conn.stats().sent_count, conn.stats().lost_count);
+        let (bytes_sent, bytes_lost) = (conn.stats().sent_bytes, conn.stats().lost_bytes);
+        let mut stats = vec![
+            ("packets_sent", packets_sent as f64),
+            ("packets_lost", packets_lost as f64),
+            ("bytes_sent", bytes_sent as f64),
+            ("bytes_lost", bytes_lost as f64),
+        ];
+        let addresses = conn.get_active_path().map(|path| (path.local_addr(), path.remote_addr()));
+        if let Ok(path) = addresses.and_then(|(local, remote)| conn.get_path_stats(local, remote)) {
+            stats.extend([
+                ("min_rtt_ms", path.min_rtt as f64 / 1000.0),
+                ("smoothed_rtt_ms", path.srtt as f64 / 1000.0),
+                ("cwnd_bytes", path.final_cwnd as f64),
+                ("max_cwnd_bytes", path.max_cwnd as f64),
+            ]);
+        }
+        print_sender_stats(&stats);
+        let _ = std::io::stdout().flush();
+    }
+
+    fn on_stream_created(&mut self, conn: &mut Connection, stream_id: u64) {
+        let _ = conn.stream_set_context(stream_id, Exchange::Request(Vec::new()));
+    }
+
+    fn on_stream_readable(&mut self, conn: &mut Connection, stream_id: u64) {
+        let mut buffer = [0u8; 4096];
+        while let Ok((len, fin)) = conn.stream_read(stream_id, &mut buffer) {
+            let request = match exchange(conn, stream_id) {
+                Some(Exchange::Request(received)) => {
+                    received.extend_from_slice(&buffer[..len]);
+                    requested_size(received, fin)
+                }
+                _ => Ok(None),
+            };
+            match request {
+                Ok(Some(size)) => {
+                    if let Some(state) = exchange(conn, stream_id) {
+                        *state = Exchange::Body { remaining: size };
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    let _ = conn.close(true, 1, e.as_bytes());
+                    return;
+                }
+            }
+            if fin || len == 0 {
+                break;
+            }
+        }
+        self.send_body(conn, stream_id);
+    }
+
+    fn on_stream_writable(&mut self, conn: &mut Connection, stream_id: u64) {
+        self.send_body(conn, stream_id);
+    }
+
+    fn on_stream_closed(&mut self, _: &mut Connection, _: u64) {}
+    fn on_new_token(&mut self, _: &mut Connection, _: Vec<u8>) {}
+}
+
+pub fn run(args: ServerArgs) {
+    let (socket, local) = net::bind(args.listen);
+    let tls = TlsConfig::new_server_config(
+        &args.cert.to_string_lossy(),
+        &args.key.to_string_lossy(),
+        vec![lab_server_common::replay::ALPN.to_vec()],
+        false,
+    )
+    .unwrap_or_else(|e| lab_server_common::refuse(&format!("{} / {}: {e}", args.cert.display(), args.key.display())));
+    let config = crate::config(&args.options, tls, true);
+    let server = Server { options: args.options, body: Bytes::from(body_chunk()) };
+    let mut endpoint =
+        Endpoint::new(Box::new(config), true, Box::new(server), std::rc::Rc::new(net::Sender(socket.clone())));
+    // Until SIGTERM, which lab_server_common's handler turns into exit status 0.
+    net::run(&mut endpoint, &socket, local, || false);
+}

@@ -1,0 +1,39 @@
+"""tquic 1.6 (Tencent, BoringSSL) through our own bulk client and server (lab/servers/replay-tquic).
+
+tquic's Config sets eleven of the twelve parameters on either side; it has no
+setter for disable_active_migration (Config keeps its TransportParams private,
+src/lib.rs). Values tquic cannot put on the wire are refused: a zero
+ack_delay_exponent, max_ack_delay or max_udp_payload_size (it omits zeros, and
+the peer then reads the default; src/trans_param.rs), an
+active_connection_id_limit below 2 (its setter ignores it).
+
+Windows: tquic doubles a window up to a ceiling (max_connection_window,
+max_stream_window); pinned runs put the ceilings at the advertised values,
+--autotune at 24 MiB / 16 MiB. What stays on either way: when tquic re-opens
+a stream window it raises the connection window to at least 1.5 times the
+stream window (connection.rs, ensure_window_lower_bound), so an
+initial_max_data below 1.5 x the download stream's window does not stay put.
+Congestion control: CUBIC and BBR (v1; tquic's default is BBR, so cubic is set
+explicitly). qlog: one JSON-SEQ file per connection. Key log: both sides.
+"""
+
+from __future__ import annotations
+
+from replay.stacks.base import ReplayProgram
+
+PARAMETERS = frozenset({
+    "max_idle_timeout", "max_udp_payload_size", "initial_max_data", "initial_max_stream_data_bidi_local",
+    "initial_max_stream_data_bidi_remote", "initial_max_stream_data_uni", "initial_max_streams_bidi",
+    "initial_max_streams_uni", "ack_delay_exponent", "max_ack_delay", "active_connection_id_limit",
+})
+
+
+class Tquic(ReplayProgram):
+    name = "tquic"
+    settable = {"client": PARAMETERS, "server": PARAMETERS}
+    autotune_note = None
+    writes_qlog = True
+    cc_names = frozenset({"cubic", "bbr"})
+
+
+STACK = Tquic()
