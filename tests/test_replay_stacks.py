@@ -26,7 +26,7 @@ pytestmark = pytest.mark.lab
 STACKS = ["ngtcp2", "quic-go", "aioquic", "quinn", "quiche", "s2n-quic", "tquic", "msquic"]
 
 # Values no library sends by default, so that a value on the wire can only have come from the setting.
-CLIENT_ASKS = ["max_idle_timeout=45000", "max_udp_payload_size=1452", "initial_max_data=5000000",
+CLIENT_ASKS = ["max_idle_timeout=45000", "max_udp_payload_size=1444", "initial_max_data=5000000",
                "initial_max_stream_data_bidi_local=3000001", "initial_max_stream_data_bidi_remote=70000",
                "initial_max_stream_data_uni=80000", "initial_max_streams_bidi=17", "initial_max_streams_uni=16",
                "disable_active_migration=true", "ack_delay_exponent=5", "max_ack_delay=20",

@@ -1,0 +1,112 @@
+//! Serves `GET /<size>` on every bidirectional stream of any number of concurrent connections.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use lab_server_common::refuse;
+use lab_server_common::replay::{body_chunk, print_sender_stats, requested_size, ServerArgs, ALPN, MAX_REQUEST};
+use quinn::crypto::rustls::QuicServerConfig;
+use quinn::{Connecting, Connection, ConnectionError, QlogStream, RecvStream, SendStream, VarInt};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::config::{self, KeyLogFile, QlogFile, Side};
+
+/// The application error code that resets a stream whose request is not `GET /<size>`.
+const BAD_REQUEST: u32 = 1;
+
+pub async fn run(args: ServerArgs) {
+    let options = args.options;
+    config::check(&options, &Side::Server);
+    let certs = CertificateDer::pem_file_iter(&args.cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.cert.display())));
+    let key =
+        PrivateKeyDer::from_pem_file(&args.key).unwrap_or_else(|e| refuse(&format!("{}: {e}", args.key.display())));
+    let mut tls = rustls::ServerConfig::builder_with_provider(config::crypto_provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .and_then(|builder| builder.with_no_client_auth().with_single_cert(certs, key))
+        .unwrap_or_else(|e| refuse(&e.to_string()));
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    if let Some(path) = &options.keylog {
+        tls.key_log = KeyLogFile::open(path);
+    }
+    let crypto: Arc<QuicServerConfig> =
+        Arc::new(QuicServerConfig::try_from(tls).unwrap_or_else(|e| refuse(&e.to_string())));
+    let server_config = |qlog: Option<QlogStream>| {
+        let mut server_config = quinn::ServerConfig::with_crypto(crypto.clone());
+        server_config.transport_config(Arc::new(config::transport(&options, qlog)));
+        server_config.migration(!options.parameters.disable_active_migration);
+        server_config
+    };
+
+    let endpoint = config::endpoint(&options.parameters, Some(server_config(None)), args.listen);
+    let body = Bytes::from(body_chunk());
+    while let Some(incoming) = endpoint.accept().await {
+        // A qlog file per connection needs a transport config per connection.
+        let (connecting, qlog) = match &options.qlog_dir {
+            Some(dir) => {
+                let (file, stream) = QlogFile::create(dir, &format!("{}_server.sqlog", incoming.orig_dst_cid()));
+                (incoming.accept_with(Arc::new(server_config(Some(stream)))), Some(file))
+            }
+            None => (incoming.accept(), None),
+        };
+        tokio::spawn(serve(connecting, body.clone(), qlog));
+    }
+}
+
+async fn serve(connecting: Result<Connecting, ConnectionError>, body: Bytes, qlog: Option<QlogFile>) {
+    let Ok(connecting) = connecting else { return };
+    let Ok(connection) = connecting.await else { return };
+    while let Ok((send, recv)) = connection.accept_bi().await {
+        tokio::spawn(answer(send, recv, body.clone()));
+    }
+    print_stats(&connection);
+    if let Some(mut qlog) = qlog {
+        let _ = qlog.flush();
+    }
+}
+
+async fn answer(mut send: SendStream, mut recv: RecvStream, body: Bytes) {
+    let mut request = Vec::new();
+    let size = loop {
+        let chunk = match recv.read_chunk(MAX_REQUEST, true).await {
+            Ok(chunk) => chunk,
+            Err(_) => return,
+        };
+        let finished = chunk.is_none();
+        request.extend_from_slice(chunk.map(|chunk| chunk.bytes).as_deref().unwrap_or_default());
+        match requested_size(&request, finished) {
+            Ok(Some(size)) => break size,
+            Ok(None) => {}
+            Err(_) => {
+                let _ = send.reset(VarInt::from_u32(BAD_REQUEST));
+                return;
+            }
+        }
+    };
+    let mut remaining = size;
+    while remaining > 0 {
+        let length = remaining.min(body.len() as u64) as usize;
+        if send.write_chunk(body.slice(..length)).await.is_err() {
+            return;
+        }
+        remaining -= length as u64;
+    }
+    let _ = send.finish();
+}
+
+fn print_stats(connection: &Connection) {
+    let stats = connection.stats();
+    let path = &stats.path;
+    print_sender_stats(&[
+        ("packets_sent", path.sent_packets as f64),
+        ("packets_lost", path.lost_packets as f64),
+        ("bytes_lost", path.lost_bytes as f64),
+        ("congestion_events", path.congestion_events as f64),
+        ("min_rtt_ms", path.min_rtt.as_secs_f64() * 1000.0),
+        ("smoothed_rtt_ms", path.rtt.as_secs_f64() * 1000.0),
+        ("congestion_window", path.cwnd as f64),
+    ]);
+}

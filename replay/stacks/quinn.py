@@ -1,0 +1,45 @@
+"""quinn 0.11 (quinn-proto 0.11.19, rustls 0.23 with ring) through our own bulk client and server
+(lab/servers/replay-quinn, built to build/bin by scripts/setup.sh).
+
+quinn lets an application set max_idle_timeout, initial_max_data (``receive_window``), the two stream
+limits and max_udp_payload_size (``EndpointConfig``, 1200 to 65527; the programs refuse others) on both
+sides, and disable_active_migration on a server only (``ServerConfig::migration``). It sends one stream window
+(``stream_receive_window``) as all three stream parameters, so each side sets the one that governs the
+download (the client's bidi_local, the server's bidi_remote) and reports the other two as not applied.
+ack_delay_exponent (3), max_ack_delay (25) and active_connection_id_limit (5) are fixed in quinn-proto
+(transport_parameters.rs, cid_queue.rs): a request for exactly that value is what the peer sees, so it
+counts as applied, any other as not applied.
+
+quinn has no window auto-tuning: a receiver re-opens a window as data is read but never grows it, so
+the windows are always pinned and ``--autotune`` changes nothing. Congestion control: CUBIC (quinn's
+default) and BBR. qlog: quinn-proto's ``qlog`` feature, one file per connection.
+"""
+
+from __future__ import annotations
+
+from replay.stacks.base import Applied, ReplayProgram, RunOptions
+from tparams.paramset import ParamSet
+
+COMMON = ("max_idle_timeout", "max_udp_payload_size", "initial_max_data", "initial_max_streams_bidi",
+          "initial_max_streams_uni")
+STREAM_WINDOW = {"client": "initial_max_stream_data_bidi_local", "server": "initial_max_stream_data_bidi_remote"}
+# What quinn-proto sends whatever it is told (transport_parameters.rs, cid_queue.rs).
+FIXED = {"ack_delay_exponent": 3, "max_ack_delay": 25, "active_connection_id_limit": 5}
+
+
+class Quinn(ReplayProgram):
+    name = "quinn"
+    settable = {"client": frozenset((*COMMON, STREAM_WINDOW["client"])),
+                "server": frozenset((*COMMON, STREAM_WINDOW["server"], "disable_active_migration"))}
+    autotune_note = "quinn 0.11 has no window auto-tuning: its windows stayed at the advertised values"
+    writes_qlog = True
+
+    def flags(self, params: ParamSet | None, opts: RunOptions, role) -> Applied:
+        out = super().flags(params, opts, role)
+        for name, fixed in FIXED.items():
+            if out.not_applied.get(name) == fixed:
+                out.applied[name] = out.not_applied.pop(name)
+        return out
+
+
+STACK = Quinn()
