@@ -1,0 +1,61 @@
+"""msquic 2.5.1 (the Rust crate msquic =2.5.1-beta, its own build of libmsquic with quictls) through our own
+bulk client and server (lab/servers/replay-msquic).
+
+msquic's QUIC_SETTINGS carry max_idle_timeout, initial_max_data, the three stream windows, both stream
+counts and max_ack_delay on both sides, and disable_active_migration on a server only (MigrationEnabled; a
+client never sends it). It fixes ack_delay_exponent (8) and active_connection_id_limit (4), and advertises
+as max_udp_payload_size what the interface's MTU allows (QuicConnGenerateLocalTransportParameters in
+connection.c): a request equal to a fixed value counts as applied, any other as not applied. msquic
+advertises max_ack_delay as its delayed-ACK timer plus its 1 ms timer resolution; the program sets the
+timer 1 ms lower, so that the request is what goes on the wire.
+
+Stream windows must be powers of two (settings.c refuses others): any other request is reported not
+applied and runs with the largest power of two below it, so that the window is never larger than asked.
+
+msquic never grows the connection window, but doubles a stream's window whenever the application drains
+it within an RTT, up to the connection's ConnFlowControlWindow setting (stream_recv.c). The program pins the
+stream windows by lowering that setting once the handshake is done (the advertised initial_max_data is
+fixed by then); --autotune lets them grow to initial_max_data or 16 MiB, whichever is smaller. CUBIC and
+BBR; no qlog (msquic traces through LTTng/ETW only); the key log comes from QUIC_PARAM_CONN_TLS_SECRETS.
+"""
+
+from __future__ import annotations
+
+from replay.stacks.base import Applied, ReplayProgram
+
+STREAM_WINDOWS = ("initial_max_stream_data_bidi_local", "initial_max_stream_data_bidi_remote",
+                  "initial_max_stream_data_uni")
+BOTH = frozenset({"max_idle_timeout", "initial_max_data", *STREAM_WINDOWS, "initial_max_streams_bidi",
+                  "initial_max_streams_uni", "max_ack_delay"})
+# What msquic sends whatever it is told (quicdef.h: QUIC_ACK_DELAY_EXPONENT, QUIC_ACTIVE_CONNECTION_ID_LIMIT).
+FIXED = {"ack_delay_exponent": 8, "active_connection_id_limit": 4}
+LARGEST_STREAM_WINDOW = 1 << 31  # a u32
+
+
+class MsQuic(ReplayProgram):
+    name = "msquic"
+    settable = {"client": BOTH, "server": BOTH | {"disable_active_migration"}}
+    cc_names = frozenset({"cubic", "bbr"})
+
+    def flags(self, params, opts, role) -> Applied:
+        out = super().flags(params, opts, role)
+        for name, fixed in FIXED.items():
+            if out.not_applied.get(name) == fixed:
+                out.applied[name] = out.not_applied.pop(name)
+        for name in STREAM_WINDOWS:
+            window = out.applied.get(name)
+            if window is None or (window > 0 and window & (window - 1) == 0):
+                continue
+            flag = f"--{name.replace('_', '-')}"
+            out.flags.remove(f"{flag}={window}")
+            out.not_applied[name] = out.applied.pop(name)
+            if window > 0:
+                held = min(1 << (window.bit_length() - 1), LARGEST_STREAM_WINDOW)
+                out.flags.append(f"{flag}={held}")
+                out.notes.append(f"msquic takes only powers of two as stream windows: {name}={window} ran as {held}")
+            else:
+                out.notes.append(f"msquic cannot hold {name}=0: it ran with its default, 65536")
+        return out
+
+
+STACK = MsQuic()
