@@ -63,8 +63,8 @@ if [ -f lab/servers/Cargo.toml ]; then
   mkdir -p build/bin
   for dir in lab/servers/*/; do
     dir=${dir%/}
-    name=$(sed -n 's/^name = "\(.*\)"$/\1/p' "$dir/Cargo.toml" 2>/dev/null | head -n1)
-    case $name in lab-*|replay-*) ;; *) continue ;; esac  # the shared crate
+    [ -f "$dir/Cargo.toml" ] && [ -f "$dir/src/main.rs" ] || continue  # Maven's, and the shared crate
+    name=$(sed -n 's/^name = "\(.*\)"$/\1/p' "$dir/Cargo.toml" | head -n1)
     key=$( { rustc -V; find "$dir" lab/servers/common -type f -print0 | sort -z | xargs -0 sha256sum;
              sha256sum lab/servers/Cargo.toml lab/servers/Cargo.lock; } | sha256sum | cut -c1-16)
     built=$cache/lab-servers/$name-$key
