@@ -98,10 +98,12 @@ def slow_start_rtts(flight: float, initial_cwnd: int) -> float:
     return max(0.0, doublings - initial_cwnd * (2 ** doublings - 1) / flight)
 
 
-def client_window_bound(client: dict, rtt_ms: float, stack: str, size: int | None = None) -> WindowBound | None:
+def client_window_bound(client: dict, rtt_ms: float, stack: str, size: int | None = None,
+                        rules: dict[str, UpdateRule] = UPDATE_RULES) -> WindowBound | None:
     """The tighter of a download's two windows (the client's connection and stream windows), or None
-    when the stack's rule is unknown, the set sends neither, or there is no round trip to bound."""
-    rule = UPDATE_RULES.get(stack)
+    when the stack's rule is unknown, the set sends neither, or there is no round trip to bound.
+    ``rules``: the written-down UPDATE_RULES, or measured ones (replay.measured_rules)."""
+    rule = rules.get(stack)
     if rule is None:
         return None
     bounds = [window_bound(int(client[name]), rtt_ms, rule, size, name)

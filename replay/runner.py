@@ -10,6 +10,7 @@ that an interrupted experiment keeps what it measured.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import fcntl
 import json
@@ -30,7 +31,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from replay import store
+from replay import store, trace
 from replay.cpuidle import ShallowIdle
 from replay.link import LinkConfig, select_backend
 from replay.sets import NamedSet
@@ -304,6 +305,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
     warnings: list[str] = []
     port = SERVER_PORT if path.server_ns else free_udp_port()
     with _run_workdir() as workdir:
+        if options.trace:
+            options = dataclasses.replace(options, keylog=workdir / "keylog")
         server_params = condition.server.params if condition.server else None
         server_argv, server_applied = server_stack.server_command(server_params, options, path.server_ip, port,
                                                                   workdir)
@@ -321,8 +324,11 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         server = _Process(path.server_ns, server_argv, workdir / "server.usage", stdout=server_stdout)
         row["server_argv"] = json.dumps(server.popen.args)
         client = None
+        tracing, captured = contextlib.ExitStack(), None
         try:
             _wait_listening(server_stack, path.server_ns, port, server)
+            if options.trace:  # started before the client, stopped after it (and the server)
+                captured = tracing.enter_context(trace.capture(path, workdir / "trace.pcapng"))
             before = path.interface_counters()
             drain = _FifoDrain(plan.body_fifo) if plan.body_fifo else None
             stdout_file = open(workdir / "client.stdout", "w+b")
@@ -378,9 +384,24 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                 # The sender's own loss count: drops the link never saw (a receiver too slow
                 # to take its packets) appear only here.
                 row["counters"] = json.dumps({**json.loads(row["counters"]), **sender})
+        if captured is not None:
+            row["trace"] = _trace(row, tracing, captured, workdir, path.server_ip)
     if row["status"] != "ok":
         row["goodput_mbps"] = None  # a failed run is kept, but never averaged in
     return row
+
+
+def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Path,
+           server_ip: str) -> tuple[dict, list[dict]] | None:
+    """The run's trace (traces row, trace_points rows); a capture that cannot be read is a warning on
+    the run, not a failed run."""
+    try:
+        tracing.close()
+        return trace.build_trace(row["run_id"], trace.decrypt(workdir / "trace.pcapng", workdir / "keylog",
+                                                              server_ip), captured)
+    except ToolError as exc:
+        row["warnings"] = json.dumps([*json.loads(row["warnings"]), f"no trace: {exc}"])
+        return None
 
 
 def _await_client(client: _Process, server: _Process, timeout_s: float) -> tuple[bool, bool]:
@@ -472,6 +493,9 @@ def run_experiment(experiment: Experiment, results: str | Path,
                     path_link = condition.link
                     row = run_once(experiment.stack, path, condition, experiment.options, rep,
                                    experiment.experiment_id, experiment.link_backend, server_stack)
+                    if traced := row.pop("trace", None):
+                        store.insert(con, "traces", [traced[0]])
+                        store.insert(con, "trace_points", traced[1])
                     batch.append(row)
                     if on_run:
                         on_run(row)

@@ -85,6 +85,79 @@ def plot_results(results: Path, out_dir: Path) -> list[Path]:
     return [path for _, path in figures] + [page]
 
 
+def traced_runs(results: Path, run_id: str | None):
+    """(run, its points) per traced run: ``run_id`` (a prefix will do), else the newest traced run of
+    each stack."""
+    import duckdb
+
+    if not results.exists():
+        raise ToolError(f"results file {results} does not exist")
+    try:
+        con = duckdb.connect(str(results), read_only=True)
+        runs = con.sql("SELECT r.run_id, r.stack, r.set_name, r.delay_ms, r.goodput_mbps, r.started_at, "
+                       "t.initial_max_data, t.initial_max_stream_data_bidi_local, t.undecrypted "
+                       "FROM runs r JOIN traces t USING (run_id) ORDER BY r.started_at").pl()
+    except duckdb.Error as exc:
+        raise ToolError(f"{results} holds no traces (run with --trace): {str(exc).splitlines()[0]}") from None
+    if run_id:
+        runs = runs.filter(runs["run_id"].str.starts_with(run_id))
+        if runs.is_empty():
+            raise ToolError(f"{results} has no traced run {run_id}")
+    else:
+        runs = runs.group_by("stack", maintain_order=True).last()
+    if runs.is_empty():
+        raise ToolError(f"{results} has no traced runs (run with --trace)")
+    out = [(run, con.sql(f"SELECT * FROM trace_points WHERE run_id = '{run['run_id']}' ORDER BY seq").pl())
+           for run in runs.iter_rows(named=True)]
+    con.close()
+    return out
+
+
+def plot_traces(results: Path, out_dir: Path, run_id: str | None = None) -> list[Path]:
+    """Per traced run one figure: (a) credit vs bytes sent (a window stall is the sent line on the credit
+    line), BLOCKED frames marked; (b) bytes acknowledged; (c) bytes in flight (+ cwnd where known);
+    (d) RTT samples. Returns the PNGs and the HTML page."""
+    import polars as pl
+
+    plt = pyplot()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures: list[tuple[str, Path]] = []
+    for run, points in traced_runs(results, run_id):
+        down, up = points.filter(pl.col("direction") == "down"), points.filter(pl.col("direction") == "up")
+        fig, axes = plt.subplots(4, 1, figsize=(9, 11), sharex=True)
+        ax = axes[0]
+        ax.step(points["t_s"], points["stream_credit"] / 1e3, where="post", linewidth=3, alpha=0.5,
+                label="stream credit (MAX_STREAM_DATA)")
+        ax.step(points["t_s"], points["conn_credit"] / 1e3, where="post", label="connection credit (MAX_DATA)")
+        ax.plot(down["t_s"], down["sent_max"] / 1e3, label="sent (highest offset)")
+        for column, marker, label in (("stream_data_blocked", "v", "STREAM_DATA_BLOCKED"),
+                                      ("data_blocked", "x", "DATA_BLOCKED")):
+            blocked = down.filter(pl.col(column).is_not_null())
+            if not blocked.is_empty():
+                ax.scatter(blocked["t_s"], blocked[column] / 1e3, marker=marker, color="red", label=label, zorder=3)
+        top = max(down["sent_max"].max() or 0, 1) / 1e3
+        ax.set_ylim(0, top * 1.15)  # a connection window far above the download would flatten the rest
+        ax.set(ylabel="kB", title=f"{run['stack']}, {run['set_name']}, {run['delay_ms']:g} ms: credit vs sent")
+        ax.legend(fontsize="small", loc="upper left")
+        axes[1].plot(points["t_s"], points["acked"] / 1e3, color="green")
+        axes[1].set(ylabel="kB acknowledged", title="bytes acknowledged")
+        axes[2].plot(points["t_s"], points["in_flight"] / 1e3, label="in flight")
+        if points["cwnd"].drop_nulls().len():
+            axes[2].plot(points["t_s"], points["cwnd"] / 1e3, label="cwnd (qlog)")
+        axes[2].set(ylabel="kB", title="bytes in flight")
+        axes[2].legend(fontsize="small", loc="upper left")
+        rtt = up.filter(pl.col("rtt_ms").is_not_null())
+        axes[3].scatter(rtt["t_s"], rtt["rtt_ms"], s=6)
+        axes[3].set(ylabel="ms", xlabel="time since the request reached the server (s)", title="RTT samples")
+        for ax in axes:
+            ax.grid(alpha=0.3)
+        title = f"Trace {run['run_id'][:12]} ({run['stack']})"
+        figures.append((title, save_png(fig, out_dir / f"trace_{run['run_id'][:12]}.png")))
+    page = out_dir / "report.html"
+    page.write_text(_html(results, figures, load_summary(results)))
+    return [path for _, path in figures] + [page]
+
+
 def _html(results: Path, figures: list[tuple[str, Path]], summary) -> str:
     """One self-contained page: the figures inline, then the statistics table."""
     parts = [f"<!doctype html><meta charset=utf-8><title>qreplay: {html.escape(results.name)}</title>",
@@ -108,10 +181,17 @@ def register(app: typer.Typer) -> None:
     @app.command("plot")
     def plot(
         results: Annotated[Path, typer.Argument(help="A qreplay results DuckDB file.")],
+        run_id: Annotated[str | None, typer.Argument(help="With --trace: the run to draw (an id prefix); "
+                                                        "default: the newest traced run of each stack.")] = None,
         out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="Where to write the PNGs and "
                                                         "report.html (default: <results>-plots).")] = None,
+        trace: Annotated[bool, typer.Option("--trace", help="Draw traced runs (qreplay --trace): credit vs sent, "
+                                                            "acknowledged, in flight, RTT over time.")] = False,
     ) -> None:
         """Goodput vs delay per set with deviation bands, sweep curves and packet counts (PNG + HTML)."""
-        written = plot_results(results, out_dir or results.with_name(results.stem + "-plots"))
+        out_dir = out_dir or results.with_name(results.stem + "-plots")
+        if run_id and not trace:
+            raise ToolError("a RUN_ID is for --trace")
+        written = plot_traces(results, out_dir, run_id) if trace else plot_results(results, out_dir)
         for path in written:
             typer.echo(str(path))

@@ -53,6 +53,10 @@ AutotuneOpt = Annotated[bool, typer.Option("--autotune/--no-autotune", help="Let
                                            "default off: windows stay at the advertised values.")]
 CcOpt = Annotated[str, typer.Option("--cc", help="Congestion control: cubic or bbr.")]
 QlogOpt = Annotated[Optional[Path], typer.Option("--qlog", help="Write qlog files of every run into this directory.")]
+TraceOpt = Annotated[bool, typer.Option("--trace", help="Capture every run (tshark in the server's namespace, UDP "
+                                          "segmentation offload off) and store its decrypted time series: bytes "
+                                          "sent, acknowledged and in flight, flow-control credit, RTT samples "
+                                          "(`qreplay plot --trace`).")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Results DuckDB file (appended to).")]
 TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a run counts as failed "
                                                      "(default: long enough for 5 Mbit/s).")]
@@ -73,11 +77,12 @@ def make_link(delay: str, delay_up: str, jitter: str, loss: str, rate: str | Non
                       rate_bps=parse_rate_bps(rate) if rate else None, queue=queue)
 
 
-def make_options(size: str, autotune: bool, cc: str, qlog: Path | None, timeout: float | None) -> RunOptions:
+def make_options(size: str, autotune: bool, cc: str, qlog: Path | None, timeout: float | None,
+                 trace: bool = False) -> RunOptions:
     if cc not in ("cubic", "bbr"):
         raise ToolError(f"--cc must be cubic or bbr, not {cc!r}")
     size_bytes = parse_size(size)
-    return RunOptions(size=size_bytes, autotune=autotune, cc=cc, qlog_dir=qlog,
+    return RunOptions(size=size_bytes, autotune=autotune, cc=cc, qlog_dir=qlog, trace=trace,
                       timeout_s=timeout or default_timeout_s(size_bytes))
 
 
@@ -179,7 +184,8 @@ def register(app: typer.Typer) -> None:
         delay: DelayOpt = "0ms", delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", loss: LossOpt = "0%",
         rate: RateOpt = None, queue: QueueOpt = None, size: SizeOpt = "500MB", reps: RepsOpt = 10,
         stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", autotune: AutotuneOpt = False, cc: CcOpt = "cubic",
-        qlog: QlogOpt = None, out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
+        qlog: QlogOpt = None, trace: TraceOpt = False,
+        out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
         shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB",
     ) -> None:
         """Download through a QUIC stack over an emulated link with a client parameter set, REPS times.
@@ -189,7 +195,7 @@ def register(app: typer.Typer) -> None:
         if ctx.invoked_subcommand is not None:
             return
         the_link = make_link(delay, delay_up, jitter, loss, rate, queue)
-        options = make_options(size, autotune, cc, qlog, timeout)
+        options = make_options(size, autotune, cc, qlog, timeout, trace)
         the_stack = get_stack(stack)
         clients = [sets_api.with_overrides(s, client_param or []) for s in sets_api.resolve(set_spec)]
         server = server_set(server_set_spec, server_param)
@@ -208,7 +214,8 @@ def register(app: typer.Typer) -> None:
         delay: DelayOpt = "30ms", delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", loss: LossOpt = "0%",
         rate: RateOpt = None, queue: QueueOpt = None, size: SizeOpt = "500MB", reps: RepsOpt = 10,
         stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", autotune: AutotuneOpt = False, cc: CcOpt = "cubic",
-        qlog: QlogOpt = None, out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
+        qlog: QlogOpt = None, trace: TraceOpt = False,
+        out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
         shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB",
     ) -> None:
         """Vary one parameter, all else fixed (the thesis's figures 5.4 and 5.6); default 30 ms, LSQUIC client set."""
@@ -230,7 +237,8 @@ def register(app: typer.Typer) -> None:
                 conditions.append(Condition(client, sets_api.with_overrides(base, override) if server else base,
                                             make_link(delay, delay_up, jitter, loss, rate, queue), param, swept_value))
         experiment = Experiment("sweep", get_stack(stack), conditions,
-                                make_options(size, autotune, cc, qlog, timeout), reps, link, current_command_line(),
+                                make_options(size, autotune, cc, qlog, timeout, trace), reps, link,
+                                current_command_line(),
                                 shallow_idle, parse_size(udp_buffer, "--udp-buffer"))
         execute(experiment, out, json_output)
 
@@ -244,7 +252,8 @@ def register(app: typer.Typer) -> None:
         server_set_spec: ServerSetOpt = None, client_param: ClientParamOpt = None, server_param: ServerParamOpt = None,
         delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", rate: RateOpt = None, queue: QueueOpt = None,
         size: SizeOpt = "500MB", reps: RepsOpt = 10, stack: StackOpt = "ngtcp2", link: LinkOpt = "auto",
-        autotune: AutotuneOpt = False, cc: CcOpt = "cubic", qlog: QlogOpt = None, out: OutOpt = DEFAULT_RESULTS,
+        autotune: AutotuneOpt = False, cc: CcOpt = "cubic", qlog: QlogOpt = None, trace: TraceOpt = False,
+        out: OutOpt = DEFAULT_RESULTS,
         timeout: TimeoutOpt = None, json_output: JsonOpt = False, shallow_idle: ShallowIdleOpt = True,
         udp_buffer: UdpBufferOpt = "1664KiB",
     ) -> None:
@@ -256,7 +265,8 @@ def register(app: typer.Typer) -> None:
                  for d in comma_list(delays, "--delays") for x in comma_list(losses, "--losses")]
         conditions = [Condition(c, server, lk) for lk in links for c in clients]
         experiment = Experiment("matrix", get_stack(stack), conditions,
-                                make_options(size, autotune, cc, qlog, timeout), reps, link, current_command_line(),
+                                make_options(size, autotune, cc, qlog, timeout, trace), reps, link,
+                                current_command_line(),
                                 shallow_idle, parse_size(udp_buffer, "--udp-buffer"))
         execute(experiment, out, json_output)
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import tomllib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Literal
 
@@ -36,6 +38,8 @@ class RunOptions:
     timeout_s: float = 600.0
     #: where the client appends its TLS secrets (NSS key log format), for decrypting a capture
     keylog: Path | None = None
+    #: capture and decrypt each run, storing the sender's time series (replay/trace.py)
+    trace: bool = False
 
 
 def default_timeout_s(size: int) -> float:
@@ -173,6 +177,10 @@ class ReplayProgram(Stack):
     def binary(self) -> Path:
         return GO_BIN_DIR / f"replay-{self.name}"
 
+    def version(self) -> str | None:
+        """The library's version the program was built with (the workspace's lock; set-up builds --locked)."""
+        return locked_crate_version(self.name)
+
     def unavailable_reason(self) -> str | None:
         if not self.binary.is_file():
             return f"{self.binary} is not built: run scripts/setup.sh (needs cargo)"
@@ -215,3 +223,13 @@ class ReplayProgram(Stack):
         applied = self.flags(params, opts, "client")
         return ClientPlan([str(self.binary), "client", f"{server_ip}:{port}", f"--size={opts.size}",
                            f"--timeout-s={opts.timeout_s:g}", *applied.flags]), applied
+
+
+@cache
+def locked_crate_version(crate: str) -> str | None:
+    """``crate``'s version in lab/servers/Cargo.lock, or None."""
+    lock = REPO_ROOT / "lab" / "servers" / "Cargo.lock"
+    if not lock.is_file():
+        return None
+    packages = tomllib.loads(lock.read_text()).get("package", [])
+    return next((p["version"] for p in packages if p["name"] == crate), None)

@@ -94,3 +94,44 @@ SELECT experiment_id, stack, server_stack, set_name, server_set_name, delay_ms, 
          AS client_socket_drop_pct
 FROM runs
 GROUP BY ALL;
+
+-- `qreplay --trace`: one row per traced run (its capture, decrypted with the client's key log).
+CREATE TABLE IF NOT EXISTS traces (
+    run_id                             VARCHAR PRIMARY KEY,
+    download_stream                    BIGINT,      -- the stream the server sent the most bytes on
+    t0_epoch                           DOUBLE,      -- t = 0 of trace_points: the request reaching the server
+    ack_delay_exponent                 INTEGER,     -- the client's (3 when it sent none)
+    initial_max_data                   BIGINT,      -- the client's, as its ClientHello carried them
+    initial_max_stream_data_bidi_local BIGINT,
+    packets                            INTEGER,     -- 1-RTT packets decrypted
+    points                             INTEGER,     -- of them kept in trace_points (thinned above 20,000)
+    undecrypted                        INTEGER,     -- short-header packets tshark could not decrypt
+    bursts_split                       INTEGER,     -- datagrams captured as one GSO burst, split before decrypting
+    capture                            VARCHAR,     -- JSON: device, namespace, backend, tx_udp_segmentation per end, tshark
+    client_params                      VARCHAR      -- JSON: every integer transport parameter of the ClientHello
+);
+
+-- Wide form: one row per 1-RTT packet the server's namespace saw, in capture order, with the sender's
+-- state after it. Counters are bytes of the download stream unless said otherwise; a frame column is
+-- set only on the packets that carry that frame.
+CREATE TABLE IF NOT EXISTS trace_points (
+    run_id              VARCHAR NOT NULL,
+    seq                 INTEGER NOT NULL,   -- capture order
+    t_s                 DOUBLE NOT NULL,    -- seconds since traces.t0_epoch (negative: the handshake)
+    direction           VARCHAR NOT NULL,   -- down (server to client, the data) | up (the client's ACKs and updates)
+    packet_number       BIGINT NOT NULL,
+    packet_bytes        INTEGER,            -- the QUIC packet's size
+    stream_bytes        INTEGER,            -- down: download-stream bytes in this packet (retransmissions too)
+    sent_max            BIGINT,             -- highest offset + length sent
+    sent_total          BIGINT,             -- all stream bytes sent, retransmissions included
+    acked               BIGINT,             -- stream bytes of the packets the client's ACKs covered
+    in_flight           BIGINT,             -- packet bytes neither acked nor 3 packet numbers below an acked one
+    conn_credit         BIGINT,             -- the client's MAX_DATA limit so far (from initial_max_data)
+    stream_credit       BIGINT,             -- its MAX_STREAM_DATA limit of the download stream (from bidi_local)
+    max_data            BIGINT,             -- up: a MAX_DATA frame's limit
+    max_stream_data     BIGINT,             -- up: a MAX_STREAM_DATA frame's limit for the download stream
+    data_blocked        BIGINT,             -- down: a DATA_BLOCKED frame's limit
+    stream_data_blocked BIGINT,             -- down: a STREAM_DATA_BLOCKED frame's limit (download stream)
+    rtt_ms              DOUBLE,             -- up: ACK arrival - send time of its newly acked largest - ack_delay
+    cwnd                BIGINT              -- the sender's congestion window from its qlog, where known
+);

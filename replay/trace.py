@@ -1,0 +1,481 @@
+"""`qreplay --trace`: a run's packets, decrypted, as the sender's time series.
+
+The capture is taken in the server's namespace (the download's sender) on the path device; tshark
+decrypts it with the client's key log and prints JSON, whose tree keeps every frame with its own
+packet (tshark's field output lists each field's values per datagram, which cannot tell which ACK of
+a coalesced datagram was the 1-RTT one, nor give the length of a STREAM frame sent without one).
+
+Pure functions (``packets_from_tshark``, ``sender_series``, ``downsample``, ``flow_control_rule``) are
+kept apart from the I/O (``capture``, ``decrypt``, ``trace_run``) so a test can feed them a capture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import struct
+import subprocess
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab import netns
+from replay.link import PATH_DEVICE
+from scanner.capture.frontend import tshark_path, tshark_version, wait_until_capturing
+from tparams.errors import ToolError
+
+MAX_POINTS = 20_000
+#: RFC 9002 kPacketThreshold: a packet this many numbers below an acknowledged one counts as lost
+PACKET_THRESHOLD = 3
+DEFAULT_ACK_DELAY_EXPONENT = 3  # RFC 9000 18.2
+FRAME_TYPES = {"max_data": 0x10, "max_stream_data": 0x11, "data_blocked": 0x14, "stream_data_blocked": 0x15}
+
+
+@dataclass(frozen=True)
+class StreamFrame:
+    stream_id: int
+    offset: int
+    length: int
+    fin: bool
+
+
+@dataclass(frozen=True)
+class AckFrame:
+    largest: int
+    ack_delay: int  # as sent: microseconds divided by 2^ack_delay_exponent
+    ranges: tuple[tuple[int, int], ...]  # (smallest, largest) packet numbers acknowledged, highest first
+
+
+@dataclass(frozen=True)
+class Packet:
+    """One 1-RTT packet as the capture saw it."""
+
+    time: float  # capture time, epoch seconds
+    down: bool  # server to client (the download's direction)
+    number: int
+    size: int  # the QUIC packet's bytes on the wire
+    streams: tuple[StreamFrame, ...] = ()
+    acks: tuple[AckFrame, ...] = ()
+    max_data: tuple[int, ...] = ()
+    max_stream_data: tuple[tuple[int, int], ...] = ()  # (stream id, limit)
+    data_blocked: tuple[int, ...] = ()
+    stream_data_blocked: tuple[tuple[int, int], ...] = ()
+    ack_eliciting: bool = True
+
+
+@dataclass
+class Decoded:
+    """What the capture holds: the 1-RTT packets and the client's advertised parameters."""
+
+    packets: list[Packet] = field(default_factory=list)
+    client_params: dict[str, int] = field(default_factory=dict)
+    undecrypted: int = 0  # short-header packets tshark could not decrypt
+    bursts_split: int = 0  # datagrams that reached the capture as one GSO burst (split_bursts)
+
+
+# --- from tshark's JSON to packets ---------------------------------------------------------------------
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else [] if value is None else [value]
+
+
+def _ack(frame: dict) -> AckFrame:
+    largest = int(frame["quic.ack.largest_acknowledged"])
+    low = largest - int(frame["quic.ack.first_ack_range"])
+    ranges = [(low, largest)]
+    # RFC 9000 19.3.1: each gap and range are counted down from the previous range's smallest
+    for gap, length in zip(_list(frame.get("quic.ack.gap")), _list(frame.get("quic.ack.ack_range"))):
+        high = low - int(gap) - 2
+        low = high - int(length)
+        ranges.append((low, high))
+    return AckFrame(largest, int(frame["quic.ack.ack_delay"]), tuple(ranges))
+
+
+def _stream(frame: dict) -> StreamFrame:
+    if "quic.stream.length" in frame:
+        length = int(frame["quic.stream.length"])
+    else:  # no Length field: the frame runs to the packet's end, only its data says how far
+        data = frame.get("quic.stream_data") or ""
+        length = (len(data) + 1) // 3 if data else 0
+    return StreamFrame(int(frame["quic.stream.stream_id"]), int(frame.get("quic.stream.offset", 0)), length,
+                       frame.get("quic.stream.fin") in ("1", "True", True))
+
+
+# Frames that elicit no ACK (RFC 9002 2): a packet of only these is not in flight.
+NON_ELICITING = {0x00, 0x02, 0x03, 0x1c, 0x1d}
+
+
+def _short_packet(quic: dict, when: float, down: bool) -> Packet | None:
+    header = quic.get("quic.short")
+    frames = _list(quic.get("quic.frame"))
+    if not isinstance(header, dict) or not frames or "quic.packet_number" not in header:
+        return None
+    parts: dict[str, list] = {"streams": [], "acks": [], "max_data": [], "max_stream_data": [], "data_blocked": [],
+                              "stream_data_blocked": []}
+    eliciting = False
+    for frame in frames:
+        kind = int(frame["quic.frame_type"])
+        eliciting |= kind not in NON_ELICITING
+        if 0x08 <= kind <= 0x0f:
+            parts["streams"].append(_stream(frame))
+        elif kind in (0x02, 0x03):
+            parts["acks"].append(_ack(frame))
+        elif kind == FRAME_TYPES["max_data"]:
+            parts["max_data"].append(int(frame["quic.md.maximum_data"]))
+        elif kind == FRAME_TYPES["max_stream_data"]:
+            parts["max_stream_data"].append((int(frame["quic.msd.stream_id"]),
+                                             int(frame["quic.msd.maximum_stream_data"])))
+        elif kind == FRAME_TYPES["data_blocked"]:
+            parts["data_blocked"].append(int(frame["quic.sb.stream_data_limit"]))
+        elif kind == FRAME_TYPES["stream_data_blocked"]:
+            # tshark 4.0 files STREAM_DATA_BLOCKED's limit under DATA_BLOCKED's field name
+            parts["stream_data_blocked"].append((int(frame["quic.sdb.stream_id"]),
+                                                 int(frame["quic.sb.stream_data_limit"])))
+    return Packet(when, down, int(header["quic.packet_number"]), int(quic.get("quic.packet_length", 0)),
+                  ack_eliciting=eliciting, **{k: tuple(v) for k, v in parts.items()})
+
+
+def _transport_parameters(tree, found: dict[str, int]) -> None:
+    """The tls.quic.parameter.* integers anywhere under ``tree`` (the ClientHello's extension)."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            name = key.removeprefix("tls.quic.parameter.")
+            if name != key and isinstance(value, str) and value.isdigit() and name not in ("type", "length", "value"):
+                found.setdefault(name, int(value))
+            else:
+                _transport_parameters(value, found)
+    elif isinstance(tree, list):
+        for item in tree:
+            _transport_parameters(item, found)
+
+
+def decode_datagram(layers: dict, server_ip: str, decoded: Decoded) -> None:
+    """Adds one datagram of tshark's JSON (``_source.layers``) to ``decoded``."""
+    down = layers.get("ip", {}).get("ip.src") == server_ip
+    when = float(layers["frame"]["frame.time_epoch"])
+    for quic in _list(layers.get("quic")):
+        if "quic.short" in quic:
+            packet = _short_packet(quic, when, down)
+            if packet is None:
+                decoded.undecrypted += 1
+            else:
+                decoded.packets.append(packet)
+        elif not down and not decoded.client_params:
+            _transport_parameters(quic, decoded.client_params)
+
+
+def packets_from_tshark(lines: Iterable[str], server_ip: str) -> Decoded:
+    """Reads ``tshark -T json --no-duplicate-keys`` output one datagram at a time (the whole document of
+    a long run would not fit in memory as one object)."""
+    decoded = Decoded()
+    chunk: list[str] = []
+    for line in lines:
+        if line.startswith("  {"):
+            chunk = [line]
+        elif line.startswith("  }"):
+            chunk.append("}")
+            decode_datagram(json.loads("".join(chunk))["_source"]["layers"], server_ip, decoded)
+            chunk = []
+        elif chunk:
+            chunk.append(line)
+    return decoded
+
+
+# --- bursts merged on the way in ------------------------------------------------------------------------
+
+# A short-header packet: header form 0 (header protection leaves it; the fixed bit may be greased,
+# RFC 9287), then the DCID.
+MIN_SHORT_PACKET = 21  # first byte, a connection ID, a packet number byte, an AEAD tag
+CID_PROBE = 4  # bytes of the DCID compared: the shortest connection IDs stacks choose
+
+
+def split_burst(payload: bytes) -> list[bytes]:
+    """The datagrams of one UDP GSO burst, or ``[payload]``.
+
+    linkem writes datagrams of one flow that are due together as one GSO burst, which the receiving
+    namespace's capture sees whole (its kernel splits it only after the capture tap); tshark would take
+    it for one packet and fail to decrypt it. The segments are equally long except the last, and each
+    starts with the same DCID, so the first repeat of the DCID gives the segment size."""
+    if len(payload) < 2 * MIN_SHORT_PACKET or payload[0] & 0x80:
+        return [payload]
+    probe = payload[1:1 + CID_PROBE]
+    start = payload.find(probe, MIN_SHORT_PACKET + 1)
+    while start > 0:
+        size = start - 1
+        starts = range(0, len(payload), size)
+        if all(not payload[i] & 0x80 and payload[i + 1:i + 1 + CID_PROBE] == probe for i in starts):
+            return [payload[i:i + size] for i in starts]
+        start = payload.find(probe, start + 1)
+    return [payload]
+
+
+PCAP_HEADER = struct.Struct("<IHHiIII")
+RECORD_HEADER = struct.Struct("<IIII")
+LINK_HEADER = {1: 14, 101: 0, 228: 0}  # Ethernet (veth), raw IP (tun), raw IPv4
+
+
+def split_bursts(data: bytes) -> tuple[bytes, int]:
+    """A pcap file (libpcap format, as dumpcap -P writes it) with every IPv4 UDP burst split into its
+    datagrams (checksum 0: none, as IPv4 allows); returns the new file and how many bursts it split."""
+    magic, *_, linktype = PCAP_HEADER.unpack_from(data)
+    if magic != 0xA1B2C3D4 or linktype not in LINK_HEADER:
+        return data, 0
+    link = LINK_HEADER[linktype]
+    out, split, at = [data[:PCAP_HEADER.size]], 0, PCAP_HEADER.size
+    while at + RECORD_HEADER.size <= len(data):
+        seconds, micros, caplen, origlen = RECORD_HEADER.unpack_from(data, at)
+        frame = data[at + RECORD_HEADER.size:at + RECORD_HEADER.size + caplen]
+        at += RECORD_HEADER.size + caplen
+        ip = link
+        if len(frame) < ip + 28 or frame[ip] >> 4 != 4 or frame[ip + 9] != 17 or caplen != origlen:
+            out.append(RECORD_HEADER.pack(seconds, micros, caplen, origlen) + frame)
+            continue
+        header = (frame[ip] & 0x0F) * 4
+        udp = ip + header
+        parts = split_burst(frame[udp + 8:])
+        split += len(parts) > 1
+        for part in parts:
+            ip_header = bytearray(frame[ip:udp])
+            struct.pack_into("!H", ip_header, 2, header + 8 + len(part))
+            struct.pack_into("!H", ip_header, 10, 0)
+            struct.pack_into("!H", ip_header, 10, _ip_checksum(bytes(ip_header)))
+            packet = frame[:ip] + ip_header + frame[udp:udp + 4] + struct.pack("!HH", 8 + len(part), 0) + part
+            out.append(RECORD_HEADER.pack(seconds, micros, len(packet), len(packet)) + packet)
+    return b"".join(out), split
+
+
+def _ip_checksum(header: bytes) -> int:
+    total = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+# --- the sender's time series ---------------------------------------------------------------------
+
+@dataclass
+class _Sent:
+    time: float
+    size: int
+    stream_bytes: int
+    eliciting: bool
+
+
+def download_stream(packets: list[Packet]) -> int | None:
+    """The stream the server sent the most bytes on."""
+    totals: dict[int, int] = {}
+    for packet in packets:
+        if packet.down:
+            for frame in packet.streams:
+                totals[frame.stream_id] = totals.get(frame.stream_id, 0) + frame.length
+    return max(totals, key=totals.get) if totals else None
+
+
+def sender_series(packets: list[Packet], client_params: dict[str, int]) -> tuple[list[dict], dict]:
+    """One point per 1-RTT packet, t from the request's arrival at the server, with the sender's state
+    after it, and a summary (download stream, t0, the client's windows and ack_delay_exponent).
+
+    Bytes in flight are the packet bytes of ack-eliciting packets neither acknowledged nor below the
+    largest acknowledged by PACKET_THRESHOLD (RFC 9002's packet threshold; the time threshold is not
+    modelled), in the congestion window's unit. Credits start at the client's initial_max_data and
+    initial_max_stream_data_bidi_local and only grow (a repeated or reordered update lowers nothing)."""
+    stream = download_stream(packets)
+    request = next((p for p in packets if not p.down and any(f.stream_id == stream for f in p.streams)), None)
+    t0 = request.time if request else (packets[0].time if packets else 0.0)
+    exponent = client_params.get("ack_delay_exponent", DEFAULT_ACK_DELAY_EXPONENT)
+    conn_credit = client_params.get("initial_max_data")
+    stream_credit = client_params.get("initial_max_stream_data_bidi_local")
+    outstanding: dict[int, _Sent] = {}
+    sent_max = sent_total = acked = in_flight = 0
+    largest_acked = -1
+    points = []
+    for packet in packets:
+        point = {"t_s": packet.time - t0, "direction": "down" if packet.down else "up",
+                 "packet_number": packet.number, "packet_bytes": packet.size}
+        if packet.down:
+            own = [f for f in packet.streams if f.stream_id == stream]
+            nbytes = sum(f.length for f in own)
+            sent_total += nbytes
+            sent_max = max([sent_max, *(f.offset + f.length for f in own)])
+            outstanding[packet.number] = _Sent(packet.time, packet.size, nbytes, packet.ack_eliciting)
+            if packet.ack_eliciting:
+                in_flight += packet.size
+            point["stream_bytes"] = nbytes or None
+            blocked = [limit for sid, limit in packet.stream_data_blocked if sid == stream]
+            point["data_blocked"] = max(packet.data_blocked) if packet.data_blocked else None
+            point["stream_data_blocked"] = max(blocked) if blocked else None
+        else:
+            for ack in packet.acks:
+                if ack.largest in outstanding and ack.largest > largest_acked:
+                    # RFC 9002 5.1: a sample only when the largest acknowledged is newly acknowledged
+                    rtt = packet.time - outstanding[ack.largest].time - ack.ack_delay * 2 ** exponent / 1e6
+                    point["rtt_ms"] = rtt * 1000
+                for low, high in ack.ranges:
+                    for number in [n for n in outstanding if low <= n <= high]:
+                        sent = outstanding.pop(number)
+                        acked += sent.stream_bytes
+                        in_flight -= sent.size if sent.eliciting else 0
+                largest_acked = max(largest_acked, ack.largest)
+            for number in [n for n in outstanding if n <= largest_acked - PACKET_THRESHOLD]:
+                sent = outstanding.pop(number)
+                in_flight -= sent.size if sent.eliciting else 0
+            updates = [limit for sid, limit in packet.max_stream_data if sid == stream]
+            if packet.max_data:
+                point["max_data"] = max(packet.max_data)
+                conn_credit = max(conn_credit or 0, point["max_data"])
+            if updates:
+                point["max_stream_data"] = max(updates)
+                stream_credit = max(stream_credit or 0, point["max_stream_data"])
+        point.update(sent_max=sent_max, sent_total=sent_total, acked=acked, in_flight=in_flight,
+                     conn_credit=conn_credit, stream_credit=stream_credit)
+        points.append(point)
+    summary = {"download_stream": stream, "t0_epoch": t0, "ack_delay_exponent": exponent,
+               "initial_max_data": client_params.get("initial_max_data"),
+               "initial_max_stream_data_bidi_local": client_params.get("initial_max_stream_data_bidi_local")}
+    return points, summary
+
+
+def downsample(points: list[dict], limit: int = MAX_POINTS) -> list[dict]:
+    """At most about ``limit`` points: every point carrying a flow-control frame or an RTT sample is kept
+    (they are what the figures and the rule are made of), the others evenly thinned."""
+    if len(points) <= limit:
+        return points
+    marked = {"max_data", "max_stream_data", "data_blocked", "stream_data_blocked", "rtt_ms"}
+    keep = {i for i, p in enumerate(points) if any(p.get(name) is not None for name in marked)}
+    rest = [i for i in range(len(points)) if i not in keep]
+    step = max(1, len(rest) // max(1, limit - len(keep)))
+    return [points[i] for i in sorted({*keep, *rest[::step], len(points) - 1})]
+
+
+# --- a receiver's update rule, measured ---------------------------------------------------------------
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def flow_control_rule(points: list[dict], window: int, which: str, rtt_ms: float | None = None) -> dict:
+    """How the client's receiver re-opened one window (``which``: "stream" or "connection") of size
+    ``window`` during a trace: the updates that raised the limit, the credit each granted as a share of
+    the window, the bytes consumed when it was sent (estimated as limit - window, a pinned window's
+    reading) beside what the server had sent one round trip before the update reached it, and updates
+    per round trip. ``rtt_ms`` defaults to the trace's median RTT sample."""
+    column = "max_stream_data" if which == "stream" else "max_data"
+    samples = [p["rtt_ms"] for p in points if p.get("rtt_ms") is not None]
+    rtt_ms = rtt_ms or (statistics.median(samples) if samples else None)
+    previous = window
+    grants, consumed_ratio, times = [], [], []
+    sent = [(p["t_s"], p["sent_max"]) for p in points if p["direction"] == "down"]
+    for point in points:
+        limit = point.get(column)
+        if limit is None or limit <= previous:
+            continue
+        grants.append((limit - previous) / window)
+        times.append(point["t_s"])
+        if rtt_ms:
+            before = [s for t, s in sent if t <= point["t_s"] - rtt_ms / 1000]
+            if before and before[-1]:
+                consumed_ratio.append((limit - window) / before[-1])
+        previous = limit
+    out = {"which": which, "window": window, "rtt_ms": rtt_ms, "n_updates": len(grants)}
+    if not grants:
+        return {**out, "fraction_median": None, "fraction_p10": None, "fraction_p90": None,
+                "consumed_vs_sent_rtt_before": None, "updates_per_rtt": None}
+    span = times[-1] - times[0]
+    return {**out, "fraction_median": statistics.median(grants), "fraction_p10": _quantile(grants, 0.1),
+            "fraction_p90": _quantile(grants, 0.9),
+            "consumed_vs_sent_rtt_before": statistics.median(consumed_ratio) if consumed_ratio else None,
+            "updates_per_rtt": (len(grants) - 1) / (span * 1000 / rtt_ms) if rtt_ms and span > 0 else None}
+
+
+# --- capture and decryption (I/O) -------------------------------------------------------------------
+
+def _ethtool(ns: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(netns.ns_command(ns, ["ethtool", *args]), capture_output=True, text=True, check=False)
+
+
+def segmentation_off(namespaces: Iterable[str]) -> dict[str, str]:
+    """Switches UDP segmentation offload off on the path device of each namespace, so that a stack's
+    GSO bursts reach the capture as the datagrams the wire carries (tshark cannot decrypt a burst).
+    Returns each namespace's resulting state as ethtool reports it."""
+    states = {}
+    for ns in namespaces:
+        _ethtool(ns, "-K", PATH_DEVICE, "tx-udp-segmentation", "off")
+        shown = _ethtool(ns, "-k", PATH_DEVICE).stdout
+        states[ns] = next((line.split(":", 1)[1].strip() for line in shown.splitlines()
+                           if line.strip().startswith("tx-udp-segmentation:")), "unknown")
+    return states
+
+
+def _wait_until_in_capture(ns: str, pcap: Path, address: str, timeout: float = 20.0) -> None:
+    """dumpcap flushes its file every half second or so: a datagram sent now through the captured
+    device, once in the file, proves everything before it is too."""
+    marker = b"\xc0qreplay-trace" + os.urandom(12)
+    with netns.in_namespace(ns), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.sendto(marker, (address, 9))
+    deadline = time.monotonic() + timeout
+    while marker not in pcap.read_bytes():
+        if time.monotonic() > deadline:
+            raise ToolError(f"{pcap} did not catch up with the wire within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+@contextmanager
+def capture(path, pcap: Path) -> Iterator[dict]:
+    """tshark in the server's namespace on the path device for the block's duration (UDP only, whole
+    packets), segmentation offload off on both ends; yields the capture's description, which the
+    caller stores with the trace."""
+    if not getattr(path, "server_ns", None):
+        raise ToolError("--trace needs the testbed's namespaces; --link loopback has none")
+    offload = segmentation_off((path.client_ns, path.server_ns))
+    log = pcap.with_suffix(".log")
+    tshark = netns.start_process(path.server_ns, [tshark_path(), "-i", PATH_DEVICE, "-q", "-s", "0", "-f", "udp",
+                                                  "-F", "pcap", "-w", str(pcap)], log)
+    try:
+        wait_until_capturing(tshark, log)
+        yield {"device": PATH_DEVICE, "namespace": "server", "backend": getattr(path, "backend", None),
+               "tx_udp_segmentation": {"client": offload[path.client_ns], "server": offload[path.server_ns]},
+               "tshark": tshark_version()}
+        _wait_until_in_capture(path.server_ns, pcap, path.client_ip)
+    finally:
+        netns.stop_process(tshark.pid)
+
+
+def decrypt(pcap: Path, keylog: Path, server_ip: str) -> Decoded:
+    """tshark's decryption of a capture (pcap format) with the client's key log, as packets."""
+    if not keylog.is_file() or not keylog.stat().st_size:
+        raise ToolError("the client wrote no TLS key log: the capture cannot be decrypted")
+    data, bursts = split_bursts(pcap.read_bytes())
+    pcap = pcap.with_suffix(".split.pcap")
+    pcap.write_bytes(data)
+    argv = [tshark_path(), "-n", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog}", "-Y", "quic",
+            "-T", "json", "--no-duplicate-keys", "-J", "frame ip quic"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        decoded = packets_from_tshark(process.stdout, server_ip)
+        stderr = process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    if process.returncode:
+        raise ToolError(f"tshark could not read {pcap}: {stderr.strip().splitlines()[-1:] or process.returncode}")
+    decoded.bursts_split = bursts
+    return decoded
+
+
+def build_trace(run_id: str, decoded: Decoded, captured: dict) -> tuple[dict, list[dict]]:
+    """The `traces` row and the `trace_points` rows of one run."""
+    points, summary = sender_series(decoded.packets, decoded.client_params)
+    kept = downsample(points)
+    row = {"run_id": run_id, **summary, "packets": len(points), "points": len(kept),
+           "undecrypted": decoded.undecrypted, "bursts_split": decoded.bursts_split, "capture": json.dumps(captured),
+           "client_params": json.dumps(decoded.client_params)}
+    return row, [{"run_id": run_id, "seq": i, **p} for i, p in enumerate(kept)]

@@ -1,0 +1,103 @@
+"""qreplay --trace on the real testbed: capture, decryption, the sender's series, the update rule, the plot."""
+
+from __future__ import annotations
+
+import struct
+
+import duckdb
+import pytest
+
+from replay import sets, trace
+from replay.commands.plot import plot_traces
+from replay.link import LinkConfig
+from replay.runner import Condition, Experiment, run_experiment
+from replay.stacks import get_stack
+from replay.stacks.base import RunOptions
+
+WINDOW = 131_072
+pytestmark = pytest.mark.skipif(get_stack("ngtcp2").unavailable_reason() is not None, reason="ngtcp2 missing")
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """One traced window-limited ngtcp2 download at 30 ms; (results file, run row, points)."""
+    results = tmp_path_factory.mktemp("trace") / "r.duckdb"
+    client = sets.with_overrides(sets.resolve_one("firefox"), [f"initial_max_stream_data_bidi_local={WINDOW}"])
+    experiment = Experiment("single", get_stack("ngtcp2"), [Condition(client, None, LinkConfig(delay_down_ms=30))],
+                            RunOptions(size=1_000_000, timeout_s=30, trace=True), reps=1)
+    row = run_experiment(experiment, results)[0]
+    assert row["status"] == "ok", row.get("error")
+    con = duckdb.connect(str(results), read_only=True)
+    info = con.sql(f"SELECT * FROM traces WHERE run_id = '{row['run_id']}'").pl().to_dicts()
+    points = con.sql(f"SELECT * FROM trace_points WHERE run_id = '{row['run_id']}' ORDER BY seq").pl().to_dicts()
+    con.close()
+    assert len(info) == 1, row["warnings"]
+    return results, info[0], points
+
+
+def test_trace_of_a_window_limited_run(traced):
+    _, info, points = traced
+    assert info["initial_max_stream_data_bidi_local"] == WINDOW
+    assert '"server": "off"' in info["capture"] and info["undecrypted"] == 0
+    down = [p for p in points if p["direction"] == "down"]
+    # HTTP/3 frames its body: a few hundred bytes of HEADERS and DATA headers on the stream
+    assert 1_000_000 <= down[-1]["sent_max"] < 1_001_000 
+    # the client closes without acknowledging the last flight
+    assert down[-1]["sent_total"] - 64_000 < points[-1]["acked"] <= down[-1]["sent_total"]
+    # The receiver's credit is never overrun: every byte sent lies below the MAX_STREAM_DATA seen so far.
+    assert all(p["sent_max"] <= p["stream_credit"] for p in points)
+    rtts = [p["rtt_ms"] for p in points if p["rtt_ms"] is not None]
+    assert rtts and 29 < min(rtts) < 40
+
+
+def test_ngtcp2_updates_at_half_the_window(traced):
+    _, _, points = traced
+    rule = trace.flow_control_rule(points, WINDOW, "stream")
+    # ngtcp2 re-opens once half the window is read (replay/flowcontrol.py): each update grants about half
+    # a window, a little more for what arrived in the same burst; about one update per round trip.
+    assert rule["n_updates"] >= 8
+    assert 0.5 <= rule["fraction_p10"] and rule["fraction_median"] < 0.65
+    assert 0.9 < rule["consumed_vs_sent_rtt_before"] < 1.1
+    assert 0.7 < rule["updates_per_rtt"] < 1.3
+
+
+def test_plot_draws_the_trace(traced, tmp_path):
+    results, info, _ = traced
+    written = plot_traces(results, tmp_path, info["run_id"][:8])
+    png = next(p for p in written if p.suffix == ".png")
+    assert png.stat().st_size > 30_000
+    assert "Trace" in (tmp_path / "report.html").read_text()
+
+
+# --- the pure functions, on packets made here ----------------------------------------------------------
+
+def _packet(t, down, number, streams=(), acks=(), **frames):
+    return trace.Packet(t, down, number, 1200 if down else 50, streams=streams, acks=acks, **frames)
+
+
+def test_sender_series_from_made_packets():
+    request = _packet(0.0, False, 0, streams=(trace.StreamFrame(0, 0, 30, True),))
+    data = [_packet(0.01 + i / 1000, True, i, streams=(trace.StreamFrame(0, 1000 * i, 1000, False),)) for i in range(4)]
+    ack = _packet(0.05, False, 1, acks=(trace.AckFrame(3, 1250, ((2, 3), (0, 0))),), max_stream_data=((0, 6000),))
+    points, summary = trace.sender_series([request, *data, ack], {"initial_max_stream_data_bidi_local": 4000,
+                                                                  "initial_max_data": 10_000})
+    assert summary["download_stream"] == 0
+    last = points[-1]
+    assert last["sent_max"] == 4000 and last["acked"] == 3000 and last["stream_credit"] == 6000
+    assert last["in_flight"] == 1200  # packet 1: neither acknowledged nor PACKET_THRESHOLD below packet 3
+    assert last["rtt_ms"] == pytest.approx((0.05 - 0.013) * 1000 - 10, abs=1e-6)  # ack_delay 1250 << 3 us = 10 ms
+
+
+def test_bursts_are_split_into_their_datagrams():
+    cid = bytes(range(1, 9))
+    segments = [bytes([0x45]) + cid + bytes([i]) * 40 for i in range(3)] + [bytes([0x52]) + cid + b"x" * 20]
+    assert trace.split_burst(b"".join(segments)) == segments
+    single = bytes([0x45]) + cid + b"y" * 60
+    assert trace.split_burst(single) == [single]
+    udp = struct.pack("!HHHH", 50000, 4433, 8 + len(b"".join(segments)), 0) + b"".join(segments)
+    ip = bytes([0x45, 0, 0, 0]) + b"\0" * 5 + bytes([17]) + b"\0" * 10
+    pcap = trace.PCAP_HEADER.pack(0xA1B2C3D4, 2, 4, 0, 0, 65535, 101)
+    frame = ip + udp
+    pcap += trace.RECORD_HEADER.pack(1, 0, len(frame), len(frame)) + frame
+    split, count = trace.split_bursts(pcap)
+    assert count == 1 and split.count(cid) == 4
