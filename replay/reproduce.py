@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.markdown import markdown_table
-from replay.flowcontrol import UPDATE_RULES, WindowBound, client_window_bound
+from replay.flowcontrol import WindowBound, client_window_bound
+from replay.measured_rules import load_update_rules
 from replay.figures import draw_band, markdown_page, pyplot, save_png
 from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, client_socket_drop_pct, run_experiment, summarize
@@ -266,6 +267,7 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
                    sorted({r["link_backend"] for r in rows if r["link_backend"]}),
                    sorted({c["udp_buffer_bytes"] for c in chosen_configs if c.get("udp_buffer_bytes")}),
                    {e[1]: configs[e[0]]["stack_version"] for e in chosen if configs[e[0]].get("stack_version")})
+    rules = load_update_rules()
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         row["figure"] = configs[row["experiment_id"]]["figure"]
@@ -285,8 +287,8 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
             len(group) - len(ok), stats["n"], stats["mean"], stats["stddev"],
             client_socket_drop_pct(ok) if ok else None, packets["client"], packets["server"], cpu["client"],
             cpu["server"],
-            client_window_bound(requested, rtt, stack, group[0]["size_bytes"]) if not loss else None,
-            client_window_bound(requested, rtt, stack) if not loss else None))
+            client_window_bound(requested, rtt, stack, group[0]["size_bytes"], rules) if not loss else None,
+            client_window_bound(requested, rtt, stack, rules=rules) if not loss else None))
     return out
 
 
@@ -620,9 +622,10 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
         "of the window the receiver lets be read before it re-opens it (replay/flowcontrol.py). The rules:",
         "",
     ]
-    parts += [f"- {stack}: f = {UPDATE_RULES[stack].consumed_fraction:g}; {UPDATE_RULES[stack].source}"
-              for stack in data.stacks if stack in UPDATE_RULES]
-    parts += [f"- {stack}: no rule known, no prediction" for stack in data.stacks if stack not in UPDATE_RULES]
+    rules = load_update_rules()
+    parts += [f"- {stack}: f = {rules[stack].consumed_fraction:g}; {rules[stack].source}"
+              for stack in data.stacks if stack in rules]
+    parts += [f"- {stack}: no rule known, no prediction" for stack in data.stacks if stack not in rules]
     thesis_by_point = {(h.figure, h.what.split()[-1].removeprefix("default_")): h.thesis for h in headlines
                        if h.figure in ("5.4", "5.6") and "%" not in h.what}
     # A window can only be the limit below what the stack reached somewhere in the campaign; figure 5.2's

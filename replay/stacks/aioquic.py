@@ -4,6 +4,7 @@ goodput than the C and Go stacks; it is here for parameter coverage, not for spe
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 
 from replay.stacks.base import Applied, ClientPlan, RunOptions, Stack, ensure_certificate
@@ -20,6 +21,12 @@ class Aioquic(Stack):
         except ImportError:
             return "aioquic is not installed: pip install aioquic==1.7.2 into the qreplay environment"
         return None
+
+    def version(self) -> str | None:
+        try:
+            return importlib.metadata.version("aioquic")
+        except importlib.metadata.PackageNotFoundError:
+            return None
 
     def _flags(self, params: ParamSet | None, opts: RunOptions, role) -> Applied:
         settable, not_settable = self.split(params, role)

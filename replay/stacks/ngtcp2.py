@@ -8,6 +8,7 @@ runner drains and times.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from replay.stacks.base import Applied, ClientPlan, RunOptions, Stack, ensure_certificate, which
@@ -37,6 +38,12 @@ class Ngtcp2(Stack):
     def unavailable_reason(self) -> str | None:
         missing = [b for b in (self.client_binary, self.server_binary) if not which(b)]
         return f"{' and '.join(missing)} not found: {INSTALL_HINT}" if missing else None
+
+    def version(self) -> str | None:
+        """The Debian package's version of the client (the examples print none of their own)."""
+        done = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "ngtcp2-client"], capture_output=True,
+                              text=True)
+        return (done.stdout.strip() or None) if done.returncode == 0 else None
 
     def _common(self, params: ParamSet | None, opts: RunOptions, role) -> Applied:
         settable, not_settable = self.split(params, role)

@@ -7,9 +7,10 @@ server's bidi_remote) and reports the other two as not applied.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from replay.stacks.base import GO_BIN_DIR, Applied, ClientPlan, RunOptions, Stack, ensure_certificate
+from replay.stacks.base import GO_BIN_DIR, REPO_ROOT, Applied, ClientPlan, RunOptions, Stack, ensure_certificate
 from tparams.paramset import ParamSet
 
 COMMON = ("max_idle_timeout", "initial_max_data", "initial_max_streams_bidi", "initial_max_streams_uni")
@@ -22,6 +23,11 @@ class QuicGo(Stack):
 
     def __init__(self, bin_dir: Path = GO_BIN_DIR):
         self.client_binary, self.server_binary = bin_dir / "qgclient", bin_dir / "qgserver"
+
+    def version(self) -> str | None:
+        """quic-go's version in go.mod, which set-up builds the programs with."""
+        found = re.search(r"github.com/quic-go/quic-go v(\S+)", (REPO_ROOT / "go.mod").read_text())
+        return found.group(1) if found else None
 
     def unavailable_reason(self) -> str | None:
         missing = [p.name for p in (self.client_binary, self.server_binary) if not p.exists()]
