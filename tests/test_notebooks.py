@@ -54,8 +54,10 @@ def replay_db(tmp_path_factory):
     directory = tmp_path_factory.mktemp("replay")
     out = directory / "reproduce.duckdb"
     stack = "lsquic" if get_stack("lsquic").unavailable_reason() is None else "ngtcp2"
+    traced = [["sweep", "--stack", name, "--param", "initial_max_data", "--values", "196608", "--delay", "30ms",
+               "--size", "500KB", "--reps", "1", "--trace", "--out", str(out)] for name in ("ngtcp2", "quic-go")]
     for command in (["matrix", "--sets", "firefox,chrome", "--delays", "0ms,10ms", "--losses", "0", "--size", "1MB",
-                     "--reps", "2", "--out", str(out)],
+                     "--reps", "2", "--out", str(out)], *traced,
                     ["reproduce", "--stack", stack, "--quick", "--figures", "5.6", "--size", "1MB", "--reps", "1",
                      "--out-dir", str(directory)]):
         result = subprocess.run([str(qreplay), *command], capture_output=True, text=True, timeout=300)
@@ -128,3 +130,7 @@ def test_notebooks_execute_and_put_our_tables_beside_the_published_ones(scans, r
     # The reproduce campaign: the thesis's figure 5.6 numbers beside the stack's (LSQUIC where configured).
     assert "16.81 (figure 5.6)" in replay and "701.33 (figure 5.6)" in replay
     assert "Campaign" in replay and f"stacks {stack}" in replay
+    # One traced run per stack, drawn: credit against bytes sent, acknowledged, in flight, RTT.
+    section = replay[replay.index("Why a figure comes out as it does"):replay.index("Ratios beside the thesis")]
+    assert "ngtcp2" in section and "quic-go" in section and "196608" in section, section[:2000]
+    assert html["replay_goodput"].count("data:image/png") >= 3
