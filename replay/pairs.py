@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 from matplotlib.colors import LogNorm
 
 from common.markdown import markdown_table
+from replay import store
 from replay.figures import markdown_page, pyplot, save_png
 from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, run_experiment
@@ -64,9 +64,7 @@ class PairCell:
 
 def read_pairs(results: str | Path, campaign: str | None = None) -> tuple[str, list[PairCell]]:
     """The newest pairs campaign of a results file (or the one named), one cell per pair and delay."""
-    if not Path(results).exists():
-        raise ToolError(f"{results}: no such results file")
-    con = duckdb.connect(str(results), read_only=True)
+    con = store.open_read_only(results)
     try:
         campaigns = con.execute(
             "SELECT json_extract_string(config, '$.pairs') AS campaign, max(started_at) FROM experiments "

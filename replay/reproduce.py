@@ -29,6 +29,7 @@ from replay.flowcontrol import WindowBound, client_window_bound
 from replay.measured_rules import load_update_rules
 from replay.figures import draw_band, markdown_page, pyplot, save_png
 from replay.link import LinkConfig
+from replay import store
 from replay.runner import Condition, Experiment, client_socket_drop_pct, run_experiment, summarize
 from replay.sets import NamedSet, resolve_one, with_overrides
 from replay.stacks.base import REPO_ROOT, RunOptions, Stack, default_timeout_s
@@ -232,12 +233,7 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
     import duckdb
 
     results = Path(results)
-    if not results.exists():
-        raise ToolError(f"results file {results} does not exist")
-    try:
-        con = duckdb.connect(str(results), read_only=True)
-    except duckdb.Error as exc:
-        raise ToolError(f"cannot open {results}: {str(exc).splitlines()[0]}") from None
+    con = store.open_read_only(results)
     try:
         experiments = con.execute(
             "SELECT experiment_id, stack, started_at, finished_at, config FROM experiments "

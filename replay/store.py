@@ -29,6 +29,16 @@ def connect(path: str | Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def open_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
+    """An existing results file for reading; ToolError (one line) when it is missing or no database."""
+    if not Path(path).exists():
+        raise ToolError(f"results file {path} does not exist")
+    try:
+        return duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:
+        raise ToolError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
+
+
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
     return [row[0] for row in con.execute(f"DESCRIBE {table}").fetchall()]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -9,7 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lab import netns
+from scanner.capture.extract import read_capture
 from scanner.capture.frontend import wait_until_capturing
+from tparams.paramset import ParamSet
 
 
 def wait_until_in_capture(pcap: Path, address: str, timeout: float = 30.0) -> None:
@@ -44,3 +47,19 @@ def captured_handshakes(ns: str, pcap: Path, log: Path):
             wait_until_in_capture(pcap, "127.0.0.1")
     finally:
         netns.stop_process(tshark.pid)
+
+
+def assert_applied_is_on_the_wire(row: dict, pcap: Path, keylog: Path, asks: dict[str, list[str]]) -> None:
+    """The run's one ClientHello (Initial keys) and the server's EncryptedExtensions (the key log) hold
+    exactly the values the run stored as applied, and differ where it stored not applied; ``asks`` are the
+    NAME=VALUE requests of each role."""
+    (hello,) = read_capture(pcap, keylog=keylog).hellos
+    assert hello.server_transport_parameters is not None, "the server's EncryptedExtensions did not decrypt"
+    on_wire = {"client": ParamSet.from_decoded(hello.transport_parameters).effective(),
+               "server": ParamSet.from_decoded(hello.server_transport_parameters).effective()}
+    for role, asked in asks.items():
+        applied, not_applied = json.loads(row[f"applied_{role}"]), json.loads(row[f"not_applied_{role}"])
+        assert len(applied) + len(not_applied) == len(asked), role
+        assert {k: on_wire[role][k] for k in applied} == applied, (role, on_wire[role])
+        wrongly_missed = {k: v for k, v in not_applied.items() if on_wire[role][k] == v}
+        assert not wrongly_missed, (role, "reported not applied, yet on the wire", wrongly_missed)

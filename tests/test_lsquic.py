@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from capturing import captured_handshakes
+from capturing import assert_applied_is_on_the_wire, captured_handshakes
 from replay.flowcontrol import UPDATE_RULES, window_bound
 from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, open_path, run_experiment, run_once
@@ -22,7 +22,6 @@ from replay.sets import NamedSet, resolve_one, with_overrides
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
 from replay.stacks.lsquic import STACK as LSQUIC
-from scanner.capture.extract import read_capture
 from tparams.paramset import ParamSet
 
 # Both sides ask for values no stack sends by default, so a value on the wire can only have come
@@ -78,15 +77,7 @@ def test_every_applied_setting_is_what_went_on_the_wire(lsquic, tmp_path, monkey
     assert row["status"] == "ok" and row["bytes"] == 3_000_000, row.get("error")
 
     (keylog,) = keys.glob("*.keys")
-    (hello,) = read_capture(pcap, keylog=keylog).hellos
-    assert hello.server_transport_parameters is not None, "the server's EncryptedExtensions did not decrypt"
-    on_wire = {"client": ParamSet.from_decoded(hello.transport_parameters).effective(),
-               "server": ParamSet.from_decoded(hello.server_transport_parameters).effective()}
-    for role, asks in (("client", CLIENT_ASKS), ("server", SERVER_ASKS)):
-        applied, not_applied = json.loads(row[f"applied_{role}"]), json.loads(row[f"not_applied_{role}"])
-        assert len(applied) + len(not_applied) == len(asks)
-        assert {k: on_wire[role][k] for k in applied} == applied, role
-        assert all(on_wire[role][k] != v for k, v in not_applied.items()), (role, not_applied, on_wire[role])
+    assert_applied_is_on_the_wire(row, pcap, keylog, {"client": CLIENT_ASKS, "server": SERVER_ASKS})
     assert json.loads(row["not_applied_client"]) == {"initial_max_streams_uni": 16, "max_ack_delay": 20}
     assert json.loads(row["not_applied_server"]) == {"ack_delay_exponent": 4}
 

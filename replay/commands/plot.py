@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from replay import store
 from replay.figures import draw_band, embedded_img, pyplot, save_png
 from tparams.errors import ToolError
 
@@ -16,10 +17,8 @@ def load_summary(results: Path):
     """Per-condition statistics (successful runs only) as a polars DataFrame."""
     import duckdb
 
-    if not results.exists():
-        raise ToolError(f"results file {results} does not exist")
+    con = store.open_read_only(results)
     try:
-        con = duckdb.connect(str(results), read_only=True)
         frame = con.sql("SELECT * FROM run_summary").pl()
     except duckdb.Error as exc:
         raise ToolError(f"{results} is not a qreplay results file: {str(exc).splitlines()[0]}") from None
@@ -90,10 +89,8 @@ def traced_runs(results: Path, run_id: str | None):
     each stack."""
     import duckdb
 
-    if not results.exists():
-        raise ToolError(f"results file {results} does not exist")
+    con = store.open_read_only(results)
     try:
-        con = duckdb.connect(str(results), read_only=True)
         runs = con.sql("SELECT r.run_id, r.stack, r.set_name, r.delay_ms, r.goodput_mbps, r.started_at, "
                        "t.initial_max_data, t.initial_max_stream_data_bidi_local, t.undecrypted "
                        "FROM runs r JOIN traces t USING (run_id) ORDER BY r.started_at").pl()
