@@ -4,9 +4,11 @@ Brings the lab up, scans every lab server from the client namespace, prints
 the popularity report, tears the lab down whatever happens, replays the
 browsers' client sets through a real QUIC stack over the emulated link
 (short downloads, two repetitions), replays a small part of the thesis's
-campaign on LSQUIC where a build is configured (`qreplay reproduce --quick`,
-figures 5.3a, 5.4 and 5.6, with its report beside the published numbers), and
-renders the analysis notebooks over both result files.
+campaign on every stack usable here, LSQUIC too where a build is configured
+(`qreplay reproduce --quick`, figures 5.3a, 5.4 and 5.6, with its report
+beside the published numbers), downloads across every pair of those stacks
+at 30 ms (`qreplay pairs`, a heat map), and renders the analysis notebooks
+over both result files.
 """
 
 from __future__ import annotations
@@ -33,9 +35,13 @@ REPLAY_DELAYS_MS = (0.0, 30.0)
 REPLAY_SIZE = 20_000_000
 REPLAY_REPS = 2
 DEMO_DIR = Path("out/demo")
-# The thesis's own stack, where the user configured a build: its headline figures, small.
+# The thesis's headline figures, small, on every stack usable here (LSQUIC where the user configured a build).
 REPRODUCE_FIGURES = {"5.3a", "5.4", "5.6"}
-REPRODUCE_SIZE = 10_000_000
+REPRODUCE_SIZE = 5_000_000
+REPRODUCE_REPS = 1
+# Every client against every server of one protocol, at the thesis's 30 ms.
+PAIRS_DELAY_MS = 30.0
+PAIRS_SIZE = 5_000_000
 
 
 def _replay_path(scan: Path) -> Path:
@@ -68,7 +74,8 @@ def run_demo(out: Path | None, fmt: str = "table", html_dir: Path | None = None,
     sys.stdout.write(text.rstrip("\n") + "\n")
     if replay:
         _replay(replay_path)
-        _reproduce_on_lsquic(replay_path)
+        _reproduce(replay_path)
+        _pairs(replay_path.with_name(f"{replay_path.stem}-pairs"))
     if html_dir is not None:
         from scanner.analysis import render_notebooks
 
@@ -95,22 +102,49 @@ def _replay(results: Path) -> None:
     execute(Experiment("matrix", get_stack("ngtcp2"), conditions, options, REPLAY_REPS, command_line="quictp-demo"), results, False)
 
 
-def _reproduce_on_lsquic(results: Path) -> None:
-    """`qreplay reproduce --stack lsquic --quick`, a part of it, into the replay file (the notebook shows it)
-    and its report beside it; skipped, with the reason, without an LSQUIC build."""
+def _usable_stacks() -> list:
+    from replay.stacks import all_stacks
+
+    usable = []
+    for stack in all_stacks().values():
+        reason = stack.unavailable_reason()
+        if reason:
+            _err.print(f"not replaying on {stack.name}: {reason}")
+        else:
+            usable.append(stack)
+    return usable
+
+
+def _reproduce(results: Path) -> None:
+    """`qreplay reproduce --quick`, a part of it, on every usable stack into the replay file (the notebook
+    shows it) and its report beside it: the stacks side by side, beside the thesis."""
     from replay.commands.run import execute
     from replay.reproduce import build_report, plan_campaign, run_campaign
-    from replay.stacks import get_stack
 
-    lsquic = get_stack("lsquic")
-    reason = lsquic.unavailable_reason()
-    if reason:
-        _err.print(f"not replaying on LSQUIC: {reason}")
-        return
-    plans = plan_campaign(quick=True, figures=REPRODUCE_FIGURES, size=REPRODUCE_SIZE)
-    _err.print(f"reproducing the thesis's figures {', '.join(sorted(REPRODUCE_FIGURES))} on LSQUIC, "
-               f"{REPRODUCE_SIZE // 1_000_000} MB downloads ...")
-    run_campaign([lsquic], plans, results, mode="quick", command_line="quictp-demo",
+    stacks = _usable_stacks()
+    plans = plan_campaign(quick=True, figures=REPRODUCE_FIGURES, size=REPRODUCE_SIZE, reps=REPRODUCE_REPS)
+    _err.print(f"reproducing the thesis's figures {', '.join(sorted(REPRODUCE_FIGURES))} on "
+               f"{', '.join(s.name for s in stacks)}, {REPRODUCE_SIZE // 1_000_000} MB downloads ...")
+    run_campaign(stacks, plans, results, mode="quick", command_line="quictp-demo",
                  execute=lambda experiment, out: execute(experiment, out, False))
     report = build_report(results, results.with_name(f"{results.stem}-reproduce"))
-    _err.print(f"LSQUIC beside the thesis: {report.markdown} and {report.html}")
+    _err.print(f"the stacks beside the thesis: {report.markdown} and {report.html}")
+
+
+def _pairs(out_dir: Path) -> None:
+    """`qreplay pairs` at 30 ms over every usable stack: the heat map of client x server goodput."""
+    from replay.commands.run import execute
+    from replay.link import LinkConfig
+    from replay.pairs import run_pairs, write_pairs_report
+    from replay.sets import resolve_one
+    from replay.stacks.base import RunOptions
+
+    stacks = _usable_stacks()
+    _err.print(f"every client x server of {', '.join(s.name for s in stacks)} at {PAIRS_DELAY_MS:g} ms, "
+               f"{PAIRS_SIZE // 1_000_000} MB ...")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run_pairs(stacks, resolve_one("firefox"), [LinkConfig(delay_down_ms=PAIRS_DELAY_MS)],
+              RunOptions(size=PAIRS_SIZE, timeout_s=60.0), 1, out_dir / "pairs.duckdb", command_line="quictp-demo",
+              execute=lambda experiment, out: execute(experiment, out, False))
+    written = write_pairs_report(out_dir / "pairs.duckdb", out_dir)
+    _err.print(f"implementation pairs: {written.html} ({', '.join(str(p) for p in written.heatmaps)})")

@@ -24,8 +24,9 @@ def demo(
     html: Path = typer.Option(Path("out/demo"), help="Render the analysis notebooks on the scan as HTML here."),
     notebooks: bool = typer.Option(True, "--notebooks/--no-notebooks", help="Render the notebooks at all."),
     replay: bool = typer.Option(
-        True, "--replay/--no-replay", help="Also replay the browsers' client sets (ngtcp2, 0 and 30 ms, 20 MB x 2) and, with an "
-        "LSQUIC build configured, the thesis's figures 5.3a, 5.4 and 5.6 on LSQUIC (qreplay reproduce --quick)."
+        True, "--replay/--no-replay", help="Also replay the browsers' client sets (ngtcp2, 0 and 30 ms, 20 MB x 2), "
+        "the thesis's figures 5.3a, 5.4 and 5.6 on every stack usable here (qreplay reproduce --quick; LSQUIC where a "
+        "build is configured), and every client x server pair at 30 ms (qreplay pairs)."
     ),
 ) -> None:
     """Bring up the lab, scan every lab server, print the parameter sets, tear down; replay the browser sets."""
