@@ -96,8 +96,9 @@ def window_bound(window: int, rtt_ms: float, rule: UpdateRule, size: int | None 
 def burst_share(consumed_fraction: float) -> float:
     """The share of a window a round trip re-opens when data arrives in bursts: whole updates of
     ``consumed_fraction``, as many as fit strictly inside one window."""
-    updates = math.ceil(1 / consumed_fraction) - 1 if consumed_fraction > 0 else 0
-    return max(updates, 1) * consumed_fraction if consumed_fraction < 1 else 1.0
+    if not 0 < consumed_fraction < 1:
+        return 1.0  # re-opened at every byte read, or only once all of it was: a whole window a round trip
+    return max(math.ceil(1 / consumed_fraction) - 1, 1) * consumed_fraction
 
 
 def slow_start_rtts(flight: float, initial_cwnd: int) -> float:
