@@ -16,6 +16,15 @@ pub const ALPN: &[u8] = b"h3";
 /// A lab QUIC server. Transport parameters left out keep the library's own value.
 #[derive(Parser, Debug)]
 pub struct Args {
+    #[command(flatten)]
+    pub listener: Listener,
+    #[command(flatten)]
+    pub parameters: TransportParameters,
+}
+
+/// Where a server listens, and the certificate it shows.
+#[derive(clap::Args, Debug)]
+pub struct Listener {
     /// UDP address to listen on, ip:port.
     pub listen: SocketAddr,
     /// PEM certificate chain.
@@ -24,8 +33,6 @@ pub struct Args {
     /// PEM private key (PKCS#8).
     #[arg(long)]
     pub key: PathBuf,
-    #[command(flatten)]
-    pub parameters: TransportParameters,
 }
 
 /// The flow-control transport parameters a lab server may be told to send.

@@ -37,14 +37,8 @@ pub enum Role {
 
 #[derive(clap::Args, Debug)]
 pub struct ServerArgs {
-    /// UDP address to listen on, ip:port.
-    pub listen: SocketAddr,
-    /// PEM certificate chain.
-    #[arg(long)]
-    pub cert: PathBuf,
-    /// PEM private key (PKCS#8).
-    #[arg(long)]
-    pub key: PathBuf,
+    #[command(flatten)]
+    pub listener: crate::Listener,
     #[command(flatten)]
     pub options: Options,
 }

@@ -43,7 +43,8 @@ fn main() {
     let alpn = [BufferRef::from(ALPN)];
     let config = Configuration::open(&registration, &alpn, Some(&settings))
         .unwrap_or_else(|e| fail("settings (stream windows must be powers of two)", e));
-    let key_and_cert = CertificateFile::new(args.key.display().to_string(), args.cert.display().to_string());
+    let key_and_cert =
+        CertificateFile::new(args.listener.key.display().to_string(), args.listener.cert.display().to_string());
     config
         .load_credential(&CredentialConfig::new().set_credential(Credential::CertificateFile(key_and_cert)))
         .unwrap_or_else(|e| fail("certificate and key", e));
@@ -63,8 +64,8 @@ fn main() {
     })
     .unwrap_or_else(|e| fail("listener", e));
     listener
-        .start(&alpn, Some(&Addr::from(args.listen)))
-        .unwrap_or_else(|e| fail(&format!("listen on {}", args.listen), e));
+        .start(&alpn, Some(&Addr::from(args.listener.listen)))
+        .unwrap_or_else(|e| fail(&format!("listen on {}", args.listener.listen), e));
     loop {
         std::thread::park(); // msquic's own threads do the work; SIGTERM ends the process
     }

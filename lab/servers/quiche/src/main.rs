@@ -15,11 +15,11 @@ fn main() {
     let p = &args.parameters;
     let mut config = quiche::Config::new(quiche::PROTOCOL_VERSION).expect("quiche config");
     config
-        .load_cert_chain_from_pem_file(&args.cert.to_string_lossy())
-        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.cert.display())));
+        .load_cert_chain_from_pem_file(&args.listener.cert.to_string_lossy())
+        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.listener.cert.display())));
     config
-        .load_priv_key_from_pem_file(&args.key.to_string_lossy())
-        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.key.display())));
+        .load_priv_key_from_pem_file(&args.listener.key.to_string_lossy())
+        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.listener.key.display())));
     config.set_application_protos(&[ALPN]).expect("ALPN");
     // quiche's own defaults are 0 (no data, no streams): these are its example server's.
     config.set_max_idle_timeout(p.max_idle_timeout.unwrap_or(30_000));
@@ -30,7 +30,8 @@ fn main() {
     config.set_initial_max_streams_bidi(p.initial_max_streams_bidi.unwrap_or(100));
     config.set_initial_max_streams_uni(p.initial_max_streams_uni.unwrap_or(100));
 
-    let socket = UdpSocket::bind(args.listen).unwrap_or_else(|e| refuse(&format!("listen on {}: {e}", args.listen)));
+    let socket = UdpSocket::bind(args.listener.listen)
+        .unwrap_or_else(|e| refuse(&format!("listen on {}: {e}", args.listener.listen)));
     let local = socket.local_addr().expect("local address");
     // A connection's ID is derived from the client's first DCID, so that a
     // repeated Initial finds the connection it already made.

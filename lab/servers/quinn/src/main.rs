@@ -16,11 +16,11 @@ fn varint(value: u64) -> VarInt {
 fn main() {
     let args = lab_server_common::start();
     let p = &args.parameters;
-    let certs = CertificateDer::pem_file_iter(&args.cert)
+    let certs = CertificateDer::pem_file_iter(&args.listener.cert)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.cert.display())));
-    let key =
-        PrivateKeyDer::from_pem_file(&args.key).unwrap_or_else(|e| refuse(&format!("{}: {e}", args.key.display())));
+        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.listener.cert.display())));
+    let key = PrivateKeyDer::from_pem_file(&args.listener.key)
+        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.listener.key.display())));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -56,8 +56,8 @@ fn main() {
 
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     runtime.block_on(async {
-        let endpoint = quinn::Endpoint::server(config, args.listen)
-            .unwrap_or_else(|e| refuse(&format!("listen on {}: {e}", args.listen)));
+        let endpoint = quinn::Endpoint::server(config, args.listener.listen)
+            .unwrap_or_else(|e| refuse(&format!("listen on {}: {e}", args.listener.listen)));
         while let Some(incoming) = endpoint.accept().await {
             tokio::spawn(async move {
                 if let Ok(connection) = incoming.await {

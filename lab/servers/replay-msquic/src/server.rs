@@ -19,7 +19,8 @@ const CHUNKS_PER_SEND: usize = 16;
 pub fn run(args: ServerArgs) {
     let endpoint = Arc::new(Endpoint::new(&args.options, Side::Server));
     let registration = crate::registration();
-    let key_and_cert = CertificateFile::new(args.key.display().to_string(), args.cert.display().to_string());
+    let key_and_cert =
+        CertificateFile::new(args.listener.key.display().to_string(), args.listener.cert.display().to_string());
     let credential = CredentialConfig::new().set_credential(Credential::CertificateFile(key_and_cert));
     let configuration = Arc::new(endpoint.configuration(&registration, &credential));
     let keylog = args.options.keylog.as_deref().map(|path| Arc::new(Keylog::open(path)));
@@ -56,8 +57,8 @@ pub fn run(args: ServerArgs) {
     .unwrap_or_else(|e| crate::msquic_refused("a listener", e));
     let alpn = [BufferRef::from(replay::ALPN)];
     listener
-        .start(&alpn, Some(&Addr::from(args.listen)))
-        .unwrap_or_else(|e| refuse(&format!("listening on {}: {e:?}", args.listen)));
+        .start(&alpn, Some(&Addr::from(args.listener.listen)))
+        .unwrap_or_else(|e| refuse(&format!("listening on {}: {e:?}", args.listener.listen)));
     loop {
         std::thread::park(); // msquic's own threads do the work; SIGTERM ends the process
     }

@@ -41,12 +41,12 @@ pub fn run(args: ServerArgs) {
     let mut config =
         super::config(&args.options, args.options.parameters.flow_control.initial_max_stream_data_bidi_remote);
     config
-        .load_cert_chain_from_pem_file(&args.cert.to_string_lossy())
-        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.cert.display())));
+        .load_cert_chain_from_pem_file(&args.listener.cert.to_string_lossy())
+        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.listener.cert.display())));
     config
-        .load_priv_key_from_pem_file(&args.key.to_string_lossy())
-        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.key.display())));
-    let socket = super::bind(args.listen);
+        .load_priv_key_from_pem_file(&args.listener.key.to_string_lossy())
+        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.listener.key.display())));
+    let socket = super::bind(args.listener.listen);
     let local = socket.local_addr().expect("local address");
     let mut server =
         Server { socket, local, config, options: args.options, keys: RandomState::new(), clients: HashMap::new() };

@@ -19,11 +19,11 @@ const BAD_REQUEST: u32 = 1;
 pub async fn run(args: ServerArgs) {
     let options = args.options;
     config::check(&options, &Side::Server);
-    let certs = CertificateDer::pem_file_iter(&args.cert)
+    let certs = CertificateDer::pem_file_iter(&args.listener.cert)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.cert.display())));
-    let key =
-        PrivateKeyDer::from_pem_file(&args.key).unwrap_or_else(|e| refuse(&format!("{}: {e}", args.key.display())));
+        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.listener.cert.display())));
+    let key = PrivateKeyDer::from_pem_file(&args.listener.key)
+        .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.listener.key.display())));
     let mut tls = rustls::ServerConfig::builder_with_provider(config::crypto_provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .and_then(|builder| builder.with_no_client_auth().with_single_cert(certs, key))
@@ -41,7 +41,7 @@ pub async fn run(args: ServerArgs) {
         server_config
     };
 
-    let endpoint = config::endpoint(&options.parameters, Some(server_config(None)), args.listen);
+    let endpoint = config::endpoint(&options.parameters, Some(server_config(None)), args.listener.listen);
     let body = Bytes::from(body_chunk());
     while let Some(incoming) = endpoint.accept().await {
         // A qlog file per connection needs a transport config per connection.

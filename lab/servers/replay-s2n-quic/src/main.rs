@@ -114,7 +114,7 @@ fn limits(options: &Options) -> Result<Limits> {
 async fn server<C: congestion_controller::Provider>(args: ServerArgs, limits: Limits, cc: C) {
     let serve = async {
         let mut tls = tls::Server::builder()
-            .with_certificate(args.cert.as_path(), args.key.as_path())?
+            .with_certificate(args.listener.cert.as_path(), args.listener.key.as_path())?
             .with_application_protocols([ALPN])?;
         if args.options.keylog.is_some() {
             tls = tls.with_key_logging()?;
@@ -124,7 +124,7 @@ async fn server<C: congestion_controller::Provider>(args: ServerArgs, limits: Li
             .with_limits(limits)?
             .with_congestion_controller(cc)?
             .with_event(sender_stats::PrintSenderStats)?
-            .with_io(args.listen)?
+            .with_io(args.listener.listen)?
             .start()?;
         let body = Bytes::from(replay::body_chunk().repeat(SEND_CHUNK / replay::body_chunk().len()));
         while let Some(mut connection) = server.accept().await {

@@ -127,14 +127,16 @@ impl TransportHandler for Server {
 }
 
 pub fn run(args: ServerArgs) {
-    let (socket, local) = net::bind(args.listen);
+    let (socket, local) = net::bind(args.listener.listen);
     let tls = TlsConfig::new_server_config(
-        &args.cert.to_string_lossy(),
-        &args.key.to_string_lossy(),
+        &args.listener.cert.to_string_lossy(),
+        &args.listener.key.to_string_lossy(),
         vec![lab_server_common::replay::ALPN.to_vec()],
         false,
     )
-    .unwrap_or_else(|e| lab_server_common::refuse(&format!("{} / {}: {e}", args.cert.display(), args.key.display())));
+    .unwrap_or_else(|e| {
+        lab_server_common::refuse(&format!("{} / {}: {e}", args.listener.cert.display(), args.listener.key.display()))
+    });
     let config = crate::config(&args.options, tls, true);
     let server = Server { options: args.options, body: Bytes::from(body_chunk()) };
     let mut endpoint =

@@ -35,11 +35,14 @@ fn limits(args: &Args) -> Result<Limits, Box<dyn Error>> {
 
 async fn serve(args: &Args) -> Result<(), Box<dyn Error>> {
     let tls = Tls::builder()
-        .with_certificate(args.cert.as_path(), args.key.as_path())?
+        .with_certificate(args.listener.cert.as_path(), args.listener.key.as_path())?
         .with_application_protocols([ALPN])?
         .build()?;
-    let mut server =
-        s2n_quic::Server::builder().with_tls(tls)?.with_limits(limits(args)?)?.with_io(args.listen)?.start()?;
+    let mut server = s2n_quic::Server::builder()
+        .with_tls(tls)?
+        .with_limits(limits(args)?)?
+        .with_io(args.listener.listen)?
+        .start()?;
     while let Some(mut connection) = server.accept().await {
         tokio::spawn(async move { while let Ok(Some(_)) = connection.accept().await {} });
     }

@@ -39,12 +39,12 @@ fn main() {
     let p = &args.parameters;
     let mut config = Config::new().unwrap_or_else(|e| refuse(&e.to_string()));
     let tls = TlsConfig::new_server_config(
-        &args.cert.to_string_lossy(),
-        &args.key.to_string_lossy(),
+        &args.listener.cert.to_string_lossy(),
+        &args.listener.key.to_string_lossy(),
         vec![ALPN.to_vec()],
         false,
     )
-    .unwrap_or_else(|e| refuse(&format!("{} / {}: {e}", args.cert.display(), args.key.display())));
+    .unwrap_or_else(|e| refuse(&format!("{} / {}: {e}", args.listener.cert.display(), args.listener.key.display())));
     config.set_tls_config(tls);
     let setters: [(Option<u64>, fn(&mut Config, u64)); 7] = [
         (p.max_idle_timeout, Config::set_max_idle_timeout),
@@ -61,7 +61,8 @@ fn main() {
         }
     }
 
-    let socket = UdpSocket::bind(args.listen).unwrap_or_else(|e| refuse(&format!("listen on {}: {e}", args.listen)));
+    let socket = UdpSocket::bind(args.listener.listen)
+        .unwrap_or_else(|e| refuse(&format!("listen on {}: {e}", args.listener.listen)));
     let local = socket.local_addr().expect("local address");
     let sender = Rc::new(Sender(socket.try_clone().expect("socket")));
     let mut endpoint = Endpoint::new(Box::new(config), true, Box::new(Quiet), sender);
