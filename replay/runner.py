@@ -306,7 +306,10 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
     port = SERVER_PORT if path.server_ns else free_udp_port()
     with _run_workdir() as workdir:
         if options.trace:
-            options = dataclasses.replace(options, keylog=workdir / "keylog")
+            # The sender's qlog, where its stack writes one, gives the trace its congestion window.
+            options = dataclasses.replace(options, keylog=workdir / "keylog",
+                                          qlog_dir=options.qlog_dir or (workdir / "qlog" if server_stack.writes_qlog
+                                                                        else None))
         server_params = condition.server.params if condition.server else None
         server_argv, server_applied = server_stack.server_command(server_params, options, path.server_ip, port,
                                                                   workdir)
@@ -385,20 +388,20 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                 # to take its packets) appear only here.
                 row["counters"] = json.dumps({**json.loads(row["counters"]), **sender})
         if captured is not None:
-            row["trace"] = _trace(row, tracing, captured, workdir, path.server_ip)
+            row["trace"] = _trace(row, tracing, captured, workdir, path.server_ip, options.qlog_dir)
     if row["status"] != "ok":
         row["goodput_mbps"] = None  # a failed run is kept, but never averaged in
     return row
 
 
 def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Path,
-           server_ip: str) -> tuple[dict, list[dict]] | None:
+           server_ip: str, qlog_dir: Path | None) -> tuple[dict, list[dict]] | None:
     """The run's trace (traces row, trace_points rows); a capture that cannot be read is a warning on
     the run, not a failed run."""
     try:
         tracing.close()
         return trace.build_trace(row["run_id"], trace.decrypt(workdir / "trace.pcapng", workdir / "keylog",
-                                                              server_ip), captured)
+                                                              server_ip), captured, trace.sender_qlog(qlog_dir))
     except ToolError as exc:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), f"no trace: {exc}"])
         return None

@@ -339,6 +339,59 @@ def sender_series(packets: list[Packet], client_params: dict[str, int]) -> tuple
     return points, summary
 
 
+def qlog_events(lines: Iterable[str]) -> tuple[dict[int, float], list[tuple[float, int]]]:
+    """From a sender's qlog (JSON-SEQ, any of the stacks' drafts): when each 1-RTT packet number was sent,
+    and (time, congestion window) of each recovery metrics update, in the qlog's own time unit."""
+    sent: dict[int, float] = {}
+    windows: list[tuple[float, int]] = []
+    for line in lines:
+        line = line.strip().lstrip("\x1e")
+        if not line.startswith("{"):
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by the process's end
+        name, data, when = event.get("name", ""), event.get("data") or {}, event.get("time")
+        if when is None:
+            continue
+        if name.endswith("packet_sent") and (data.get("header") or {}).get("packet_type") in ("1RTT", "1rtt"):
+            sent.setdefault(data["header"].get("packet_number"), float(when))
+        elif name.endswith("metrics_updated") and isinstance(data.get("congestion_window"), int):
+            windows.append((float(when), data["congestion_window"]))
+    return sent, windows
+
+
+def attach_congestion_window(points: list[dict], sent: dict[int, float], windows: list[tuple[float, int]],
+                             tolerance_s: float = 0.005) -> bool:
+    """Put the sender's congestion window on each point (the last update before it). The qlog's clock is
+    mapped onto the capture's through the 1-RTT packet numbers both saw sent, in whichever unit (ms or s)
+    makes the packets agree; False, and nothing attached, when no unit lines them up within
+    ``tolerance_s`` (median deviation) or there are no updates."""
+    pairs = [(p["t_s"], sent[p["packet_number"]]) for p in points
+             if p["direction"] == "down" and p.get("packet_number") in sent]
+    if not pairs or not windows:
+        return False
+    best = None
+    for scale in (1e-3, 1.0):
+        offsets = sorted(t - q * scale for t, q in pairs)
+        offset = offsets[len(offsets) // 2]
+        spread = sorted(abs(o - offset) for o in offsets)[len(offsets) // 2]
+        if best is None or spread < best[0]:
+            best = (spread, scale, offset)
+    spread, scale, offset = best
+    if spread > tolerance_s:
+        return False
+    timeline = sorted((q * scale + offset, window) for q, window in windows)
+    index, current = 0, None
+    for point in sorted(points, key=lambda p: p["t_s"]):
+        while index < len(timeline) and timeline[index][0] <= point["t_s"]:
+            current = timeline[index][1]
+            index += 1
+        point["cwnd"] = current
+    return True
+
+
 def downsample(points: list[dict], limit: int = MAX_POINTS) -> list[dict]:
     """At most about ``limit`` points: every point carrying a flow-control frame or an RTT sample is kept
     (they are what the figures and the rule are made of), the others evenly thinned."""
@@ -471,9 +524,19 @@ def decrypt(pcap: Path, keylog: Path, server_ip: str) -> Decoded:
     return decoded
 
 
-def build_trace(run_id: str, decoded: Decoded, captured: dict) -> tuple[dict, list[dict]]:
-    """The `traces` row and the `trace_points` rows of one run."""
+def sender_qlog(qlog_dir: Path | None) -> list[str]:
+    """The lines of the server's qlog of the run (its largest file: the download's connection), or []."""
+    files = sorted((f for f in Path(qlog_dir, "server").rglob("*") if f.is_file()), key=lambda f: f.stat().st_size) \
+        if qlog_dir and Path(qlog_dir, "server").is_dir() else []
+    return files[-1].read_text(errors="replace").splitlines() if files else []
+
+
+def build_trace(run_id: str, decoded: Decoded, captured: dict,
+                qlog_lines: list[str] | None = None) -> tuple[dict, list[dict]]:
+    """The `traces` row and the `trace_points` rows of one run; the sender's qlog, where it wrote one,
+    adds its congestion window."""
     points, summary = sender_series(decoded.packets, decoded.client_params)
+    captured = {**captured, "cwnd_from_qlog": attach_congestion_window(points, *qlog_events(qlog_lines or []))}
     kept = downsample(points)
     row = {"run_id": run_id, **summary, "packets": len(points), "points": len(kept),
            "undecrypted": decoded.undecrypted, "bursts_split": decoded.bursts_split, "capture": json.dumps(captured),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 
 import duckdb
@@ -101,3 +102,25 @@ def test_bursts_are_split_into_their_datagrams():
     pcap += trace.RECORD_HEADER.pack(1, 0, len(frame), len(frame)) + frame
     split, count = trace.split_bursts(pcap)
     assert count == 1 and split.count(cid) == 4
+
+
+def test_the_senders_congestion_window_comes_from_its_qlog(traced):
+    """ngtcp2's server writes qlog: every point carries the window it had then, and it grew in slow start
+    from ngtcp2's initial 14,520 bytes while the flow-control window, not it, held the flight down."""
+    _, info, points = traced
+    assert json.loads(info["capture"])["cwnd_from_qlog"] is True
+    windows = [p["cwnd"] for p in points if p["cwnd"] is not None]
+    # (the first 1-RTT packet may leave after the handshake's ACKs already grew it a little)
+    assert len(windows) >= 0.9 * len(points) and windows[0] < 2 * 14_520 and max(windows) > 4 * 14_520
+    assert max(p["in_flight"] for p in points) < max(windows)
+
+
+def test_qlog_clock_is_matched_through_packet_numbers():
+    points = [{"t_s": 0.100 + 0.001 * n, "direction": "down", "packet_number": n} for n in range(10)]
+    sent = {n: 5.0 + 1.0 * n for n in range(10)}  # milliseconds since the qlog's own start
+    assert trace.attach_congestion_window(points, sent, [(4.0, 12_000), (8.5, 24_000)])
+    assert [p["cwnd"] for p in points] == [12_000] * 4 + [24_000] * 6
+    late = [{**p, "cwnd": None} for p in points]
+    jumbled = {n: 5.0 + (0 if n % 2 else 40.0) for n in range(10)}  # no unit lines these up
+    assert not trace.attach_congestion_window(late, jumbled, [(4.0, 12_000)])
+    assert all(p["cwnd"] is None for p in late)

@@ -90,6 +90,8 @@ class Stack(ABC):
     name: str  # the library's name, as the lab and identification call it
     #: the application protocol its client and server speak; a client downloads from any server of the same
     protocol: Literal["h3", "hq-interop"] = "hq-interop"
+    #: whether its server writes qlog into RunOptions.qlog_dir (a trace takes the congestion window from it)
+    writes_qlog: bool = False
     #: parameters each role's command line can set; the rest are reported as not applied
     settable: dict[Role, frozenset[str]]
 
@@ -171,7 +173,6 @@ class ReplayProgram(Stack):
     cc_names: frozenset[str] = frozenset({"cubic", "bbr"})
     #: None: --autotune reaches the library; else the sentence saying why it cannot
     autotune_note: str | None = None
-    writes_qlog: bool = False
 
     @property
     def binary(self) -> Path:

@@ -30,6 +30,7 @@ INSTALL_HINT = "install Debian's ngtcp2-client and ngtcp2-server (apt-get instal
 class Ngtcp2(Stack):
     name = "ngtcp2"
     protocol = "h3"  # Debian ships ngtcp2's HTTP/3 examples only (no h09 ones)
+    writes_qlog = True
     settable = {"client": frozenset(FLAGS), "server": frozenset(FLAGS)}
 
     def __init__(self, client_binary: str = "gtlsclient", server_binary: str = "gtlsserver"):

@@ -19,6 +19,7 @@ STREAM_WINDOW = {"client": "initial_max_stream_data_bidi_local", "server": "init
 
 class QuicGo(Stack):
     name = "quic-go"
+    writes_qlog = True
     settable = {role: frozenset((*COMMON, window)) for role, window in STREAM_WINDOW.items()}
 
     def __init__(self, bin_dir: Path = GO_BIN_DIR):
