@@ -173,6 +173,9 @@ class ReplayProgram(Stack):
     cc_names: frozenset[str] = frozenset({"cubic", "bbr"})
     #: None: --autotune reaches the library; else the sentence saying why it cannot
     autotune_note: str | None = None
+    #: what the library sends whatever it is told: a request for exactly that value is what the peer sees,
+    #: so it counts as applied (any other as not applied)
+    fixed: dict[str, int] = {}
 
     @property
     def binary(self) -> Path:
@@ -190,6 +193,9 @@ class ReplayProgram(Stack):
     def flags(self, params: ParamSet | None, opts: RunOptions, role: Role) -> Applied:
         settable, not_settable = self.split(params, role)
         out = Applied(applied=dict(settable), not_applied=not_settable)
+        for name, fixed in self.fixed.items():
+            if out.not_applied.get(name) == fixed:
+                out.applied[name] = out.not_applied.pop(name)
         for name, value in settable.items():
             flag = f"--{name.replace('_', '-')}"
             if isinstance(value, bool):

@@ -36,12 +36,10 @@ class MsQuic(ReplayProgram):
     name = "msquic"
     settable = {"client": BOTH, "server": BOTH | {"disable_active_migration"}}
     cc_names = frozenset({"cubic", "bbr"})
+    fixed = FIXED
 
     def flags(self, params, opts, role) -> Applied:
         out = super().flags(params, opts, role)
-        for name, fixed in FIXED.items():
-            if out.not_applied.get(name) == fixed:
-                out.applied[name] = out.not_applied.pop(name)
         for name in STREAM_WINDOWS:
             window = out.applied.get(name)
             if window is None or (window > 0 and window & (window - 1) == 0):

@@ -17,8 +17,7 @@ default) and BBR. qlog: quinn-proto's ``qlog`` feature, one file per connection.
 
 from __future__ import annotations
 
-from replay.stacks.base import Applied, ReplayProgram, RunOptions
-from tparams.paramset import ParamSet
+from replay.stacks.base import ReplayProgram
 
 COMMON = ("max_idle_timeout", "max_udp_payload_size", "initial_max_data", "initial_max_streams_bidi",
           "initial_max_streams_uni")
@@ -33,13 +32,7 @@ class Quinn(ReplayProgram):
                 "server": frozenset((*COMMON, STREAM_WINDOW["server"], "disable_active_migration"))}
     autotune_note = "quinn 0.11 has no window auto-tuning: its windows stayed at the advertised values"
     writes_qlog = True
-
-    def flags(self, params: ParamSet | None, opts: RunOptions, role) -> Applied:
-        out = super().flags(params, opts, role)
-        for name, fixed in FIXED.items():
-            if out.not_applied.get(name) == fixed:
-                out.applied[name] = out.not_applied.pop(name)
-        return out
+    fixed = FIXED
 
 
 STACK = Quinn()
