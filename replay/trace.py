@@ -6,18 +6,16 @@ packet (tshark's field output lists each field's values per datagram, which cann
 a coalesced datagram was the 1-RTT one, nor give the length of a STREAM frame sent without one).
 
 Pure functions (``packets_from_tshark``, ``sender_series``, ``downsample``, ``flow_control_rule``) are
-kept apart from the I/O (``capture``, ``decrypt``, ``trace_run``) so a test can feed them a capture.
+kept apart from the I/O (``capture``, ``decrypt``, ``sender_qlog``) so a test can feed them a capture.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
-import os
-import socket
 import statistics
 import struct
 import subprocess
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,7 +23,7 @@ from pathlib import Path
 
 from lab import netns
 from replay.link import PATH_DEVICE
-from scanner.capture.frontend import tshark_path, tshark_version, wait_until_capturing
+from scanner.capture.frontend import tshark_path, tshark_version, wait_until_capturing, wait_until_in_capture
 from tparams.errors import ToolError
 
 MAX_POINTS = 20_000
@@ -425,7 +423,8 @@ def flow_control_rule(points: list[dict], window: int, which: str, rtt_ms: float
     rtt_ms = rtt_ms or (statistics.median(samples) if samples else None)
     previous = window
     grants, consumed_ratio, times = [], [], []
-    sent = [(p["t_s"], p["sent_max"]) for p in points if p["direction"] == "down"]
+    down = [p for p in points if p["direction"] == "down"]
+    sent_times = [p["t_s"] for p in down]  # in capture order, so ascending
     for point in points:
         limit = point.get(column)
         if limit is None or limit <= previous:
@@ -433,9 +432,9 @@ def flow_control_rule(points: list[dict], window: int, which: str, rtt_ms: float
         grants.append((limit - previous) / window)
         times.append(point["t_s"])
         if rtt_ms:
-            before = [s for t, s in sent if t <= point["t_s"] - rtt_ms / 1000]
-            if before and before[-1]:
-                consumed_ratio.append((limit - window) / before[-1])
+            before = bisect.bisect_right(sent_times, point["t_s"] - rtt_ms / 1000)
+            if before and down[before - 1]["sent_max"]:
+                consumed_ratio.append((limit - window) / down[before - 1]["sent_max"])
         previous = limit
     out = {"which": which, "window": window, "rtt_ms": rtt_ms, "n_updates": len(grants)}
     if not grants:
@@ -467,19 +466,6 @@ def segmentation_off(namespaces: Iterable[str]) -> dict[str, str]:
     return states
 
 
-def _wait_until_in_capture(ns: str, pcap: Path, address: str, timeout: float = 20.0) -> None:
-    """dumpcap flushes its file every half second or so: a datagram sent now through the captured
-    device, once in the file, proves everything before it is too."""
-    marker = b"\xc0qreplay-trace" + os.urandom(12)
-    with netns.in_namespace(ns), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.sendto(marker, (address, 9))
-    deadline = time.monotonic() + timeout
-    while marker not in pcap.read_bytes():
-        if time.monotonic() > deadline:
-            raise ToolError(f"{pcap} did not catch up with the wire within {timeout:.0f} s")
-        time.sleep(0.05)
-
-
 @contextmanager
 def capture(path, pcap: Path) -> Iterator[dict]:
     """tshark in the server's namespace on the path device for the block's duration (UDP only, whole
@@ -496,7 +482,8 @@ def capture(path, pcap: Path) -> Iterator[dict]:
         yield {"device": PATH_DEVICE, "namespace": "server", "backend": getattr(path, "backend", None),
                "tx_udp_segmentation": {"client": offload[path.client_ns], "server": offload[path.server_ns]},
                "tshark": tshark_version()}
-        _wait_until_in_capture(path.server_ns, pcap, path.client_ip)
+        with netns.in_namespace(path.server_ns):
+            wait_until_in_capture(pcap, path.client_ip)
     finally:
         netns.stop_process(tshark.pid)
 

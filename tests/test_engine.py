@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from capturing import wait_until_in_capture
+from scanner.capture.frontend import wait_until_in_capture
 from scanner.capture.frontend import wait_until_capturing
 from scanner.scan import scan_into
 from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, ScanSettings

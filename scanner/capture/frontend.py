@@ -11,6 +11,8 @@ byte, tshark prints only the few fields needed, and Python just reads lines
 from __future__ import annotations
 
 import binascii
+import os
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -69,6 +71,26 @@ def wait_until_capturing(tshark: subprocess.Popen, log: Path, timeout: float = 2
             raise ToolError(f"tshark could not capture: {log.read_text(errors='replace').strip()[-300:]}")
         if time.monotonic() > deadline:
             raise ToolError(f"tshark did not start capturing within {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def wait_until_in_capture(pcap: Path, address: str, timeout: float = 30.0) -> None:
+    """Return once every packet sent before this call is in ``pcap``.
+
+    dumpcap writes packets in the order they pass and flushes its file every half second or so
+    (a datagram reached the file 0.7 s after it was sent at load 5), so a fixed wait before
+    stopping it can lose the last packets. Instead a datagram is sent now to a closed port at
+    ``address`` (through the captured interface; call this in the namespace that reaches it) and
+    awaited in the file; once it is there, so is everything before it. Its first byte has the
+    long-header bit set, so captures filtered to QUIC long headers keep it too.
+    """
+    marker = b"\xc0" + os.urandom(15)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.sendto(marker, (address, 9))
+    deadline = time.monotonic() + timeout
+    while marker not in pcap.read_bytes():
+        if time.monotonic() > deadline:
+            raise ToolError(f"{pcap} did not catch up with the wire within {timeout:.0f} s")
         time.sleep(0.05)
 
 
