@@ -61,6 +61,13 @@ class PairCell:
     stddev_mbps: float | None
     error: str | None  # one failed run's error, where some failed
 
+    def text(self, digits: int, failed: str) -> str:
+        """The cell as a reader sees it: the mean, and (``failed``, a format of the count) how many runs
+        failed where some did."""
+        if self.mean_mbps is None:
+            return "failed"
+        return f"{self.mean_mbps:.{digits}f}" + ("" if self.ok == self.runs else failed.format(self.runs - self.ok))
+
 
 def read_pairs(results: str | Path, campaign: str | None = None) -> tuple[str, list[PairCell]]:
     """The newest pairs campaign of a results file (or the one named), one cell per pair and delay."""
@@ -131,12 +138,7 @@ def draw_heatmap(cells: list[PairCell], delay_ms: float, path: Path) -> Path:
     middle = (max(finite) * min(finite)) ** 0.5 if finite and norm else 0
     for i, row in enumerate(grid):
         for j, cell in enumerate(row):
-            if cell is None:
-                text = "-"  # the pair speaks no common protocol
-            elif cell.mean_mbps is None:
-                text = "failed"
-            else:
-                text = f"{cell.mean_mbps:.0f}" + ("" if cell.ok == cell.runs else f"\n{cell.runs - cell.ok} failed")
+            text = "-" if cell is None else cell.text(0, "\n{} failed")  # "-": the pair speaks no common protocol
             light = cell is None or cell.mean_mbps is None or cell.mean_mbps > middle
             ax.text(j, i, text, ha="center", va="center", fontsize=8, color="black" if light else "white")
     fig.colorbar(image, ax=ax, label="Mbit/s")
@@ -155,8 +157,7 @@ def _markdown(campaign: str, cells: list[PairCell], heatmaps: list[Path]) -> str
             for server in servers:
                 cell = next((c for c in cells if c.client == client and c.server == server and c.delay_ms == delay),
                             None)
-                row.append("-" if cell is None else "failed" if cell.mean_mbps is None else
-                           f"{cell.mean_mbps:.1f}" + ("" if cell.ok == cell.runs else f" ({cell.runs - cell.ok} failed)"))
+                row.append("-" if cell is None else cell.text(1, " ({} failed)"))
             rows.append(row)
         parts += [f"## {delay:g} ms", "", f"![pairs at {delay:g} ms]({image.name})", "",
                   markdown_table(["client \\ server", *servers], rows), ""]

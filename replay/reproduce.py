@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.markdown import markdown_table
-from replay.flowcontrol import WindowBound, client_window_bound
+from replay.flowcontrol import UpdateRule, WindowBound, client_window_bound
 from replay.measured_rules import load_update_rules
 from replay.figures import draw_band, markdown_page, pyplot, save_png
 from replay.link import LinkConfig
@@ -642,7 +642,7 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
           "below the window's bound: something else limits" if s.mean < s.bound.low_mbps else "above the model"]
          for s in bounded]) if bounded else
         "No condition of this campaign has a window that binds below what its stack reached."]
-    parts += _across_implementations(data, thesis_by_point)
+    parts += _across_implementations(data, thesis_by_point, rules)
     for title, path in figures:
         figure = title.split()[-1]
         parts += ["", f"## {title}: {FIGURE_TITLES.get(figure) or _packets_title(figure)}", "",
@@ -662,11 +662,11 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
     return "\n".join(parts) + "\n"
 
 
-def _across_implementations(data: Campaign, thesis_by_point: dict[tuple[str, str], float]) -> list[str]:
+def _across_implementations(data: Campaign, thesis_by_point: dict[tuple[str, str], float],
+                            rules: dict[str, UpdateRule]) -> list[str]:
     """Figures 5.4 and 5.6 with the stacks side by side: each cell the measured mean and, in brackets, what
     the window model predicts with that stack's update rule (burst bound to a whole window a round trip)."""
     parts: list[str] = []
-    rules = load_update_rules()
     for figure in ("5.4", "5.6"):
         rows = [s for s in data.summaries if s.figure == figure and s.sweep_value is not None]
         if len({s.stack for s in rows}) < 2:
