@@ -78,9 +78,10 @@ def run_demo(out: Path | None, fmt: str = "table", html_dir: Path | None = None,
     sys.stdout.write(text.rstrip("\n") + "\n")
     if replay:
         _replay(replay_path)
-        _reproduce(replay_path)
-        _traces(replay_path)
-        _pairs(replay_path.with_name(f"{replay_path.stem}-pairs"))
+        stacks = _usable_stacks()
+        _reproduce(replay_path, stacks)
+        _traces(replay_path, stacks)
+        _pairs(replay_path.with_name(f"{replay_path.stem}-pairs"), stacks)
     if html_dir is not None:
         from scanner.analysis import render_notebooks
 
@@ -120,13 +121,12 @@ def _usable_stacks() -> list:
     return usable
 
 
-def _reproduce(results: Path) -> None:
+def _reproduce(results: Path, stacks: list) -> None:
     """`qreplay reproduce --quick`, a part of it, on every usable stack into the replay file (the notebook
     shows it) and its report beside it: the stacks side by side, beside the thesis."""
     from replay.commands.run import execute
     from replay.reproduce import build_report, plan_campaign, run_campaign
 
-    stacks = _usable_stacks()
     plans = plan_campaign(quick=True, figures=REPRODUCE_FIGURES, size=REPRODUCE_SIZE, reps=REPRODUCE_REPS)
     _err.print(f"reproducing the thesis's figures {', '.join(sorted(REPRODUCE_FIGURES))} on "
                f"{', '.join(s.name for s in stacks)}, {REPRODUCE_SIZE // 1_000_000} MB downloads ...")
@@ -136,7 +136,7 @@ def _reproduce(results: Path) -> None:
     _err.print(f"the stacks beside the thesis: {report.markdown} and {report.html}")
 
 
-def _traces(results: Path) -> None:
+def _traces(results: Path, stacks: list) -> None:
     """One traced run per usable stack at the thesis's smallest connection window (initial_max_data 196,608,
     30 ms): the notebook draws why each stack's figure 5.4 point comes out as it does."""
     from replay.commands.run import execute
@@ -146,7 +146,6 @@ def _traces(results: Path) -> None:
     from replay.stacks.base import RunOptions
 
     client = with_overrides(resolve_one("lsquic-client-default"), [f"initial_max_data={TRACE_WINDOW}"])
-    stacks = _usable_stacks()
     _err.print(f"one traced run each on {', '.join(s.name for s in stacks)} at initial_max_data {TRACE_WINDOW:,}, "
                f"30 ms ...")
     for stack in stacks:
@@ -155,7 +154,7 @@ def _traces(results: Path) -> None:
                            command_line="quictp-demo"), results, False)
 
 
-def _pairs(out_dir: Path) -> None:
+def _pairs(out_dir: Path, stacks: list) -> None:
     """`qreplay pairs` at 30 ms over every usable stack: the heat map of client x server goodput."""
     from replay.commands.run import execute
     from replay.link import LinkConfig
@@ -163,7 +162,6 @@ def _pairs(out_dir: Path) -> None:
     from replay.sets import resolve_one
     from replay.stacks.base import RunOptions
 
-    stacks = _usable_stacks()
     _err.print(f"every client x server of {', '.join(s.name for s in stacks)} at {PAIRS_DELAY_MS:g} ms, "
                f"{PAIRS_SIZE // 1_000_000} MB ...")
     out_dir.mkdir(parents=True, exist_ok=True)

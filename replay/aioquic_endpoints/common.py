@@ -19,7 +19,7 @@ from tparams.paramset import PERFORMANCE_PARAMETERS
 
 ALPN = "hq-interop"
 MAX_REQUEST = 64
-_REQUEST = re.compile(rb"GET /(\d+)\r?\n?")
+_REQUEST = re.compile(rb"GET /(\d+)\r?")
 
 
 def request(size: int) -> bytes:
@@ -28,11 +28,12 @@ def request(size: int) -> bytes:
 
 def requested_size(received: bytes, finished: bool) -> int | None:
     """The size a request asks for; None while the line is incomplete; ValueError if it is no request."""
-    if b"\n" not in received and not finished:
+    line, newline, _ = received.partition(b"\n")
+    if not newline and not finished:
         if len(received) > MAX_REQUEST:
             raise ValueError("request line too long")
         return None
-    found = _REQUEST.fullmatch(received.split(b"\n")[0] + (b"\n" if b"\n" in received else b""))
+    found = _REQUEST.fullmatch(line)
     if not found:
         raise ValueError(f"not a request for /<size>: {received[:MAX_REQUEST]!r}")
     return int(found.group(1))
