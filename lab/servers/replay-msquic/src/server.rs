@@ -133,6 +133,6 @@ fn print_sender_stats(connection: &Connection) {
         ("congestion_events", f64::from(stats.SendCongestionCount)),
         ("min_rtt_ms", f64::from(stats.MinRtt) / 1e3),
         ("smoothed_rtt_ms", f64::from(stats.Rtt) / 1e3),
-        ("cwnd_bytes", f64::from(stats.SendCongestionWindow)),
+        ("congestion_window", f64::from(stats.SendCongestionWindow)),
     ]);
 }

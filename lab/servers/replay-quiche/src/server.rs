@@ -167,7 +167,7 @@ impl Client {
         if let Some(path) = connection.path_stats().next() {
             fields.push(("smoothed_rtt_ms", super::millis(path.rtt)));
             fields.extend(path.min_rtt.map(|rtt| ("min_rtt_ms", super::millis(rtt))));
-            fields.push(("cwnd_bytes", path.cwnd as f64));
+            fields.push(("congestion_window", path.cwnd as f64));
         }
         replay::print_sender_stats(&fields);
     }

@@ -64,7 +64,7 @@ impl Subscriber for PrintSenderStats {
             ("bytes_lost", stats.bytes_lost as f64),
             ("min_rtt_ms", stats.min_rtt.as_secs_f64() * 1e3),
             ("smoothed_rtt_ms", stats.smoothed_rtt.as_secs_f64() * 1e3),
-            ("cwnd_bytes", f64::from(stats.congestion_window)),
+            ("congestion_window", f64::from(stats.congestion_window)),
         ]);
         // The runner stops the server right after the download; the line must be out by then.
         let _ = std::io::stdout().flush();

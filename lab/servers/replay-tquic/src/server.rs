@@ -77,8 +77,8 @@ impl TransportHandler for Server {
             stats.extend([
                 ("min_rtt_ms", path.min_rtt as f64 / 1000.0),
                 ("smoothed_rtt_ms", path.srtt as f64 / 1000.0),
-                ("cwnd_bytes", path.final_cwnd as f64),
-                ("max_cwnd_bytes", path.max_cwnd as f64),
+                ("congestion_window", path.final_cwnd as f64),
+                ("max_congestion_window", path.max_cwnd as f64),
             ]);
         }
         print_sender_stats(&stats);
