@@ -142,17 +142,13 @@ pub fn keylog_file(path: &Path) -> File {
 }
 
 /// The client's result, as qreplay reads it: the last JSON line on stdout. `duration` runs from the
-/// request to the last byte of the body; `extra` are further numeric fields (name, value).
-pub fn print_client_result(bytes: u64, duration: Duration, handshake: Duration, extra: &[(&str, f64)]) {
-    let mut line = format!(
-        "{{\"bytes\": {bytes}, \"duration_s\": {:.6}, \"handshake_s\": {:.6}",
+/// request to the last byte of the body.
+pub fn print_client_result(bytes: u64, duration: Duration, handshake: Duration) {
+    println!(
+        "{{\"bytes\": {bytes}, \"duration_s\": {:.6}, \"handshake_s\": {:.6}}}",
         duration.as_secs_f64(),
         handshake.as_secs_f64()
     );
-    for (name, value) in extra {
-        line += &format!(", \"{name}\": {value}");
-    }
-    println!("{line}}}");
 }
 
 /// The sender's statistics of a finished connection, for qreplay's counters: one JSON line of

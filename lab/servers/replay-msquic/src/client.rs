@@ -29,7 +29,7 @@ enum Progress {
 
 pub fn run(args: ClientArgs) {
     match download(&args) {
-        Ok((bytes, duration, handshake)) => replay::print_client_result(bytes, duration, handshake, &[]),
+        Ok((bytes, duration, handshake)) => replay::print_client_result(bytes, duration, handshake),
         Err(message) => fail(&message),
     }
 }

@@ -80,7 +80,7 @@ pub fn run(args: ClientArgs) {
                 }
                 let _ = connection.close(true, 0x0, b"");
                 super::flush(&socket, &mut connection, &mut out);
-                replay::print_client_result(received, duration, handshake, &[]);
+                replay::print_client_result(received, duration, handshake);
                 return;
             }
         }

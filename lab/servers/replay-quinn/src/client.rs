@@ -79,6 +79,6 @@ async fn download(args: &ClientArgs) -> Result<(), String> {
     if bytes != args.size {
         return Err(format!("received {bytes} of {} bytes", args.size));
     }
-    print_client_result(bytes, duration, handshake, &[]);
+    print_client_result(bytes, duration, handshake);
     Ok(())
 }

@@ -216,7 +216,7 @@ async fn download<C: congestion_controller::Provider>(args: &ClientArgs, limits:
     if received != args.size {
         return Err(format!("received {received} of {} bytes", args.size).into());
     }
-    replay::print_client_result(received, duration, handshake, &[]);
+    replay::print_client_result(received, duration, handshake);
     connection.close(0u8.into());
     drop((stream, connection));
     let _ = tokio::time::timeout(CLOSE_GRACE, client.wait_idle()).await;

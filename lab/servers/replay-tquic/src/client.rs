@@ -134,7 +134,7 @@ pub fn run(args: ClientArgs) {
     }
     match (download.established, download.requested, download.finished) {
         (Some(established), Some(requested), Some(finished)) => {
-            print_client_result(download.received, finished - requested, established - started, &[])
+            print_client_result(download.received, finished - requested, established - started)
         }
         _ => {
             fail(&format!("timed out after {} s with {} of {} bytes", args.timeout_s, download.received, download.size))
