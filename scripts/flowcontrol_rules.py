@@ -65,10 +65,6 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RULES_CSV)
     args = parser.parse_args()
     stacks = {name: s for name, s in all_stacks().items() if not args.stack or name in args.stack}
-    kept = []
-    if args.out.is_file():  # the stacks not measured now keep their earlier rows
-        with open(args.out, newline="") as f:
-            kept = [row for row in csv.DictReader(f) if row["stack"] not in stacks]
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for name, stack in stacks.items():
@@ -76,9 +72,14 @@ def main() -> None:
             if reason:
                 print(f"{name}: skipped ({reason})", file=sys.stderr)
                 continue
-            rows += measure(stack, args.size, Path(scratch) / "rules.duckdb")
-            for row in rows[-2:]:
+            measured = measure(stack, args.size, Path(scratch) / "rules.duckdb")
+            for row in measured:
                 print(f"{name} {row['which']}: {row['n_updates']} updates, median {row['fraction_median']}")
+            rows += measured
+    kept = []
+    if args.out.is_file():  # a stack not measured now (not named, or not usable here) keeps its earlier rows
+        with open(args.out, newline="") as f:
+            kept = [row for row in csv.DictReader(f) if row["stack"] not in {r["stack"] for r in rows}]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS)
