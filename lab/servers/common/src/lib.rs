@@ -1,6 +1,6 @@
 //! What every lab server and qreplay program shares: the command line
-//! (address, certificate, ALPN, flow-control values) and a clean exit on
-//! SIGTERM. The qreplay programs' own part is in `replay`.
+//! (address, certificate, flow-control values, what the application chooses)
+//! and a clean exit on SIGTERM. The qreplay programs' own part is in `replay`.
 
 pub mod replay;
 
@@ -9,10 +9,6 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-/// The only ALPN the lab servers accept: the scanner offers h3, and library
-/// identification keys on how each library refuses anything else.
-pub const ALPN: &[u8] = b"h3";
-
 /// A lab QUIC server. Transport parameters left out keep the library's own value.
 #[derive(Parser, Debug)]
 pub struct Args {
@@ -20,6 +16,61 @@ pub struct Args {
     pub listener: Listener,
     #[command(flatten)]
     pub parameters: TransportParameters,
+    #[command(flatten)]
+    pub application: Application,
+}
+
+/// What an application picks beside flow control. Library identification must
+/// not key on any of it, so the lab runs each library once more with other
+/// choices (scanner/identify.py, the held-out configuration). A server refuses
+/// a choice its library does not let an application make.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Application {
+    /// ALPN protocols accepted, in preference order (repeat the flag). The
+    /// scanner offers h3; identification keys on how a library refuses the rest.
+    #[arg(long = "alpn", default_value = "h3")]
+    pub alpn: Vec<String>,
+    /// Length in bytes of the server's connection IDs (absent: the library's choice).
+    #[arg(long)]
+    pub cid_length: Option<usize>,
+    /// Accept DATAGRAM frames (RFC 9221), i.e. send max_datagram_frame_size (absent: the library's choice).
+    #[arg(long)]
+    pub datagrams: Option<bool>,
+    /// Send disable_active_migration.
+    #[arg(long)]
+    pub disable_active_migration: bool,
+    #[arg(long)]
+    pub active_connection_id_limit: Option<u64>,
+    /// Send a preferred_address (ip:port) for the client to move to.
+    #[arg(long)]
+    pub preferred_address: Option<SocketAddr>,
+    /// Answer every new connection with a Retry.
+    #[arg(long)]
+    pub retry: bool,
+}
+
+impl Application {
+    pub fn alpn(&self) -> Vec<Vec<u8>> {
+        self.alpn.iter().map(|protocol| protocol.as_bytes().to_vec()).collect()
+    }
+
+    /// Refuses the choices set here that the library (named) cannot make.
+    pub fn refuse_unsupported(&self, library: &str, unsupported: &[&str]) {
+        for name in unsupported {
+            let asked = match *name {
+                "cid-length" => self.cid_length.is_some(),
+                "datagrams" => self.datagrams.is_some(),
+                "disable-active-migration" => self.disable_active_migration,
+                "active-connection-id-limit" => self.active_connection_id_limit.is_some(),
+                "preferred-address" => self.preferred_address.is_some(),
+                "retry" => self.retry,
+                other => panic!("no application choice {other}"),
+            };
+            if asked {
+                refuse(&format!("{library} lets no application choose --{name}"));
+            }
+        }
+    }
 }
 
 /// Where a server listens, and the certificate it shows.

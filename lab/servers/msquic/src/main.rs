@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use lab_server_common::{refuse, ALPN};
+use lab_server_common::refuse;
 use msquic::{
     Addr, BufferRef, CertificateFile, Configuration, Connection, ConnectionEvent, ConnectionRef, Credential,
     CredentialConfig, Listener, ListenerEvent, Registration, RegistrationConfig, Settings,
@@ -15,7 +15,8 @@ fn narrow<T: TryFrom<u64>>(value: u64, name: &str) -> T {
 
 fn main() {
     let args = lab_server_common::start();
-    let p = &args.parameters;
+    let (p, app) = (&args.parameters, &args.application);
+    app.refuse_unsupported("msquic", &["disable-active-migration", "active-connection-id-limit", "preferred-address", "retry"]);
     // msquic's own PeerBidiStreamCount and PeerUnidiStreamCount are 0 (no
     // streams for the client); an HTTP/3 server needs them, so these are ours.
     let mut settings = Settings::new()
@@ -38,9 +39,32 @@ fn main() {
         settings = settings.set_StreamRecvWindowUnidiDefault(narrow(value, "initial_max_stream_data_uni"));
     }
 
+    if app.datagrams == Some(true) {
+        settings = settings.set_DatagramReceiveEnabled();
+    }
     let fail = |what: &str, status: msquic::Status| -> ! { refuse(&format!("{what}: {status:?}")) };
+    // msquic's connection IDs are 9 bytes, or 14 with the server's IP address in them
+    // (load-balancing mode QUIC_LOAD_BALANCING_SERVER_ID_IP): the only lengths it offers.
+    match app.cid_length {
+        None | Some(9) => {}
+        Some(14) => {
+            let mode: u16 = 1;
+            msquic::Api::get_ffi(); // loads the library, which set_param assumes
+            unsafe {
+                msquic::Api::set_param(
+                    std::ptr::null_mut(),
+                    msquic::PARAM_GLOBAL_LOAD_BALACING_MODE,
+                    2,
+                    &mode as *const u16 as *const std::ffi::c_void,
+                )
+            }
+            .unwrap_or_else(|e| fail("load-balancing mode", e));
+        }
+        Some(other) => refuse(&format!("msquic's connection IDs are 9 or 14 bytes, not {other}")),
+    }
     let registration = Registration::new(&RegistrationConfig::default()).unwrap_or_else(|e| fail("registration", e));
-    let alpn = [BufferRef::from(ALPN)];
+    let protocols = app.alpn();
+    let alpn: Vec<BufferRef> = protocols.iter().map(|protocol| BufferRef::from(protocol.as_slice())).collect();
     let config = Configuration::open(&registration, &alpn, Some(&settings))
         .unwrap_or_else(|e| fail("settings (stream windows must be powers of two)", e));
     let key_and_cert =

@@ -8,11 +8,12 @@ use std::io::ErrorKind;
 use std::net::UdpSocket;
 use std::time::Duration;
 
-use lab_server_common::{refuse, ALPN};
+use lab_server_common::refuse;
 
 fn main() {
     let args = lab_server_common::start();
-    let p = &args.parameters;
+    let (p, app) = (&args.parameters, &args.application);
+    app.refuse_unsupported("quiche", &["preferred-address", "retry"]);
     let mut config = quiche::Config::new(quiche::PROTOCOL_VERSION).expect("quiche config");
     config
         .load_cert_chain_from_pem_file(&args.listener.cert.to_string_lossy())
@@ -20,7 +21,22 @@ fn main() {
     config
         .load_priv_key_from_pem_file(&args.listener.key.to_string_lossy())
         .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.listener.key.display())));
-    config.set_application_protos(&[ALPN]).expect("ALPN");
+    let alpn = app.alpn();
+    config
+        .set_application_protos(&alpn.iter().map(Vec::as_slice).collect::<Vec<_>>())
+        .unwrap_or_else(|e| refuse(&format!("ALPN: {e}")));
+    config.set_disable_active_migration(app.disable_active_migration);
+    if let Some(limit) = app.active_connection_id_limit {
+        config.set_active_connection_id_limit(limit);
+    }
+    if app.datagrams == Some(true) {
+        config.enable_dgram(true, 16, 16);
+    }
+    // Our example's choice (as quiche's apps/): the longest ID QUIC allows.
+    let cid_length = app.cid_length.unwrap_or(quiche::MAX_CONN_ID_LEN);
+    if cid_length > quiche::MAX_CONN_ID_LEN {
+        refuse(&format!("connection IDs are at most {} bytes", quiche::MAX_CONN_ID_LEN));
+    }
     // quiche's own defaults are 0 (no data, no streams): these are its example server's.
     config.set_max_idle_timeout(p.max_idle_timeout.unwrap_or(30_000));
     config.set_initial_max_data(p.initial_max_data.unwrap_or(10_000_000));
@@ -37,7 +53,7 @@ fn main() {
     // repeated Initial finds the connection it already made.
     let keys = RandomState::new();
     let derive = |dcid: &[u8]| -> Vec<u8> {
-        (0..3u8).flat_map(|i| keys.hash_one((dcid, i)).to_le_bytes()).take(quiche::MAX_CONN_ID_LEN).collect()
+        (0..3u8).flat_map(|i| keys.hash_one((dcid, i)).to_le_bytes()).take(cid_length).collect()
     };
     let mut connections: HashMap<Vec<u8>, quiche::Connection> = HashMap::new();
     let (mut buf, mut out) = ([0u8; 65535], [0u8; 1350]);
@@ -48,7 +64,7 @@ fn main() {
             .expect("timeout");
         match socket.recv_from(&mut buf) {
             Ok((len, from)) => {
-                let Ok(header) = quiche::Header::from_slice(&mut buf[..len], quiche::MAX_CONN_ID_LEN) else { continue };
+                let Ok(header) = quiche::Header::from_slice(&mut buf[..len], cid_length) else { continue };
                 let mut id = header.dcid.to_vec();
                 if !connections.contains_key(&id) {
                     if header.ty != quiche::Type::Initial {

@@ -4,7 +4,8 @@
 use std::error::Error;
 use std::time::Duration;
 
-use lab_server_common::{refuse, Args, ALPN};
+use lab_server_common::{refuse, Args};
+use s2n_quic::provider::connection_id::default::Format;
 use s2n_quic::provider::limits::Limits;
 use s2n_quic::provider::tls::default::Server as Tls;
 
@@ -30,17 +31,25 @@ fn limits(args: &Args) -> Result<Limits, Box<dyn Error>> {
     limits = set(limits, p.initial_max_stream_data_bidi_remote, Limits::with_bidirectional_remote_data_window)?;
     limits = set(limits, p.initial_max_stream_data_uni, Limits::with_unidirectional_data_window)?;
     limits = set(limits, p.initial_max_streams_bidi, Limits::with_max_open_remote_bidirectional_streams)?;
-    set(limits, p.initial_max_streams_uni, Limits::with_max_open_remote_unidirectional_streams)
+    limits = set(limits, p.initial_max_streams_uni, Limits::with_max_open_remote_unidirectional_streams)?;
+    Ok(limits.with_active_connection_migration(!args.application.disable_active_migration)?)
 }
 
 async fn serve(args: &Args) -> Result<(), Box<dyn Error>> {
+    let app = &args.application;
+    app.refuse_unsupported("s2n-quic", &["datagrams", "active-connection-id-limit", "preferred-address", "retry"]);
+    let mut ids = Format::builder();
+    if let Some(length) = app.cid_length {
+        ids = ids.with_len(length).map_err(|e| format!("connection ID length {length}: {e:?}"))?;
+    }
     let tls = Tls::builder()
         .with_certificate(args.listener.cert.as_path(), args.listener.key.as_path())?
-        .with_application_protocols([ALPN])?
+        .with_application_protocols(app.alpn.iter())?
         .build()?;
     let mut server = s2n_quic::Server::builder()
         .with_tls(tls)?
         .with_limits(limits(args)?)?
+        .with_connection_id(ids.build()?)?
         .with_io(args.listener.listen)?
         .start()?;
     while let Some(mut connection) = server.accept().await {

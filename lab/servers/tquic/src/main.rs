@@ -6,7 +6,7 @@ use std::net::UdpSocket;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use lab_server_common::{refuse, ALPN};
+use lab_server_common::refuse;
 use tquic::{Config, Connection, Endpoint, PacketInfo, PacketSendHandler, TlsConfig, TransportHandler};
 
 struct Sender(UdpSocket);
@@ -36,16 +36,24 @@ impl TransportHandler for Quiet {
 
 fn main() {
     let args = lab_server_common::start();
-    let p = &args.parameters;
+    let (p, app) = (&args.parameters, &args.application);
+    app.refuse_unsupported("tquic", &["datagrams", "disable-active-migration", "preferred-address"]);
     let mut config = Config::new().unwrap_or_else(|e| refuse(&e.to_string()));
     let tls = TlsConfig::new_server_config(
         &args.listener.cert.to_string_lossy(),
         &args.listener.key.to_string_lossy(),
-        vec![ALPN.to_vec()],
+        app.alpn(),
         false,
     )
     .unwrap_or_else(|e| refuse(&format!("{} / {}: {e}", args.listener.cert.display(), args.listener.key.display())));
     config.set_tls_config(tls);
+    if let Some(length) = app.cid_length {
+        config.set_cid_len(length);
+    }
+    if let Some(limit) = app.active_connection_id_limit {
+        config.set_active_connection_id_limit(limit);
+    }
+    config.enable_retry(app.retry);
     let setters: [(Option<u64>, fn(&mut Config, u64)); 7] = [
         (p.max_idle_timeout, Config::set_max_idle_timeout),
         (p.initial_max_data, Config::set_initial_max_data),
