@@ -37,12 +37,24 @@ from aioquic.quic.packet import (
 
 from tparams.varint import decode_varint, encode_varint
 
-# aioquic derives Initial keys for these versions only (RFC 9001 and RFC 9369 salts).
-INITIAL_KEY_VERSIONS = (QuicProtocolVersion.VERSION_1, QuicProtocolVersion.VERSION_2)
-# The long-header packet types by version (the type bits mean other types in QUIC v2).
+# The Initial salt of every version whose Initials we open: RFC 9001's and RFC 9369's (aioquic's),
+# and the IETF drafts' that public captures of 2020-2023 hold (Chrome and mvfst sent draft-27 to -29).
+# Drafts 23-28 share one salt and 29-32 another (draft-ietf-quic-tls-23 and -29, section 5.2); their
+# labels are v1's ("quic key"). Drafts before 27 encoded transport parameters differently, so they stay out.
+DRAFT_VERSIONS = range(0xFF00001B, 0xFF000021)  # draft-27 .. draft-32
+_INITIAL_SALT_DRAFT_23 = bytes.fromhex("c3eef712c72ebb5a11a7d2432bb46365bef9f502")
+_INITIAL_SALT_DRAFT_29 = bytes.fromhex("afbfec289993d24c9e9786f19c6111e04390a899")
+_INITIAL_SALTS = {
+    QuicProtocolVersion.VERSION_1: INITIAL_SALT_VERSION_1,
+    QuicProtocolVersion.VERSION_2: INITIAL_SALT_VERSION_2,
+    **{v: _INITIAL_SALT_DRAFT_23 if v < 0xFF00001D else _INITIAL_SALT_DRAFT_29 for v in DRAFT_VERSIONS},
+}
+INITIAL_KEY_VERSIONS = tuple(_INITIAL_SALTS)
+# The long-header packet types by version (the type bits mean other types in QUIC v2; the drafts' are v1's).
 LONG_TYPES = {
     QuicProtocolVersion.VERSION_1: PACKET_LONG_TYPE_DECODE_VERSION_1,
     QuicProtocolVersion.VERSION_2: PACKET_LONG_TYPE_DECODE_VERSION_2,
+    **{v: PACKET_LONG_TYPE_DECODE_VERSION_1 for v in DRAFT_VERSIONS},
 }
 
 FRAME_PADDING = 0x00
@@ -59,7 +71,7 @@ class LongPacket:
     """One long-header packet inside a datagram, still protected."""
 
     version: int
-    packet_type: QuicPacketType | None  # None for versions whose type bits we cannot read
+    packet_type: QuicPacketType | None  # None for versions whose type bits we cannot read (0 is VERSION_NEGOTIATION)
     dcid: bytes
     scid: bytes
     data: bytes  # the whole packet, header included
@@ -73,7 +85,8 @@ def long_packets(payload: bytes) -> Iterator[LongPacket]:
     after datagram, each possibly followed by zero padding. So zero bytes
     between packets are skipped, and walking stops at the first byte that
     cannot start a long header (a short-header packet runs to the end), and
-    after a Retry, which has no Length field and so is the rest of the datagram.
+    after a Retry, a Version Negotiation or a packet of a version we cannot
+    frame, which have no Length field we read and so are the rest of the datagram.
     """
     offset = 0
     size = len(payload)
@@ -85,21 +98,23 @@ def long_packets(payload: bytes) -> Iterator[LongPacket]:
         if not first & 0x80 or offset + 7 > size:
             return
         version = int.from_bytes(payload[offset + 1 : offset + 5], "big")
-        if version == 0:  # Version Negotiation has no length: it is the rest of the datagram
-            return
         pos = offset + 5
         dcid_length = payload[pos]
         dcid = payload[pos + 1 : pos + 1 + dcid_length]
         pos += 1 + dcid_length
+        scid_length = payload[pos] if pos < size else 0
+        scid = payload[pos + 1 : pos + 1 + scid_length]
+        long_types = LONG_TYPES.get(version)  # type: ignore[call-overload]
+        if long_types is None:
+            # Version Negotiation and versions we cannot frame (Google's Q050 and T051, unknown ones) have
+            # no Length we can read: the rest of the datagram, yielded without a type so callers can count it.
+            kind = QuicPacketType.VERSION_NEGOTIATION if version == 0 else None
+            yield LongPacket(version, kind, dcid, scid, payload[offset:], min(pos + 1 + scid_length, size) - offset)
+            return
         if pos >= size or dcid_length > 20:
             return
-        scid_length = payload[pos]
-        scid = payload[pos + 1 : pos + 1 + scid_length]
         pos += 1 + scid_length
-        long_types = LONG_TYPES.get(version)  # type: ignore[call-overload]
-        packet_type = long_types[(first & 0x30) >> 4] if long_types else None
-        if packet_type is None:
-            return  # unknown framing
+        packet_type = long_types[(first & 0x30) >> 4]
         if packet_type == QuicPacketType.RETRY:  # no Length: the rest of the datagram
             yield LongPacket(version, packet_type, dcid, scid, payload[offset:], pos - offset)
             return
@@ -124,7 +139,6 @@ HASH_NAMES = {
     CipherSuite.CHACHA20_POLY1305_SHA256: "sha256",
 }
 _KEY_SIZES = {CipherSuite.AES_128_GCM_SHA256: 16, CipherSuite.AES_256_GCM_SHA384: 32, CipherSuite.CHACHA20_POLY1305_SHA256: 32}
-_INITIAL_SALTS = {QuicProtocolVersion.VERSION_1: INITIAL_SALT_VERSION_1, QuicProtocolVersion.VERSION_2: INITIAL_SALT_VERSION_2}
 
 
 def hkdf_extract(hash_name: str, salt: bytes, key_material: bytes) -> bytes:
