@@ -1,6 +1,8 @@
 """The lab's deliberately broken QUIC server, one mode per process.
 
-garbage: answers every datagram with random bytes (no QUIC at all).
+garbage: answers every datagram with random bytes (no QUIC at all), from the
+address the datagram was sent to, so that one garbage server bound to the
+wildcard answers for a whole range of local addresses (lab/population.py).
 duplicate-parameter, truncated-varint, short-reset-token: a real aioquic
 handshake whose transport parameters are aioquic's own, then damaged:
 initial_max_data sent a second time; max_idle_timeout's value a varint whose
@@ -13,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import socket
+import struct
 
 import aioquic.asyncio.server
 from aioquic.quic.connection import QuicConnection
@@ -47,18 +51,24 @@ def connection_class(mode: str) -> type[QuicConnection]:
     return MalformedParametersConnection
 
 
-class GarbageProtocol(asyncio.DatagramProtocol):
-    def connection_made(self, transport: asyncio.DatagramTransport) -> None:
-        self.transport = transport
-
-    def datagram_received(self, data: bytes, addr: tuple) -> None:
-        self.transport.sendto(os.urandom(random.randint(20, 1200)), addr)
+# IP_PKTINFO (linux/in.h; Python's socket module does not name it): received, it says which local
+# address a datagram was sent to; sent, it makes that address the reply's source.
+IP_PKTINFO = 8
+_PKTINFO = struct.Struct("=I4s4s")  # struct in_pktinfo: ifindex, spec_dst, addr
 
 
-async def serve_garbage(host: str, port: int) -> None:
-    await asyncio.get_running_loop().create_datagram_endpoint(GarbageProtocol, local_addr=(host, port))
-    print(f"garbage on {host}:{port}", flush=True)
-    await asyncio.Future()
+def serve_garbage(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+        sock.bind((host, port))
+        print(f"garbage on {host}:{port}", flush=True)
+        while True:
+            _, ancillary, _, source = sock.recvmsg(2048, socket.CMSG_SPACE(_PKTINFO.size))
+            asked = next((data for level, kind, data in ancillary
+                          if level == socket.IPPROTO_IP and kind == IP_PKTINFO), None)
+            reply = [(socket.IPPROTO_IP, IP_PKTINFO, _PKTINFO.pack(0, _PKTINFO.unpack(asked)[2], bytes(4)))] \
+                if asked else []
+            sock.sendmsg([os.urandom(random.randint(20, 1200))], reply, 0, source)
 
 
 def main() -> None:
@@ -66,7 +76,7 @@ def main() -> None:
     parser.add_argument("--mode", choices=MODES, required=True)
     args = parser.parse_args()
     if args.mode == "garbage":
-        asyncio.run(serve_garbage(args.host, args.port))
+        serve_garbage(args.host, args.port)
         return
     # aioquic's server builds its connections by this module-level name; this
     # process exists only to serve the damaged parameters.

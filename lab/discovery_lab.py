@@ -11,12 +11,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import sys
-from typing import ClassVar
-
 from pyroute2 import IPRoute
 
 from lab.core import Lab
 from lab.kinds import LabContext, Launch, ServerKind, register_kind
+from lab.kinds.ngtcp2 import Ngtcp2Kind
 from lab.netns import add_route
 from lab.topology import LAB_DOMAIN, ServerSpec, Topology, default_topology
 
@@ -64,21 +63,22 @@ class DnsKind(ServerKind):
 
 
 @register_kind
-class RangeServerKind(ServerKind):
+class RangeServerKind(Ngtcp2Kind):
     """ngtcp2's gtlsserver bound to 0.0.0.0 in a namespace that takes every
     address of ``options["range"]`` as local (``ip route add local``): one
     server, a thousand addresses, each answered from its own address (the
-    server replies with the datagram's destination as source)."""
+    server replies with the datagram's destination as source, IP_PKTINFO).
+    Transport parameters from ``options["parameters"]``, as the ngtcp2 kind."""
 
     name = "ngtcp2-range"
-    library = "ngtcp2"
-    ARGV: ClassVar[list[str]] = ["gtlsserver", "--quiet", "--max-window=0", "--max-stream-window=0"]
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
-        htdocs = ctx.workdir(spec) / "htdocs"
-        htdocs.mkdir(exist_ok=True)
-        return Launch([sys.executable, "-m", "lab.discovery_lab", spec.options["range"], "--",
-                       *self.ARGV, f"--htdocs={htdocs}", "0.0.0.0", str(spec.port), str(ctx.key), str(ctx.cert)])
+        return Launch(range_argv(spec, self.server_argv(spec, ctx, "0.0.0.0")))
+
+
+def range_argv(spec: ServerSpec, server: list[str]) -> list[str]:
+    """``server`` started in a namespace that first takes ``options["range"]`` as local addresses."""
+    return [sys.executable, "-m", "lab.discovery_lab", spec.options["range"], "--", *server]
 
 
 def route_range(lab: Lab, spec: ServerSpec) -> None:

@@ -45,13 +45,17 @@ class Ngtcp2Kind(ServerKind):
         return {name: value for name, value in asked_parameters(spec).items() if name in self.FLAGS}
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
+        return Launch(self.server_argv(spec, ctx, spec.ip))
+
+    def server_argv(self, spec: ServerSpec, ctx: LabContext, address: str) -> list[str]:
+        """gtlsserver listening on ``address`` (the wildcard serves a whole range of local addresses)."""
         htdocs = ctx.workdir(spec) / "htdocs"
         htdocs.mkdir(exist_ok=True)
         (htdocs / "index.html").write_text(f"{spec.name}\n")
         flags = [self.FLAGS[name].format(value) for name, value in self.configured(spec).items()]
         # Auto-tuning off: the advertised windows stay the configured ones.
-        return Launch(["gtlsserver", "--quiet", f"--htdocs={htdocs}", "--max-window=0",
-                       "--max-stream-window=0", *flags, spec.ip, str(spec.port), str(ctx.key), str(ctx.cert)])
+        return ["gtlsserver", "--quiet", f"--htdocs={htdocs}", "--max-window=0",
+                "--max-stream-window=0", *flags, address, str(spec.port), str(ctx.key), str(ctx.cert)]
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
         return {**self.DEFAULTS, **self.configured(spec)}

@@ -42,6 +42,30 @@ def register(app: typer.Typer) -> None:
         _show(lab_api.status(instance), json_output)
 
 
+    @group.command("population", epilog="Example: qscan lab population --block 198.18.64.0/18 --clients 4")
+    def population_command(
+        block: str = typer.Option("198.18.64.0/18", help="Address block of the population, inside 198.18.0.0/15."),
+        clients: int = typer.Option(4, help="Shard client namespaces (<instance>-shard<i>), one per campaign host."),
+        instance: str = typer.Option("qpop", help=INSTANCE_HELP),
+        json_output: bool = typer.Option(False, "--json", help="Print the population's layout as JSON."),
+    ) -> None:
+        """Start a lab whose block of addresses answers as that many hosts: QUIC servers (two parameter sets),
+        garbage, ICMP-closed and silent parts; stays up until `qscan lab down --instance`."""
+        from lab.population import Population, bring_up
+
+        population = Population(block)
+        bring_up(population, clients, instance)
+        layout = population.to_dict() | {"instance": instance, "responsive": len(population.responsive()),
+                                         "clients": clients}
+        if json_output:
+            typer.echo(json.dumps(layout, indent=2))
+            return
+        for part in layout["parts"]:
+            typer.echo(f"{part['cidr']:<18} {part['behaviour']:<8} {part['name']:<8} {part['addresses']:>9,} addresses")
+        typer.echo(f"population lab {instance} up: {layout['responsive']:,} QUIC addresses of {block}, "
+                   f"{clients} shard namespaces {instance}-shard0..{clients - 1}; `qscan lab down --instance {instance}`")
+
+
 def _show(state: dict | None, json_output: bool) -> None:
     if json_output:
         typer.echo(json.dumps(state, indent=2))
