@@ -19,6 +19,7 @@ from common.markdown import markdown_table
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
+from scanner.campaign_store import scan_connection
 from scanner.store import ScanStore
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -130,8 +131,7 @@ class Report:
 def build_report(path: str | Path, top: int = 10) -> Report:
     if top < 1:
         raise ToolError("--top must be >= 1")
-    with ScanStore.open(path, read_only=True) as store:
-        con = store.con
+    with scan_connection(path) as con:
         return Report(summary(con), status_counts(con), top_sets(con, top), top_values(con, top))
 
 
@@ -201,7 +201,9 @@ def _rich_tables(report: Report) -> str:
 
 
 def export_parquet(path: str | Path, directory: str | Path) -> list[Path]:
-    """Every table and view of the scan file as DIR/<name>.parquet (for sharing; DuckDB/polars read it)."""
+    """Every table and view of the scan file as DIR/<name>.parquet (for sharing; DuckDB/polars read it).
+
+    The tables of many scans as one campaign: scanner.campaign_store.export_shard."""
     directory = Path(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ import typer
 from tparams.errors import ToolError
 
 from scanner import identify as identify_api
+from scanner.campaign_store import export_shard
 from scanner.engine import ScanSettings
 from scanner.report import FORMATS, build_report, export_parquet, render
 from scanner.scan import scan_into
@@ -31,7 +32,7 @@ def register(app: typer.Typer) -> None:
                                     "targets (default: one per core; small scans use one)."),
         resume: bool = typer.Option(False, "--resume", help="Continue the scan in --out, skipping targets already recorded."),
         strict: bool = typer.Option(False, "--strict", help="Reject the whole file if any line is malformed."),
-        groups: str = typer.Option("x25519,secp256r1", help="Key shares offered in the ClientHello, comma-separated."),
+        groups: str = typer.Option("x25519,secp256r1", help="Key shares sent in the ClientHello, comma-separated (supported_groups lists every other group the engine completes too)."),
         keylog: Path = typer.Option(None, help="Append TLS secrets (SSLKEYLOGFILE format) here, e.g. for tshark."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
         json_output: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
@@ -74,7 +75,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("report")
     def report_command(
-        scan: Path = typer.Argument(..., help="A DuckDB scan file written by qscan."),
+        scan: Path = typer.Argument(..., help="A DuckDB scan file written by qscan, or a campaign directory (qscan export --campaign)."),
         fmt: str = typer.Option("table", "--format", "-f", help=f"Output format: {', '.join(FORMATS)}."),
         top: int = typer.Option(10, help="How many sets and values per parameter to list."),
         compare: Path = typer.Option(None, "--compare", help="A later scan of the same population: show the sets "
@@ -91,11 +92,27 @@ def register(app: typer.Typer) -> None:
             raise ToolError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
         sys.stdout.write(render(build_report(scan, top), fmt).rstrip("\n") + "\n")
 
-    @app.command("export")
+    @app.command("export", epilog="Example: qscan export shard0.duckdb --parquet census/ --campaign 2026-w48 "
+                 "--vantage fra1 --shard 0")
     def export_command(
         scan: Path = typer.Argument(..., help="A DuckDB scan file written by qscan."),
-        parquet: Path = typer.Option(..., "--parquet", help="Directory for one Parquet file per table and view."),
+        parquet: Path = typer.Option(..., "--parquet", help="Directory for one Parquet file per table and view; "
+                                     "with --campaign, a campaign directory this scan becomes one shard of."),
+        campaign: str = typer.Option(None, help="Campaign label: write Hive-partitioned tables "
+                                     "<table>/campaign=/vantage=/campaign_shard= (docs/scale.md)."),
+        vantage: str = typer.Option(None, help="Vantage point label (with --campaign)."),
+        shard: str = typer.Option(None, help="Shard label, unique in campaign and vantage (with --campaign); "
+                                  "exporting it again replaces it."),
     ) -> None:
         """Export every table and view of a scan as Parquet, for sharing and for DuckDB/polars elsewhere."""
+        labels = {"--campaign": campaign, "--vantage": vantage, "--shard": shard}
+        if any(labels.values()):
+            missing = [flag for flag, value in labels.items() if not value]
+            if missing:
+                raise ToolError(f"a campaign shard needs {', '.join(labels)} together; missing {', '.join(missing)}")
+            rows = export_shard(scan, parquet, campaign=campaign, vantage=vantage, shard=shard)
+            print(f"{rows.get('handshakes', 0)} handshakes, {len(rows)} tables -> {parquet} "
+                  f"campaign={campaign} vantage={vantage} campaign_shard={shard}")
+            return
         for path in export_parquet(scan, parquet):
             print(path)
