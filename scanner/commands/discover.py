@@ -60,6 +60,8 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, the exact ZMap command and the "
                                      "payload hex; send nothing."),
         yes: bool = typer.Option(False, "--yes", help="Start a whole-space scan without asking."),
+        resume: bool = typer.Option(False, "--resume", help="Continue the scan in --out (same ranges and shard): "
+                                    "a finished ZMap run is kept, recorded handshakes are skipped."),
         timeout: float = typer.Option(5.0, help="Seconds to wait for each handshake."),
         handshake_rate: float = typer.Option(100.0, help="New handshakes per second (0 = unlimited)."),
         concurrency: int = typer.Option(1000, help="Handshakes in flight at once."),
@@ -88,7 +90,8 @@ def register(app: typer.Typer) -> None:
                       TimeElapsedColumn(), console=_err, disable=not show) as bar:
             task = bar.add_task("zmap", total=1.0)
             result = scan_ipv4(prepared, out, settings, netns, discover_only, shlex.join(sys.argv),
-                               on_zmap_progress=lambda done: bar.update(task, completed=done), progress=show)
+                               on_zmap_progress=lambda done: bar.update(task, completed=done), progress=show,
+                               resume=resume)
         summary = {
             "scan_id": result.scan_id, "out": str(out), "probes_sent": result.discovery.probes_sent,
             "quic_servers": len(result.discovery.found), "answers": dict(sorted(result.discovery.answers.items())),

@@ -49,8 +49,7 @@ def register(app: typer.Typer) -> None:
         instance: str = typer.Option("qpop", help=INSTANCE_HELP),
         json_output: bool = typer.Option(False, "--json", help="Print the population's layout as JSON."),
     ) -> None:
-        """Start a lab whose block of addresses answers as that many hosts: QUIC servers (two parameter sets),
-        garbage, ICMP-closed and silent parts; stays up until `qscan lab down --instance`."""
+        """Start a lab whose address block answers as that many hosts (QUIC, garbage, ICMP-closed, silent); stays up."""
         from lab.population import Population, bring_up
 
         population = Population(block)

@@ -7,9 +7,11 @@ scan runs wherever the process already is (e.g. under ``ip netns exec``).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import datetime as dt
+import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ from scanner.scan import scan_into
 from scanner.discovery.netinfo import Route, check_raw_socket_permission, detect_route, require_namespace
 from scanner.discovery.plan import WHOLE_SPACE, Plan, subtract
 from tparams.probe import Probe, make_probe
-from scanner.discovery.zmap import Outcome, ZMapFiles, command_text, read_results, run_zmap, write_inputs, zmap_command
+from scanner.discovery.zmap import Discovered, Outcome, ZMapFiles, command_text, read_results, run_zmap, write_inputs, zmap_command
 from scanner.engine import ScanSettings
 from lab.netns import in_namespace
 from scanner.columns import TIMESTAMP
@@ -112,25 +114,38 @@ def scan_ipv4(
     command_line: str | None = None,
     on_zmap_progress: Callable[[float], None] | None = None,
     progress: bool = False,
+    resume: bool = False,
 ) -> IPv4Result:
     """Run ZMap, store valid answers in ``discovery``, then handshake with each
-    responsive address under the same scan_id."""
+    responsive address under the same scan_id.
+
+    With ``resume`` the scan already in ``out`` (the same targets, port and
+    shard) continues: a finished ZMap run is not repeated (its stored answers
+    are the targets), and handshakes already recorded are skipped."""
     plan = prepared.plan
+    scan_settings = {"discovery": _discovery_settings(prepared), "handshake": dataclasses.asdict(settings)}
+    outcome = None
     with open_discovery_store(out) as store:
-        if store.handshake_count() or store.con.execute("SELECT count(*) FROM discovery").fetchone()[0]:
+        scan_id = _resumable_scan(store, out, scan_settings["discovery"]) if resume else None
+        if scan_id is not None:
+            store.begin_scan("ipv4", scan_settings, command_line, resume=True)
+            outcome = _stored_outcome(store, scan_id)
+        elif store.handshake_count() or store.con.execute("SELECT count(*) FROM discovery").fetchone()[0]:
             raise ToolError(f"{out} already holds a scan; use a new --out (shards go to separate files, "
-                            "then `qscan merge`)")
-        scan_settings = {"discovery": _discovery_settings(prepared), "handshake": dataclasses.asdict(settings)}
-        scan_id = store.begin_scan("ipv4", scan_settings, command_line)
-    started = dt.datetime.now(dt.timezone.utc)
-    metadata = run_zmap(prepared.argv, prepared.files, netns, on_zmap_progress)
-    outcome = read_results(prepared.files, prepared.probe, plan.port)
-    outcome.probes_sent = metadata.get("total_sent")
-    finished = dt.datetime.now(dt.timezone.utc)
-    with open_discovery_store(out) as store:
-        store.append({"discovery": _discovery_table(scan_id, plan.shard, outcome),
-                      "discovery_runs": _run_table(scan_id, prepared, outcome, started, finished)})
-        if discover_only:
+                            "then `qscan merge`) or --resume")
+        else:
+            scan_id = store.begin_scan("ipv4", scan_settings, command_line)
+    started = finished = dt.datetime.now(dt.timezone.utc)
+    if outcome is None:
+        metadata = run_zmap(prepared.argv, prepared.files, netns, on_zmap_progress)
+        outcome = read_results(prepared.files, prepared.probe, plan.port)
+        outcome.probes_sent = metadata.get("total_sent")
+        finished = dt.datetime.now(dt.timezone.utc)
+        with open_discovery_store(out) as store:
+            store.append({"discovery": _discovery_table(scan_id, plan.shard, outcome),
+                          "discovery_runs": _run_table(scan_id, prepared, outcome, started, finished)})
+    if discover_only:
+        with open_discovery_store(out) as store:
             store.finish_scan(scan_id)
     result = IPv4Result(scan_id, outcome, seconds_discovery=(finished - started).total_seconds())
     if discover_only:
@@ -145,6 +160,35 @@ def scan_ipv4(
     result.handshakes_ok = handshakes.ok
     result.seconds_handshakes = handshakes.seconds
     return result
+
+
+# What makes two runs the same scan (the rest, e.g. the probe's random version, may differ).
+_SCAN_IDENTITY = ("targets", "port", "shard", "shards", "seed")
+
+
+def _resumable_scan(store: ScanStore, out: str | Path, asked: dict) -> int | None:
+    """The latest ipv4 scan in ``out`` if it is the one ``asked`` describes; None if there is none."""
+    row = store.con.execute("SELECT scan_id, settings FROM scans WHERE kind = 'ipv4' "
+                            "ORDER BY scan_id DESC LIMIT 1").fetchone()
+    if row is None:
+        return None
+    held = json.loads(row[1]).get("discovery", {})
+    keys = _SCAN_IDENTITY if asked["shards"] > 1 else _SCAN_IDENTITY[:-1]  # one shard: any seed walks all
+    differs = [f"{key} {held.get(key)} (asked {asked[key]})" for key in keys if held.get(key) != asked[key]]
+    if differs:
+        raise ToolError(f"{out} holds another scan: {', '.join(differs)}; refusing to resume it with this one")
+    return int(row[0])
+
+
+def _stored_outcome(store: ScanStore, scan_id: int) -> Outcome | None:
+    """What a finished ZMap run of ``scan_id`` found, from the store; None if it never finished."""
+    run = store.con.execute("SELECT probes_sent, map_keys(answers), map_values(answers) FROM discovery_runs "
+                            "WHERE scan_id = ?", [scan_id]).fetchone()
+    if run is None:
+        return None
+    found = [Discovered(ip, port, tuple(versions), time) for ip, port, versions, time in store.con.execute(
+        "SELECT ip, port, versions, time FROM discovery WHERE scan_id = ? ORDER BY time, ip", [scan_id]).fetchall()]
+    return Outcome(found, collections.Counter(dict(zip(run[1], run[2]))), run[0])
 
 
 def _discovery_settings(prepared: Prepared) -> dict:

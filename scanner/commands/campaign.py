@@ -1,0 +1,109 @@
+"""qscan campaign shard | run | plan: a census split across hosts, simulated on one machine, planned from measurement."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shlex
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+
+from tparams.errors import ToolError
+
+from scanner.campaign import CampaignSpec, run_local, run_shard, union_check
+from scanner.discovery.plan import parse_shard
+from scanner.engine import ScanSettings
+
+VANTAGE_HELP = "Where the campaign measures from (a plain name); shards of one vantage must not overlap."
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Campaigns: the shards of one census on many hosts, into one Parquet directory.",
+                        no_args_is_help=True)
+    app.add_typer(group, name="campaign")
+
+    @group.command("shard", epilog="Example: qscan campaign shard 198.18.64.0/18 --campaign lab --out camp "
+                   "--shard 0/4 --seed 7")
+    def shard_command(
+        cidrs: list[str] = typer.Argument(..., help="IPv4 ranges of the whole campaign (the same on every host)."),
+        campaign: str = typer.Option(..., help="Campaign name (a plain name)."),
+        out: Path = typer.Option(..., "--out", "-o", help="Campaign directory (local, or a shared mount)."),
+        shard: str = typer.Option(..., help="This host's shard I/N."),
+        seed: int = typer.Option(..., help="ZMap permutation seed, the same on every host."),
+        port: int = typer.Option(443, help="UDP port to probe."),
+        vantage: str = typer.Option("main", help=VANTAGE_HELP),
+        rate: int = typer.Option(10000, help="ZMap send rate of this host, probes per second."),
+        cooldown: int = typer.Option(8, help="Seconds ZMap keeps listening after the last probe."),
+        handshake_rate: float = typer.Option(0.0, help="New handshakes per second (0 = unlimited)."),
+        concurrency: int = typer.Option(1000, help="Handshakes in flight at once."),
+        workers: int = typer.Option(1, help="Handshake worker processes."),
+        timeout: float = typer.Option(5.0, help="Seconds to wait for each handshake."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+        json_output: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
+    ) -> None:
+        """Run (or resume, after a crash) one shard of a campaign: ZMap shard, handshakes, Parquet export."""
+        index, total = parse_shard(shard)
+        spec = CampaignSpec(campaign, tuple(cidrs), seed, total, port)
+        settings = ScanSettings(timeout=timeout, rate=handshake_rate, concurrency=concurrency, workers=workers)
+        result = run_shard(out, spec, index, vantage=vantage, rate=rate, cooldown=cooldown, settings=settings,
+                           command_line=shlex.join(["qscan", *sys.argv[1:]]))
+        if json_output:
+            typer.echo(json.dumps(asdict(result)))
+        elif not quiet:
+            typer.echo(f"shard {index}/{total} of {campaign}{' (resumed)' if result.resumed else ''}: "
+                       f"{result.probes_sent} probes, {result.quic_servers} QUIC servers, "
+                       f"{result.handshakes_ok}/{result.handshakes} handshakes ok -> {out}")
+
+    @group.command("run", epilog="Example: qscan campaign run --shards 4 --out camp --rate 2000")
+    def run_command(
+        out: Path = typer.Option(..., "--out", "-o", help="Campaign directory to write."),
+        shards: int = typer.Option(4, help="Shards, each a host: a client namespace of the population lab."),
+        seed: int = typer.Option(None, help="ZMap permutation seed (default: random)."),
+        campaign: str = typer.Option("lab", help="Campaign name (a plain name)."),
+        vantage: str = typer.Option("main", help=VANTAGE_HELP),
+        lab: str = typer.Option("qpop", help="Population lab instance; brought up (and down after) if not up."),
+        rate: int = typer.Option(2000, help="ZMap send rate of each shard, probes per second."),
+        cooldown: int = typer.Option(2, help="Seconds ZMap keeps listening after the last probe."),
+        handshake_rate: float = typer.Option(0.0, help="New handshakes per second of each shard (0 = unlimited)."),
+        concurrency: int = typer.Option(500, help="Handshakes in flight at once in each shard."),
+        timeout: float = typer.Option(3.0, help="Seconds to wait for each handshake."),
+        json_output: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
+    ) -> None:
+        """Simulate a campaign on one machine: each shard's command at once in its own lab namespace; then check the union."""
+        import contextlib
+
+        from lab.population import Population, described, population_lab
+        from scanner.campaign_store import open_campaign
+
+        try:
+            population, namespaces = described(lab)
+            running = contextlib.nullcontext()
+        except ToolError:
+            population, namespaces = Population(), []
+            running = population_lab(population, clients=shards, instance=lab)
+        with running as started:
+            if started is not None:
+                namespaces = [f"{lab}-shard{i}" for i in range(shards)]
+            spec = CampaignSpec(campaign, (population.block,), secrets.randbits(31) if seed is None else seed, shards)
+            settings = ScanSettings(timeout=timeout, rate=handshake_rate, concurrency=concurrency, workers=1)
+            results = run_local(spec, out, namespaces, vantage=vantage, rate=rate, cooldown=cooldown,
+                                settings=settings)
+        con = open_campaign(out)
+        try:
+            check = union_check(con, population.responsive())
+        finally:
+            con.close()
+        if json_output:
+            typer.echo(json.dumps({"shards": {i: asdict(r) for i, r in results.items()}, "union": check}))
+            return
+        for index, result in sorted(results.items()):
+            typer.echo(f"shard {index}/{shards}: {result.probes_sent} probes in {result.seconds_discovery:.1f} s, "
+                       f"{result.quic_servers} QUIC servers, {result.handshakes_ok}/{result.handshakes} handshakes ok "
+                       f"in {result.seconds_handshakes:.1f} s")
+        typer.echo(f"union: {check['discovered']} discovered ({check['duplicates']} twice), {check['expected']} "
+                   f"expected, {check['missing']} missing, {check['unexpected']} unexpected -> {out}")
+        if check["duplicates"] or check["missing"] or check["unexpected"]:
+            raise ToolError("the shards' union differs from the population's QUIC addresses")
