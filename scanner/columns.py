@@ -86,6 +86,7 @@ HANDSHAKE_SCHEMA = pa.schema(
         ("certificate_verified", pa.bool_()),
         ("certificate_error", pa.string()),
         *TRANSPORT_PARAMETER_FIELDS,
+        ("hello_retry_request", pa.bool_()),
     ]
 )
 PARAMETER_SCHEMA = pa.schema([("handshake_id", pa.int64()), *LONG_FORM_FIELDS])
@@ -95,6 +96,7 @@ _RECORD_FIELDS = [
     "closed_by", "close_frame_type", "close_reason_phrase", "offered_versions", "retry", "retry_token_length",
     "datagrams_received", "quic_version", "alpn", "tls_version",
     "cipher_suite", "key_exchange_group", "certificate_verified", "certificate_error", "transport_parameters_raw",
+    "hello_retry_request",
 ]  # fmt: skip
 
 

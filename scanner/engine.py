@@ -54,7 +54,7 @@ from tparams.errors import ToolError
 from tparams.paramset import ParamSet, order_fingerprint, order_signature
 
 from scanner.handshake.client import ClientHandshake
-from scanner.handshake.hello import CID_LENGTH, HelloTemplate
+from scanner.handshake.hello import CID_LENGTH, X25519MLKEM768, HelloTemplate
 from scanner.targets import Target
 
 # Outcomes of one attempt (the `status` column).
@@ -71,8 +71,10 @@ GROUPS = {
     "x448": tls.Group.X448,
     "secp256r1": tls.Group.SECP256R1,
     "secp384r1": tls.Group.SECP384R1,
+    "secp521r1": tls.Group.SECP521R1,
+    "x25519mlkem768": X25519MLKEM768,
 }
-_GROUP_NAMES = {value: name for name, value in GROUPS.items()} | {tls.Group.SECP521R1: "secp521r1"}
+_GROUP_NAMES = {value: name for name, value in GROUPS.items()}
 _TLS_VERSIONS = {0x0304: "TLS 1.3", 0x0303: "TLS 1.2"}
 _CRYPTO_ERROR = QuicErrorCode.CRYPTO_ERROR  # 0x100 + TLS alert (RFC 9001, 4.8)
 
@@ -87,7 +89,10 @@ class ScanSettings:
     sockets: int = 4  # UDP sockets per worker and address family
     # Key shares sent in the ClientHello. aioquic offers four (P-256, P-384,
     # X25519, X448), costing ~0.4 ms of key generation per handshake; two cover
-    # what servers pick (as Chrome does). Keys are never reused.
+    # what servers pick (as Chrome does). Keys are never reused. supported_groups
+    # lists every other group the engine completes too, which a server may ask for
+    # in a HelloRetryRequest; x25519mlkem768 (1,216 bytes) makes the ClientHello two
+    # Initial packets.
     groups: tuple[str, ...] = ("x25519", "secp256r1")
     keylog_file: str | None = None  # SSLKEYLOGFILE-format secrets, for tshark
 
@@ -103,6 +108,8 @@ class ScanSettings:
         unknown = [g for g in self.groups if g not in GROUPS]
         if unknown or not self.groups:
             raise ToolError(f"unknown key-exchange group(s) {unknown} (known: {', '.join(GROUPS)})")
+        if len(set(self.groups)) != len(self.groups):
+            raise ToolError("--groups names a group twice (one key share a group, RFC 8446 4.2.8)")
 
 
 @dataclass
@@ -141,6 +148,7 @@ class HandshakeRecord:
     tls_version: str | None = None
     cipher_suite: str | None = None
     key_exchange_group: str | None = None
+    hello_retry_request: bool = False  # the server answered the first ClientHello with one
     certificates: list[Certificate] = field(default_factory=list)
     certificate_verified: bool | None = None
     certificate_error: str | None = None
@@ -265,6 +273,7 @@ def handshake_record(
         offered_versions=conn.offered_versions,
         retry=conn.retry_seen,
         retry_token_length=conn.retry_token_length,
+        hello_retry_request=conn.hello_retry_request,
         datagrams_received=conn.datagrams_received,
         transport_parameters_raw=conn.transport_parameters_raw,
         decoded=conn.decoded,

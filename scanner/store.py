@@ -36,6 +36,9 @@ from scanner.targets import Target
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "duckdb"
 SCAN_SCHEMA = ("scan", 3, SCHEMA_DIR / "scan_v3.sql")
+# Columns scan v3 gained after files were written with it (schemas/README.md: additions old
+# readers ignore). scan_v3.sql creates them; an older v3 file gains them when opened for writing.
+SCAN_V3_ADDED_COLUMNS = (("handshakes", "hello_retry_request", "BOOLEAN"),)
 CHECKPOINT_THRESHOLD = "512MB"
 
 PARAMETER_NAMES_SCHEMA = pa.schema([("param_id", pa.int64()), ("name", pa.string())])
@@ -69,6 +72,8 @@ class ScanStore:
                     raise ToolError(f"{path} holds no qscan results (no 'scan' schema component)")
             else:
                 apply_schema(con, *SCAN_SCHEMA[:2], SCAN_SCHEMA[2].read_text())
+                for table, column, kind in SCAN_V3_ADDED_COLUMNS:
+                    con.execute(f'ALTER TABLE "{table}" ADD COLUMN IF NOT EXISTS {column} {kind}')
                 _name_registered(con)
                 # DuckDB checkpoints whenever the WAL passes 16 MB, i.e. every batch or
                 # two at speed, tripling write time. A kill -9 replays the WAL on the

@@ -21,14 +21,14 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.packet import QuicPacketType, QuicProtocolVersion, encode_quic_retry, encode_quic_version_negotiation
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, mlkem, x25519
 from cryptography.x509.oid import NameOID
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from lab.certs import write_certificate
 from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, VERSION_NEGOTIATION, _CertificateChecker, handshake_record
 from scanner.handshake.client import ClientHandshake
-from scanner.handshake.hello import HelloTemplate, parse_client_hello
+from scanner.handshake.hello import X25519MLKEM768, HelloTemplate, generate_key_share, parse_client_hello, shared_secret
 from scanner.handshake.packets import (
     CryptoStream,
     crypto_frame,
@@ -133,7 +133,7 @@ def test_template_is_aioquics_client_hello() -> None:
     theirs = CryptoStream().add_frames(payload)
     assert theirs is not None
     groups = connection.tls._supported_groups  # aioquic's four, in its order
-    template = HelloTemplate("h3", groups)
+    template = HelloTemplate("h3", groups, supported_groups=groups)  # aioquic lists only its shares' groups
     hello = tls.pull_client_hello(tls.Buffer(data=theirs))
     shares = [dict(hello.key_share)[g] for g in groups]
     ours = template.fill(hello.random, shares, packet.scid, "server.lab.test", V1)
@@ -249,54 +249,145 @@ def test_version_negotiation_without_common_version(certificate) -> None:
     assert pair.client.datagrams_to_send() == []  # nothing to say it in
 
 
+HELLO_RETRY_RANDOM = bytes.fromhex("CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C")
+TLS13 = b"\x00\x2b\x00\x02\x03\x04"  # supported_versions: TLS 1.3
+
+
+def hello_retry_request(extensions: bytes, suite: bytes = b"\x13\x01") -> bytes:
+    body = b"\x03\x03" + HELLO_RETRY_RANDOM + b"\x00" + suite + b"\x00" + len(extensions).to_bytes(2, "big") + extensions
+    return b"\x02" + len(body).to_bytes(3, "big") + body
+
+
+def asks_for(group: int) -> bytes:
+    return b"\x00\x33\x00\x02" + group.to_bytes(2, "big")
+
+
+def server_initial(client: ClientHandshake, server_cid: bytes, packet_number: int, offset: int, message: bytes) -> None:
+    """``message`` at ``offset`` of the server's Initial CRYPTO stream, as a server would send it."""
+    keys = initial_keys(client.original_dcid, V1, of_client=False)
+    client.receive_datagram(seal_long_packet(keys, V1, QuicPacketType.INITIAL, client.source_cid, server_cid,
+                                             packet_number, crypto_frame(offset, message), min_size=1200), 0.01)  # fmt: skip
+
+
+def client_hellos(client: ClientHandshake, datagrams: list[bytes]) -> list[tuple[int, bytes]]:
+    """(CRYPTO offset, data) of each of the client's Initial datagrams."""
+    keys = initial_keys(client.original_dcid, V1, of_client=True)
+    return [frame for datagram in datagrams for frame in crypto_frames(unprotect(next(long_packets(datagram)), keys)[1])]
+
+
 def test_hello_retry_request_with_a_cookie(certificate) -> None:
     """RFC 8446 4.1.4: the second ClientHello follows the first in the stream and echoes the cookie."""
-    pair = Pair(certificate)
-    client = pair.client
-    first = client.datagrams_to_send()[0]
-    first_hello = CryptoStream().add_frames(
-        unprotect(next(long_packets(first)), initial_keys(client.original_dcid, V1, of_client=True))[1]
-    )
+    client = Pair(certificate).client
+    ((_, first_hello),) = client_hellos(client, client.datagrams_to_send())
     cookie = b"\x00\x05crumb"
-    body = (
-        b"\x03\x03" + bytes.fromhex("CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C")
-        + b"\x00" + b"\x13\x01" + b"\x00"
-    )  # fmt: skip
-    extensions = b"\x00\x2b\x00\x02\x03\x04" + b"\x00\x2c" + len(cookie).to_bytes(2, "big") + cookie
-    body += len(extensions).to_bytes(2, "big") + extensions
-    retry_request = b"\x02" + len(body).to_bytes(3, "big") + body
     server_cid = os.urandom(8)
-    keys = initial_keys(client.original_dcid, V1, of_client=False)
-    payload = crypto_frame(0, retry_request)
-    client.receive_datagram(
-        seal_long_packet(keys, V1, QuicPacketType.INITIAL, client.source_cid, server_cid, 0, payload, min_size=1200), 0.01
-    )
-    assert not client.done
+    server_initial(client, server_cid, 0, 0, hello_retry_request(TLS13 + b"\x00\x2c" + len(cookie).to_bytes(2, "big") + cookie))
+    assert not client.done and client.hello_retry_request
     (second,) = client.datagrams_to_send()
-    packet = next(long_packets(second))
-    assert packet.dcid == server_cid
-    frames = list(crypto_frames(unprotect(packet, initial_keys(client.original_dcid, V1, of_client=True))[1]))
-    (offset, second_hello), = frames
+    assert next(long_packets(second)).dcid == server_cid
+    ((offset, second_hello),) = client_hellos(client, [second])
     assert offset == len(first_hello)
     assert parse_client_hello(second_hello).random == parse_client_hello(first_hello).random
-    extensions = tls.pull_client_hello(tls.Buffer(data=second_hello)).other_extensions
-    assert (tls.ExtensionType.COOKIE, cookie) in extensions
+    hello = tls.pull_client_hello(tls.Buffer(data=second_hello))
+    assert (tls.ExtensionType.COOKIE, cookie) in hello.other_extensions
+    assert [g for g, _ in hello.key_share] == GROUPS  # a cookie alone changes no share
 
 
-def test_hello_retry_request_asking_for_nothing_new_is_refused(certificate) -> None:
+def test_hello_retry_request_for_a_listed_group_gets_its_one_share(certificate) -> None:
+    """supported_groups lists more groups than the shares; the server may ask for any of them
+    and gets a second ClientHello with that one share, the rest unchanged."""
+    client = Pair(certificate).client
+    ((_, first_hello),) = client_hellos(client, client.datagrams_to_send())
+    first = tls.pull_client_hello(tls.Buffer(data=first_hello))
+    assert first.supported_groups == [tls.Group.X25519, tls.Group.SECP256R1, tls.Group.SECP384R1,
+                                      tls.Group.SECP521R1, tls.Group.X448]  # fmt: skip
+    assert [g for g, _ in first.key_share] == GROUPS
+    server_initial(client, os.urandom(8), 0, 0, hello_retry_request(TLS13 + asks_for(tls.Group.SECP521R1)))
+    ((_, second_hello),) = client_hellos(client, client.datagrams_to_send())
+    second = tls.pull_client_hello(tls.Buffer(data=second_hello))
+    ((group, share),) = second.key_share
+    assert group == tls.Group.SECP521R1 and len(share) == 133
+    assert (second.random, second.supported_groups, second.other_extensions) == (
+        first.random, first.supported_groups, first.other_extensions)  # fmt: skip
+    assert not client.done
+
+
+@pytest.mark.parametrize(
+    "extensions, alert, says",
+    [
+        (TLS13 + asks_for(tls.Group.X25519), 47, "whose key share we sent"),
+        (TLS13 + asks_for(0x0100), 47, "group 0x0100, which we did not offer"),  # ffdhe2048
+        (TLS13 + asks_for(X25519MLKEM768), 47, "group 0x11ec, which we did not offer"),  # listed only with its share
+        (TLS13, 47, "asks for nothing we can change"),
+        (b"\x00\x2b\x00\x02\x03\x03" + asks_for(tls.Group.SECP384R1), 47, "version we did not advertise"),
+        (TLS13 + asks_for(tls.Group.SECP384R1) * 2, 47, "repeats extension 0x0033"),
+        (TLS13 + b"\x00\x33\x00\x03\x00\x18\x00", 50, "not one group"),
+    ],
+)
+def test_a_hello_retry_request_we_cannot_follow_is_a_tls_alert(certificate, extensions, alert, says) -> None:
     pair = Pair(certificate)
-    client = pair.client
-    client.datagrams_to_send()
-    body = b"\x03\x03" + bytes.fromhex("CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C") + b"\x00\x13\x01\x00"
-    extensions = b"\x00\x2b\x00\x02\x03\x04" + b"\x00\x33\x00\x02\x00\x1d"  # x25519, which we sent a share for
-    body += len(extensions).to_bytes(2, "big") + extensions
-    message = b"\x02" + len(body).to_bytes(3, "big") + body
-    keys = initial_keys(client.original_dcid, V1, of_client=False)
-    client.receive_datagram(
-        seal_long_packet(keys, V1, QuicPacketType.INITIAL, client.source_cid, os.urandom(8), 0, crypto_frame(0, message)), 0.01
-    )
+    pair.client.datagrams_to_send()
+    server_initial(pair.client, os.urandom(8), 0, 0, hello_retry_request(extensions))
     record = pair.record()
-    assert record.status == TLS_ALERT and record.closed_by == "client" and record.error_code == 0x100 + 47
+    assert record.status == TLS_ALERT and record.closed_by == "client" and record.error_code == 0x100 + alert
+    assert says in record.error and record.hello_retry_request
+
+
+def test_a_second_hello_retry_request_or_another_group_after_one_is_a_tls_alert(certificate) -> None:
+    for second, alert, says in [
+        (hello_retry_request(TLS13 + asks_for(tls.Group.X448)), 10, "a second HelloRetryRequest"),
+        (server_hello(tls.Group.X25519, os.urandom(32)), 47, "not the group its HelloRetryRequest asked for"),
+    ]:
+        pair = Pair(certificate)
+        client = pair.client
+        client.datagrams_to_send()
+        server_cid = os.urandom(8)
+        first = hello_retry_request(TLS13 + asks_for(tls.Group.SECP384R1))
+        server_initial(client, server_cid, 0, 0, first)
+        client.datagrams_to_send()
+        server_initial(client, server_cid, 1, len(first), second)
+        record = pair.record()
+        assert record.status == TLS_ALERT and record.error_code == 0x100 + alert and says in record.error
+        assert record.hello_retry_request and record.key_exchange_group is None
+
+
+def server_hello(group: int, share: bytes, suite: bytes = b"\x13\x01", random: bytes | None = None) -> bytes:
+    key_share = group.to_bytes(2, "big") + len(share).to_bytes(2, "big") + share
+    extensions = TLS13 + b"\x00\x33" + len(key_share).to_bytes(2, "big") + key_share
+    body = b"\x03\x03" + (random or os.urandom(32)) + b"\x00" + suite + b"\x00" + len(extensions).to_bytes(2, "big") + extensions
+    return b"\x02" + len(body).to_bytes(3, "big") + body
+
+
+def test_hybrid_share_spans_two_padded_initials_and_a_classic_server_completes(certificate) -> None:
+    """An X25519MLKEM768 share (1,216 bytes) makes the ClientHello two Initial packets, each a
+    1,200-byte datagram, CRYPTO at consecutive offsets; aioquic's server, without the hybrid,
+    reassembles them and picks the X25519 share beside it."""
+    pair = Pair(certificate, groups=[X25519MLKEM768, tls.Group.X25519])
+    datagrams = pair.client.datagrams_to_send()
+    assert [len(d) for d in datagrams] == [1200, 1200]
+    (offset_1, part_1), (offset_2, part_2) = client_hellos(pair.client, datagrams)
+    hello = tls.pull_client_hello(tls.Buffer(data=part_1 + part_2))
+    assert (offset_1, offset_2) == (0, len(part_1))
+    assert [(g, len(s)) for g, s in hello.key_share] == [(X25519MLKEM768, 1216), (tls.Group.X25519, 32)]
+    assert hello.supported_groups[:2] == [X25519MLKEM768, tls.Group.X25519]
+    for datagram in datagrams:
+        pair.to_server(datagram)
+    pair.run()
+    record = pair.record()
+    assert record.status == OK and record.key_exchange_group == "x25519" and not record.hello_retry_request
+
+
+def test_hybrid_key_exchange_is_mlkem_then_x25519() -> None:
+    """The server's side of draft-ietf-tls-ecdhe-mlkem, done with cryptography's primitives:
+    ciphertext || X25519 share in, ML-KEM secret || X25519 secret out."""
+    private, public = generate_key_share(X25519MLKEM768)
+    kem_secret, ciphertext = mlkem.MLKEM768PublicKey.from_public_bytes(public[:1184]).encapsulate()
+    server = x25519.X25519PrivateKey.generate()
+    ecdh_secret = server.exchange(x25519.X25519PublicKey.from_public_bytes(public[1184:]))
+    peer = ciphertext + server.public_key().public_bytes_raw()
+    assert shared_secret(X25519MLKEM768, private, peer) == kem_secret + ecdh_secret
+    with pytest.raises(ValueError):
+        shared_secret(X25519MLKEM768, private, peer[:-1])
 
 
 def test_no_common_alpn_is_the_servers_alert(certificate) -> None:
@@ -400,3 +491,67 @@ def test_arbitrary_datagrams_end_in_a_record(certificate, garbage: bytes, addres
     pair.client.receive_datagram(garbage, 0.0)
     pair.client.datagrams_to_send()
     assert pair.record().status in (TIMEOUT, PROTOCOL_ERROR, TLS_ALERT, "connection_close", VERSION_NEGOTIATION)
+
+
+def _extension(kind: int, body: bytes) -> bytes:
+    return kind.to_bytes(2, "big") + len(body).to_bytes(2, "big") + body
+
+
+def _extension(kind: int, body: bytes) -> bytes:
+    return kind.to_bytes(2, "big") + len(body).to_bytes(2, "big") + body
+
+
+def _server_message(random: bytes, session: bytes, suite: bytes, extensions: bytes, cut: int | None) -> bytes:
+    body = b"\x03\x03" + random + bytes([len(session)]) + session + suite + b"\x00" + len(extensions).to_bytes(2, "big") + extensions
+    return (b"\x02" + len(body).to_bytes(3, "big") + body)[: cut or None]
+
+
+# Mostly what a server would send (the groups we list, our suites, TLS 1.3), so that examples
+# reach the second ClientHello and the ServerHello after it, with some of everything else.
+_GROUP_IDS = st.sampled_from([*map(int, tls.Group), 0x0100, X25519MLKEM768]) | st.integers(0, 0xFFFF)
+_SHARE = st.sampled_from([32, 56, 65, 97, 133, 1120]).flatmap(lambda n: st.binary(min_size=n, max_size=n)) | st.binary(max_size=70)
+_KEY_SHARE = st.builds(lambda g, s: _extension(0x33, g.to_bytes(2, "big") + len(s).to_bytes(2, "big") + s), _GROUP_IDS, _SHARE)
+_COOKIE = st.binary(max_size=40).map(lambda c: _extension(0x2C, len(c).to_bytes(2, "big") + c))
+_ANY_EXTENSION = st.builds(_extension, st.integers(0, 0xFFFF), st.binary(max_size=20))
+_EXTENSIONS = st.one_of(
+    st.tuples(st.just(TLS13), _GROUP_IDS.map(asks_for) | st.just(b""), _COOKIE | st.just(b"")).map(b"".join),  # HRR
+    st.tuples(st.just(TLS13), _KEY_SHARE).map(b"".join),  # ServerHello
+    st.lists(st.one_of(st.just(TLS13), st.binary(max_size=3).map(lambda v: _extension(0x2B, v)), _GROUP_IDS.map(asks_for),
+                       _KEY_SHARE, _COOKIE, _ANY_EXTENSION), max_size=4).map(b"".join),
+)
+_SERVER_MESSAGE = st.builds(
+    _server_message,
+    st.sampled_from([HELLO_RETRY_RANDOM]) | st.binary(min_size=32, max_size=32),
+    st.just(b"") | st.binary(max_size=3),
+    st.sampled_from([b"\x13\x01", b"\x13\x02", b"\x13\x03", b"\x13\x01", b"\x13\x02", b"\x13\x04", b"\x00\x2f"]),
+    _EXTENSIONS,
+    st.none() | st.none() | st.integers(1, 200),
+)
+# A HelloRetryRequest for a group we list without a share, then a ServerHello for it: the
+# path to a second key exchange (a random share is a valid X448 key, rarely a valid point).
+_RETRY_THEN_HELLO = st.builds(
+    lambda group, share, random: [hello_retry_request(TLS13 + asks_for(group)), server_hello(group, share, random=random)],
+    st.sampled_from([tls.Group.SECP384R1, tls.Group.SECP521R1, tls.Group.X448]),
+    _SHARE,
+    st.binary(min_size=32, max_size=32) | st.just(HELLO_RETRY_RANDOM),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_SERVER_MESSAGE, min_size=1, max_size=3) | _RETRY_THEN_HELLO, st.booleans())
+def test_arbitrary_server_hellos_and_hello_retry_requests_end_in_a_record(certificate, messages, hybrid) -> None:
+    """ServerHello and HelloRetryRequest bodies, well-formed or not, one after the other in the
+    server's Initial stream (each after the client answered the one before): a record with a
+    status, never an exception and never an internal error."""
+    pair = Pair(certificate, groups=[X25519MLKEM768, tls.Group.X25519] if hybrid else GROUPS)
+    client = pair.client
+    client.datagrams_to_send()
+    server_cid, offset = os.urandom(8), 0
+    for number, message in enumerate(messages):
+        server_initial(client, server_cid, number, offset, message)
+        client.datagrams_to_send()
+        offset += len(message)
+    record = pair.record()
+    assert record.status in (TIMEOUT, TLS_ALERT, PROTOCOL_ERROR), record
+    assert record.error and record.error_code != 0x1, record.error  # 0x1: INTERNAL_ERROR, a path the checks missed
+    assert not record.hello_retry_request or any(m[6:38] == HELLO_RETRY_RANDOM for m in messages)

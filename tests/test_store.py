@@ -294,3 +294,20 @@ def test_long_form_rows_equal_each_parameter_as_decoded(tmp_path: Path):
     ]  # fmt: skip
     assert rows == expected
     assert {type(p.value) for rec in records if rec.decoded for p in rec.decoded.parameters} >= {int, bool, bytes, type(None)}
+
+
+def test_a_v3_file_written_before_hello_retry_request_gains_it(tmp_path: Path):
+    """A column v3 gained later (schemas/README.md): an older v3 file, without it, takes new
+    records when opened for writing, its old rows NULL."""
+    old = tmp_path / "old.duckdb"
+    with ScanStore.open(old) as store:
+        store.append_records(store.begin_scan("targets", {}), [record("192.0.2.1", ALPHA)])
+    with duckdb.connect(str(old)) as con:
+        con.execute("ALTER TABLE handshakes DROP COLUMN hello_retry_request")  # as files written before it were
+    with ScanStore.open(old) as store:
+        retried = record("198.51.100.1", ALPHA)
+        retried.hello_retry_request = True
+        store.append_records(store.begin_scan("targets", {}, resume=True), [retried, record("198.51.100.2", ALPHA)])
+    with duckdb.connect(str(old), read_only=True) as con:
+        rows = con.execute("SELECT hello_retry_request FROM handshakes ORDER BY handshake_id").fetchall()
+    assert rows == [(None,), (True,), (False,)]

@@ -52,9 +52,7 @@ from aioquic.tls import (
     AlertDescription,
     Certificate as CertificateMessage,
     ExtensionType,
-    Group,
     HandshakeType,
-    decode_public_key,
     pull_certificate_request,
     push_certificate,
     signature_algorithm_key_type,
@@ -62,7 +60,6 @@ from aioquic.tls import (
 )
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from scanner.handshake.hello import (
     CID_LENGTH,
@@ -72,6 +69,7 @@ from scanner.handshake.hello import (
     TLS_VERSION_1_3,
     HelloTemplate,
     generate_key_share,
+    shared_secret,
 )
 from scanner.handshake.messages import (
     read_certificate,
@@ -87,6 +85,8 @@ from scanner.handshake.packets import (
     FRAME_PADDING,
     FRAME_PING,
     HASH_NAMES,
+    PACKET_NUMBER_LENGTH,
+    AEAD_TAG_LENGTH,
     LONG_TYPES,
     CryptoStream,
     LongPacket,
@@ -101,7 +101,7 @@ from scanner.handshake.packets import (
     seal_long_packet,
 )
 from tparams.codec import DecodedParameters, decode_transport_parameters
-from tparams.varint import decode_varint
+from tparams.varint import decode_varint, encode_varint
 
 MIN_INITIAL_DATAGRAM = 1200  # RFC 9000 14.1: every datagram carrying a client Initial
 MAX_PENDING_CRYPTO = 524_288  # aioquic's bound on CRYPTO data held out of order
@@ -109,6 +109,8 @@ INITIAL_PTO = 0.3  # seconds before the first retransmission, as aioquic's initi
 MIN_PTO = 0.05  # a loaded server answers in milliseconds, not microseconds
 MAX_EARLY_HANDSHAKE_PACKETS = 8  # Handshake packets held until the ServerHello gives their keys
 VARINT_MAX = (1 << 62) - 1
+MIN_CRYPTO_PER_PACKET = 256  # ClientHello bytes an Initial carries even behind a long Retry token
+_CRYPTO_FRAME_HEADER = 1 + 4 + 2  # type, offset, length: at most this for a ClientHello
 CRYPTO_ERROR = QuicErrorCode.CRYPTO_ERROR
 _HELLO_RETRY_RANDOM = bytes.fromhex("CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C")
 # Frames Initial and Handshake packets may not carry, but that exist (aioquic: "Unexpected frame type").
@@ -166,7 +168,6 @@ class _KeySchedule:
         return self.derive(master, b"c ap traffic"), self.derive(master, b"s ap traffic")
 
 
-_EDWARDS_GROUPS = frozenset((Group.X25519, Group.X448))
 # aioquic's verify() arguments per signature algorithm (immutable), and parsed certificates
 # and their public keys by DER bytes: a scan meets the same chains again and again.
 _signature_params = functools.cache(signature_algorithm_params)
@@ -209,6 +210,7 @@ class ClientHandshake:
         self.retry_token_length: int | None = None  # of the first Retry-typed datagram, valid or not
         self.cipher_suite: int | None = None
         self.key_exchange_group: int | None = None
+        self.hello_retry_request = False  # the server sent one (valid or not)
         self.tls_version: int | None = None
         self.alpn: str | None = None
         self.transport_parameters_raw: bytes | None = None
@@ -252,6 +254,7 @@ class ClientHandshake:
         self._hello_offset = 0  # where our ClientHello starts in the CRYPTO stream (not 0 after a HelloRetryRequest)
         self._transcript_prefix = b""  # message_hash(ClientHello1) + HelloRetryRequest, after one
         self._hello_retry_suite: int | None = None
+        self._hello_retry_group: int | None = None  # the group a HelloRetryRequest asked for
         self._outbox: list[bytes] = []
         self._rtt: float | None = None
         self._pto_count = 0
@@ -567,20 +570,16 @@ class ClientHandshake:
         if self._hello_retry_suite is not None and hello.cipher_suite != self._hello_retry_suite:
             raise AlertIllegalParameter("ServerHello changes the HelloRetryRequest's cipher suite")
         self.cipher_suite = hello.cipher_suite
-        group, _ = hello.key_share
+        group, peer = hello.key_share
+        if self._hello_retry_group is not None and group != self._hello_retry_group:
+            raise AlertIllegalParameter("ServerHello's key share is not the group its HelloRetryRequest asked for")
+        private = self._private_keys.get(group)
+        if private is None:
+            raise AlertIllegalParameter("ServerHello has a key share we did not advertise")
         try:
-            peer = decode_public_key(hello.key_share)
-            private = self._private_keys.get(group)
-            if peer is None or private is None:
-                shared = None
-            elif group in _EDWARDS_GROUPS:
-                shared = private.exchange(peer)  # type: ignore[attr-defined]
-            else:
-                shared = private.exchange(ec.ECDH(), peer)  # type: ignore[attr-defined]
+            shared = shared_secret(group, private, peer)
         except ValueError:
             raise AlertIllegalParameter("ServerHello has an invalid key share") from None
-        if shared is None:
-            raise AlertIllegalParameter("ServerHello has a key share we did not advertise")
         self.key_exchange_group = group
         self.tls_version = hello.supported_version
         self._private_keys = {}  # secrets no longer needed
@@ -604,7 +603,9 @@ class ClientHandshake:
                 self._handshake_packet(packet)
 
     def _hello_retry_request(self, message: bytes) -> None:
-        """RFC 8446 4.1.4: the server wants a second ClientHello, with its cookie."""
+        """RFC 8446 4.1.4: the server wants a second ClientHello, with the one key share it
+        names and its cookie; a request it may not make is the alert 4.1.4 prescribes."""
+        self.hello_retry_request = True
         if self._hello_retry_suite is not None:
             raise AlertUnexpectedMessage("a second HelloRetryRequest")
         hello = Buffer(data=message)
@@ -613,26 +614,41 @@ class ClientHandshake:
         cipher_suite = hello.pull_uint16()
         hello.pull_uint8()  # compression
         extensions_end = hello.pull_uint16() + hello.tell()
-        group = cookie = None
+        extensions: dict[int, bytes] = {}
         while hello.tell() < extensions_end:
             kind, length = hello.pull_uint16(), hello.pull_uint16()
-            body = hello.pull_bytes(length)
-            if kind == ExtensionType.KEY_SHARE:
-                group = body
-            elif kind == ExtensionType.COOKIE:
-                cookie = body
+            if kind in extensions:
+                raise AlertIllegalParameter(f"HelloRetryRequest repeats extension 0x{kind:04x}")
+            extensions[kind] = hello.pull_bytes(length)
+        if hello.tell() != extensions_end or extensions_end != len(message):
+            raise AlertDecodeError("HelloRetryRequest's extensions do not add up")
         if cipher_suite not in CIPHER_SUITES:
             raise AlertIllegalParameter("HelloRetryRequest has a cipher suite we did not offer")
-        # Our supported_groups are exactly our key shares, so asking for a group can only be wrong,
-        # and without a cookie the second ClientHello would not change.
-        if group is not None or cookie is None:
+        if extensions.get(ExtensionType.SUPPORTED_VERSIONS) != TLS_VERSION_1_3.to_bytes(2, "big"):
+            raise AlertIllegalParameter("HelloRetryRequest has a version we did not advertise")
+        selected, cookie = extensions.get(ExtensionType.KEY_SHARE), extensions.get(ExtensionType.COOKIE)
+        if selected is not None and len(selected) != 2:
+            raise AlertDecodeError("HelloRetryRequest's key_share is not one group")
+        group = None if selected is None else int.from_bytes(selected, "big")
+        if group is not None and group not in self._template.supported_groups:
+            raise AlertIllegalParameter(f"HelloRetryRequest asks for group 0x{group:04x}, which we did not offer")
+        if group in self._private_keys:
+            raise AlertIllegalParameter(f"HelloRetryRequest asks for group 0x{group:04x}, whose key share we sent")
+        if group is None and cookie is None:
             raise AlertIllegalParameter("HelloRetryRequest asks for nothing we can change")
         self._hello_retry_suite = cipher_suite
         # The transcript restarts from a message_hash of the first ClientHello (RFC 8446 4.4.1).
         digest = hashlib.new(HASH_NAMES[cipher_suite], self._client_hello).digest()  # type: ignore[index]
         self._transcript_prefix = bytes((HandshakeType.MESSAGE_HASH, 0, 0, len(digest))) + digest + message
         self._hello_offset = len(self._client_hello)
-        self._client_hello = self._template.with_extension(self._client_hello, ExtensionType.COOKIE, cookie)
+        if group is not None:
+            self._hello_retry_group = group
+            private, public = generate_key_share(group)
+            self._private_keys = {group: private}
+            self._client_hello = self._template.with_key_share(self._client_hello, group, public)
+        if cookie is not None:
+            # The extension's body as the server sent it: the cookie with its length.
+            self._client_hello = self._template.with_extension(self._client_hello, ExtensionType.COOKIE, cookie)
         self._send_client_hello()
 
     def _encrypted_extensions(self, message: bytes) -> None:
@@ -742,7 +758,15 @@ class ClientHandshake:
     # -- sending -------------------------------------------------------------------
 
     def _send_client_hello(self) -> None:
-        self._send(0, crypto_frame(self._hello_offset, self._client_hello))
+        """The ClientHello in as many Initial packets as it needs, each at most a minimal
+        datagram where it can be: one for classic key shares, two when a post-quantum share
+        makes it ~1,550 bytes, each padded to 1,200 bytes, as browsers send it."""
+        hello, offset = self._client_hello, self._hello_offset
+        token = len(encode_varint(len(self._token))) + len(self._token)
+        header = 1 + 4 + 2 + len(self.dcid) + len(self.source_cid) + token + 2 + PACKET_NUMBER_LENGTH
+        room = max(MIN_INITIAL_DATAGRAM - header - AEAD_TAG_LENGTH - _CRYPTO_FRAME_HEADER, MIN_CRYPTO_PER_PACKET)
+        for start in range(0, len(hello), room):
+            self._send(0, crypto_frame(offset + start, hello[start : start + room]))
 
     def _send(self, space: int, frames: bytes) -> None:
         """One packet in ``space`` (0 Initial, 1 Handshake) with ``frames``, after an ACK of what arrived."""

@@ -35,7 +35,7 @@ from aioquic.tls import (
     SignatureAlgorithm,
     push_client_hello,
 )
-from cryptography.hazmat.primitives.asymmetric import ec, x448, x25519
+from cryptography.hazmat.primitives.asymmetric import ec, mlkem, x448, x25519
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 # quic_transport_parameters: the RFC 9001 code point, then the draft one old clients used.
@@ -59,12 +59,30 @@ SIGNATURE_ALGORITHMS = (
 QUIC_VERSIONS = (int(QuicProtocolVersion.VERSION_1), int(QuicProtocolVersion.VERSION_2))
 TLS_VERSION_1_3 = 0x0304
 CID_LENGTH = 8  # our connection IDs; short-header packets carry no length
+EXTENSION_KEY_SHARE = 0x33
 
-_PUBLIC_KEY_SIZES = {Group.X25519: 32, Group.X448: 56, Group.SECP256R1: 65, Group.SECP384R1: 97, Group.SECP521R1: 133}
+# draft-ietf-tls-ecdhe-mlkem: the hybrid Chromium and Firefox offer. Its shares are
+# ML-KEM-768's then X25519's (client: encapsulation key; server: ciphertext), and so is
+# the shared secret.
+X25519MLKEM768 = 0x11EC
+_MLKEM768_CIPHERTEXT = 1088
+# Every group the client completes a key exchange in, in the order supported_groups lists
+# those it sends no share for: a server that wants one of them asks in a HelloRetryRequest
+# (browsers and Go's TLS list more groups than they send shares for). The hybrid is listed
+# only with its share, since servers that prefer it would ask for its 1,216 bytes otherwise.
+COMPLETABLE_GROUPS = (Group.X25519, Group.SECP256R1, Group.SECP384R1, Group.SECP521R1, Group.X448)
+
+_PUBLIC_KEY_SIZES = {
+    Group.X25519: 32, Group.X448: 56, Group.SECP256R1: 65, Group.SECP384R1: 97, Group.SECP521R1: 133,
+    X25519MLKEM768: 1184 + 32,
+}  # fmt: skip
 
 
 def generate_key_share(group: int) -> tuple[object, bytes]:
     """(private key, public key bytes as sent) for one key-exchange group."""
+    if group == X25519MLKEM768:
+        kem, ecdh = mlkem.MLKEM768PrivateKey.generate(), x25519.X25519PrivateKey.generate()
+        return (kem, ecdh), kem.public_key().public_bytes_raw() + ecdh.public_key().public_bytes_raw()
     if group == Group.X25519:
         key = x25519.X25519PrivateKey.generate()
         return key, key.public_key().public_bytes_raw()
@@ -73,6 +91,22 @@ def generate_key_share(group: int) -> tuple[object, bytes]:
         return key, key.public_key().public_bytes_raw()
     key = ec.generate_private_key(GROUP_TO_CURVE[group]())  # type: ignore[index]
     return key, key.public_key().public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+
+
+def shared_secret(group: int, private: object, peer: bytes) -> bytes:
+    """The key exchange's shared secret with the server's share; ValueError when the share is invalid."""
+    if group == X25519MLKEM768:
+        kem, ecdh = private  # type: ignore[misc]
+        if len(peer) != _MLKEM768_CIPHERTEXT + 32:
+            raise ValueError("X25519MLKEM768 share of the wrong length")
+        x25519_peer = x25519.X25519PublicKey.from_public_bytes(peer[_MLKEM768_CIPHERTEXT:])
+        return kem.decapsulate(peer[:_MLKEM768_CIPHERTEXT]) + ecdh.exchange(x25519_peer)
+    if group == Group.X25519:
+        return private.exchange(x25519.X25519PublicKey.from_public_bytes(peer))  # type: ignore[attr-defined]
+    if group == Group.X448:
+        return private.exchange(x448.X448PublicKey.from_public_bytes(peer))  # type: ignore[attr-defined]
+    public = ec.EllipticCurvePublicKey.from_encoded_point(GROUP_TO_CURVE[group](), peer)  # type: ignore[index]
+    return private.exchange(ec.ECDH(), public)  # type: ignore[attr-defined]
 
 
 def client_transport_parameters(source_cid: bytes, version: int) -> bytes:
@@ -99,10 +133,17 @@ def client_transport_parameters(source_cid: bytes, version: int) -> bytes:
 
 
 class HelloTemplate:
-    """One scan's ClientHello (its ALPN and key-exchange groups), with holes for each connection."""
+    """One scan's ClientHello (its ALPN and key-exchange groups), with holes for each connection.
 
-    def __init__(self, alpn: str, groups: Sequence[int]):
+    ``groups`` get key shares; ``supported_groups`` (default: those, then every other group
+    of COMPLETABLE_GROUPS) are the groups a HelloRetryRequest may ask for.
+    """
+
+    def __init__(self, alpn: str, groups: Sequence[int], supported_groups: Sequence[int] | None = None):
         self.groups = tuple(groups)
+        if supported_groups is None:
+            supported_groups = self.groups + tuple(g for g in COMPLETABLE_GROUPS if g not in self.groups)
+        self.supported_groups = tuple(supported_groups)
         self.alpn = alpn
         # Placeholders are random, so finding them in the encoding cannot hit anything else.
         random, scid = os.urandom(32), os.urandom(CID_LENGTH)
@@ -119,7 +160,7 @@ class HelloTemplate:
                 alpn_protocols=[alpn],
                 key_share=list(zip(self.groups, shares)),
                 signature_algorithms=[int(a) for a in SIGNATURE_ALGORITHMS],
-                supported_groups=list(self.groups),
+                supported_groups=list(self.supported_groups),
                 supported_versions=[TLS_VERSION_1_3],
                 other_extensions=[
                     (
@@ -154,16 +195,34 @@ class HelloTemplate:
             return self.with_extension(hello, EXTENSION_SERVER_NAME, server_name_list, at=self._name_at)
         return bytes(hello)
 
+    def with_key_share(self, hello: bytes, group: int, public: bytes) -> bytes:
+        """``hello``, a ClientHello from this template, with one key share in place of its
+        shares: the second ClientHello after a HelloRetryRequest (RFC 8446 4.1.2)."""
+        pos = self._extensions_length_at + 2
+        while True:  # our own hello: the extension is there
+            kind, length = struct.unpack_from("!HH", hello, pos)
+            if kind == EXTENSION_KEY_SHARE:
+                break
+            pos += 4 + length
+        share = struct.pack("!HH", group, len(public)) + public
+        return self._spliced(hello, pos, pos + 4 + length, EXTENSION_KEY_SHARE, struct.pack("!H", len(share)) + share)
+
     def with_extension(self, hello: bytes | bytearray, kind: int, body: bytes, at: int | None = None) -> bytes:
         """``hello``, a ClientHello from this template, with one more extension inserted at
-        ``at`` (default: last), the message and extensions lengths fixed up."""
+        ``at`` (default: last)."""
+        at = len(hello) if at is None else at
+        return self._spliced(hello, at, at, kind, body)
+
+    def _spliced(self, hello: bytes | bytearray, start: int, end: int, kind: int, body: bytes) -> bytes:
+        """``hello`` with the bytes from ``start`` to ``end`` replaced by an extension, the
+        message and extensions lengths fixed up."""
         extension = struct.pack("!HH", kind, len(body)) + body
         hello = bytearray(hello)
-        at = len(hello) if at is None else at
-        hello[at:at] = extension
+        hello[start:end] = extension
         hello[1:4] = (len(hello) - 4).to_bytes(3, "big")
         length_at = self._extensions_length_at
-        hello[length_at : length_at + 2] = (int.from_bytes(hello[length_at : length_at + 2], "big") + len(extension)).to_bytes(2, "big")
+        length = int.from_bytes(hello[length_at : length_at + 2], "big") + len(extension) - (end - start)
+        hello[length_at : length_at + 2] = length.to_bytes(2, "big")
         return bytes(hello)
 
 

@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS handshakes (
     alpn                VARCHAR,
     tls_version         VARCHAR,
     cipher_suite        VARCHAR,
-    key_exchange_group  VARCHAR,
+    key_exchange_group  VARCHAR,             -- x25519, secp384r1, x25519mlkem768, ... (the ServerHello's)
     certificates        STRUCT(sha256 VARCHAR, subject VARCHAR, issuer VARCHAR, sans VARCHAR[],
                                not_before TIMESTAMPTZ, not_after TIMESTAMPTZ)[],  -- leaf first
     certificate_verified BOOLEAN,            -- against certifi's roots and the SNI/IP; recorded, not enforced
@@ -64,7 +64,9 @@ CREATE TABLE IF NOT EXISTS handshakes (
     active_connection_id_limit          BIGINT,
     set_fingerprint     VARCHAR,             -- ParamSet.fingerprint() of the twelve
     order_fingerprint   VARCHAR,             -- of the wire order of all ids (GREASE normalised)
-    order_signature     VARCHAR              -- the same order, readable: '00-02-0f-...-G'
+    order_signature     VARCHAR,             -- the same order, readable: '00-02-0f-...-G'
+    -- Added within v3 (scanner.store.SCAN_V3_ADDED_COLUMNS; NULL in rows written before):
+    hello_retry_request BOOLEAN              -- the server answered the first ClientHello with a HelloRetryRequest
 );
 
 -- Every parameter the server sent, in wire order (GREASE and unknown ids included).
