@@ -10,7 +10,9 @@ from lab.topology import ServerSpec
 
 @register_kind
 class Ngtcp2Kind(ServerKind):
-    """Debian's ngtcp2 example server, transport parameters from ``options["parameters"]``.
+    """Debian's ngtcp2 example server, transport parameters from ``options["parameters"]``;
+    ``options["groups"]``: GnuTLS's priority string for its key-exchange groups (e.g.
+    ``-GROUP-ALL:+GROUP-SECP384R1``, a server that accepts P-384 only).
 
     gtlsserver has flags for seven of the twelve; the others it sends with
     ngtcp2 0.12's own values (omitting those equal to the RFC default), which
@@ -53,6 +55,8 @@ class Ngtcp2Kind(ServerKind):
         htdocs.mkdir(exist_ok=True)
         (htdocs / "index.html").write_text(f"{spec.name}\n")
         flags = [self.FLAGS[name].format(value) for name, value in self.configured(spec).items()]
+        if "groups" in spec.options:
+            flags.append(f"--groups={spec.options['groups']}")
         # Auto-tuning off: the advertised windows stay the configured ones.
         return ["gtlsserver", "--quiet", f"--htdocs={htdocs}", "--max-window=0",
                 "--max-stream-window=0", *flags, address, str(spec.port), str(ctx.key), str(ctx.cert)]
