@@ -16,20 +16,19 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import struct
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyshark
 from aioquic.quic.crypto import CryptoPair
 
 from scanner.capture.extract import read_capture
-from scanner.capture.frontend import LONG_HEADER_FILTER, long_header_datagrams
+from scanner.capture.frontend import LONG_HEADER_FILTER, Datagram, long_header_datagrams, write_udp_pcap
 from scanner.handshake.packets import initial_keys, long_packets
 
 SOURCE = Path(__file__).resolve().parent.parent / "datasets" / "captures" / "gtlsclient.pcapng"
-LINKTYPE_RAW = 101  # bare IPv4 packets, no link-layer header
 
 
 def synthesise(path: Path, count: int) -> None:
@@ -39,18 +38,18 @@ def synthesise(path: Path, count: int) -> None:
     plain_header, plaintext, packet_number, _ = keys.decrypt_packet(packet.data, packet.pn_offset, 0)
     header = bytearray(plain_header)
     dcid_at = 6  # first byte, 4 version bytes, DCID length
-    with open(path, "wb") as out:
-        out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, LINKTYPE_RAW))
+
+    def datagrams() -> Iterator[Datagram]:
         for i in range(count):
             dcid = os.urandom(len(packet.dcid))
             header[dcid_at : dcid_at + len(dcid)] = dcid
             pair = CryptoPair()
             pair.setup_initial(cid=dcid, is_client=True, version=packet.version)
             payload = pair.encrypt_packet(bytes(header), plaintext, packet_number)
-            src = bytes([10, (i >> 16) & 0xFF, (i >> 8) & 0xFF, i & 0xFF])
-            udp = struct.pack("!HHHH", 1024 + i % 60000, 443, 8 + len(payload), 0) + payload
-            ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0, src, bytes([10, 255, 0, 1])) + udp
-            out.write(struct.pack("<IIII", 1_700_000_000 + i // 1000, (i % 1000) * 1000, len(ip), len(ip)) + ip)
+            src = f"10.{(i >> 16) & 0xFF}.{(i >> 8) & 0xFF}.{i & 0xFF}"
+            yield Datagram(i + 1, 1_700_000_000 + i / 1000, src, 1024 + i % 60000, "10.255.0.1", 443, payload)
+
+    write_udp_pcap(path, datagrams())
 
 
 def _cpu_seconds() -> tuple[float, float]:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import binascii
 import os
 import socket
+import struct
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,22 @@ class Datagram:
     dst_ip: str
     dst_port: int
     payload: bytes
+
+
+LINKTYPE_RAW = 101  # bare IPv4 packets, no link-layer header
+
+
+def write_udp_pcap(path: Path | str, datagrams: Iterable[Datagram]) -> None:
+    """A classic pcap of IPv4/UDP datagrams (``frame`` is ignored; no checksums, which tshark does not
+    check): the captures the project writes itself, from test vectors and for benchmarks."""
+    with open(path, "wb") as out:
+        out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, LINKTYPE_RAW))
+        for datagram in datagrams:
+            udp = struct.pack("!HHHH", datagram.src_port, datagram.dst_port, 8 + len(datagram.payload), 0) + datagram.payload
+            addresses = socket.inet_aton(datagram.src_ip) + socket.inet_aton(datagram.dst_ip)
+            ip = struct.pack("!BBHHHBBH8s", 0x45, 0, 20 + len(udp), 0, 0, 64, socket.IPPROTO_UDP, 0, addresses) + udp
+            seconds, micros = divmod(round(datagram.time * 1_000_000), 1_000_000)
+            out.write(struct.pack("<IIII", seconds, micros, len(ip), len(ip)) + ip)
 
 
 def tshark_path() -> str:
