@@ -1,4 +1,5 @@
-"""Waiting for a running tshark capture to hold what was sent: its file lags the wire."""
+"""Waiting for a running tshark capture to hold what was sent (its file lags the wire), and
+comparing our reading of a capture with tshark's."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lab import netns
-from scanner.capture.extract import read_capture
-from scanner.capture.frontend import wait_until_capturing, wait_until_in_capture
+from scanner.capture.extract import ClientHelloRecord, read_capture
+from scanner.capture.frontend import TSHARK_NAMED, tshark_client_hellos, wait_until_capturing, wait_until_in_capture
 from tparams.paramset import ParamSet
 
 
@@ -41,3 +42,21 @@ def assert_applied_is_on_the_wire(row: dict, pcap: Path, keylog: Path, asks: dic
         assert {k: on_wire[role][k] for k in applied} == applied, (role, on_wire[role])
         wrongly_missed = {k: v for k, v in not_applied.items() if on_wire[role][k] == v}
         assert not wrongly_missed, (role, "reported not applied, yet on the wire", wrongly_missed)
+
+
+def assert_decodes_as_tshark(capture: Path) -> list[ClientHelloRecord]:
+    """Every ClientHello tshark decodes in ``capture`` is among ours with the same parameter ids in
+    the same order, the same lengths, and the same value for every parameter tshark names; ours returned."""
+    theirs = tshark_client_hellos(capture)
+    hellos = read_capture(capture).hellos
+    ours = {hello.frame: hello.transport_parameters for hello in hellos}
+    assert theirs, f"tshark decodes no ClientHello in {capture.name}: this vector no longer cross-checks anything"
+    assert set(theirs) <= set(ours), "a ClientHello tshark decodes is missing from our extraction"
+    for frame, tshark in theirs.items():
+        decoded = ours[frame]
+        assert not decoded.findings
+        assert list(decoded.ids) == tshark["type"], f"frame {frame}: wire order differs"
+        assert [len(p.raw) for p in decoded.parameters] == tshark["length"]
+        for name in TSHARK_NAMED:
+            assert decoded.get(name) == (tshark[name][0] if name in tshark else None), f"frame {frame}: {name}"
+    return hellos

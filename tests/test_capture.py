@@ -9,11 +9,22 @@ from pathlib import Path
 
 import duckdb
 import jsonschema
+import pytest
+from aioquic.quic.packet import QuicPacketType
 from hypothesis import given, strategies as st
 
+from capturing import assert_decodes_as_tshark
 from scanner.capture.extract import read_capture
-from scanner.capture.frontend import long_header_datagrams
-from scanner.handshake.packets import CryptoStream, crypto_frames, initial_keys, long_packets, unprotect
+from scanner.capture.frontend import Datagram, long_header_datagrams, tshark_path, write_udp_pcap
+from scanner.handshake.packets import (
+    CryptoStream,
+    crypto_frame,
+    crypto_frames,
+    initial_keys,
+    long_packets,
+    seal_long_packet,
+    unprotect,
+)
 from tparams.setfile import paramset_from_document
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,6 +32,8 @@ CAPTURES = ROOT / "datasets" / "captures"
 CHROMIUM = next(CAPTURES.glob("chromium-*.pcapng"))
 FIREFOX = next(CAPTURES.glob("firefox-esr-*.pcapng"))
 MIXED = CAPTURES / "mixed-clients.pcapng"
+DRAFT29 = CAPTURES / "gtlsclient-draft29.pcapng"
+DRAFT_27, DRAFT_28, DRAFT_29 = 0xFF00001B, 0xFF00001C, 0xFF00001D
 QSCAN = [str(Path(sys.executable).parent / "qscan")]
 
 
@@ -152,3 +165,105 @@ def test_bad_captures_give_one_line_and_status_2(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("qscan: error:") and message in lines[0], done.stderr
+
+
+# draft-ietf-quic-tls-27 and -29, Appendix A.2: the sample client Initial's CRYPTO frame (the same in
+# both; the rest of its 1162-byte payload is PADDING), its unprotected header (packet number 2), and of
+# the published protected packet the first 32 bytes and the last 16, the AEAD tag, which authenticates
+# everything before it: keys one bit off would change both.
+DRAFT_SAMPLE_DCID = bytes.fromhex("8394c8f03e515708")
+DRAFT_SAMPLE_CRYPTO = bytes.fromhex(
+    "060040c4010000c003036660261ff947cea49cce6cfad687f457cf1b14531ba14131a0e8f309a1d0b9c4000006130113"
+    "031302010000910000000b0009000006736572766572ff01000100000a00140012001d00170018001901000101010201"
+    "03010400230000003300260024001d00204cfdfcd178b784bf328cae793b136f2aedce005ff183d7bb14952072366470"
+    "37002b0003020304000d0020001e040305030603020308040805080604010501060102010402050206020202002d0002"
+    "0101001c00024001"
+)
+DRAFT_SAMPLES = {
+    DRAFT_27: (
+        "c3ff00001b088394c8f03e5157080000449e00000002",
+        "c0ff00001b088394c8f03e5157080000449e3b343aa8535064a4268a0d9d7b1c",
+        "38d3b779d72edc00c5cd088eff802b05",
+    ),
+    DRAFT_29: (
+        "c3ff00001d088394c8f03e5157080000449e00000002",
+        "c5ff00001d088394c8f03e5157080000449e4a95245bfb66bc5f93032b7ddd89",
+        "43b1ca70a2d8d3f725ead1391377dcc0",
+    ),
+}
+
+
+@pytest.mark.parametrize("version", sorted(DRAFT_SAMPLES), ids=["draft-27", "draft-29"])
+def test_drafts_sample_client_initial_is_reproduced_and_opened(version: int) -> None:
+    header, first_bytes, tag = (bytes.fromhex(h) for h in DRAFT_SAMPLES[version])
+    keys = initial_keys(DRAFT_SAMPLE_DCID, version, of_client=True)
+    payload = DRAFT_SAMPLE_CRYPTO + bytes(1162 - len(DRAFT_SAMPLE_CRYPTO))
+    protected = keys.encrypt_packet(header, payload, 2)
+    assert (len(protected), protected[:32], protected[-16:]) == (1200, first_bytes, tag)
+    (packet,) = long_packets(protected)
+    assert (packet.version, packet.packet_type, packet.dcid) == (version, QuicPacketType.INITIAL, DRAFT_SAMPLE_DCID)
+    assert unprotect(packet, keys) == (2, payload)
+
+
+def tshark_versions(capture: Path) -> dict[int, int]:
+    """frame -> the QUIC version tshark reads in each packet carrying a ClientHello."""
+    command = [tshark_path(), "-n", "-r", str(capture), "-Y", "tls.handshake.type == 1", "-T", "fields"]
+    done = subprocess.run([*command, "-e", "frame.number", "-e", "quic.version"], capture_output=True, text=True, check=True)
+    return {int(frame): int(version, 16) for frame, version in (line.split("\t") for line in done.stdout.splitlines())}
+
+
+def test_draft29_capture_records_the_version_as_sent() -> None:
+    """ngtcp2's client speaking draft-29 to gtlsserver: tshark and we read the same version and parameters."""
+    (hello,) = assert_decodes_as_tshark(DRAFT29)
+    assert hello.quic_version == DRAFT_29 == tshark_versions(DRAFT29)[hello.frame]
+    assert hello.transport_parameters.get("initial_max_data") == 15728640
+    assert hello.alpn == ("h3",)
+
+
+def test_drafts_codepoint_0xffa5_in_draft_27_28_29_initials_decodes_as_tshark_does(tmp_path: Path) -> None:
+    """The drafts carried the parameters in extension 0xffa5 (ngtcp2 0.12 sends 0x39 even in draft-29):
+    its ClientHello with the codepoint changed, protected here as a draft-27, -28 and -29 Initial."""
+    (hello,) = read_capture(DRAFT29).hellos
+    first = next(long_packets(next(long_header_datagrams(DRAFT29)).payload))
+    message = CryptoStream().add_frames(unprotect(first, initial_keys(first.dcid, first.version, of_client=True))[1])
+    raw = hello.transport_parameters.raw
+    extension = len(raw).to_bytes(2, "big") + raw
+    assert message is not None and message.count(b"\x00\x39" + extension) == 1
+    message = message.replace(b"\x00\x39" + extension, b"\xff\xa5" + extension)
+    versions = (DRAFT_27, DRAFT_28, DRAFT_29)
+    datagrams = []
+    for n, version in enumerate(versions, 1):
+        dcid = bytes([n]) * 8
+        keys = initial_keys(dcid, version, of_client=True)
+        sealed = seal_long_packet(keys, version, QuicPacketType.INITIAL, dcid, b"\xee" * 8, 0, crypto_frame(0, message), min_size=1200)
+        datagrams.append(Datagram(n, 1_600_000_000 + n, "198.18.0.1", 50000 + n, "198.18.0.2", 443, sealed))
+    capture = tmp_path / "drafts.pcap"
+    write_udp_pcap(capture, datagrams)
+    hellos = assert_decodes_as_tshark(capture)
+    assert [h.quic_version for h in hellos] == list(versions)
+    assert tshark_versions(capture) == {h.frame: h.quic_version for h in hellos}, "tshark reads other versions or fewer ClientHellos"
+    assert all(h.transport_parameters.raw == raw for h in hellos)
+
+
+def test_summary_counts_what_no_key_opens(tmp_path: Path) -> None:
+    """Captures of 2020-2023 mix draft Initials with Google QUIC, greased versions and Version
+    Negotiation: the line that says no ClientHello was found counts each of them."""
+    dcid = bytes(range(8))
+
+    def long_header(version: bytes) -> bytes:  # an Initial's first bytes in any version, then opaque bytes
+        return b"\xc3" + version + b"\x08" + dcid + b"\x00" + bytes(1200 - 15)
+
+    keys = initial_keys(dcid, DRAFT_29, of_client=True)
+    damaged = bytearray(seal_long_packet(keys, DRAFT_29, QuicPacketType.INITIAL, dcid, b"", 0, crypto_frame(0, b"\x01"), min_size=1200))
+    damaged[-1] ^= 1  # the AEAD tag no longer matches
+    version_negotiation = b"\x80" + bytes(4) + b"\x00\x08" + dcid + DRAFT_29.to_bytes(4, "big") + (1).to_bytes(4, "big")
+    payloads = [long_header(b"Q050")] * 2 + [long_header(b"T051")] + [long_header(bytes.fromhex("1a2a3a4a"))] * 3
+    payloads += [long_header(bytes.fromhex("ff00001a")), bytes(damaged), version_negotiation]
+    capture = tmp_path / "left-out.pcap"
+    write_udp_pcap(capture, (Datagram(n, 1_600_000_000 + n, "198.18.0.1", 50000, "198.18.0.2", 443, p) for n, p in enumerate(payloads, 1)))
+    done = qscan("pcap", str(capture))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().endswith(
+        "no complete QUIC ClientHello among 9 long-header datagrams (0 client Initials opened, 1 not, "
+        "7 packets of other versions (0x1a2a3a4a 3, Q050 2, T051 1, draft-26 1), 1 Version Negotiation)"
+    ), done.stderr

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from capturing import assert_decodes_as_tshark
 from scanner.capture.extract import read_capture
 from scanner.capture.frontend import TSHARK_NAMED, tshark_client_hellos
 from tparams.codec import decode_transport_parameters
@@ -19,20 +20,9 @@ from tparams.codec import decode_transport_parameters
 CAPTURES = Path(__file__).resolve().parent.parent / "datasets" / "captures"
 CHROMIUM = next(CAPTURES.glob("chromium-*.pcapng"))
 FIREFOX = next(CAPTURES.glob("firefox-esr-*.pcapng"))
-@pytest.mark.parametrize("capture", ["chromium", "gtlsclient", "aioquic", "mixed-clients"])
+@pytest.mark.parametrize("capture", ["chromium", "gtlsclient", "aioquic", "mixed-clients", "gtlsclient-draft29"])
 def test_codec_agrees_with_tshark_where_tshark_decodes(capture: str) -> None:
-    path = CHROMIUM if capture == "chromium" else CAPTURES / f"{capture}.pcapng"
-    theirs = tshark_client_hellos(path)
-    ours = {hello.frame: hello.transport_parameters for hello in read_capture(path).hellos}
-    assert theirs, f"tshark decodes no ClientHello in {path.name}: this vector no longer cross-checks anything"
-    assert set(theirs) <= set(ours), "a ClientHello tshark decodes is missing from our extraction"
-    for frame, tshark in theirs.items():
-        decoded = ours[frame]
-        assert not decoded.findings
-        assert list(decoded.ids) == tshark["type"], f"frame {frame}: wire order differs"
-        assert [len(p.raw) for p in decoded.parameters] == tshark["length"]
-        for name in TSHARK_NAMED:
-            assert decoded.get(name) == (tshark[name][0] if name in tshark else None), f"frame {frame}: {name}"
+    assert_decodes_as_tshark(CHROMIUM if capture == "chromium" else CAPTURES / f"{capture}.pcapng")
 
 
 def test_chromium_initial_decodes_to_tshark_values_and_order() -> None:

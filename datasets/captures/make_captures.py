@@ -1,7 +1,8 @@
 """Re-make the committed captures (both installed browsers, ngtcp2's and aioquic's
-clients) and the browsers' set files in datasets/sets.
+clients, ngtcp2's client speaking QUIC draft-29) and the browsers' set files in datasets/sets.
 
     .venv/bin/python datasets/captures/make_captures.py [OUTDIR]
+    .venv/bin/python datasets/captures/make_captures.py --library gtlsclient-draft29 [OUTDIR]
 
 Every capture is of loopback traffic to a throw-away lab server (gtlsserver);
 the key logs belong to those throw-away sessions and are committed so that
@@ -42,9 +43,11 @@ def aioquic_client(port: int) -> None:
 
 def capture_library_client(name: str, workdir: Path) -> Path:
     with lab_capture(workdir, name) as lab:
-        if name == "gtlsclient":
+        if name.startswith("gtlsclient"):
             url = f"https://{LAB_HOST}:{lab.port}/"
-            command = ["gtlsclient", "-q", "--exit-on-all-streams-close", "--timeout=3s", LOOPBACK, str(lab.port), url]
+            # ngtcp2 0.12 still speaks draft-29 to -32 (gtlsserver answers in the client's version).
+            version = ["-v", "0xff00001d"] if name == "gtlsclient-draft29" else []
+            command = ["gtlsclient", "-q", *version, "--exit-on-all-streams-close", "--timeout=3s", LOOPBACK, str(lab.port), url]
         else:
             command = [sys.executable, __file__, "--aioquic-client", str(lab.port)]
         client = lab.start(command, workdir / f"{name}-client.log")
@@ -74,6 +77,14 @@ def main(outdir: Path) -> None:
             made.append(outdir / f"{name}.pcapng")
     subprocess.run(["mergecap", "-w", str(outdir / "mixed-clients.pcapng"), *map(str, made)], check=True)
     print("wrote", ", ".join(p.name for p in made), "and mixed-clients.pcapng to", outdir)
+    library_capture("gtlsclient-draft29", outdir)  # kept out of the mix: its ClientHello is a vector of its own
+
+
+def library_capture(name: str, outdir: Path) -> None:
+    outdir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="qscan-captures-") as scratch:
+        shutil.copy(capture_library_client(name, Path(scratch)), outdir / f"{name}.pcapng")
+    print("wrote", outdir / f"{name}.pcapng")
 
 
 if __name__ == "__main__":
@@ -82,5 +93,7 @@ if __name__ == "__main__":
             aioquic_client(int(sys.argv[2]))
         except Exception as exc:  # the ClientHello is out; how the handshake ends does not matter here
             print(f"aioquic client: {exc!r}", file=sys.stderr)
+    elif sys.argv[1:2] == ["--library"]:
+        library_capture(sys.argv[2], Path(sys.argv[3]) if len(sys.argv) > 3 else Path(__file__).parent)
     else:
         main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent)

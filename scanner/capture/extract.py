@@ -9,6 +9,7 @@ that retries on a new port or after a Retry counts again: that is what it sent.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,8 +65,31 @@ class CaptureSummary:
     datagrams: int = 0
     initial_packets: int = 0  # client Initials opened with Initial keys
     unopened_initials: int = 0  # Initials no key derived from the capture opens
-    other_versions: int = 0  # long-header packets of versions without known Initial keys
+    # long-header packets of versions without known Initial keys (Google's Q050/T051, unknown ones), by version
+    other_versions: Counter[int] = field(default_factory=Counter)
+    version_negotiation: int = 0  # Version Negotiation packets (servers' answers; no ClientHello in them)
     bad_client_hellos: int = 0  # complete CRYPTO messages that are no parseable ClientHello
+
+    def left_out(self) -> str:
+        """What the capture holds that yields no ClientHello, for the line that says none was found."""
+        versions = ", ".join(f"{version_name(v)} {n}" for v, n in self.other_versions.most_common(5))
+        if len(self.other_versions) > 5:
+            versions += ", ..."
+        return (
+            f"{self.initial_packets} client Initials opened, {self.unopened_initials} not, "
+            f"{self.other_versions.total()} packets of other versions" + (f" ({versions})" if versions else "")
+            + f", {self.version_negotiation} Version Negotiation"
+        )
+
+
+def version_name(version: int) -> str:
+    """A QUIC version as people write it: draft-29 (0xff00001d), Q050 (Google's are four ASCII characters), else hex."""
+    if version >> 8 == 0xFF0000:
+        return f"draft-{version & 0xFF}"
+    text = version.to_bytes(4, "big")
+    if text[:1] in (b"Q", b"T") and text[1:].isdigit():
+        return text.decode()
+    return f"0x{version:08x}"
 
 
 @dataclass
@@ -130,8 +154,11 @@ class HelloExtractor:
         flow = (datagram.src_ip, datagram.src_port, datagram.dst_ip, datagram.dst_port)
         reverse = (datagram.dst_ip, datagram.dst_port, datagram.src_ip, datagram.src_port)
         for packet in long_packets(datagram.payload):
+            if packet.packet_type == QuicPacketType.VERSION_NEGOTIATION:
+                self.summary.version_negotiation += 1
+                continue
             if packet.version not in INITIAL_KEY_VERSIONS:
-                self.summary.other_versions += 1
+                self.summary.other_versions[packet.version] += 1
                 continue
             server_side = self._by_flow.get(reverse) if flow not in self._by_flow else None
             if server_side is not None:
@@ -266,10 +293,6 @@ def read_capture(
         summary = result.summary
         if summary.datagrams == 0:
             raise ToolError(f"{path}: no QUIC long-header packets in this capture")
-        raise ToolError(
-            f"{path}: no complete QUIC ClientHello among {summary.datagrams} long-header datagrams "
-            f"({summary.initial_packets} client Initials opened, {summary.unopened_initials} not, "
-            f"{summary.other_versions} packets of other versions)"
-        )
+        raise ToolError(f"{path}: no complete QUIC ClientHello among {summary.datagrams} long-header datagrams ({summary.left_out()})")
     return result
 

@@ -115,6 +115,7 @@ def _report(result: CaptureResult, as_json: bool, out: Optional[Path]) -> None:
             print(json.dumps(hello_summary(hello)))
         return
     table = Table(title=f"{len(result.hellos)} ClientHello(s)" + (f" -> {out}" if out else ""))
+    table.caption = f"{result.summary.datagrams} long-header datagrams: {result.summary.left_out()}"
     for column in ("id", "client", "sni", "alpn", "set", "performance parameters as sent", "all"):
         table.add_column(column, overflow="fold")
     for hello in result.hellos:
