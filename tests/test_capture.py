@@ -213,11 +213,21 @@ def tshark_versions(capture: Path) -> dict[int, int]:
 
 
 def test_draft29_capture_records_the_version_as_sent() -> None:
-    """ngtcp2's client speaking draft-29 to gtlsserver: tshark and we read the same version and parameters."""
+    """ngtcp2's client speaking draft-29 to gtlsserver: tshark and we read the same version and
+    parameters, the server's too (its Handshake packets open with draft-29's labels)."""
     (hello,) = assert_decodes_as_tshark(DRAFT29)
     assert hello.quic_version == DRAFT_29 == tshark_versions(DRAFT29)[hello.frame]
     assert hello.transport_parameters.get("initial_max_data") == 15728640
     assert hello.alpn == ("h3",)
+    keylog = DRAFT29.with_suffix(".keys")
+    (keyed,) = read_capture(DRAFT29, keylog=keylog).hellos
+    server = keyed.server_transport_parameters
+    assert server is not None and server.get("original_destination_connection_id") == hello.original_dcid
+    command = [tshark_path(), "-n", "-r", str(DRAFT29), "-o", f"tls.keylog_file:{keylog}", "-Y", "tls.handshake.type == 8"]
+    command += ["-T", "fields", "-e", "tls.quic.parameter.type", "-e", "tls.quic.parameter.initial_max_data", "-E", "occurrence=a"]
+    types, initial_max_data = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip().split("\t")
+    assert [int(t) for t in types.split(",")] == list(server.ids)
+    assert server.get("initial_max_data") == int(initial_max_data)
 
 
 def test_drafts_codepoint_0xffa5_in_draft_27_28_29_initials_decodes_as_tshark_does(tmp_path: Path) -> None:

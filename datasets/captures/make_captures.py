@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import ssl
 import subprocess
@@ -42,6 +43,7 @@ def aioquic_client(port: int) -> None:
 
 
 def capture_library_client(name: str, workdir: Path) -> Path:
+    """The capture of one library client's run (its key log, when it wrote one, beside it)."""
     with lab_capture(workdir, name) as lab:
         if name.startswith("gtlsclient"):
             url = f"https://{LAB_HOST}:{lab.port}/"
@@ -50,7 +52,9 @@ def capture_library_client(name: str, workdir: Path) -> Path:
             command = ["gtlsclient", "-q", *version, "--exit-on-all-streams-close", "--timeout=3s", LOOPBACK, str(lab.port), url]
         else:
             command = [sys.executable, __file__, "--aioquic-client", str(lab.port)]
-        client = lab.start(command, workdir / f"{name}-client.log")
+        # GnuTLS honours SSLKEYLOGFILE: the draft capture's key log opens the server's side too.
+        env = {**os.environ, "SSLKEYLOGFILE": str(lab.keylog_file)} if name == "gtlsclient-draft29" else None
+        client = lab.start(command, workdir / f"{name}-client.log", env)
         try:
             client.wait(15)
         except subprocess.TimeoutExpired:
@@ -83,7 +87,10 @@ def main(outdir: Path) -> None:
 def library_capture(name: str, outdir: Path) -> None:
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="qscan-captures-") as scratch:
-        shutil.copy(capture_library_client(name, Path(scratch)), outdir / f"{name}.pcapng")
+        capture = capture_library_client(name, Path(scratch))
+        shutil.copy(capture, outdir / f"{name}.pcapng")
+        if capture.with_suffix(".keys").exists():
+            shutil.copy(capture.with_suffix(".keys"), outdir / f"{name}.keys")
     print("wrote", outdir / f"{name}.pcapng")
 
 
