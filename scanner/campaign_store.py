@@ -51,6 +51,8 @@ FILE_LOCAL_IDS = ("scan_id", "handshake_id", "hello_id")
 # schema_version is _schema.json's "components" (and each file's metadata).
 _NOT_EXPORTED = {"schema_version"}
 _META_SCHEMA, _META_SHARD = "qscan_schema", "qscan_shard"
+# Shards of one campaign and vantage must not share a target (handshakes) or an address (discovery).
+_OVERLAP_KEYS = (("handshakes", ("ip", "port", "sni")), ("discovery", ("ip", "port")))
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _FILE = re.compile(r"/([^/]+)/campaign=([^/]+)/vantage=([^/]+)/campaign_shard=([^/]+)/[^/]+\.parquet$")
 
@@ -216,10 +218,10 @@ def read_schema(con: duckdb.DuckDBPyConnection, root: str) -> dict:
 
 
 def _shard_files(con: duckdb.DuckDBPyConnection, root: str, schema: dict) -> dict[tuple[str, str, str], dict[str, dict]]:
-    """Per shard (campaign, vantage, campaign_shard), per table, its file's shard metadata; mixed versions
-    and half-done exports refused here, before any view exists."""
+    """Per shard (campaign, vantage, campaign_shard), per table, its file's shard metadata (with
+    ``file`` and ``components``); mixed versions and half-done exports refused here, before any view exists."""
     pattern = f"{root}/*/campaign=*/vantage=*/campaign_shard=*/*.parquet"
-    metadata: dict[str, dict[str, str]] = {}
+    metadata: dict[str, dict[str, str]] = {name: {} for (name,) in con.execute("SELECT file FROM glob(?)", [pattern]).fetchall()}
     for name, key, value in con.execute("SELECT file_name, key, value FROM parquet_kv_metadata(?)", [pattern]).fetchall():
         metadata.setdefault(name, {})[key.decode()] = value.decode()
     shards: dict[tuple[str, str, str], dict[str, dict]] = {}
@@ -234,12 +236,56 @@ def _shard_files(con: duckdb.DuckDBPyConnection, root: str, schema: dict) -> dic
                 raise ToolError(f"{name} has schema {component} v{version}, campaign {root} has "
                                 f"v{schema['components'].get(component)}; mixed schema versions")
         table, *labels = match.groups()
-        shards.setdefault(tuple(labels), {})[table] = json.loads(meta[_META_SHARD])
+        shards.setdefault(tuple(labels), {})[table] = json.loads(meta[_META_SHARD]) | {"file": name, "components": versions}
     for labels, files in shards.items():
         if len({meta["export_id"] for meta in files.values()}) > 1:
             raise ToolError(f"shard {'/'.join(labels)} of {root} holds tables of different exports "
                             "(an export was interrupted); export it again")
     return shards
+
+
+def campaign_shards(con: duckdb.DuckDBPyConnection, campaign_dir: str | Path) -> tuple[dict, dict[tuple[str, str, str], dict[str, dict]]]:
+    """The campaign's schema and its shards (as ``_shard_files``), after refusing mixed schema
+    versions, half-done exports and overlapping shards: what ``qscan merge`` checks before copying."""
+    root = str(campaign_dir).rstrip("/")
+    schema = read_schema(con, root)
+    shards = _shard_files(con, root, schema)
+    for table, key in _OVERLAP_KEYS:
+        files = [files[table]["file"] for files in shards.values() if table in files]
+        if not files:
+            continue
+        columns = ", ".join(key)
+        row = con.execute(
+            f"SELECT campaign, vantage, {columns}, list(DISTINCT campaign_shard ORDER BY campaign_shard) "
+            f"FROM read_parquet(?, hive_partitioning = true, hive_types = {_hive_types()}, union_by_name = true) "
+            f"GROUP BY ALL HAVING count(DISTINCT campaign_shard) > 1 LIMIT 1", [files]
+        ).fetchone()
+        if row is not None:
+            raise ToolError(f"shards {', '.join(row[-1])} of campaign {row[0]} vantage {row[1]} overlap: "
+                            f"{_address(row[2:-1])} is in each ({table}); shards must not overlap")
+    return schema, shards
+
+
+def attach_shard(con: duckdb.DuckDBPyConnection, alias: str, schema: dict, files: Mapping[str, dict]) -> dict[str, str]:
+    """Attach an in-memory catalog ``alias`` holding the shard's DDL (its tables empty) and schema_version;
+    returns each table's rows as a relation (``read_parquet`` of its file)."""
+    con.execute(f"ATTACH ':memory:' AS {alias}")
+    previous = con.execute("SELECT current_database()").fetchone()[0]
+    con.execute(f"USE {alias}")
+    try:
+        con.execute("CREATE TABLE schema_version (name VARCHAR PRIMARY KEY, version INTEGER NOT NULL)")
+        components = next(iter(files.values()))["components"]
+        con.executemany("INSERT INTO schema_version VALUES (?, ?)", list(components.items()))
+        for table in files:
+            con.execute(schema["tables"][table])
+        for sql in schema["macros"]:
+            con.execute(sql)
+        for sql in schema["views"]:
+            with contextlib.suppress(duckdb.CatalogException):  # a view over tables this shard has not
+                con.execute(sql)
+    finally:
+        con.execute(f"USE {previous}")
+    return {table: f"read_parquet('{_sql(meta['file'])}', hive_partitioning = false)" for table, meta in files.items()}
 
 
 def _create_offsets(con: duckdb.DuckDBPyConnection, shards: Mapping[tuple[str, str, str], dict[str, dict]]) -> None:
@@ -257,9 +303,8 @@ def _create_offsets(con: duckdb.DuckDBPyConnection, shards: Mapping[tuple[str, s
 
 
 def _table_view(con: duckdb.DuckDBPyConnection, root: str, table: str, lookup_key: list[str] | None) -> str:
-    hive_types = ", ".join(f"'{key}': VARCHAR" for key in PARTITION_KEYS)
     source = (f"read_parquet('{_sql(root)}/{table}/campaign=*/vantage=*/campaign_shard=*/*.parquet', "
-              f"hive_partitioning = true, hive_types = {{{hive_types}}}, union_by_name = true)")
+              f"hive_partitioning = true, hive_types = {_hive_types()}, union_by_name = true)")
     if lookup_key:
         keys = ", ".join(f'"{c}"' for c in lookup_key)
         return f"SELECT DISTINCT ON ({keys}) * EXCLUDE ({', '.join(PARTITION_KEYS)}) FROM {source} ORDER BY {keys}"
@@ -300,7 +345,7 @@ def _merge_schema(root: Path, components: dict[str, int], ddl: dict, store_path:
 
 def _refuse_overlap(con: duckdb.DuckDBPyConnection, root: Path, labels: dict[str, str], store_path: str | Path) -> None:
     """A target handshaked (or an address discovered) by another shard of the same campaign and vantage."""
-    for table, key in (("handshakes", ("ip", "port", "sni")), ("discovery", ("ip", "port"))):
+    for table, key in _OVERLAP_KEYS:
         others = root / table / f"campaign={labels['campaign']}" / f"vantage={labels['vantage']}"
         files = [str(p) for p in sorted(others.glob("campaign_shard=*/*.parquet"))
                  if p.parent.name != f"campaign_shard={labels['campaign_shard']}"]
@@ -312,7 +357,7 @@ def _refuse_overlap(con: duckdb.DuckDBPyConnection, root: Path, labels: dict[str
             f"WHERE ({columns}) IN (SELECT ({columns}) FROM \"{table}\") LIMIT 1", [files]
         ).fetchone()
         if row is not None:
-            address = ":".join(str(v) for v in row[:2]) + (f" (sni {row[2]})" if len(key) == 3 and row[2] else "")
+            address = _address(row[:-1])
             shard = Path(row[-1]).parent.name.split("=", 1)[1]
             raise ToolError(f"{store_path} overlaps shard {shard} of campaign {labels['campaign']} vantage "
                             f"{labels['vantage']}: {address} is in both ({table}); shards must not overlap")
@@ -337,6 +382,14 @@ def _locked(root: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _address(key: tuple) -> str:
+    return f"{key[0]}:{key[1]}" + (f" (sni {key[2]})" if len(key) > 2 and key[2] else "")
+
+
+def _hive_types() -> str:
+    return "{" + ", ".join(f"'{key}': VARCHAR" for key in PARTITION_KEYS) + "}"
 
 
 def _partition(labels: Mapping[str, str]) -> str:

@@ -6,18 +6,25 @@ DDL from the input, so components this module does not know survive), with
 shards of one ZMap scan (same seed, targets, port and shard count in
 ``discovery_runs``) become ONE scan in the output, so a merged sharded scan
 looks like the unsharded one.
+
+An input may also be a campaign directory (scanner.campaign_store): each of
+its shards is merged as if it were the shard's scan file. A target recorded
+by two shards of one campaign, or by two shards of one ZMap scan, is refused.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
 from tparams.errors import ToolError
+
+from scanner import campaign_store
 
 _SKIPPED = {"schema_version"}
 
@@ -29,6 +36,15 @@ class MergeResult:
     rows: dict[str, int]
 
 
+@dataclass(frozen=True)
+class _Input:
+    """One scan file, or one shard of a campaign: a catalog holding its DDL and where its rows are."""
+
+    label: str
+    alias: str
+    relation: Callable[[str], str]
+
+
 def merge_scans(inputs: Sequence[str | Path], out: str | Path) -> MergeResult:
     if not inputs:
         raise ToolError("merge needs at least one input file")
@@ -37,27 +53,27 @@ def merge_scans(inputs: Sequence[str | Path], out: str | Path) -> MergeResult:
     if len({Path(p).resolve() for p in inputs}) != len(inputs):
         raise ToolError("the same file is given twice; its rows would be counted twice")
     for path in inputs:
-        if not Path(path).is_file():
-            raise ToolError(f"no such scan file: {path}")
+        if not Path(path).is_file() and not campaign_store.is_campaign(path):
+            raise ToolError(f"no such scan file or campaign directory: {path}")
     con = duckdb.connect(str(out))
     try:
         scan_keys: dict[str, int] = {}
         next_scan = 1
-        for number, path in enumerate(inputs):
-            alias = f"in{number}"
-            con.execute(f"ATTACH '{_quote(path)}' AS {alias} (READ_ONLY)")
+        for source in _inputs(con, inputs):
             try:
-                _copy_components(con, alias, path)
-                mapping = {}
-                for old in _scan_ids(con, alias):
-                    key = _shard_group(con, alias, old) or f"{path}#{old}"
-                    if key not in scan_keys:
+                _copy_components(con, source.alias, source.label)
+                mapping, shared = {}, set()
+                for old in _scan_ids(con, source):
+                    key = _shard_group(con, source, old) or f"{source.label}#{old}"
+                    if key in scan_keys:
+                        shared.add(scan_keys[key])
+                    else:
                         scan_keys[key] = next_scan
                         next_scan += 1
                     mapping[old] = scan_keys[key]
-                _copy_rows(con, alias, mapping)
+                _copy_rows(con, source, mapping, shared)
             finally:
-                con.execute(f"DETACH {alias}")
+                con.execute(f"DETACH {source.alias}")
         rows = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in _tables(con, _main(con))}
         return MergeResult(len(inputs), len(set(scan_keys.values())), rows)
     except duckdb.Error as exc:
@@ -71,6 +87,24 @@ def merge_scans(inputs: Sequence[str | Path], out: str | Path) -> MergeResult:
         raise
     finally:
         con.close()
+
+
+def _inputs(con: duckdb.DuckDBPyConnection, inputs: Sequence[str | Path]) -> Iterator[_Input]:
+    """Each input attached in turn (the caller detaches it): a scan file as itself, a campaign shard by shard."""
+    number = 0
+    for path in inputs:
+        if not campaign_store.is_campaign(path):
+            alias = f"in{number}"
+            con.execute(f"ATTACH '{_quote(path)}' AS {alias} (READ_ONLY)")
+            yield _Input(str(path), alias, lambda table, alias=alias: f'{alias}."{table}"')
+            number += 1
+            continue
+        schema, shards = campaign_store.campaign_shards(con, path)
+        for labels, files in sorted(shards.items()):
+            alias = f"in{number}"
+            relations = campaign_store.attach_shard(con, alias, schema, files)
+            yield _Input(f"{path} shard {'/'.join(labels)}", alias, relations.__getitem__)
+            number += 1
 
 
 def _copy_components(con: duckdb.DuckDBPyConnection, alias: str, path: str | Path) -> None:
@@ -104,23 +138,25 @@ def _copy_components(con: duckdb.DuckDBPyConnection, alias: str, path: str | Pat
             con.execute(sql)
 
 
-def _copy_rows(con: duckdb.DuckDBPyConnection, alias: str, mapping: dict[int, int]) -> None:
+def _copy_rows(con: duckdb.DuckDBPyConnection, source: _Input, mapping: dict[int, int], shared: set[int]) -> None:
     con.execute("CREATE OR REPLACE TEMP TABLE scan_map (old INTEGER, new INTEGER)")
     con.executemany("INSERT INTO scan_map VALUES (?, ?)", list(mapping.items()))
     handshake_offset = 0
     if "handshakes" in _tables(con, _main(con)):
         handshake_offset = con.execute("SELECT coalesce(max(handshake_id), 0) FROM main.handshakes").fetchone()[0]
-    for table in _tables(con, alias):
+        if shared and "handshakes" in _tables(con, source.alias):
+            _refuse_overlap(con, source, shared)
+    for table in _tables(con, source.alias):
         if table in _SKIPPED:
             continue
-        columns = _columns(con, alias, table)
+        columns = _columns(con, source.alias, table)
         replace = []
         if "scan_id" in columns:
             replace.append("(SELECT new FROM scan_map WHERE old = t.scan_id) AS scan_id")
         if "handshake_id" in columns:
             replace.append(f"t.handshake_id + {handshake_offset} AS handshake_id")
-        select = f"SELECT * REPLACE ({', '.join(replace)}) FROM {alias}.\"{table}\" t" if replace \
-            else f"SELECT * FROM {alias}.\"{table}\" t"
+        select = f"SELECT * REPLACE ({', '.join(replace)}) FROM {source.relation(table)} t" if replace \
+            else f"SELECT * FROM {source.relation(table)} t"
         if table == "scans":
             # One row per merged scan: the shards' rows collapse into the first, spanning all of them.
             con.execute(f"INSERT INTO main.scans BY NAME SELECT * FROM ({select}) s "
@@ -131,15 +167,28 @@ def _copy_rows(con: duckdb.DuckDBPyConnection, alias: str, mapping: dict[int, in
                         "WHERE m.scan_id = s.scan_id")
         else:
             # Lookup tables with a primary key (parameter_names) hold the same rows in every shard.
-            ignore = " OR IGNORE" if _has_primary_key(con, alias, table) else ""
+            ignore = " OR IGNORE" if _has_primary_key(con, source.alias, table) else ""
             con.execute(f'INSERT{ignore} INTO main."{table}" BY NAME {select}')
 
 
-def _shard_group(con: duckdb.DuckDBPyConnection, alias: str, scan_id: int) -> str | None:
-    if "discovery_runs" not in _tables(con, alias):
+def _refuse_overlap(con: duckdb.DuckDBPyConnection, source: _Input, shared: set[int]) -> None:
+    """A shard of a scan that earlier inputs hold shards of must bring targets of its own."""
+    row = con.execute(
+        f"SELECT t.ip, t.port, t.sni FROM {source.relation('handshakes')} t JOIN scan_map ON scan_map.old = t.scan_id "
+        "JOIN main.handshakes m ON m.scan_id = scan_map.new AND m.ip = t.ip AND m.port = t.port "
+        f"AND m.sni IS NOT DISTINCT FROM t.sni WHERE scan_map.new IN ({', '.join(map(str, shared))}) LIMIT 1"
+    ).fetchone()
+    if row is not None:
+        target = f"{row[0]}:{row[1]}" + (f" (sni {row[2]})" if row[2] else "")
+        raise ToolError(f"{source.label} overlaps an earlier shard of the same scan: {target} is in both; "
+                        "shards must not overlap")
+
+
+def _shard_group(con: duckdb.DuckDBPyConnection, source: _Input, scan_id: int) -> str | None:
+    if "discovery_runs" not in _tables(con, source.alias):
         return None
     row = con.execute(
-        f"SELECT seed, targets, port, shards, probe_hex FROM {alias}.discovery_runs WHERE scan_id = ? LIMIT 1",
+        f"SELECT seed, targets, port, shards, probe_hex FROM {source.relation('discovery_runs')} WHERE scan_id = ? LIMIT 1",
         [scan_id],
     ).fetchone()
     if row is None or row[3] <= 1:
@@ -155,11 +204,11 @@ def _has_primary_key(con: duckdb.DuckDBPyConnection, database: str, table: str) 
     ).fetchone()[0])
 
 
-def _scan_ids(con: duckdb.DuckDBPyConnection, alias: str) -> list[int]:
+def _scan_ids(con: duckdb.DuckDBPyConnection, source: _Input) -> list[int]:
     ids: set[int] = set()
-    for table in _tables(con, alias):
-        if "scan_id" in _columns(con, alias, table):
-            ids |= {r[0] for r in con.execute(f'SELECT DISTINCT scan_id FROM {alias}."{table}"').fetchall()}
+    for table in _tables(con, source.alias):
+        if "scan_id" in _columns(con, source.alias, table):
+            ids |= {r[0] for r in con.execute(f"SELECT DISTINCT scan_id FROM {source.relation(table)}").fetchall()}
     return sorted(ids)
 
 
