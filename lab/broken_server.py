@@ -8,6 +8,11 @@ handshake whose transport parameters are aioquic's own, then damaged:
 initial_max_data sent a second time; max_idle_timeout's value a varint whose
 length prefix promises 4 bytes but the parameter holds 2; a 15-byte
 stateless_reset_token. Scanners must record these, not crash on them.
+hello-retry-twice, hello-retry-unoffered-group: aioquic's QUIC without its
+TLS; each ClientHello is answered with a HelloRetryRequest, the first asking for
+P-384 (which a client may list without a share); with -twice the second
+ClientHello gets another one (RFC 8446 4.1.4 allows one), with
+-unoffered-group the first asks for ffdhe2048, which no QUIC client offers.
 """
 
 from __future__ import annotations
@@ -19,13 +24,16 @@ import socket
 import struct
 
 import aioquic.asyncio.server
+from aioquic import tls
 from aioquic.quic.connection import QuicConnection
 
 from lab.aioquic_server import arguments, configuration, run
 from tparams.codec import decode_transport_parameters, encode_transport_parameters, encode_value
 from tparams.registry import id_for
 
-MODES = ("garbage", "duplicate-parameter", "truncated-varint", "short-reset-token")
+HELLO_RETRY_MODES = {"hello-retry-twice": (0x0018, 0x0018), "hello-retry-unoffered-group": (0x0100,)}  # groups asked, in turn
+MODES = ("garbage", "duplicate-parameter", "truncated-varint", "short-reset-token", *HELLO_RETRY_MODES)
+HELLO_RETRY_RANDOM = bytes.fromhex("CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C")
 
 
 def malformed(genuine: bytes, mode: str) -> bytes:
@@ -71,6 +79,37 @@ def serve_garbage(host: str, port: int) -> None:
             sock.sendmsg([os.urandom(random.randint(20, 1200))], reply, 0, source)
 
 
+def hello_retry_request(client_hello: bytes, group: int) -> bytes:
+    """A HelloRetryRequest (RFC 8446 4.1.4) answering ``client_hello`` and asking for ``group``."""
+    session_id = client_hello[38 : 39 + client_hello[38]]  # echoed with its length
+    extensions = b"\x00\x2b\x00\x02\x03\x04" + b"\x00\x33\x00\x02" + group.to_bytes(2, "big")
+    body = b"\x03\x03" + HELLO_RETRY_RANDOM + session_id + b"\x13\x01\x00" + len(extensions).to_bytes(2, "big") + extensions
+    return b"\x02" + len(body).to_bytes(3, "big") + body
+
+
+def hello_retry_class(groups: tuple[int, ...]) -> type[QuicConnection]:
+    """aioquic's server connection (its packets, ACKs, retransmissions) without its TLS: each
+    ClientHello is answered with a HelloRetryRequest asking for ``groups`` in turn, then with nothing."""
+
+    class HelloRetryConnection(QuicConnection):
+        def _initialize(self, peer_cid: bytes) -> None:
+            super()._initialize(peer_cid)
+            received, hellos = bytearray(), [0]
+
+            def handle_message(data: bytes, output: dict[tls.Epoch, tls.Buffer]) -> None:
+                received.extend(data)
+                while len(received) >= 4 and len(received) >= (end := 4 + int.from_bytes(received[1:4], "big")):
+                    hello = bytes(received[:end])
+                    del received[:end]
+                    if hellos[0] < len(groups):
+                        output[tls.Epoch.INITIAL].push_bytes(hello_retry_request(hello, groups[hellos[0]]))
+                    hellos[0] += 1
+
+            self.tls.handle_message = handle_message  # type: ignore[method-assign]
+
+    return HelloRetryConnection
+
+
 def main() -> None:
     parser = arguments(__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=MODES, required=True)
@@ -79,8 +118,11 @@ def main() -> None:
         serve_garbage(args.host, args.port)
         return
     # aioquic's server builds its connections by this module-level name; this
-    # process exists only to serve the damaged parameters.
-    aioquic.asyncio.server.QuicConnection = connection_class(args.mode)
+    # process exists only to serve the damaged parameters or HelloRetryRequests.
+    if args.mode in HELLO_RETRY_MODES:
+        aioquic.asyncio.server.QuicConnection = hello_retry_class(HELLO_RETRY_MODES[args.mode])
+    else:
+        aioquic.asyncio.server.QuicConnection = connection_class(args.mode)
     asyncio.run(run(args.host, args.port, configuration(args.certificate, args.private_key)))
 
 

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, mlkem, x25519
 from cryptography.x509.oid import NameOID
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from lab.broken_server import HELLO_RETRY_RANDOM
 from lab.certs import write_certificate
 from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, VERSION_NEGOTIATION, _CertificateChecker, handshake_record
 from scanner.handshake.client import ClientHandshake
@@ -249,7 +250,6 @@ def test_version_negotiation_without_common_version(certificate) -> None:
     assert pair.client.datagrams_to_send() == []  # nothing to say it in
 
 
-HELLO_RETRY_RANDOM = bytes.fromhex("CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C")
 TLS13 = b"\x00\x2b\x00\x02\x03\x04"  # supported_versions: TLS 1.3
 
 

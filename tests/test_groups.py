@@ -1,0 +1,66 @@
+"""Key-exchange groups against real servers: HelloRetryRequest to a group the ClientHello
+lists without a share, servers that ask wrongly, and the post-quantum hybrid X25519MLKEM768."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from conftest import lab_instance, lab_unavailable
+from lab import Lab
+from lab.topology import ServerSpec, Topology
+from scanner.engine import ScanSettings
+from scanner.scan import scan_into
+from scanner.targets import Target
+
+pytestmark = pytest.mark.lab
+
+# gtlsserver (GnuTLS) limited to one group: the default ClientHello has no share for it.
+ONE_GROUP = {"ngtcp2-p384": ("198.18.1.10", "SECP384R1", "secp384r1"),
+             "ngtcp2-p521": ("198.18.1.11", "SECP521R1", "secp521r1")}  # fmt: skip
+ASKING_WRONGLY = {"broken-hello-retry-twice": "198.18.1.44", "broken-hello-retry-unoffered-group": "198.18.1.45"}
+
+
+@pytest.fixture(scope="module")
+def groups_lab():
+    reason = lab_unavailable()
+    if reason:
+        pytest.skip(reason)
+    servers = [ServerSpec(name, "ngtcp2", ip, options={"groups": f"-GROUP-ALL:+GROUP-{group}"})
+               for name, (ip, group, _) in ONE_GROUP.items()]  # fmt: skip
+    servers += [ServerSpec(name, "broken", ip, options={"mode": name.removeprefix("broken-")}) for name, ip in ASKING_WRONGLY.items()]
+    with Lab.up(Topology(servers=tuple(servers)), instance=lab_instance("grp")) as running:
+        yield running
+
+
+def scan(lab: Lab, tmp_path: Path, **settings) -> dict[str, tuple]:
+    """Scan every lab server as ``qscan targets`` does (its default settings but ``settings``):
+    by server name, (status, error_code, error, key_exchange_group, hello_retry_request)."""
+    out = tmp_path / "scan.duckdb"
+    with lab.in_client():
+        scan_into(out, [Target(s.ip, s.port, s.sni) for s in lab.servers], ScanSettings(**settings))
+    with duckdb.connect(str(out), read_only=True) as con:
+        rows = con.execute("SELECT ip, status, error_code, error, key_exchange_group, hello_retry_request FROM handshakes").fetchall()
+    names = {s.ip: s.name for s in lab.servers}
+    return {names[ip]: tuple(rest) for ip, *rest in rows}
+
+
+def test_a_server_of_one_group_completes_through_a_hello_retry_request(groups_lab, tmp_path):
+    """P-384 only and P-521 only: the default scan (shares x25519 and secp256r1) lists both
+    groups, the server asks for its own in a HelloRetryRequest, and the handshake completes."""
+    rows = scan(groups_lab, tmp_path)
+    for name, (_, _, group) in ONE_GROUP.items():
+        status, _, error, chosen, retried = rows[name]
+        assert (status, chosen, retried) == ("ok", group, True), (name, error)
+
+
+def test_a_server_asking_wrongly_is_a_record_with_a_status(groups_lab, tmp_path):
+    rows = scan(groups_lab, tmp_path)
+    assert rows["broken-hello-retry-twice"][:2] == ("tls_alert", 0x100 + 10)  # unexpected_message
+    assert "a second HelloRetryRequest" in rows["broken-hello-retry-twice"][2]
+    assert rows["broken-hello-retry-unoffered-group"][:2] == ("tls_alert", 0x100 + 47)  # illegal_parameter
+    assert "group 0x0100, which we did not offer" in rows["broken-hello-retry-unoffered-group"][2]
+    for name in ASKING_WRONGLY:
+        assert rows[name][3:] == (None, True), name
