@@ -30,7 +30,7 @@ from tparams.errors import ToolError
 from lab.netns import STARTED_PIDS, ns_command
 from scanner.campaign_store import export_shard
 from scanner.discovery.ipv4 import prepare, scan_ipv4
-from scanner.discovery.plan import make_plan
+from scanner.discovery.plan import LAB_RANGE, make_plan, parse_cidr
 from scanner.engine import ScanSettings
 
 MANIFEST = "_campaign.json"
@@ -48,9 +48,17 @@ class CampaignSpec:
     shards: int
     port: int = 443
 
+    allowlist: str | None = None  # a file of addresses/CIDRs (a hitlist), ZMap's allowlist
+
     def __post_init__(self) -> None:
         if self.shards < 1:
             raise ToolError(f"a campaign needs at least one shard, not {self.shards}")
+
+    @property
+    def in_lab(self) -> bool:
+        """Every target inside the lab's range: nothing is sent to the Internet."""
+        return self.allowlist is None and bool(self.targets) and all(
+            parse_cidr(t).subnet_of(LAB_RANGE) for t in self.targets)
 
 
 @dataclass
@@ -77,7 +85,8 @@ def shard_argv(spec: CampaignSpec, shard: int | str, directory: str | Path, *, v
             "--shard", f"{shard}/{spec.shards}", "--seed", str(spec.seed), "--port", str(spec.port),
             "--vantage", vantage, "--rate", str(rate), "--cooldown", str(cooldown),
             "--handshake-rate", f"{settings.rate:g}", "--concurrency", str(settings.concurrency),
-            "--workers", str(settings.workers), "--timeout", f"{settings.timeout:g}", "--quiet", "--json"]
+            "--workers", str(settings.workers), "--timeout", f"{settings.timeout:g}", "--quiet", "--json",
+            *(["--allowlist", spec.allowlist] if spec.allowlist else [])]
 
 
 def run_shard(directory: str | Path, spec: CampaignSpec, shard: int, *, vantage: str, rate: int, cooldown: int,
@@ -96,7 +105,8 @@ def run_shard(directory: str | Path, spec: CampaignSpec, shard: int, *, vantage:
         if done.exists():
             raise ToolError(f"{label} is already complete in {root}; refusing to run it twice")
         resumed = work.exists()
-        plan = make_plan(list(spec.targets), spec.port, rate, cooldown, shard=shard, shards=spec.shards)
+        plan = make_plan(list(spec.targets), spec.port, rate, cooldown, shard=shard, shards=spec.shards,
+                         allowlist=Path(spec.allowlist) if spec.allowlist else None)
         prepared = prepare(plan, work, netns, seed=spec.seed)
         result = scan_ipv4(prepared, work, settings, netns, command_line=command_line, resume=resumed)
         rows = export_shard(work, root, campaign=spec.name, vantage=vantage, shard=str(shard))

@@ -28,7 +28,9 @@ def register(app: typer.Typer) -> None:
     @group.command("shard", epilog="Example: qscan campaign shard 198.18.64.0/18 --campaign lab --out camp "
                    "--shard 0/4 --seed 7")
     def shard_command(
-        cidrs: list[str] = typer.Argument(..., help="IPv4 ranges of the whole campaign (the same on every host)."),
+        cidrs: list[str] = typer.Argument(None, help="IPv4 ranges of the whole campaign (the same on every host)."),
+        allowlist: Path = typer.Option(None, help="Addresses or CIDRs to probe, one a line (a hitlist), added to the ranges."),
+        yes: bool = typer.Option(False, "--yes", help="Targets outside the lab (the Internet): start without asking."),
         campaign: str = typer.Option(..., help="Campaign name (a plain name)."),
         out: Path = typer.Option(..., "--out", "-o", help="Campaign directory (local, or a shared mount)."),
         shard: str = typer.Option(..., help="This host's shard I/N."),
@@ -46,7 +48,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run (or resume, after a crash) one shard of a campaign: ZMap shard, handshakes, Parquet export."""
         index, total = parse_shard(shard)
-        spec = CampaignSpec(campaign, tuple(cidrs), seed, total, port)
+        spec = CampaignSpec(campaign, tuple(cidrs or ()), seed, total, port, str(allowlist) if allowlist else None)
+        if not spec.targets and spec.allowlist is None:
+            raise ToolError("give the campaign's ranges or --allowlist (the same on every host)")
+        if not spec.in_lab and not yes:
+            raise ToolError("this campaign sends to the Internet (targets outside 198.18.0.0/15): pass --yes")
         settings = ScanSettings(timeout=timeout, rate=handshake_rate, concurrency=concurrency, workers=workers)
         result = run_shard(out, spec, index, vantage=vantage, rate=rate, cooldown=cooldown, settings=settings,
                            command_line=shlex.join(["qscan", *sys.argv[1:]]))
@@ -107,3 +113,59 @@ def register(app: typer.Typer) -> None:
                    f"expected, {check['missing']} missing, {check['unexpected']} unexpected -> {out}")
         if check["duplicates"] or check["missing"] or check["unexpected"]:
             raise ToolError("the shards' union differs from the population's QUIC addresses")
+
+    @group.command("plan", epilog="Example: qscan campaign plan --preset ipv4 --hosts 8 --rate 100000 "
+                   "--concurrency 5000 --slurm census.sbatch")
+    def plan_command(
+        targets: int = typer.Option(None, help="Targets (addresses or domains); default: the three census presets."),
+        preset: str = typer.Option(None, help="ipv4 (3.7e9 addresses), hitlist (10M) or tranco (1M domains)."),
+        cidrs: list[str] = typer.Option(None, "--range", help="The campaign's ranges, for the host command "
+                                        "(default 0.0.0.0/0; a hitlist preset uses --allowlist hitlist.txt)."),
+        hosts: int = typer.Option(8, help="Hosts, one shard each."),
+        rate: int = typer.Option(100000, help="ZMap probes per second a host asks for."),
+        concurrency: int = typer.Option(5000, help="Handshakes in flight a host."),
+        responsive: float = typer.Option(None, help="Share of targets that answer (default: the preset's assumption; 1)."),
+        handshake_seconds: float = typer.Option(0.25, help="Seconds a handshake holds a slot on the Internet (assumed)."),
+        out: str = typer.Option("census", "--out", help="Campaign directory the hosts write (shown in their command)."),
+        campaign: str = typer.Option("census", help="Campaign name."),
+        seed: int = typer.Option(1, help="ZMap seed, the same on every host."),
+        measured: Path = typer.Option(None, help="Measurements to plan from (default datasets/campaign/measured.json)."),
+        slurm: Path = typer.Option(None, help="Write a Slurm array job file (one task a shard) here."),
+        netns_prefix: str = typer.Option(None, help="In the job file, run task I inside namespace PREFIX<I> (the lab)."),
+        json_output: bool = typer.Option(False, "--json", help="Print the projection(s) as JSON."),
+    ) -> None:
+        """Project discovery and handshake time, Parquet size, merge and report time, from measured per-shard costs."""
+        from scanner import campaign_plan as cp
+
+        figures = cp.load_measured(measured) if measured else cp.load_measured()
+        if preset is not None and preset not in cp.PRESETS:
+            raise ToolError(f"--preset must be one of {', '.join(cp.PRESETS)}, not {preset!r}")
+        if targets is not None:
+            cases = {"custom": cp.Preset(targets, responsive or 1.0, "zmap", "given with --targets")}
+        elif preset is not None:
+            cases = {preset: cp.PRESETS[preset]}
+        else:
+            cases = dict(cp.PRESETS)
+        if slurm is not None and len(cases) != 1:
+            raise ToolError("--slurm writes one job: choose --preset or --targets")
+        report = {}
+        for name, case in cases.items():
+            share = responsive if responsive is not None else case.responsive
+            allowlist = "hitlist.txt" if case.discovery == "allowlist" else None
+            ranges = tuple(cidrs or (() if allowlist else ("0.0.0.0/0",)))
+            spec = CampaignSpec(campaign, ranges, seed, hosts, allowlist=allowlist)
+            projection = cp.project(case.targets, hosts, rate, concurrency, figures, share, handshake_seconds,
+                                    discovery=case.discovery)
+            report[name] = cp.as_json(projection, spec, out, case.discovery) | {"note": case.note}
+            if not json_output:
+                typer.echo(f"== {name}: {case.note}")
+                for line in cp.lines(projection, spec, out, case.discovery):
+                    typer.echo(line)
+            if slurm is not None:
+                if case.discovery == "domains":
+                    raise ToolError("--slurm writes ZMap campaigns; a domain list is split by line instead")
+                slurm.write_text(cp.slurm_script(projection, spec, out, netns_prefix))
+                if not json_output:
+                    typer.echo(f"slurm:       {slurm} (sbatch {slurm})")
+        if json_output:
+            typer.echo(json.dumps(report, indent=2))

@@ -186,8 +186,11 @@ def _stored_outcome(store: ScanStore, scan_id: int) -> Outcome | None:
                             "WHERE scan_id = ?", [scan_id]).fetchone()
     if run is None:
         return None
-    found = [Discovered(ip, port, tuple(versions), time) for ip, port, versions, time in store.con.execute(
-        "SELECT ip, port, versions, time FROM discovery WHERE scan_id = ? ORDER BY time, ip", [scan_id]).fetchall()]
+    # TIMESTAMPTZ would come back through pytz; the naive UTC value is made aware here instead.
+    found = [Discovered(ip, port, tuple(versions), time.replace(tzinfo=dt.timezone.utc))
+             for ip, port, versions, time in store.con.execute(
+                 "SELECT ip, port, versions, timezone('UTC', time) FROM discovery WHERE scan_id = ? ORDER BY time, ip",
+                 [scan_id]).fetchall()]
     return Outcome(found, collections.Counter(dict(zip(run[1], run[2]))), run[0])
 
 
