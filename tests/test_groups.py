@@ -38,6 +38,7 @@ def groups_lab():
 def scan(lab: Lab, tmp_path: Path, **settings) -> dict[str, tuple]:
     """Scan every lab server as ``qscan targets`` does (its default settings but ``settings``):
     by server name, (status, error_code, error, key_exchange_group, hello_retry_request)."""
+    tmp_path.mkdir(exist_ok=True)
     out = tmp_path / "scan.duckdb"
     with lab.in_client():
         scan_into(out, [Target(s.ip, s.port, s.sni) for s in lab.servers], ScanSettings(**settings))
@@ -64,3 +65,32 @@ def test_a_server_asking_wrongly_is_a_record_with_a_status(groups_lab, tmp_path)
     assert "group 0x0100, which we did not offer" in rows["broken-hello-retry-unoffered-group"][2]
     for name in ASKING_WRONGLY:
         assert rows[name][3:] == (None, True), name
+
+
+# Measured: the lab servers whose TLS picks X25519MLKEM768 when offered (Go's crypto/tls in
+# quic-go and x/net/quic, BoringSSL in quiche, qh3's own TLS, picoquic's picotls); and those
+# that cannot ask for another share, so that a hybrid-only ClientHello fails there (aioquic has
+# no HelloRetryRequest; kwik refuses with illegal_parameter).
+PICKS_HYBRID = {"quiche", "qh3", "quic-go", "x-net-quic", "picoquic"}
+NO_HELLO_RETRY = {"aioquic", "kwik"}
+
+
+def test_which_lab_servers_pick_the_post_quantum_hybrid(lab, tmp_path):
+    """The hybrid share (two Initial packets) beside an X25519 one: servers with the hybrid pick
+    it, the others X25519 from the same ClientHello. Offered alone, a server without it asks
+    for a classic group in a HelloRetryRequest."""
+    servers = {s.name for s in lab.servers if not s.kind.startswith("broken")}
+    beside = scan(lab, tmp_path / "beside", groups=("x25519mlkem768", "x25519"), timeout=3.0)
+    alone = scan(lab, tmp_path / "alone", groups=("x25519mlkem768",), timeout=3.0)
+    assert PICKS_HYBRID & servers, "no lab server with the hybrid is up"
+    for name in servers:
+        status, _, error, group, retried = beside[name]
+        assert status == "ok", (name, error)
+        assert (group == "x25519mlkem768") == (name in PICKS_HYBRID) and not retried, (name, group)
+        status, _, error, group, retried = alone[name]
+        if name in PICKS_HYBRID:
+            assert (status, group, retried) == ("ok", "x25519mlkem768", False), (name, error)
+        elif name in NO_HELLO_RETRY:
+            assert status == "tls_alert" and not retried, (name, status, error)
+        else:
+            assert status == "ok" and group in ("x25519", "secp256r1") and retried, (name, status, error, group)
