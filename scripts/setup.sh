@@ -38,6 +38,26 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# The lab's picoquic server runs on aiopquic (picoquic bundled), which needs Python
+# >= 3.12: its own environment, pinned in requirements.lock, from pyenv's 3.12 where
+# the system has none. Without one the lab simply has no picoquic server.
+aiopquic=$(sed -n 's/^\(aiopquic==[^ ;]*\).*/\1/p' requirements.lock)
+if [ "$(cat .venv-picoquic/.installed 2>/dev/null)" != "$aiopquic" ]; then
+  py312=
+  for candidate in python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12.*/bin/python; do
+    # (pyenv's shims answer to names whose version is not selected, and fail)
+    if "$candidate" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null; then py312=$candidate; break; fi
+  done
+  if [ -n "$py312" ]; then
+    echo "setup: creating .venv-picoquic ($aiopquic)"
+    "$py312" -m venv .venv-picoquic
+    .venv-picoquic/bin/pip install -q "$aiopquic"
+    echo "$aiopquic" > .venv-picoquic/.installed
+  else
+    echo "setup: no Python 3.12 here; the lab runs without its picoquic server" >&2
+  fi
+fi
+
 if [ -f go.mod ]; then
   mkdir -p build/bin
   for main in $(go list -f '{{if eq .Name "main"}}{{.Dir}}{{end}}' ./... 2>/dev/null); do
