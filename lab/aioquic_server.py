@@ -2,6 +2,7 @@
 
 Run inside a lab namespace by the "aioquic" server kind:
     python -m lab.aioquic_server --host IP --port 443 --certificate C --private-key K [--initial_max_data N ...]
+        [--alpn=h3,hq-interop --cid-length=N --datagrams=true --retry]
 """
 
 from __future__ import annotations
@@ -71,12 +72,21 @@ def apply_parameters(config: Any, asked: Mapping[str, int | None]) -> None:
 
 
 def configuration(certificate: str | None = None, private_key: str | None = None, is_client: bool = False,
-                  asked: Mapping[str, int | None] | None = None, library: str = "aioquic") -> Any:
-    """``library``: aioquic or its fork qh3, which keeps aioquic's API."""
+                  asked: Mapping[str, Any] | None = None, library: str = "aioquic") -> Any:
+    """``library``: aioquic or its fork qh3, which keeps aioquic's API. ``asked``: the
+    SETTABLE parameters and the application's choices (``arguments``), None or absent
+    for the library's own."""
+    asked = asked or {}
     configuration_class = importlib.import_module(f"{library}.quic.configuration").QuicConfiguration
-    alpn = importlib.import_module(f"{library}.h3.connection").H3_ALPN
+    alpn = asked.get("alpn") or importlib.import_module(f"{library}.h3.connection").H3_ALPN
     config = configuration_class(is_client=is_client, alpn_protocols=alpn)
-    apply_parameters(config, asked or {})
+    apply_parameters(config, asked)
+    if asked.get("cid_length") is not None:
+        config.connection_id_length = asked["cid_length"]
+    if asked.get("datagrams"):
+        config.max_datagram_frame_size = 65536
+    if asked.get("active_connection_id_limit") is not None:
+        config.active_connection_id_limit = asked["active_connection_id_limit"]  # qh3 only
     if certificate:
         config.load_cert_chain(certificate, private_key)
     return config
@@ -91,10 +101,10 @@ def expected_transport_parameters(asked: Mapping[str, int | None] | None = None)
     return {name: value for name, value in sent.as_sent().items() if value is not None}
 
 
-async def run(host: str, port: int, config: Any, library: str = "aioquic") -> None:
+async def run(host: str, port: int, config: Any, library: str = "aioquic", retry: bool = False) -> None:
     """Serve until SIGTERM, then return (the lab stops its servers with SIGTERM)."""
     serve = importlib.import_module(f"{library}.asyncio").serve
-    server = await serve(host, port, configuration=config, create_protocol=http3_protocol(library))
+    server = await serve(host, port, configuration=config, create_protocol=http3_protocol(library), retry=retry)
     print(f"listening on {host}:{port}", flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -110,12 +120,23 @@ def arguments(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--private-key", required=True)
     for name in SETTABLE:
         parser.add_argument(f"--{name}", type=int)
+    # The application's choices, as lab.kinds.application_flags writes them.
+    parser.add_argument("--alpn", type=lambda text: text.split(","))
+    parser.add_argument("--cid-length", type=int)
+    parser.add_argument("--datagrams", type=lambda text: text == "true")
+    parser.add_argument("--active-connection-id-limit", type=int)
+    parser.add_argument("--retry", action="store_true")
     return parser
 
 
+def serve_main(library: str) -> None:
+    args = vars(arguments(f"A small {library} HTTP/3 server for the lab").parse_args())
+    config = configuration(args["certificate"], args["private_key"], asked=args, library=library)
+    asyncio.run(run(args["host"], args["port"], config, library=library, retry=args["retry"]))
+
+
 def main() -> None:
-    args = vars(arguments(__doc__.splitlines()[0]).parse_args())
-    asyncio.run(run(args["host"], args["port"], configuration(args["certificate"], args["private_key"], asked=args)))
+    serve_main("aioquic")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import ClassVar
 
-from lab.kinds import LabContext, Launch, ServerKind, asked_parameters, parameter_flags
+from lab.kinds import LabContext, Launch, ServerKind, application_flags, asked_parameters, parameter_flags
 from lab.topology import ServerSpec
 
 SOURCES = Path(__file__).resolve().parent / "servers"
@@ -65,4 +65,4 @@ class JarServerKind(ServerKind):
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
         return Launch(["java", "-jar", str(built_jar(self.library)), f"--host={spec.ip}", f"--port={spec.port}",
                        f"--certificate={ctx.cert}", f"--private-key={ctx.key}",
-                       *parameter_flags(self.asked(spec), self.SETTABLE)])
+                       *parameter_flags(self.asked(spec), self.SETTABLE), *application_flags(spec, self.OFFERED)])

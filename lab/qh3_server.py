@@ -9,15 +9,11 @@ qh3 has one window for all streams: the largest of the three given is used.
 
 from __future__ import annotations
 
-import asyncio
-
-from lab.aioquic_server import arguments, configuration, run
+from lab.aioquic_server import serve_main
 
 
 def main() -> None:
-    args = vars(arguments(__doc__.splitlines()[0]).parse_args())
-    config = configuration(args["certificate"], args["private_key"], asked=args, library="qh3")
-    asyncio.run(run(args["host"], args["port"], config, library="qh3"))
+    serve_main("qh3")
 
 
 if __name__ == "__main__":

@@ -28,9 +28,12 @@ Addresses of the default lab (port 443 everywhere):
     198.18.1.71  netty              netty.lab.test      netty-incubator-codec-quic (quiche via JNI), Retry always
     198.18.1.72  qh3                qh3.lab.test        qh3 (aioquic's fork, Rust core), lab/qh3_server.py
     198.18.1.73  lsquic             lsquic.lab.test     LSQUIC's http_server, only where QREPLAY_LSQUIC_SERVER names one
+    198.18.1.50  quic-go            quic-go.lab.test    quic-go (go.mod's), lab/servers/quic-go, once built
+    198.18.1.51  x-net-quic         x-net-quic.lab.test Go's golang.org/x/net/quic, lab/servers/x-net-quic, once built
+    198.18.1.74  picoquic           picoquic.lab.test   picoquic (aiopquic), lab/picoquic_server.py, once set up
     198.18.1.100 udp-closed host    closed.lab.test
     198.18.1.240-255 silent (routed to a blackhole in the core)
-    Reserved for later kinds: 198.18.1.50-59 (quic-go servers), 198.18.1.53 (DNS),
+    Reserved for later kinds: 198.18.1.52-59, 198.18.1.53 (DNS),
     198.18.1.80 (the discovery benchmark's range server, lab/discovery_lab.py).
 
 Any other address of 198.18.1.0/24 is also silent (ARP fails in the core).
@@ -95,7 +98,8 @@ class Topology:
 def default_topology() -> Topology:
     from lab.kinds import kind_for  # the kinds import this module
 
-    optional = (ServerSpec("lsquic", "lsquic", "198.18.1.73"),)
+    optional = (ServerSpec("lsquic", "lsquic", "198.18.1.73"), ServerSpec("quic-go", "quic-go", "198.18.1.50"),
+                ServerSpec("x-net-quic", "x-net-quic", "198.18.1.51"), ServerSpec("picoquic", "picoquic", "198.18.1.74"))
     return Topology(
         servers=(
             ServerSpec("ngtcp2-alpha", "ngtcp2", "198.18.1.10", sni=f"alpha.{LAB_DOMAIN}",

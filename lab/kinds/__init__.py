@@ -51,6 +51,8 @@ class ServerKind:
     # Readiness: the lab waits until the server answers a UDP datagram on its
     # port (a Version Negotiation probe) and, if set, accepts TCP on it.
     serves_tcp: ClassVar[bool] = False
+    # The APPLICATION_CHOICES (below) its library lets an application make.
+    OFFERED: ClassVar[tuple[str, ...]] = ()
 
     def unavailable_reason(self) -> str | None:
         """Why this kind's server cannot run on this machine (not installed,
@@ -76,6 +78,35 @@ def parameter_flags(asked: Mapping[str, int | bool], settable: Iterable[str]) ->
     """``--<parameter name>=<value>`` for each settable one: how the lab's own
     server programs (lab/servers, lab/qh3_server.py) take flow control."""
     return [f"--{name}={int(value)}" for name, value in asked.items() if name in settable]
+
+
+# What an application chooses beside flow control, ``options["application"]``:
+# library identification must not key on any of it (scanner/identify.py runs every
+# library once more with other choices). The lab's own server programs take it as
+# lab/servers/common's ``Application`` flags; each kind names the ones its library offers.
+APPLICATION_CHOICES = ("alpn", "cid_length", "datagrams", "disable_active_migration",
+                       "active_connection_id_limit", "preferred_address", "retry")
+
+
+def application_flags(spec: ServerSpec, offered: Iterable[str]) -> list[str]:
+    """``options["application"]`` as flags: ``--alpn=h3,hq-interop``, ``--cid-length=16``,
+    ``--datagrams=true``, ``--retry`` (a true switch), ...; a choice the kind's library does
+    not offer is refused here, before the lab starts anything."""
+    flags = []
+    for name, value in spec.options.get("application", {}).items():
+        if name not in offered:
+            raise ToolError(f"lab server {spec.name}: {spec.kind} lets no application choose {name} "
+                            f"(it offers: {', '.join(offered) or 'nothing'})")
+        flag = "--" + name.replace("_", "-")
+        if name == "alpn":
+            flags.append(f"{flag}={','.join(value)}")
+        elif name == "datagrams":
+            flags.append(f"{flag}={str(bool(value)).lower()}")
+        elif value is True:
+            flags.append(flag)
+        elif value is not False:
+            flags.append(f"{flag}={value}")
+    return flags
 
 
 def register_kind(cls: type[ServerKind]) -> type[ServerKind]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from lab.kinds import LabContext, Launch, ServerKind, asked_parameters, parameter_flags, register_kind
+from lab.kinds import LabContext, Launch, ServerKind, application_flags, asked_parameters, parameter_flags, register_kind
 from lab.topology import ServerSpec
 
 
@@ -21,13 +21,14 @@ class AioquicKind(ServerKind):
     name = "aioquic"
     library = "aioquic"
     module = "lab.aioquic_server"
+    OFFERED = ("alpn", "cid_length", "datagrams", "retry")
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
         from lab.aioquic_server import SETTABLE
 
         return Launch([sys.executable, "-m", self.module, "--host", spec.ip, "--port", str(spec.port),
                        "--certificate", str(ctx.cert), "--private-key", str(ctx.key),
-                       *parameter_flags(asked_parameters(spec), SETTABLE)])
+                       *parameter_flags(asked_parameters(spec), SETTABLE), *application_flags(spec, self.OFFERED)])
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
         from lab.aioquic_server import expected_transport_parameters

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from tparams.paramset import PERFORMANCE_PARAMETERS, RFC9000_DEFAULTS
 
-from lab.kinds import LabContext, Launch, ServerKind, asked_parameters
+from lab.kinds import LabContext, Launch, ServerKind, application_flags, asked_parameters
 from lab.topology import ServerSpec
 
 BIN_DIR = Path(__file__).resolve().parents[2] / "build" / "bin"
@@ -45,7 +45,7 @@ class BuiltServerKind(ServerKind):
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
         flags = [f"--{name.replace('_', '-')}={value}" for name, value in self.configured(spec).items()]
         return Launch([str(BIN_DIR / self.binary), f"{spec.ip}:{spec.port}",
-                       f"--cert={ctx.cert}", f"--key={ctx.key}", *flags])
+                       f"--cert={ctx.cert}", f"--key={ctx.key}", *flags, *application_flags(spec, self.OFFERED)])
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
         return {name: value for name, value in {**self.DEFAULTS, **self.configured(spec)}.items()

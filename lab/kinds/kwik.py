@@ -31,6 +31,7 @@ class KwikKind(JarServerKind):
 
     name = "kwik"
     library = "kwik"
+    OFFERED = ("alpn", "cid_length", "retry")
     SETTABLE = frozenset({"max_idle_timeout", "initial_max_data", *BIDI_WINDOWS,
                           "initial_max_streams_bidi", "initial_max_streams_uni"})
     ASKED_BY_DEFAULT: ClassVar[dict[str, int]] = {"initial_max_streams_bidi": 100, "initial_max_streams_uni": 3}

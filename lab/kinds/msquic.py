@@ -14,6 +14,8 @@ class MsquicKind(BuiltServerKind):
 
     name = "msquic"
     library = "msquic"
+    # Its connection IDs are 9 bytes, or 14 with the server's address in them (lab/servers/msquic).
+    OFFERED = ("alpn", "cid_length", "datagrams")
     # msquic 2.5.1's defaults (quicdef.h; ack_delay_exponent 8, max_ack_delay
     # 25 + its 1 ms timer resolution) and our two stream counts.
     DEFAULTS = {

@@ -31,6 +31,7 @@ class NettyKind(JarServerKind):
 
     name = "netty"
     library = "netty"
+    OFFERED = ("alpn", "cid_length", "datagrams", "disable_active_migration")
     SETTABLE = frozenset({"max_idle_timeout", "initial_max_data", "initial_max_stream_data_bidi_local",
                           "initial_max_stream_data_bidi_remote", "initial_max_stream_data_uni",
                           "initial_max_streams_bidi", "initial_max_streams_uni"})

@@ -25,6 +25,7 @@ class Qh3Kind(AioquicKind):
     name = "qh3"
     library = "qh3"
     module = "lab.qh3_server"
+    OFFERED = ("alpn", "cid_length", "datagrams", "active_connection_id_limit", "retry")
     # What qh3 2.1 sends by default (seen on the wire; its QuicConfiguration defaults).
     DEFAULTS: ClassVar[dict[str, int]] = {
         "max_idle_timeout": 30000,

@@ -12,6 +12,7 @@ class QuicheKind(BuiltServerKind):
 
     name = "quiche"
     library = "quiche"
+    OFFERED = ("alpn", "cid_length", "datagrams", "disable_active_migration", "active_connection_id_limit")
     # quiche's flow-control defaults are 0; without flags our server takes
     # those of quiche's example server (apps/), the rest are quiche's own.
     DEFAULTS = {

@@ -13,6 +13,7 @@ class QuinnKind(BuiltServerKind):
 
     name = "quinn"
     library = "quinn"
+    OFFERED = ("alpn", "cid_length", "datagrams", "disable_active_migration", "preferred_address", "retry")
     # quinn-proto 0.11's TransportConfig and EndpointConfig defaults.
     DEFAULTS = {
         "max_idle_timeout": 30000,

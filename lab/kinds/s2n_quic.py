@@ -12,6 +12,7 @@ class S2nQuicKind(BuiltServerKind):
 
     name = "s2n-quic"
     library = "s2n-quic"
+    OFFERED = ("alpn", "cid_length", "disable_active_migration")
     # s2n-quic 1.91: Limits::new() (the RECOMMENDED values), and the endpoint's
     # own active_connection_id_limit (peer_id_registry::ACTIVE_CONNECTION_ID_LIMIT).
     DEFAULTS = {

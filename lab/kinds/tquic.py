@@ -12,6 +12,7 @@ class TquicKind(BuiltServerKind):
 
     name = "tquic"
     library = "tquic"
+    OFFERED = ("alpn", "cid_length", "active_connection_id_limit", "retry")
     # tquic 1.6's Config::new() and TransportParams defaults (idle timeout off).
     DEFAULTS = {
         "max_udp_payload_size": 65527,

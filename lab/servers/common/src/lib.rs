@@ -26,9 +26,9 @@ pub struct Args {
 /// a choice its library does not let an application make.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Application {
-    /// ALPN protocols accepted, in preference order (repeat the flag). The
+    /// ALPN protocols accepted, in preference order, comma-separated. The
     /// scanner offers h3; identification keys on how a library refuses the rest.
-    #[arg(long = "alpn", default_value = "h3")]
+    #[arg(long = "alpn", value_delimiter = ',', default_value = "h3")]
     pub alpn: Vec<String>,
     /// Length in bytes of the server's connection IDs (absent: the library's choice).
     #[arg(long)]

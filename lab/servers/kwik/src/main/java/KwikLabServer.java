@@ -1,9 +1,10 @@
-// The lab's kwik server: HTTP/3 (flupke) on ip:port, ALPN h3 only, every
-// request answered with 200 and a short body. Flow control from the command line,
-// transport parameters by their RFC 9000 names:
+// The lab's kwik server: HTTP/3 (flupke) on ip:port, ALPN h3 (or the list given),
+// every request answered with 200 and a short body. Flow control from the command line,
+// transport parameters by their RFC 9000 names, and what an application chooses:
 //   java -jar lab-server.jar --host=IP --port=443 --certificate=C --private-key=K
 //        [--max_idle_timeout=MS --initial_max_data=N --initial_max_stream_data_bidi_local=N
 //         --initial_max_stream_data_bidi_remote=N --initial_max_streams_bidi=N --initial_max_streams_uni=N]
+//        [--alpn=h3,... --cid-length=N --retry]
 // kwik has one window for both bidi directions: the larger is used. No uni
 // window: flupke pins it to 1024.
 // kwik's PEM loader takes RSA keys only; its KeyStore path takes the lab's EC P-256 key.
@@ -43,6 +44,8 @@ public final class KwikLabServer {
         if (bidi > 0) config.maxBidirectionalStreamBufferSize(bidi);
         if (opt.containsKey("initial_max_streams_bidi")) config.maxOpenPeerInitiatedBidirectionalStreams(Integer.parseInt(opt.get("initial_max_streams_bidi")));
         if (opt.containsKey("initial_max_streams_uni")) config.maxOpenPeerInitiatedUnidirectionalStreams(Integer.parseInt(opt.get("initial_max_streams_uni")));
+        if (opt.containsKey("cid-length")) config.connectionIdLength(Integer.parseInt(opt.get("cid-length")));
+        config.retryRequired(opt.containsKey("retry"));
 
         Certificate certificate = CertificateFactory.getInstance("X.509")
                 .generateCertificate(Files.newInputStream(Path.of(opt.get("certificate"))));
@@ -62,12 +65,16 @@ public final class KwikLabServer {
                 .withLogger(log)
                 .build();
         byte[] body = "kwik lab server\n".getBytes(StandardCharsets.UTF_8);
-        connector.registerApplicationProtocol("h3", new Http3ApplicationProtocolFactory((request, response) -> {
+        Http3ApplicationProtocolFactory http3 = new Http3ApplicationProtocolFactory((request, response) -> {
             response.setStatus(200);
             try (OutputStream out = response.getOutputStream()) {
                 out.write(body);
             }
-        }));
+        });
+        // Every protocol accepted is served as HTTP/3: the lab only needs the handshake to take it.
+        for (String protocol : opt.getOrDefault("alpn", "h3").split(",")) {
+            connector.registerApplicationProtocol(protocol, http3);
+        }
         Runtime.getRuntime().addShutdownHook(new Thread(connector::close));
         connector.start();
         System.out.println("listening on " + opt.get("host") + ":" + opt.get("port"));

@@ -1,5 +1,5 @@
 // The lab's netty server: QUIC (netty-incubator-codec-quic, quiche inside) on
-// ip:port with ALPN h3 only; it completes handshakes and discards what streams
+// ip:port with ALPN h3 (or the list given); it completes handshakes and discards what streams
 // carry (HTTP/3 itself is not served: no codec-http3 for quic 0.0.20 is on Maven Central).
 // netty's only token handler answers every first Initial with a Retry.
 // Flow control from the command line, transport parameters by their RFC 9000 names:
@@ -7,6 +7,7 @@
 //        [--max_idle_timeout=MS --initial_max_data=N --initial_max_stream_data_bidi_local=N
 //         --initial_max_stream_data_bidi_remote=N --initial_max_stream_data_uni=N
 //         --initial_max_streams_bidi=N --initial_max_streams_uni=N]
+//        [--alpn=h3,... --cid-length=N --datagrams=true --disable-active-migration]
 
 import java.io.File;
 import java.net.InetSocketAddress;
@@ -49,7 +50,7 @@ public final class NettyLabServer {
         }
         QuicServerCodecBuilder codec = new QuicServerCodecBuilder()
                 .sslContext(QuicSslContextBuilder.forServer(new File(opt.get("private-key")), null,
-                        new File(opt.get("certificate"))).applicationProtocols("h3").build())
+                        new File(opt.get("certificate"))).applicationProtocols(opt.getOrDefault("alpn", "h3").split(",")).build())
                 .tokenHandler(InsecureQuicTokenHandler.INSTANCE)
                 .handler(new Discard())
                 .streamHandler(new Discard());
@@ -60,6 +61,9 @@ public final class NettyLabServer {
         if (opt.containsKey("initial_max_stream_data_uni")) codec.initialMaxStreamDataUnidirectional(Long.parseLong(opt.get("initial_max_stream_data_uni")));
         if (opt.containsKey("initial_max_streams_bidi")) codec.initialMaxStreamsBidirectional(Long.parseLong(opt.get("initial_max_streams_bidi")));
         if (opt.containsKey("initial_max_streams_uni")) codec.initialMaxStreamsUnidirectional(Long.parseLong(opt.get("initial_max_streams_uni")));
+        if (opt.containsKey("cid-length")) codec.localConnectionIdLength(Integer.parseInt(opt.get("cid-length")));
+        if ("true".equals(opt.get("datagrams"))) codec.datagram(16, 16);
+        if (opt.containsKey("disable-active-migration")) codec.activeMigration(false);
 
         NioEventLoopGroup group = new NioEventLoopGroup(1);
         Channel channel = new Bootstrap().group(group).channel(NioDatagramChannel.class).handler(codec.build())
