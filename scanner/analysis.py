@@ -22,7 +22,7 @@ import polars as pl
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
-from scanner.store import ScanStore
+from scanner.campaign_store import scan_connection
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_DIR = ROOT / "datasets" / "reference"
@@ -47,16 +47,14 @@ def reference(name: str) -> pl.DataFrame:
 
 def server_params(path: str | Path) -> pl.DataFrame:
     """One row per endpoint (ip, port): its latest completed handshake's twelve and fingerprint."""
-    with ScanStore.open(path, read_only=True) as store:
-        return store.con.sql(
-            "SELECT DISTINCT ON (ip, port) * FROM server_params ORDER BY ip, port, handshake_id DESC"
-        ).pl()
+    with scan_connection(path) as con:
+        return con.sql("SELECT DISTINCT ON (ip, port) * FROM server_params ORDER BY ip, port, handshake_id DESC").pl()
 
 
 def scan_label(path: str | Path) -> str:
     """The date the scan started (the thesis names scans by date), else the file name."""
-    with ScanStore.open(path, read_only=True) as store:
-        rows = store.con.execute("SELECT CAST(CAST(min(started_at) AS DATE) AS VARCHAR) FROM scans").fetchall()
+    with scan_connection(path) as con:
+        rows = con.execute("SELECT CAST(CAST(min(started_at) AS DATE) AS VARCHAR) FROM scans").fetchall()
     return rows[0][0] or Path(path).stem
 
 

@@ -157,18 +157,22 @@ def is_campaign(path: str | Path) -> bool:
     return "://" in text or (Path(text) / SCHEMA_FILE).is_file()
 
 
+def connect_scan(path: str | Path) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to a scan file or a campaign directory (notebooks; the caller closes it)."""
+    if is_campaign(path):
+        return open_campaign(path)
+    ScanStore.open(path, read_only=True).close()  # its one-line refusals: missing, foreign, no scan component
+    return duckdb.connect(str(path), read_only=True)
+
+
 @contextlib.contextmanager
 def scan_connection(path: str | Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only connection to a scan file or a campaign directory, for analysis code that takes either."""
-    if is_campaign(path):
-        con = open_campaign(path)
-        try:
-            yield con
-        finally:
-            con.close()
-    else:
-        with ScanStore.open(path, read_only=True) as store:
-            yield store.con
+    """``connect_scan`` for a ``with`` block: analysis code that takes either a file or a campaign."""
+    con = connect_scan(path)
+    try:
+        yield con
+    finally:
+        con.close()
 
 
 def catalog_ddl(con: duckdb.DuckDBPyConnection, database: str) -> dict:

@@ -107,6 +107,18 @@ def test_report_on_the_campaign_equals_report_on_the_merged_file(campaign: Path,
     assert again.stdout == reports[1].stdout
 
 
+def test_popularity_notebook_on_the_campaign_shows_what_it_shows_on_the_merged_file(campaign: Path, merged: Path):
+    from scanner.analysis import execute_notebook
+
+    def texts(path: Path) -> list[str]:
+        notebook = execute_notebook("parameter_popularity", {"QTP_SCAN_DB": str(path)})  # raises on a failing cell
+        return [output.get("data", {}).get("text/plain", output.get("text", ""))
+                for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
+
+    shown = texts(campaign)
+    assert shown == texts(merged) and any("initial_max_data" in text for text in shown)
+
+
 def test_reexport_replaces_the_shard(campaign: Path, shards: list[Path], tmp_path: Path):
     copy = tmp_path / "census"
     shutil.copytree(campaign, copy)
