@@ -107,19 +107,20 @@ def register(app: typer.Typer) -> None:
                        f"{summary['quic_servers']} QUIC servers (answers: {answers})"
                        + ("" if discover_only else f"; {result.handshakes_ok}/{result.handshakes_attempted} handshakes ok"))
 
-    @app.command("merge")
+    @app.command("merge", epilog="Example: qscan merge census/ --out census.duckdb")
     def merge_command(
-        inputs: list[Path] = typer.Argument(..., help="Scan files to merge (e.g. the shards of one scan)."),
+        inputs: list[Path] = typer.Argument(..., help="Scan files to merge (e.g. the shards of one scan), or "
+                                            "campaign directories (qscan export --campaign), each shard as its file."),
         out: Path = typer.Option(..., "--out", "-o", help="New DuckDB file to write."),
         json_output: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
     ) -> None:
-        """Merge scan files into one; the shards of one ZMap scan become one scan."""
+        """Merge scan files into one; the shards of one ZMap scan become one scan; overlapping shards are refused."""
         result = merge_scans(inputs, out)
         if json_output:
             typer.echo(json.dumps({"out": str(out), "inputs": result.inputs, "scans": result.scans, "rows": result.rows}))
         else:
             rows = ", ".join(f"{t} {n}" for t, n in result.rows.items() if t != "schema_version")
-            typer.echo(f"{out}: {result.inputs} files, {result.scans} scans ({rows})")
+            typer.echo(f"{out}: {result.inputs} inputs, {result.scans} scans ({rows})")
 
     @app.command("domains")
     def domains_command(
