@@ -1,0 +1,224 @@
+"""Campaign benchmark: what one shard (host) costs, how two shards scale, and a Slurm array job run for real.
+
+In a population lab (lab/population.py: 16,384 addresses, 4,096 of them QUIC on
+two gtlsservers) with two shard namespaces, each figure against a baseline
+from the same run:
+
+- ZMap probes/s of one shard over 198.19.0.0/16 (unrouted: the core answers
+  ICMP), and of two shards at once (ratio against 2x one shard);
+- handshakes/s of one shard's worker over the population (a 1-shard campaign),
+  and of two shards at once (ratio against 2x), with the machine's CPU busy
+  share and the servers' CPU, which say what bounds it on this machine;
+- Parquet bytes a record, merge and report seconds a million records
+  (bench/bench_parquet.py's ``measure``, on generated records of the real schema);
+- the plan's projection for the 2-shard lab campaign beside its measured time;
+- a Slurm array job written by ``qscan campaign plan --slurm`` submitted to a
+  one-node slurmctld+slurmd (config in a temporary directory, stopped after),
+  its two tasks running the two shards; the campaign's union checked.
+
+Writes datasets/campaign/measured.json (what `qscan campaign plan` reads).
+
+    .venv/bin/python bench/bench_campaign.py [--parquet-records 200000] [--no-slurm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_parquet import measure as parquet_measure  # noqa: E402
+from procfs import process_cpu_seconds  # noqa: E402
+from lab.population import Population, population_lab, shard_namespace  # noqa: E402
+from scanner import campaign_plan  # noqa: E402
+from scanner.campaign import QSCAN, CampaignSpec, run_local, union_check  # noqa: E402
+from scanner.campaign_store import open_campaign  # noqa: E402
+from scanner.engine import ScanSettings  # noqa: E402
+
+INSTANCE = "qcbench"  # not "qlab*": a concurrent test session's leak sweep must not take it
+THROUGHPUT_RANGE = "198.19.0.0/16"
+SETTINGS = ScanSettings(timeout=3, rate=0, concurrency=200, workers=1)
+
+
+def busy_share(before: list[int], after: list[int]) -> float:
+    """Share of all cores busy between two /proc/stat samples."""
+    delta = [b - a for a, b in zip(before, after)]
+    idle = delta[3] + delta[4]
+    return 1 - idle / max(sum(delta), 1)
+
+
+def cpu_sample() -> list[int]:
+    return [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+
+
+def zmap_run(namespaces: list[str], work: Path, rate: int) -> list[float]:
+    """probes/s of each shard, all shards at once (discovery only)."""
+    shards = len(namespaces)
+    processes = []
+    for index, ns in enumerate(namespaces):
+        out = work / f"zmap{shards}-{index}.duckdb"
+        argv = [QSCAN, "ipv4", THROUGHPUT_RANGE, "--out", str(out), "--discover-only", "--rate", str(rate),
+                "--cooldown", "1", "--shard", f"{index}/{shards}", "--seed", "3", "--quiet", "--json"]
+        processes.append(subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, text=True))
+    rates = []
+    for process in processes:
+        summary = json.loads(process.communicate(timeout=600)[0])
+        rates.append(summary["probes_sent"] / (summary["seconds_discovery"] - 1.0))
+    return rates
+
+
+def handshake_run(population: Population, namespaces: list[str], directory: Path, server_pids: list[int]) -> dict:
+    spec = CampaignSpec(f"bench{len(namespaces)}", (population.block,), 5, len(namespaces))
+    cpu, servers = cpu_sample(), process_cpu_seconds(server_pids)
+    results = run_local(spec, directory, namespaces, vantage="main", rate=5000, cooldown=1, settings=SETTINGS)
+    busy, server_cpu = busy_share(cpu, cpu_sample()), process_cpu_seconds(server_pids) - servers
+    con = open_campaign(directory)
+    try:
+        check = union_check(con, population.responsive())
+    finally:
+        con.close()
+    ok = sum(r.handshakes_ok for r in results.values())
+    return {"per_shard": [r.handshakes_ok / r.seconds_handshakes for r in results.values()],
+            "seconds": max(r.seconds_handshakes + r.seconds_discovery for r in results.values()),
+            "ok": ok, "busy": busy, "server_cpu_per_handshake_ms": 1000 * server_cpu / max(ok, 1), "union": check}
+
+
+def slurm_proof(population: Population, lab_instance: str, work: Path, measured: dict) -> str:
+    """Submit the plan's job file as a 2-task array to a one-node Slurm; the shards' union checked."""
+    for tool in ("slurmctld", "slurmd", "sbatch"):
+        if shutil.which(tool) is None:
+            return f"not run: {tool} missing (Debian slurm-wlm; scripts/setup.sh installs it)"
+    directory = work / "slurm-campaign"
+    spec = CampaignSpec("slurm", (population.block,), 9, 2)
+    projection = campaign_plan.project(population.network.num_addresses, 2, 5000, SETTINGS.concurrency, measured)
+    job = work / "campaign.sbatch"
+    script = campaign_plan.slurm_script(projection, spec, str(directory), netns_prefix=f"{lab_instance}-shard")
+    job.write_text(script.replace("--cooldown 8", "--cooldown 1"))  # the lab answers at once
+    state = work / "slurm"
+    (state / "state").mkdir(parents=True)
+    (state / "spool").mkdir()
+    host = socket.gethostname().split(".")[0]
+    ports = [_free_port() for _ in range(2)]
+    conf = state / "slurm.conf"
+    conf.write_text("\n".join([
+        "ClusterName=qscanbench", f"SlurmctldHost={host}(127.0.0.1)", "AuthType=auth/none", "CredType=cred/none",
+        "SlurmUser=root", "SlurmdUser=root", f"SlurmctldPort={ports[0]}", f"SlurmdPort={ports[1]}",
+        f"StateSaveLocation={state / 'state'}", f"SlurmdSpoolDir={state / 'spool'}",
+        f"SlurmctldPidFile={state / 'slurmctld.pid'}", f"SlurmdPidFile={state / 'slurmd.pid'}",
+        f"SlurmctldLogFile={state / 'slurmctld.log'}", f"SlurmdLogFile={state / 'slurmd.log'}",
+        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/none", "SchedulerType=sched/builtin", "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core", "ReturnToService=2", "MpiDefault=none",
+        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} State=UNKNOWN",
+        f"PartitionName=bench Nodes={host} Default=YES MaxTime=INFINITE State=UP", ""]))
+    env = {**os.environ, "SLURM_CONF": str(conf), "QSCAN": QSCAN}
+    daemons = [subprocess.Popen([daemon, "-D"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True) for daemon in ("slurmctld", "slurmd")]
+    try:
+        deadline = time.monotonic() + 30
+        while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True,
+                                           text=True).stdout:
+            if time.monotonic() > deadline:
+                return f"not run: the one-node cluster did not come up in 30 s (see {state}/slurmctld.log)"
+            time.sleep(0.5)
+        started = time.monotonic()
+        done = subprocess.run(["sbatch", "--wait", f"--chdir={work}", str(job)], env=env, capture_output=True,
+                              text=True, timeout=600)
+        seconds = time.monotonic() - started
+        if done.returncode != 0:
+            logs = " | ".join(p.read_text()[-300:] for p in work.glob("qscan-slurm-*.log"))
+            return f"FAILED: sbatch exit {done.returncode}: {done.stderr.strip()} {logs}"
+        con = open_campaign(directory)
+        try:
+            check = union_check(con, population.responsive())
+        finally:
+            con.close()
+        return (f"2-task array job ran in {seconds:.1f} s; union {check['discovered']} discovered, "
+                f"{check['missing']} missing, {check['duplicates']} twice")
+    finally:
+        for daemon in daemons:
+            daemon.terminate()
+            daemon.wait(timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--zmap-rate", type=int, default=1_000_000, help="ZMap rate asked for (probes/s)")
+    parser.add_argument("--parquet-records", type=int, default=200_000, help="records for the Parquet figures")
+    parser.add_argument("--no-slurm", action="store_true", help="skip the Slurm array job")
+    parser.add_argument("--out", type=Path, default=campaign_plan.MEASURED, help="where to write the figures")
+    args = parser.parse_args()
+    population = Population()
+    with tempfile.TemporaryDirectory() as tmp, population_lab(population, clients=2, instance=INSTANCE) as lab:
+        work = Path(tmp)
+        one, two = [shard_namespace(INSTANCE, 0)], [shard_namespace(INSTANCE, i) for i in range(2)]
+        zmap1 = zmap_run(one, work, args.zmap_rate)
+        zmap2 = zmap_run(two, work, args.zmap_rate)
+        print(f"ZMap, {THROUGHPUT_RANGE} asked at {args.zmap_rate:,}/s: one shard {zmap1[0]:,.0f} probes/s; two at once "
+              f"{' + '.join(f'{r:,.0f}' for r in zmap2)} = {sum(zmap2):,.0f}; ratio to one shard {sum(zmap2) / zmap1[0]:.2f} "
+              "(2.00 = linear)")
+        servers = [s.pid for s in lab.servers if s.kind == "ngtcp2-range"]
+        hs1 = handshake_run(population, one, work / "one", servers)
+        hs2 = handshake_run(population, two, work / "two", servers)
+        print(f"handshakes, 4,096 QUIC addresses, {SETTINGS.concurrency} in flight a shard: one shard "
+              f"{hs1['per_shard'][0]:,.0f}/s (CPU {hs1['busy']:.0%} of {os.cpu_count()} cores busy); two at once "
+              f"{' + '.join(f'{r:,.0f}' for r in hs2['per_shard'])} = {sum(hs2['per_shard']):,.0f}/s (CPU "
+              f"{hs2['busy']:.0%} busy); ratio to one shard {sum(hs2['per_shard']) / hs1['per_shard'][0]:.2f}; "
+              f"servers {hs1['server_cpu_per_handshake_ms']:.2f} ms CPU a handshake")
+        for name, run in (("one shard", hs1), ("two shards", hs2)):
+            u = run["union"]
+            print(f"  union of {name}: {u['discovered']} discovered of {u['expected']}, {u['missing']} missing, "
+                  f"{u['duplicates']} twice; {run['ok']} handshakes ok")
+        with tempfile.TemporaryDirectory() as parquet_dir:
+            pq = parquet_measure(args.parquet_records, 2, min(args.parquet_records, 100_000), Path(parquet_dir))
+        print(f"Parquet ({pq['records']:,} generated records): {pq['parquet_bytes_per_record']:.0f} B a record "
+              f"(DuckDB file {pq['duckdb_bytes_per_record']:.0f} B); merge {pq['merge_campaign_s_per_million']:.1f} s a "
+              f"million (DuckDB shard files {pq['merge_files_s_per_million']:.1f} s); report {pq['report_campaign_s']:.1f} s")
+        million = pq["records"] / 1e6
+        measured = {
+            "per_shard": {"probes_per_second": round(zmap1[0]), "handshakes_per_second": round(hs1["per_shard"][0])},
+            "two_shards": {"probes_ratio": round(sum(zmap2) / zmap1[0], 3),
+                           "handshakes_ratio": round(sum(hs2["per_shard"]) / hs1["per_shard"][0], 3),
+                           "cpu_busy_one": round(hs1["busy"], 3), "cpu_busy_two": round(hs2["busy"], 3),
+                           "server_cpu_ms_per_handshake": round(hs1["server_cpu_per_handshake_ms"], 3)},
+            "parquet": {"records": pq["records"], "bytes_per_record": round(pq["parquet_bytes_per_record"], 1),
+                        "merge_seconds_per_million": round(pq["merge_campaign_s_per_million"], 2),
+                        "report_seconds_per_million": round(pq["report_campaign_s"] / million, 2)},
+            "provenance": {"command": "bench/bench_campaign.py " + " ".join(sys.argv[1:]),
+                           "date": dt.date.today().isoformat(),
+                           "machine": f"{platform.node()}, {os.cpu_count()} cores, {platform.machine()}, "
+                                      f"load {os.getloadavg()[0]:.1f}"},
+        }
+        projection = campaign_plan.project(population.network.num_addresses, 2, 5000, SETTINGS.concurrency, measured,
+                                           responsive=len(population.responsive()) / population.network.num_addresses,
+                                           cooldown=1)
+        print(f"plan for this 2-shard lab campaign (16,384 targets, 5,000 probes/s): {projection.total_hours * 3600:.1f} s a "
+              f"host; measured {hs2['seconds']:.1f} s; ratio {hs2['seconds'] / (projection.total_hours * 3600):.2f}")
+        if not args.no_slurm:
+            print(f"Slurm: {slurm_proof(population, INSTANCE, work, measured)}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(measured, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
