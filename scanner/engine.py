@@ -143,6 +143,8 @@ class HandshakeRecord:
     offered_versions: list[int] | None = None
     retry: bool = False
     retry_token_length: int | None = None  # of the first Retry packet's token
+    # The token itself, not stored (identification reads library habits in it: netty's start "netty").
+    retry_token: bytes | None = None
     quic_version: int | None = None
     alpn: str | None = None
     tls_version: str | None = None
@@ -272,7 +274,8 @@ def handshake_record(
         status=status,
         offered_versions=conn.offered_versions,
         retry=conn.retry_seen,
-        retry_token_length=conn.retry_token_length,
+        retry_token_length=None if conn.retry_token is None else len(conn.retry_token),
+        retry_token=conn.retry_token,
         hello_retry_request=conn.hello_retry_request,
         datagrams_received=conn.datagrams_received,
         transport_parameters_raw=conn.transport_parameters_raw,

@@ -207,7 +207,7 @@ class ClientHandshake:
         self.datagrams_received = 0
         self.offered_versions: list[int] | None = None
         self.retry_seen = False
-        self.retry_token_length: int | None = None  # of the first Retry-typed datagram, valid or not
+        self.retry_token: bytes | None = None  # of the first Retry-typed datagram, valid or not
         self.cipher_suite: int | None = None
         self.key_exchange_group: int | None = None
         self.hello_retry_request = False  # the server sent one (valid or not)
@@ -304,7 +304,7 @@ class ClientHandshake:
             version = int.from_bytes(data[1:5], "big")
             if version in LONG_TYPES and LONG_TYPES[version][(data[0] & 0x30) >> 4] == QuicPacketType.RETRY:
                 if not self.retry_seen:
-                    self.retry_token_length = _retry_token_length(data)
+                    self.retry_token = _retry_token(data)
                 self.retry_seen = True  # whether or not it is valid: the server sent one
         try:
             self._receive(data, now)
@@ -803,11 +803,11 @@ class ClientHandshake:
             self._send(0, close)
 
 
-def _retry_token_length(data: bytes) -> int | None:
+def _retry_token(data: bytes) -> bytes | None:
     # RFC 9000 17.2.5: flags, version, DCID len+DCID, SCID len+SCID, token, 16-byte integrity tag.
     offset = 5
     offset += 1 + data[offset]
     if offset >= len(data):
         return None
     offset += 1 + data[offset]
-    return len(data) - offset - RETRY_INTEGRITY_TAG_SIZE if len(data) - offset >= RETRY_INTEGRITY_TAG_SIZE else None
+    return data[offset:len(data) - RETRY_INTEGRITY_TAG_SIZE] if len(data) - offset >= RETRY_INTEGRITY_TAG_SIZE else None
