@@ -166,6 +166,12 @@ def _copy_rows(con: duckdb.DuckDBPyConnection, source: _Input, mapping: dict[int
                         f"ELSE greatest(m.finished_at, s.finished_at) END FROM ({select}) s "
                         "WHERE m.scan_id = s.scan_id")
         else:
+            # A version may gain columns (schemas/README.md): an input written later than the
+            # first may hold some the output lacks.
+            have = set(_columns(con, _main(con), table))
+            for column, kind, *_ in con.execute(f"DESCRIBE {select}").fetchall():
+                if column not in have:
+                    con.execute(f'ALTER TABLE main."{table}" ADD COLUMN "{column}" {kind}')
             # Lookup tables with a primary key (parameter_names) hold the same rows in every shard.
             ignore = " OR IGNORE" if _has_primary_key(con, source.alias, table) else ""
             con.execute(f'INSERT{ignore} INTO main."{table}" BY NAME {select}')

@@ -311,3 +311,19 @@ def test_a_v3_file_written_before_hello_retry_request_gains_it(tmp_path: Path):
     with duckdb.connect(str(old), read_only=True) as con:
         rows = con.execute("SELECT hello_retry_request FROM handshakes ORDER BY handshake_id").fetchall()
     assert rows == [(None,), (True,), (False,)]
+
+
+def test_merging_a_v3_file_without_hello_retry_request_first_keeps_the_column(tmp_path: Path):
+    from scanner.merge import merge_scans
+
+    old, new, merged = tmp_path / "old.duckdb", tmp_path / "new.duckdb", tmp_path / "merged.duckdb"
+    for path in (old, new):
+        with ScanStore.open(path) as store:
+            retried = record(f"192.0.2.{path.stem == 'new'}", ALPHA)
+            retried.hello_retry_request = True
+            store.append_records(store.begin_scan("targets", {}), [retried])
+    with duckdb.connect(str(old)) as con:
+        con.execute("ALTER TABLE handshakes DROP COLUMN hello_retry_request")  # as files written before it were
+    merge_scans([old, new], merged)
+    with duckdb.connect(str(merged), read_only=True) as con:
+        assert con.execute("SELECT hello_retry_request FROM handshakes ORDER BY ip").fetchall() == [(None,), (True,)]
