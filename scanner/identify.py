@@ -5,13 +5,14 @@ h3; the traits of its transport parameters and Retry) and one offering ALPN
 ``invalid`` (how the library refuses it). The verdict goes into the scan's
 DuckDB (table ``server_library``, schemas/duckdb/library_v2.sql).
 
-The signatures are learned from the lab, never written by hand, and the
-classifier is measured on fresh handshakes with every lab server, once as
-configured and once with other flow-control values:
+The signatures are learned from the lab as configured, never written by
+hand, and the classifier is measured on fresh handshakes with every lab
+server, as configured and in its held-out configuration (``HELD_OUT``: every
+choice the application has made otherwise, never learned from):
 
     python -m scanner.identify learn      # datasets/library_signatures.json
     python -m scanner.identify evaluate   # datasets/library_evaluation.json (confusion matrix)
-    python -m scanner.identify report     # the README's tables from both files
+    python -m scanner.identify report     # the tables of docs/identification.md from both files
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ import polars as pl
 from common.markdown import markdown_table
 from tparams.errors import ToolError
 from tparams.library import (
+    CANDIDATE_SEPARATOR,
     FLOW_CONTROL,
-    TIE_BROKEN,
     UNKNOWN,
     AlpnRefusal,
     LibrarySignatures,
@@ -87,7 +88,8 @@ def verdict(signatures: LibrarySignatures, h3: HandshakeRecord | None, invalid: 
         decoded = h3.decoded  # malformed parameters: the classifier says why it stays unknown
     return classify_decoded(signatures, decoded, alpn_refusal(invalid) if invalid is not None else None,
                             retry=h3.retry if h3 is not None else False,
-                            retry_token_length=h3.retry_token_length if h3 is not None else None)
+                            retry_token_length=h3.retry_token_length if h3 is not None else None,
+                            retry_token=h3.retry_token if h3 is not None else None)
 
 
 def identify_records(
@@ -204,19 +206,54 @@ def _cargo_version(crate: str) -> str:
 # Lab servers that are no library: never learned from, expected to stay unknown.
 NOT_A_LIBRARY = "broken"
 
-# The second configuration of every lab server whose kind takes flow-control values:
-# none of them is any library's default (the lab records what reached the wire).
-# The stream windows are one power of two for all three: msquic takes nothing else,
-# quinn, aioquic and qh3 one window for every direction.
-OTHER_FLOW_CONTROL: Mapping[str, int] = {
-    "initial_max_data": 5_000_000,
-    "initial_max_stream_data_bidi_local": 2_097_152,
-    "initial_max_stream_data_bidi_remote": 2_097_152,
-    "initial_max_stream_data_uni": 2_097_152,
-    "initial_max_streams_bidi": 50,
-    "initial_max_streams_uni": 20,
+# The held-out configuration of every library's lab server: what its application
+# may choose (lab.kinds.APPLICATION_CHOICES, as far as the library lets it), each
+# unlike the learned one and as odd as the library allows, and flow control and
+# idle timeout unlike any default. Never learned from. Kinds whose library lets an
+# application choose nothing of this (caddy) have none and are left out.
+_ALPN = ["hq-interop", "h3", "x-held-out"]  # the scanner offers h3 alone: the server still takes it
+# A port: the server's own address at it (gtlsserver listens there too; the scanner never moves).
+_PREFERRED_ADDRESS = 4433
+_FLOW = {"initial_max_data": 1_234_567, "initial_max_stream_data_bidi_local": 65_537,
+         "initial_max_stream_data_bidi_remote": 300_001, "initial_max_stream_data_uni": 7_777,
+         "initial_max_streams_bidi": 7, "initial_max_streams_uni": 5}
+_ONE_WINDOW = {**_FLOW, **dict.fromkeys(("initial_max_stream_data_bidi_local", "initial_max_stream_data_bidi_remote",
+                                          "initial_max_stream_data_uni"), 300_001)}
+_POWER_OF_TWO_WINDOWS = {**_FLOW, **dict.fromkeys(("initial_max_stream_data_bidi_local",
+                                                   "initial_max_stream_data_bidi_remote",
+                                                   "initial_max_stream_data_uni"), 131_072)}
+HELD_OUT: Mapping[str, Mapping[str, object]] = {
+    "quiche": {"application": {"alpn": _ALPN, "cid_length": 16, "datagrams": True, "disable_active_migration": True,
+                               "active_connection_id_limit": 5},
+               "parameters": {**_FLOW, "max_idle_timeout": 0}},
+    "ngtcp2": {"application": {"preferred_address": _PREFERRED_ADDRESS, "retry": True},
+               "parameters": {**_FLOW, "max_idle_timeout": 7_000}},
+    "quinn": {"application": {"alpn": _ALPN, "cid_length": 13, "datagrams": False, "disable_active_migration": True,
+                              "preferred_address": _PREFERRED_ADDRESS, "retry": True},
+              "parameters": {**_ONE_WINDOW, "max_idle_timeout": 0}},
+    "s2n-quic": {"application": {"alpn": _ALPN, "cid_length": 11, "disable_active_migration": True},
+                 "parameters": {**_FLOW, "max_idle_timeout": 12_345}},
+    "tquic": {"application": {"alpn": _ALPN, "cid_length": 5, "active_connection_id_limit": 7, "retry": True},
+              "parameters": {**_FLOW, "max_idle_timeout": 0}},
+    "msquic": {"application": {"alpn": _ALPN, "cid_length": 14, "datagrams": True},
+               "parameters": {**_POWER_OF_TWO_WINDOWS, "max_idle_timeout": 0}},
+    "kwik": {"application": {"alpn": _ALPN, "cid_length": 6, "retry": True},
+             "parameters": {**_FLOW, "max_idle_timeout": 77_000}},
+    "netty": {"application": {"alpn": _ALPN, "cid_length": 12, "datagrams": True, "disable_active_migration": True},
+              "parameters": {**_FLOW, "max_idle_timeout": 0}},
+    "aioquic": {"application": {"alpn": _ALPN, "cid_length": 12, "datagrams": True, "retry": True},
+                "parameters": {**_ONE_WINDOW, "max_idle_timeout": 600_000}},
+    "qh3": {"application": {"alpn": _ALPN, "cid_length": 10, "datagrams": True, "active_connection_id_limit": 3,
+                            "retry": True},
+            "parameters": {**_ONE_WINDOW, "max_idle_timeout": 90_000}},
+    "quic-go": {"application": {"alpn": _ALPN, "cid_length": 17, "datagrams": True, "retry": True},
+                "parameters": {**_ONE_WINDOW, "max_idle_timeout": 45_000}},
+    "x-net-quic": {"application": {"alpn": _ALPN, "retry": True},
+                   "parameters": {**_ONE_WINDOW, "max_idle_timeout": 0}},
+    "picoquic": {"application": {"alpn": _ALPN, "datagrams": False, "retry": True},
+                 "parameters": {**_ONE_WINDOW, "max_idle_timeout": 120_000}},
 }
-CONFIGURATIONS = ("default", "other flow control")
+CONFIGURATIONS = ("default", "held-out")
 
 
 def _maven_dependencies(kind: str) -> str:
@@ -269,23 +306,29 @@ def software(kind: str) -> str:
     return describe() if describe is not None else kind
 
 
-def lab_topology(configuration: str = "default"):  # type: ignore[no-untyped-def]
-    """The default lab, or (``other flow control``) every library's server given
-    ``OTHER_FLOW_CONTROL`` in ``options["parameters"]``; kinds that cannot set
-    them run as before."""
+def lab_topology(configuration: str = "default", left_out: Iterable[str] = ()):  # type: ignore[no-untyped-def]
+    """The default lab, or (``held-out``) every library's server in its ``HELD_OUT``
+    configuration beside the broken servers; servers of a kind without one are left
+    out, as are those named in ``left_out``."""
     from lab.topology import default_topology
 
     topology = default_topology()
-    if configuration == "default":
-        return topology
     if configuration not in CONFIGURATIONS:
         raise ToolError(f"unknown configuration {configuration!r} (known: {', '.join(CONFIGURATIONS)})")
     servers = tuple(
-        spec if spec.kind == NOT_A_LIBRARY else dataclasses.replace(
-            spec, options={**spec.options, "parameters": {**spec.options.get("parameters", {}), **OTHER_FLOW_CONTROL}})
+        spec if configuration == "default" or spec.kind == NOT_A_LIBRARY else _held_out(spec)
         for spec in topology.servers
+        if spec.name not in left_out and (configuration == "default" or spec.kind in (*HELD_OUT, NOT_A_LIBRARY))
     )
     return dataclasses.replace(topology, servers=servers)
+
+
+def _held_out(spec):  # type: ignore[no-untyped-def]
+    options = HELD_OUT[spec.kind]
+    application = dict(options["application"])
+    if "preferred_address" in application:
+        application["preferred_address"] = f"{spec.ip}:{application['preferred_address']}"
+    return dataclasses.replace(spec, options={**options, "application": application})
 
 
 def observe_server(records_h3: Iterable[HandshakeRecord], records_invalid: Iterable[HandshakeRecord],
@@ -293,7 +336,7 @@ def observe_server(records_h3: Iterable[HandshakeRecord], records_invalid: Itera
     observation = ServerObservations(server=name, library=library, software=software, configuration=configuration)
     for record in records_h3:
         if record.status == OK and record.decoded is not None and not record.decoded.findings:
-            traits = handshake_traits(record.decoded, record.retry, record.retry_token_length)
+            traits = handshake_traits(record.decoded, record.retry, record.retry_token_length, record.retry_token)
             observation.handshakes.append((record.decoded.ids, traits))
     observation.refusals.extend(alpn_refusal(record) for record in records_invalid)
     return observation
@@ -340,36 +383,31 @@ def evaluate_lab(lab, signatures: LibrarySignatures, configuration: str,  # type
     rows = []
     for server in lab.servers:
         h3_records, invalid_records = records[server.name]
-        held_out = LibrarySignatures(tuple(s for s in signatures.signatures if s.library != server.library))
         for round_number, (h3, invalid) in enumerate(zip(h3_records, invalid_records), 1):
-            one = verdict(signatures, h3, None)
             both = verdict(signatures, h3, invalid)
             rows.append({
                 "configuration": configuration, "server": server.name, "kind": server.kind,
                 "expected": UNKNOWN if server.kind == NOT_A_LIBRARY else server.library, "round": round_number,
-                "h3_status": h3.status, "named_from_1": one.library, "named_from_2": both.library,
-                "tie_broken_from_1": TIE_BROKEN in one.library_evidence,
-                "tie_broken_from_2": TIE_BROKEN in both.library_evidence,
-                "named_when_not_learned": verdict(held_out, h3, invalid).library,
+                "h3_status": h3.status, "named_from_1": verdict(signatures, h3, None).library,
+                "named_from_2": both.library,
+                "named_when_not_learned": verdict(signatures.without(server.library), h3, invalid).library,
                 "flow_control_sent": flow_control_sent(h3), "evidence": both.library_evidence,
             })
     return rows
 
 
-def handshakes_needed(row: Mapping[str, object], keys_only: bool = False) -> int | None:
-    """1 or 2 handshakes for a right verdict, None when even two give a wrong one
-    (``keys_only``: or when only values and Retry broke a tie)."""
-    def right(handshakes: int) -> bool:
-        return row[f"named_from_{handshakes}"] == row["expected"] and not (
-            keys_only and row[f"tie_broken_from_{handshakes}"])
-
-    return 1 if right(1) and right(2) else 2 if right(2) else None
+def handshakes_needed(row: Mapping[str, object]) -> int | None:
+    """1 or 2 handshakes for a right verdict (the library alone), None when even two do not give one."""
+    if row["named_from_1"] == row["expected"] and row["named_from_2"] == row["expected"]:
+        return 1
+    return 2 if row["named_from_2"] == row["expected"] else None
 
 
 def confusion_matrix(rows: Iterable[Mapping[str, object]], column: str = "named_from_2") -> pl.DataFrame:
-    """Expected library (rows) x named library (columns), counting verdicts."""
+    """Expected library (rows) x named library (columns, a set of candidates its own), counting verdicts."""
     frame = pl.DataFrame([{"expected": r["expected"], "named": r[column]} for r in rows])
-    names = sorted(set(frame["expected"]) | set(frame["named"]), key=lambda n: (n == UNKNOWN, n))
+    names = sorted(set(frame["expected"]) | set(frame["named"]),
+                   key=lambda n: (n == UNKNOWN, CANDIDATE_SEPARATOR in n, n))
     counts = frame.group_by("expected", "named").len()
     matrix = counts.pivot(on="named", index="expected", values="len").fill_null(0)
     for name in names:
@@ -402,17 +440,16 @@ def features(path: Path | str = SIGNATURES_PATH) -> pl.DataFrame:
 
 
 def handshakes_per_server(rows: Iterable[Mapping[str, object]]) -> pl.DataFrame:
-    """Per lab server and configuration: the verdicts, how many handshakes a right one needs
-    (the most over its rounds; 1 = the h3 handshake alone, 2 = with the invalid-ALPN one;
-    empty: never right), also without the tie-breaking values and Retry."""
+    """Per lab server and configuration: the verdicts and how many handshakes a right one
+    needs (the most over its rounds; 1 = the h3 handshake alone, 2 = with the invalid-ALPN
+    one; empty: never right)."""
     frame = pl.DataFrame([{"configuration": r["configuration"], "server": r["server"], "expected": r["expected"],
-                           "named": r["named_from_2"], "needed": handshakes_needed(r),
-                           "needed_by_keys": handshakes_needed(r, keys_only=True)} for r in rows])
+                           "named": r["named_from_2"], "needed": handshakes_needed(r)} for r in rows])
     return (frame.group_by("server", "configuration", maintain_order=True)
             .agg(pl.col("expected").first(), pl.col("named").unique().sort().str.join(" / "),
-                 pl.len().alias("rounds"), *[
-                     pl.when(pl.col(column).is_null().any()).then(None).otherwise(pl.col(column).max()).alias(alias)
-                     for column, alias in (("needed", "handshakes"), ("needed_by_keys", "handshakes, keys alone"))]))
+                 pl.len().alias("rounds"),
+                 pl.when(pl.col("needed").is_null().any()).then(None).otherwise(pl.col("needed").max())
+                 .alias("handshakes")))
 
 
 def _markdown(frame: pl.DataFrame) -> str:
@@ -479,8 +516,8 @@ def learn_command(argv: Sequence[str]) -> None:
 
 def evaluate_command(argv: Sequence[str]) -> None:
     args = _lab_arguments(
-        "evaluate", "Bring the lab up twice (as configured, then with other flow-control values), identify "
-                    "every server from fresh handshakes with the committed signatures, write the verdicts.",
+        "evaluate", "Bring the lab up twice (as configured, then every library in its held-out configuration), "
+                    "identify every server from fresh handshakes with the committed signatures, write the verdicts.",
         EVALUATION_PATH, 2, argv)
     from lab import Lab
 
@@ -490,9 +527,9 @@ def evaluate_command(argv: Sequence[str]) -> None:
         with Lab.up(lab_topology(configuration), instance=args.instance) as lab:
             rows += evaluate_lab(lab, signatures, configuration, args.repetitions)
     document = {"provenance": {**_provenance(argv, "evaluate", args.repetitions,
-                                             "fresh real handshakes with every lab server in both configurations, "
-                                             "classified with the committed signatures"),
-                               "signatures_learned_at": signatures.learned_at},
+                                             "fresh real handshakes with every lab server as configured and in its "
+                                             "held-out configuration, classified with the committed signatures"),
+                               "signatures_learned_at": signatures.learned_at, "held_out": HELD_OUT},
                 "rows": rows}
     args.out.write_text(json.dumps(document, indent=2) + "\n")
     print(confusion_matrix(rows))

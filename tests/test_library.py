@@ -25,6 +25,7 @@ from tparams.paramset import ParamSet
 from lab import Lab
 from scanner.engine import ScanSettings
 from scanner.identify import (
+    HELD_OUT,
     NOT_A_LIBRARY,
     SIGNATURES_PATH,
     flow_control_sent,
@@ -61,11 +62,16 @@ def identified(lab):
 
 @pytest.fixture(scope="module")
 def other_lab():
-    """The lab once more, every library's server given other flow-control values."""
+    """The lab once more, every library's server in its held-out configuration (what its
+    application chooses, all unlike the learned one), beside the broken servers."""
     reason = lab_unavailable()
     if reason:
         pytest.skip(reason)
-    with Lab.up(lab_topology("other flow control"), instance=lab_instance("idfc")) as running:
+    topology = lab_topology("held-out")
+    missing = set(HELD_OUT) - {spec.kind for spec in topology.servers}
+    if missing:
+        pytest.skip(f"lab kinds not set up here (scripts/setup.sh builds them): {', '.join(sorted(missing))}")
+    with Lab.up(topology, instance=lab_instance("idho")) as running:
         yield running
 
 
@@ -87,30 +93,45 @@ def test_every_lab_server_is_identified_and_broken_ones_stay_unknown(lab, identi
 
 
 @pytest.mark.lab
-def test_other_flow_control_values_reach_the_wire_and_every_library_is_still_named(lab, other_lab):
-    _assert_every_library_named(other_lab, _identify(other_lab))
-    # The values really differ on the wire wherever a kind can set them (caddy cannot).
+def test_held_out_configurations_reach_the_wire_and_every_library_is_still_named(lab, other_lab):
+    """Every library in a configuration it was never learned from: other flow control, and
+    another CID length, idle timeout, datagrams, migration or Retry wherever it lets an
+    application choose them. One library left out of the signatures is unknown there."""
+    identified = _identify(other_lab)
+    _assert_every_library_named(other_lab, identified)
+    assert {"x/net/quic", "picoquic", "quic-go", "quiche", "netty"} <= set(identified["library"])
     default = {name: h3[0] for name, (h3, _) in lab_handshakes(lab, 1, timeout=3).items()}
-    other = {name: h3[0] for name, (h3, _) in lab_handshakes(other_lab, 1, timeout=3).items()}
-    changed = {name for name in default if name in other and default[name].decoded is not None
-               and not default[name].decoded.findings
-               and flow_control_sent(default[name]) != flow_control_sent(other[name])}
-    libraries = {s.name for s in lab.servers if s.kind != NOT_A_LIBRARY}
-    assert libraries - changed <= {"caddy"}, sorted(libraries - changed)
+    held_out = {name: h3[0] for name, (h3, _) in lab_handshakes(other_lab, 1, timeout=3).items()}
+    for server in other_lab.servers:
+        if server.kind == NOT_A_LIBRARY:
+            continue
+        before, after = default[server.name], held_out[server.name]
+        assert flow_control_sent(before) != flow_control_sent(after), server.name
+        cid = HELD_OUT[server.kind]["application"].get("cid_length")
+        if cid is not None:  # the CID length the application chose is on the wire
+            sent = next(p.value for p in after.decoded.parameters if p.name == "initial_source_connection_id")
+            assert len(sent) == cid, server.name
+        assert after.retry is bool(HELD_OUT[server.kind]["application"].get("retry") or server.kind == "netty")
+    targets = [Target(s.ip, s.port, s.sni) for s in other_lab.servers]
+    with other_lab.in_client():
+        without = identify_targets(targets, ScanSettings(timeout=3, rate=0), load_signatures().without("picoquic"))
+    named = dict(zip(without["ip"], without["library"]))
+    assert named[other_lab.server("picoquic").ip] == UNKNOWN
+    assert named[other_lab.server("x-net-quic").ip] == "x/net/quic"
 
 
 @pytest.mark.lab
 def test_a_library_left_out_of_the_signatures_is_unknown_not_another(lab):
     signatures = load_signatures()
     records = lab_handshakes(lab, 1, timeout=3)
-    # netty runs quiche (JNI): without one the other is the right name.
-    same_library = {"netty": "quiche", "quiche": "netty"}
+    # netty runs quiche (JNI): without netty, quiche is the right name (a quiche
+    # server sends no Retry, which netty's does on every connection).
+    same_library = {"netty": "quiche"}
     for server in lab.servers:
         if server.kind == NOT_A_LIBRARY:
             continue
-        held_out = LibrarySignatures(tuple(s for s in signatures.signatures if s.library != server.library))
         (h3,), (invalid,) = records[server.name]
-        named = verdict(held_out, h3, invalid)
+        named = verdict(signatures.without(server.library), h3, invalid)
         assert named.library == same_library.get(server.library, UNKNOWN), (server.name, named.library_evidence)
 
 
@@ -150,7 +171,7 @@ def test_signatures_file_is_what_the_lab_shows_today(lab):
 @pytest.mark.lab
 @pytest.mark.parametrize("configuration", ["lab", "other_lab"])
 def test_qscan_targets_identify_stores_a_verdict_per_target(configuration, request, tmp_path):
-    lab = request.getfixturevalue(configuration)  # as configured, and with other flow-control values
+    lab = request.getfixturevalue(configuration)  # as configured, and held out
     targets = tmp_path / "targets.txt"
     targets.write_text("".join(f"{s.ip},{s.port},{s.sni}\n" for s in lab.servers))
     out = tmp_path / "scan.duckdb"
@@ -235,9 +256,10 @@ def test_an_order_missing_some_ids_still_fits_and_one_swapped_pair_rules_out():
     assert classify(signatures, _handshake([0x00, 0x01, 0x05, 0x04, 0x06, 0x0F])[1]).library == UNKNOWN
 
 
-def test_each_key_trait_alone_rules_a_library_out():
+def test_each_key_trait_alone_rules_a_library_out_but_an_application_choice_does_not():
     signatures = _two_libraries()
-    assert classify(signatures, _handshake(ORDER_A, cid=b"\x01" * 5)[1]).library == UNKNOWN  # CID length
+    verdict = classify(signatures, _handshake(ORDER_A, cid=b"\x01" * 5)[1])  # the application picks CID lengths
+    assert verdict.library == "lib-a" and "soft" in verdict.library_evidence and "cid_length 5" in verdict.library_evidence
     assert classify(signatures, _handshake([0x1B, *ORDER_A])[1]).library == UNKNOWN  # a GREASE it never sends
     padded = _decoded([(0x00, b"\x02" * 8), (0x01, b"\x80\x00\x00\x64"), *[(p, b"\x01") for p in ORDER_A[2:5]],
                        (0x0F, b"\x01" * 8)])
@@ -256,15 +278,40 @@ def test_a_refusal_alone_names_only_with_a_close_of_one_library():
     assert classify(signatures, None, None).library == UNKNOWN
 
 
-def test_values_and_retry_break_a_tie_but_flow_control_does_not():
+def test_libraries_no_habit_tells_apart_are_named_as_a_set_whatever_the_values():
     same = [0x00, 0x01, 0x04, 0x0F]
     signatures = _signatures(
         ServerObservations("a", "lib-a", "A 1", [_handshake(same, idle=30000, flow=10)]),
         ServerObservations("b", "lib-b", "B 1", [_handshake(same, idle=60000, flow=20)]),
     )
-    assert classify(signatures, _handshake(same, idle=90000, flow=20)[1]).library == UNKNOWN
-    verdict = classify(signatures, _handshake(same, idle=60000, flow=10)[1])
-    assert verdict.library == "lib-b" and "tie" in verdict.library_evidence
+    for idle in (90000, 60000, 30000):  # a value one of them showed is no reason to pick it
+        verdict = classify(signatures, _handshake(same, idle=idle, flow=10)[1])
+        assert verdict.library == "lib-a|lib-b" and verdict.candidates == ("lib-a", "lib-b")
+        assert "no habit tells lib-a / lib-b apart" in verdict.library_evidence
+
+
+def test_a_value_sent_at_its_default_is_a_habit_both_ways():
+    # lib-d sends ack_delay_exponent 3 (the RFC default, which nothing needs sent); lib-e never.
+    exponent = ParamSet(ack_delay_exponent=3).transport_parameters()[0]
+    plain = _handshake([0x00, 0x04, 0x05, 0x0F])
+    with_default = _decoded([(0x00, b"\x02" * 8), exponent, (0x04, b"\x01"), (0x05, b"\x01"), (0x0F, b"\x01" * 8)])
+    signatures = _signatures(
+        ServerObservations("d", "lib-d", "D 1", [(with_default.ids, handshake_traits(with_default))]),
+        ServerObservations("e", "lib-e", "E 1", [plain]))
+    assert classify(signatures, handshake_traits(with_default)).library == "lib-d"
+    assert classify(signatures, plain[1]).library == "lib-e"  # lib-d would have sent it
+
+
+def test_a_retry_on_every_connection_and_its_token_are_habits():
+    order = [0x00, 0x01, 0x04, 0x0F]
+    decoded = _decoded([(0x00, b"\x02" * 8), (0x01, b"\x01"), (0x04, b"\x01"), (0x0F, b"\x01" * 8)])
+    always = handshake_traits(decoded, retry=True, retry_token_length=9, retry_token=b"netty\x01\x02\x03\x04")
+    signatures = _signatures(ServerObservations("n", "lib-n", "N 1", [(decoded.ids, always)]),
+                             ServerObservations("q", "lib-q", "Q 1", [_handshake(order)]))
+    assert classify(signatures, _handshake(order)[1]).library == "lib-q"  # no Retry: not lib-n
+    assert classify(signatures, always).library == "lib-n"  # its token
+    sealed = handshake_traits(decoded, retry=True, retry_token_length=9, retry_token=bytes(range(200, 209)))
+    assert classify(signatures, sealed).library == "lib-n|lib-q"  # a Retry alone is an application's choice
 
 
 def test_an_order_that_varies_between_connections_is_learned_as_shuffled():
@@ -274,14 +321,16 @@ def test_an_order_that_varies_between_connections_is_learned_as_shuffled():
     signatures = LibrarySignatures.from_document(document)
     verdict = classify(signatures, _handshake([0x05, 0x01, 0x04, 0x1B, 0x06])[1])
     assert verdict.library == "lib-r" and "shuffled" in verdict.library_evidence
-    assert classify(signatures, _handshake([0x05, 0x01, 0x1B, 0x04, 0x07, 0x08, 0x09])[1]).library == UNKNOWN
+    # Registered ids an application may turn on fit; a private id it never sent does not.
+    assert classify(signatures, _handshake([0x05, 0x01, 0x1B, 0x04, 0x07, 0x08, 0x09])[1]).library == "lib-r"
+    assert classify(signatures, _handshake([0x05, 0x01, 0x1B, 0x04, 0x1057])[1]).library == UNKNOWN
 
 
 def test_malformed_parameters_stay_unknown():
     assert classify(_two_libraries(), malformed=True).library == UNKNOWN
 
 
-def test_flow_control_names_are_the_six_and_none_is_a_tie_breaker():
-    from tparams.library import TIE_BREAK_VALUES
+def test_flow_control_names_are_the_six_and_none_is_soft_evidence_either():
+    from tparams.library import SOFT_VALUES
 
-    assert len(FLOW_CONTROL) == 6 and not set(FLOW_CONTROL) & set(TIE_BREAK_VALUES)
+    assert len(FLOW_CONTROL) == 6 and not set(FLOW_CONTROL) & set(SOFT_VALUES)

@@ -4,24 +4,30 @@ The method of the QUIC Hunter study (IMC 2023), widened: libraries serialise
 their transport parameters in an order of their own (or shuffle it on every
 connection), and answer a client that offers only an unknown ALPN
 (``invalid``) in a way of their own. Beside those two, a completed handshake
-shows habits no operator sets: where and how GREASE parameters go, which
-integers are encoded longer than needed, the length of the server's
-connection IDs, the versions in version_information. Every trait is learned
-from real servers (``learn_signatures``; the data file is
+shows habits no application sets: where and how GREASE parameters go, which
+integers are encoded longer than needed, whether version_information is sent,
+which parameters are sent even at their RFC 9000 default and which private
+ones always come along, and (netty) a Retry on every connection. Every trait
+is learned from real servers (``learn_signatures``; the data file is
 datasets/library_signatures.json) and never written by hand.
 
-A library is named when it alone fits every trait observed (*keys*); a trait
-it never showed while learning rules it out. The flow-control values (the six
-``FLOW_CONTROL`` parameters) are what operators tune, so they are never
-looked at. The other values (idle timeout, payload size, ack delays, ...) are
-configurable too; they only break a tie between libraries that fit every key,
-as does a Retry.
+A library is named when it alone fits every habit observed (*keys*); a habit
+it never showed while learning rules it out. What an application chooses
+never does: the connection-ID length, the versions listed, the idle timeout
+and other values, datagrams, migration, Retry. Those are *soft* evidence:
+the verdict's evidence says where they differ from what was learned, and
+they never pick between libraries. When the keys leave several libraries,
+the answer is that set (``quic-go|x/net/quic``), not a guess; when they
+leave none, ``unknown``.
 
 Matching the order: a server only sends the parameters its configuration
 needs (ngtcp2 leaves out a default ``max_ack_delay``), so an observed order is
 matched against the *precedence* the library showed in every learning
 handshake (id a before id b), not only against the exact sequences seen. An
-order that puts any learned pair the other way round rules the library out. A
+order that puts any learned pair the other way round rules the library out.
+Registered parameters never seen while learning (a preferred_address, a
+max_datagram_frame_size, retry_source_connection_id) may come anywhere: an
+application turns them on. A private parameter never seen rules it out. A
 library whose order varied between connections of one server during learning
 is marked randomised; it is matched on the set of ids instead.
 """
@@ -33,29 +39,25 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 from tparams.codec import DecodedParameters, VersionInformation
-from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet, order_fingerprint, order_signature
+from tparams.paramset import PERFORMANCE_PARAMETERS, RFC9000_DEFAULTS, ParamSet, order_fingerprint, order_signature
 from tparams.registry import ParamType, id_for, is_grease, spec_for
 from tparams.varint import decode_varint, encode_varint
 
 UNKNOWN = "unknown"
-SIGNATURES_FORMAT = 2
+CANDIDATE_SEPARATOR = "|"  # a verdict naming several candidates: "quic-go|x/net/quic"
+SIGNATURES_FORMAT = 3
 
 # What operators tune per deployment (the connection and stream windows and stream
-# limits): never a key, never a tie-breaker.
+# limits): never looked at.
 FLOW_CONTROL = tuple(name for name in PERFORMANCE_PARAMETERS if name.startswith("initial_max_"))
-# Values that may break a tie: the rest of the twelve, and max_datagram_frame_size.
-TIE_BREAK_VALUES = tuple(name for name in PERFORMANCE_PARAMETERS if name not in FLOW_CONTROL) + (
+# Values an application chooses: soft evidence, shown in a verdict's evidence, never deciding.
+SOFT_VALUES = tuple(name for name in PERFORMANCE_PARAMETERS if name not in FLOW_CONTROL) + (
     "max_datagram_frame_size",
 )
+SOFT = "soft"  # evidence lines about an application's choices start with it
 
-# An order with learned ids in learned precedence may still carry a few ids the
-# library never sent while learning (retry_source_connection_id after a Retry,
-# a preferred_address); more than this many unseen ids is a different library.
-MAX_UNSEEN_IDS = 2
 # Fewer ids than this in common with a library say too little about its order.
 MIN_COMMON_IDS = 3
-
-TIE_BROKEN = "values and Retry break the tie"  # in the evidence of a verdict that needed them
 
 _INITIAL_SOURCE_CID = id_for("initial_source_connection_id")
 _FLOW_CONTROL_IDS = frozenset(id_for(name) for name in FLOW_CONTROL)
@@ -68,18 +70,27 @@ class HandshakeTraits:
     order: str  # tparams.paramset.order_signature, GREASE as 'G'
     grease: str  # how many GREASE parameters (where: in ``order``; their lengths are random)
     encoding: tuple[str, ...]  # varints longer than needed, e.g. 'value of 04 in 4 bytes'
-    cid_length: int | None  # of the server's initial_source_connection_id
-    version_information: str | None  # the versions the server lists as available
-    retry: str  # 'none', or 'token N bytes'
-    values: Mapping[str, object]  # TIE_BREAK_VALUES as sent
+    # Ids sent whatever the configuration says: at their RFC 9000 default value (which
+    # nothing needs sent) or private (not permanently registered).
+    unprompted: tuple[str, ...]
+    cid_length: int | None  # of the server's initial_source_connection_id (soft)
+    version_information: str | None  # the versions the server lists as available (soft; whether sent: a key)
+    retry: str  # 'none', or 'token N bytes' (soft)
+    retry_tag: str | None  # the letters a Retry token starts with, if any (netty's: "netty")
+    values: Mapping[str, object]  # SOFT_VALUES as sent
 
     def keys(self) -> dict[str, object]:
-        return {"grease": self.grease, "encoding": list(self.encoding), "cid_length": self.cid_length,
-                "version_information": self.version_information}
+        """The habits (a mismatch rules a library out)."""
+        return {"grease": self.grease, "encoding": list(self.encoding),
+                "version_information_sent": self.version_information is not None}
+
+    def soft(self) -> dict[str, object]:
+        """The application's choices (a mismatch is only reported)."""
+        return {"cid_length": self.cid_length, "version_information": self.version_information, "retry": self.retry}
 
 
 def handshake_traits(decoded: DecodedParameters, retry: bool = False,
-                     retry_token_length: int | None = None) -> HandshakeTraits:
+                     retry_token_length: int | None = None, retry_token: bytes | None = None) -> HandshakeTraits:
     """The traits of a server's (well-formed) transport parameters and its Retry."""
     grease = sum(1 for p in decoded.parameters if is_grease(p.id))
     cid = next((p.value for p in decoded.parameters if p.id == _INITIAL_SOURCE_CID), None)
@@ -90,13 +101,36 @@ def handshake_traits(decoded: DecodedParameters, retry: bool = False,
         order=order_signature(decoded.ids),
         grease=str(grease),
         encoding=long_encodings(decoded.raw),
+        unprompted=tuple(_token(p.id) for p in decoded.parameters
+                         if not is_grease(p.id) and (spec_for(p.id).status != "permanent"
+                                                     or RFC9000_DEFAULTS.get(p.name, object()) == p.value)),
         cid_length=len(cid) if isinstance(cid, bytes) else None,
         version_information=(" ".join(f"0x{v:08x}" for v in version_information.available_versions)
                              if version_information is not None else None),
         retry=("none" if not retry else f"token {retry_token_length} bytes" if retry_token_length is not None
                else "token unknown"),
-        values={name: value for name, value in {**values, **extra}.items() if name in TIE_BREAK_VALUES},
+        retry_tag=retry_tag(retry_token),
+        values={name: value for name, value in {**values, **extra}.items() if name in SOFT_VALUES},
     )
+
+
+# A token whose first bytes are this many lowercase ASCII letters or more carries a name,
+# not chance: 4 random bytes fall there once in ~10^4 tokens.
+MIN_RETRY_TAG = 4
+
+
+def retry_tag(token: bytes | None) -> str | None:
+    """The lowercase ASCII letters a Retry token starts with (netty's handler writes
+    "netty"), or None: most libraries' tokens are sealed bytes."""
+    if not token:
+        return None
+    letters = len(token) - len(token.lstrip(bytes(range(ord("a"), ord("z") + 1))))
+    return token[:letters].decode() if letters >= MIN_RETRY_TAG else None
+
+
+def _token(param_id: int) -> str:
+    """An id as ``order_signature`` writes it."""
+    return order_signature([param_id])
 
 
 def long_encodings(raw: bytes) -> tuple[str, ...]:
@@ -156,9 +190,15 @@ class AlpnRefusal:
 
 @dataclass(frozen=True)
 class Identification:
-    library: str
+    library: str  # one library, several joined by CANDIDATE_SEPARATOR, or UNKNOWN
     library_evidence: str
     candidates: tuple[str, ...] = ()
+
+
+def named(candidates: Iterable[str]) -> str:
+    """The verdict for the libraries that fit every key: one, their set, or unknown."""
+    ordered = sorted(candidates)
+    return CANDIDATE_SEPARATOR.join(ordered) if ordered else UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -169,9 +209,13 @@ class LibrarySignature:
     precedence: frozenset[tuple[str, str]]  # (a, b): a came before b in every learned order
     known_ids: frozenset[str]
     keys: Mapping[str, tuple[object, ...]]  # HandshakeTraits.keys() name -> values seen
+    unprompted: frozenset[str]  # ids in HandshakeTraits.unprompted of every learning handshake
+    unprompted_ever: frozenset[str]  # ... of any learning handshake
+    always_retry: bool  # every learning handshake began with a Retry
+    retry_tags: frozenset[str]  # HandshakeTraits.retry_tag seen
     refusals: tuple[str, ...]  # AlpnRefusal.describe() seen
-    retry: tuple[str, ...]
-    constant_values: Mapping[str, object]  # TIE_BREAK_VALUES that never varied
+    soft: Mapping[str, tuple[object, ...]]  # HandshakeTraits.soft() name -> values seen
+    constant_values: Mapping[str, object]  # SOFT_VALUES that never varied
 
 
 @dataclass(frozen=True)
@@ -194,8 +238,12 @@ class LibrarySignatures:
                 precedence=_precedence(orders),
                 known_ids=frozenset(token for order in orders for token in _tokens(order)),
                 keys={name: tuple(_frozen(v) for v in values) for name, values in entry["keys"].items()},
+                unprompted=frozenset(entry["unprompted"]),
+                unprompted_ever=frozenset(entry["unprompted_ever"]),
+                always_retry=bool(entry["always_retry"]),
+                retry_tags=frozenset(entry["retry_tags"]),
                 refusals=tuple(entry["invalid_alpn"]),
-                retry=tuple(entry["retry"]),
+                soft={name: tuple(values) for name, values in entry["soft"].items()},
                 constant_values=dict(entry.get("constant_values", {})),
             ))
         return cls(tuple(signatures), document.get("provenance", {}).get("learned_at"))
@@ -204,6 +252,10 @@ class LibrarySignatures:
     def libraries(self) -> tuple[str, ...]:
         return tuple(signature.library for signature in self.signatures)
 
+    def without(self, library: str) -> "LibrarySignatures":
+        """These signatures as if ``library`` had never been learned."""
+        return LibrarySignatures(tuple(s for s in self.signatures if s.library != library), self.learned_at)
+
 
 def _frozen(value: object) -> object:
     return tuple(value) if isinstance(value, list) else value
@@ -211,6 +263,11 @@ def _frozen(value: object) -> object:
 
 def _tokens(signature: str) -> list[str]:
     return signature.split("-") if signature else []
+
+
+def _registered(token: str) -> bool:
+    """A permanently registered id: any library may send it once an application asks."""
+    return token != "G" and spec_for(int(token, 16)).status == "permanent"
 
 
 def _precedence(orders: Iterable[str]) -> frozenset[tuple[str, str]]:
@@ -227,13 +284,13 @@ def _order_fit(signature: LibrarySignature, observed: str) -> str | None:
     tokens = _tokens(observed)
     unseen = [token for token in dict.fromkeys(tokens) if token not in signature.known_ids]
     common = len(set(tokens)) - len(unseen)
-    if len(unseen) > MAX_UNSEEN_IDS or common < MIN_COMMON_IDS:
+    if common < MIN_COMMON_IDS or not all(_registered(token) for token in unseen):
         return None
     # GREASE ('G') may appear more than once; any other id twice is no serialiser at work.
-    named = [token for token in tokens if token != "G"]
-    if len(set(named)) != len(named):
+    named_ids = [token for token in tokens if token != "G"]
+    if len(set(named_ids)) != len(named_ids):
         return None
-    note = f", ids never seen while learning: {'-'.join(unseen)}" if unseen else ""
+    note = f", registered ids never seen while learning: {'-'.join(unseen)}" if unseen else ""
     if signature.order_randomised:
         return f"ids fit its shuffled order{note}"
     if observed in signature.orders:
@@ -280,23 +337,40 @@ def classify(signatures: LibrarySignatures, traits: HandshakeTraits | None = Non
             observed = _frozen(value)
             narrow(f"{name} {_show(observed)}",
                    {s.library: "" if observed in s.keys.get(name, ()) else None for s in signatures.signatures})
+        # A serialiser that sends a value nobody needs sent (the default, a private id) does so
+        # always; one that never did while learning leaves it out whatever it is told.
+        sent = set(_tokens(traits.order))
+        narrow(f"ids sent unprompted {'-'.join(traits.unprompted) or 'none'}", {
+            s.library: "" if s.unprompted <= sent and set(traits.unprompted) <= s.unprompted_ever else None
+            for s in signatures.signatures})
+        narrow(f"retry {traits.retry}", {
+            s.library: "" if traits.retry != "none" or not s.always_retry else None for s in signatures.signatures})
+        if any(traits.retry_tag in s.retry_tags for s in signatures.signatures):
+            narrow(f"Retry token starting {traits.retry_tag!r}", {
+                s.library: "" if traits.retry_tag in s.retry_tags else None for s in signatures.signatures})
     if refusal is not None:
         described = refusal.describe()
         narrow(f"ALPN refusal {described}",
                {s.library: "" if described in s.refusals else None for s in signatures.signatures})
-
-    if len(candidates) > 1 and traits is not None:
-        scores = {library: _tie_score(by_name[library], traits) for library in candidates}
-        top = max(scores.values())
-        if list(scores.values()).count(top) == 1:
-            winner = max(scores, key=scores.get)  # type: ignore[arg-type]
-            evidence.append(f"{TIE_BROKEN}: {top} of {winner}'s learned habits match")
-            candidates = [winner]
-    if len(candidates) == 1:
-        return Identification(candidates[0], "; ".join(evidence), tuple(candidates))
+    if traits is not None:
+        evidence += _soft_evidence([by_name[library] for library in candidates], traits)
     if len(candidates) > 1:
-        evidence.append(f"cannot tell {' / '.join(candidates)} apart")
-    return Identification(UNKNOWN, "; ".join(evidence), tuple(candidates))
+        evidence.append(f"no habit tells {' / '.join(candidates)} apart")
+    return Identification(named(candidates), "; ".join(evidence), tuple(candidates))
+
+
+def _soft_evidence(candidates: Iterable[LibrarySignature], traits: HandshakeTraits) -> list[str]:
+    """Where the application's choices differ from what each candidate showed while learning."""
+    lines = []
+    for signature in candidates:
+        unlike = [f"{name} {value}" for name, value in traits.soft().items()
+                  if value is not None and value not in signature.soft.get(name, ())]
+        unlike += [f"{name} {traits.values.get(name)}" for name, value in signature.constant_values.items()
+                   if traits.values.get(name) != value]
+        if unlike:
+            lines.append(f"{SOFT} (the application's choice, not held against it): "
+                         f"{signature.library} never showed {', '.join(unlike)} while learning")
+    return lines
 
 
 def _show(value: object) -> str:
@@ -305,20 +379,15 @@ def _show(value: object) -> str:
     return str(value)
 
 
-def _tie_score(signature: LibrarySignature, traits: HandshakeTraits) -> int:
-    score = sum(1 for name, value in signature.constant_values.items() if traits.values.get(name) == value)
-    return score + (traits.retry in signature.retry)
-
-
 def classify_decoded(signatures: LibrarySignatures, decoded: DecodedParameters | None,
                      refusal: AlpnRefusal | None = None, retry: bool = False,
-                     retry_token_length: int | None = None) -> Identification:
+                     retry_token_length: int | None = None, retry_token: bytes | None = None) -> Identification:
     """``classify`` from the codec's decoding of a server's parameters."""
     if decoded is None:
         return classify(signatures, None, refusal)
     if decoded.findings:
         return classify(signatures, malformed=True)
-    return classify(signatures, handshake_traits(decoded, retry, retry_token_length), refusal)
+    return classify(signatures, handshake_traits(decoded, retry, retry_token_length, retry_token), refusal)
 
 
 # -- learning -----------------------------------------------------------------------------
@@ -339,8 +408,9 @@ def learn_signatures(observations: Iterable[ServerObservations],
                      provenance: Mapping[str, object]) -> dict[str, object]:
     """The signatures document from observed handshakes: per library its orders,
     whether the order varied between connections of one server, every key
-    trait seen, the invalid-ALPN refusals, Retry habits and the tie-breaking
-    values that never varied."""
+    trait seen, the ids every handshake sent unprompted, whether every one began
+    with a Retry, the invalid-ALPN refusals, and (soft) the application's choices
+    seen and the values that never varied."""
     by_library: dict[str, list[ServerObservations]] = {}
     for observation in observations:
         if not observation.handshakes:
@@ -351,9 +421,13 @@ def learn_signatures(observations: Iterable[ServerObservations],
         orders: dict[str, dict[str, object]] = {}
         randomised = False
         keys: dict[str, list[object]] = {}
-        retry: list[str] = []
+        soft: dict[str, list[object]] = {}
+        unprompted: set[str] | None = None
+        unprompted_ever: set[str] = set()
         refusals: list[str] = []
         all_values = []
+        retries = []
+        tags: set[str] = set()
         for server in servers:
             randomised |= len({traits.order for _, traits in server.handshakes}) > 1
             for ids, traits in server.handshakes:
@@ -362,11 +436,14 @@ def learn_signatures(observations: Iterable[ServerObservations],
                 entry["handshakes"] += 1
                 if server.server not in entry["servers"]:
                     entry["servers"].append(server.server)
-                for name, value in traits.keys().items():
-                    if value not in keys.setdefault(name, []):
-                        keys[name].append(value)
-                if traits.retry not in retry:
-                    retry.append(traits.retry)
+                for seen, found in ((keys, traits.keys()), (soft, traits.soft())):
+                    for name, value in found.items():
+                        if value not in seen.setdefault(name, []):
+                            seen[name].append(value)
+                unprompted = set(traits.unprompted) if unprompted is None else unprompted & set(traits.unprompted)
+                unprompted_ever |= set(traits.unprompted)
+                retries.append(traits.retry != "none")
+                tags |= {traits.retry_tag} if traits.retry_tag else set()
                 all_values.append(traits.values)
             for refusal in server.refusals:
                 if refusal.describe() not in refusals:
@@ -377,8 +454,12 @@ def learn_signatures(observations: Iterable[ServerObservations],
             "order_randomised": randomised,
             "orders": sorted(orders.values(), key=lambda o: o["signature"]),
             "keys": keys,
+            "unprompted": sorted(unprompted or ()),
+            "unprompted_ever": sorted(unprompted_ever),
+            "always_retry": all(retries),
+            "retry_tags": sorted(tags),
             "invalid_alpn": refusals,
-            "retry": retry,
+            "soft": soft,
             "constant_values": dict(sorted(constant.items())),
             "servers": [{"name": s.server, "software": s.software, "configuration": s.configuration,
                          "handshakes": len(s.handshakes), "invalid_alpn_handshakes": len(s.refusals)}
@@ -388,10 +469,11 @@ def learn_signatures(observations: Iterable[ServerObservations],
 
 
 def separations(signatures: LibrarySignatures) -> list[dict[str, object]]:
-    """For every ordered pair of learned libraries (a, b): the traits of a's learning
-    handshakes that keep a server of a from fitting b (its orders, each key, the
-    refusal). A pair kept apart by one trait or none is where the classifier is most
-    fragile: there the tie-breaking values and Retry, or that one trait, decide."""
+    """For every ordered pair of learned libraries (a, b): the habits of a's learning
+    handshakes that keep a server of a from fitting b (its orders, each key, the ids
+    sent unprompted, a Retry on every connection, the refusal). A pair kept apart by
+    one habit is where the classifier is most fragile; by none, a server of a is
+    named as the set of both."""
     rows = []
     for first in signatures.signatures:
         for second in signatures.signatures:
@@ -401,6 +483,12 @@ def separations(signatures: LibrarySignatures) -> list[dict[str, object]]:
             if not any(_order_fit(second, order) for order in first.orders):
                 traits.append("order")
             traits += [name for name in first.keys if not set(first.keys[name]) & set(second.keys.get(name, ()))]
+            if not second.unprompted <= first.known_ids or not first.unprompted <= second.unprompted_ever:
+                traits.append("ids sent unprompted")
+            if second.always_retry and not first.always_retry:
+                traits.append("Retry")
+            if first.retry_tags and not first.retry_tags & second.retry_tags:
+                traits.append("Retry token")
             if not set(first.refusals) & set(second.refusals):
                 traits.append("ALPN refusal")
             rows.append({"server of": first.library, "not taken for": second.library,
@@ -420,10 +508,12 @@ def feature_table(document: Mapping[str, object]) -> list[dict[str, object]]:
                      " | ".join(o["signature"] for o in orders),
             "grease": " | ".join(map(str, keys["grease"])),
             "long varints": " | ".join(", ".join(e) or "none" for e in keys["encoding"]),
-            "cid bytes": " | ".join(map(str, keys["cid_length"])),
-            "version_information": " | ".join(str(v) for v in keys["version_information"]),
+            "unprompted ids": "-".join(entry["unprompted"]) or "none",
+            "version_information": " | ".join(str(v) for v in entry["soft"]["version_information"]),
             "invalid ALPN": " | ".join(entry["invalid_alpn"]),
-            "retry": " | ".join(entry["retry"]),
+            "retry": ("every connection" if entry["always_retry"] else " | ".join(entry["soft"]["retry"]))
+                     + "".join(f", token starts {tag!r}" for tag in entry["retry_tags"]),
+            "cid bytes (soft)": " | ".join(map(str, entry["soft"]["cid_length"])),
             "learned from": ", ".join(sorted({s["software"] for s in entry["servers"]})),
         })
     return rows

@@ -14,7 +14,7 @@ import pkgutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from tparams.errors import ToolError
 from tparams.paramset import ParamSet
@@ -88,15 +88,22 @@ APPLICATION_CHOICES = ("alpn", "cid_length", "datagrams", "disable_active_migrat
                        "active_connection_id_limit", "preferred_address", "retry")
 
 
-def application_flags(spec: ServerSpec, offered: Iterable[str]) -> list[str]:
-    """``options["application"]`` as flags: ``--alpn=h3,hq-interop``, ``--cid-length=16``,
-    ``--datagrams=true``, ``--retry`` (a true switch), ...; a choice the kind's library does
-    not offer is refused here, before the lab starts anything."""
-    flags = []
-    for name, value in spec.options.get("application", {}).items():
+def application_choices(spec: ServerSpec, offered: Iterable[str]) -> Mapping[str, Any]:
+    """``options["application"]``, a choice the kind's library does not offer refused
+    here, before the lab starts anything."""
+    choices = spec.options.get("application", {})
+    for name in choices:
         if name not in offered:
             raise ToolError(f"lab server {spec.name}: {spec.kind} lets no application choose {name} "
                             f"(it offers: {', '.join(offered) or 'nothing'})")
+    return choices
+
+
+def application_flags(spec: ServerSpec, offered: Iterable[str]) -> list[str]:
+    """``options["application"]`` as the lab's own programs take it: ``--alpn=h3,hq-interop``,
+    ``--cid-length=16``, ``--datagrams=true``, ``--retry`` (a true switch), ..."""
+    flags = []
+    for name, value in application_choices(spec, offered).items():
         flag = "--" + name.replace("_", "-")
         if name == "alpn":
             flags.append(f"{flag}={','.join(value)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from lab.kinds import LabContext, Launch, ServerKind, asked_parameters, register_kind
+from lab.kinds import LabContext, Launch, ServerKind, application_choices, asked_parameters, register_kind
 from lab.topology import ServerSpec
 
 
@@ -21,6 +21,10 @@ class Ngtcp2Kind(ServerKind):
 
     name = "ngtcp2"
     library = "ngtcp2"
+    # What gtlsserver lets its user choose of lab.kinds.APPLICATION_CHOICES, and how.
+    APPLICATION_FLAGS: ClassVar[dict[str, str]] = {"preferred_address": "--preferred-ipv4-addr={}",
+                                                   "retry": "--validate-addr"}
+    OFFERED = tuple(APPLICATION_FLAGS)
     FLAGS: ClassVar[dict[str, str]] = {
         "max_idle_timeout": "--timeout={}ms",
         "initial_max_data": "--max-data={}",
@@ -55,6 +59,8 @@ class Ngtcp2Kind(ServerKind):
         htdocs.mkdir(exist_ok=True)
         (htdocs / "index.html").write_text(f"{spec.name}\n")
         flags = [self.FLAGS[name].format(value) for name, value in self.configured(spec).items()]
+        flags += [self.APPLICATION_FLAGS[name].format(value)
+                  for name, value in application_choices(spec, self.OFFERED).items() if value is not False]
         if "groups" in spec.options:
             flags.append(f"--groups={spec.options['groups']}")
         # Auto-tuning off: the advertised windows stay the configured ones.
