@@ -110,8 +110,8 @@ def test_notebooks_execute_and_put_our_tables_beside_the_published_ones(scans, r
     assert "68892" in popularity and "290746" in popularity  # ... beside the thesis's table 5.1 and scan size
     assert all(client in popularity for client in CLIENT_CAPTURES.values())  # clients beside servers (5.8)
     assert html["parameter_popularity"].count("data:image/png") >= 2  # value bars (log axis) + heatmap
-    # Library identification: the learned traits and the lab's confusion matrix, every library in it.
-    assert "Which library does a server run?" in popularity and "handshakes, keys alone" in popularity
+    # Library identification: the learned habits and the confusion matrix over the held-out configurations.
+    assert "Which library does a server run?" in popularity and "over the held-out configurations" in popularity
     assert all(library in popularity for library in load_signatures().libraries)
 
     comparison = _text(html["scan_comparison"])
