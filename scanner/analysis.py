@@ -182,7 +182,7 @@ def stream_data_triples(params: pl.DataFrame, top: int = 10) -> pl.DataFrame:
         params.group_by(bidi_local="initial_max_stream_data_bidi_local",
                         bidi_remote="initial_max_stream_data_bidi_remote", uni="initial_max_stream_data_uni")
         .agg(pl.len().alias("endpoints"))
-        .sort("endpoints", "bidi_local", descending=[True, False], nulls_last=True)
+        .sort("endpoints", "bidi_local", "bidi_remote", "uni", descending=[True, False, False, False], nulls_last=True)
         .head(top)
         .with_row_index("rank", offset=1)
     )

@@ -57,7 +57,7 @@ _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _FILE = re.compile(r"/([^/]+)/campaign=([^/]+)/vantage=([^/]+)/campaign_shard=([^/]+)/[^/]+\.parquet$")
 
 
-def export_shard(store_path: str | Path, campaign_dir: str | Path, *, campaign: str, vantage: str, shard: str) -> dict[str, int]:
+def export_shard(store_path: str | Path, campaign_dir: str | Path, *, campaign: str, vantage: str, shard: str | int) -> dict[str, int]:
     """Write every table of the scan file ``store_path`` as this shard's partition of ``campaign_dir``.
 
     Returns rows written per table. Re-exporting a shard replaces it. Refused
@@ -66,7 +66,7 @@ def export_shard(store_path: str | Path, campaign_dir: str | Path, *, campaign: 
     (ip, port, sni) or discovered address that another shard of the same
     campaign and vantage already holds.
     """
-    labels = {"campaign": campaign, "vantage": vantage, "campaign_shard": shard}
+    labels = {"campaign": campaign, "vantage": vantage, "campaign_shard": str(shard) if isinstance(shard, int) else shard}
     for key, value in labels.items():
         if not isinstance(value, str) or not _LABEL.fullmatch(value):
             raise ToolError(f"{key} label {value!r} is not a plain name (letters, digits, . _ -; not starting with . _ -)")
@@ -87,8 +87,8 @@ def export_shard(store_path: str | Path, campaign_dir: str | Path, *, campaign: 
         staging = root / f".staging-{uuid.uuid4().hex}"
         try:
             with _locked(root):
-                _merge_schema(root, components, ddl, store_path)
                 _refuse_overlap(con, root, labels, store_path)
+                _merge_schema(root, components, ddl, store_path)
             shard_meta = json.dumps({"export_id": staging.name[len(".staging-"):], "max_ids": max_ids,
                                      **labels, "source": Path(store_path).name})
             meta = {_META_SCHEMA: json.dumps(components), _META_SHARD: shard_meta}
