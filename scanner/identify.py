@@ -283,6 +283,26 @@ CRATES: dict[str, tuple[str, ...]] = {
 }
 
 
+def _go_module(module: str) -> str:
+    """The version of ``module`` that go.mod pins (what setup builds the lab's Go servers with)."""
+    for line in (ROOT / "go.mod").read_text().splitlines():
+        words = line.split()
+        if words[:1] == [module] or words[1:2] == [module]:
+            return words[words.index(module) + 1]
+    return "unknown"
+
+
+def _picoquic() -> str:
+    from lab.kinds.picoquic import PYTHON
+
+    installed = PYTHON.parents[1] / ".installed"
+    build = next(PYTHON.parents[1].glob("lib/python3*/site-packages/aiopquic/_build_info.py"), None)
+    picoquic = next((line.split("=")[1].strip(" '\"") for line in (build.read_text().splitlines() if build else [])
+                     if line.startswith("PICOQUIC_VERSION")), "unknown")
+    return f"picoquic {picoquic} in {installed.read_text().strip() if installed.is_file() else 'aiopquic'} " \
+           "(lab/picoquic_server.py)"
+
+
 def _crates(kind: str) -> str:
     return ", ".join(f"{crate} {_cargo_version(crate)}" for crate in CRATES[kind]) + f" (lab/servers/{kind})"
 
@@ -297,6 +317,9 @@ SOFTWARE: dict[str, Callable[[], str]] = {
     "kwik": lambda: f"{_maven_dependencies('kwik')} (lab/servers/kwik)",
     "netty": lambda: f"{_maven_dependencies('netty')} (lab/servers/netty)",
     "lsquic": _lsquic,
+    "quic-go": lambda: f"quic-go {_go_module('github.com/quic-go/quic-go')} (lab/servers/quic-go)",
+    "x-net-quic": lambda: f"golang.org/x/net {_go_module('golang.org/x/net')} (lab/servers/x-net-quic)",
+    "picoquic": _picoquic,
     **{kind: functools.partial(_crates, kind) for kind in CRATES},
 }
 
