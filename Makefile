@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test bench clean-lab
+.PHONY: setup demo test bench docs clean-lab
 
 setup:
 	@bash scripts/setup.sh
@@ -15,6 +15,10 @@ demo: setup
 
 test: setup
 	@$(PY) -m pytest -ra -p no:cacheprovider tests
+
+# The manual as a site (out/docs/index.html); the tests build it the same way.
+docs: setup
+	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet && echo "manual: out/docs/index.html"
 
 bench: setup
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

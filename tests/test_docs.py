@@ -1,0 +1,178 @@
+"""The front page and the manual, checked like code: the site builds strictly, its generated reference
+covers every command and every schema object, it renders in a real browser, and every command the
+front page shows runs."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import duckdb
+import matplotlib.image
+import pytest
+import typer
+from markdown_it import MarkdownIt
+
+from lab.core import status as lab_status
+from replay.cli import app as qreplay_app
+from scanner.cli import app as qscan_app
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+#: a front-page command carrying one of these comments is shown, not run (it needs what CI has not)
+NOT_RUN_HERE = ("needs the Internet", "needs your own")
+
+
+def build_site(site_dir: Path, config: Path = ROOT / "mkdocs.yml") -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "mkdocs"), "build", "--strict", "--config-file", str(config),
+                           "--site-dir", str(site_dir)], capture_output=True, text=True, env=ENV, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    site_dir = tmp_path_factory.mktemp("site")
+    done = build_site(site_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return site_dir
+
+
+def command_paths(app: typer.Typer, prog: str) -> list[str]:
+    """Every command of a typer app, as its reference page titles it (`qscan lab up`)."""
+    def walk(command, path):
+        yield " ".join(path)
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+    return list(walk(typer.main.get_command(app), [prog]))
+
+
+def test_the_reference_pages_hold_every_command_and_every_schema_object(site):
+    for prog, app in (("qscan", qscan_app), ("qreplay", qreplay_app)):
+        page = (site / "reference" / f"{prog}.html").read_text()
+        for path in command_paths(app, prog):
+            assert f"<code>{path}</code>" in page, f"{path} is missing from the {prog} reference"
+    page = (site / "reference" / "schema.html").read_text()
+    for ddl in sorted((ROOT / "schemas" / "duckdb").glob("*.sql")):
+        for kind, name in re.findall(r"CREATE\s+(?:OR\s+REPLACE\s+)?(TABLE|VIEW)\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)",
+                                     ddl.read_text(), re.I):
+            assert f"<code>{name}</code>" in page, f"{kind} {name} of {ddl.name} is missing from the schema reference"
+
+
+def test_the_site_front_page_is_the_readme(site):
+    page = (site / "index.html").read_text()
+    title = (ROOT / "README.md").read_text().splitlines()[0].lstrip("# ")
+    assert title.split(":")[0] in page and "Three uses" in page
+
+
+def test_a_broken_link_fails_the_strict_build(tmp_path):
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs", docs)
+    (docs / "extending.md").write_text((docs / "extending.md").read_text() + "\nSee [nowhere](no-such-page.md).\n")
+    config = tmp_path / "mkdocs.yml"
+    (tmp_path / "docs_build").symlink_to(ROOT / "docs_build")  # the hooks, found beside the configuration
+    # INHERIT keeps the real configuration (hooks, nav, validation); only the pages differ.
+    config.write_text(f"INHERIT: {ROOT / 'mkdocs.yml'}\ndocs_dir: {docs}\n")
+    done = build_site(tmp_path / "site", config)
+    assert done.returncode != 0 and "no-such-page.md" in done.stderr
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def served(site):
+    """The built site over HTTP on loopback, as a reader's browser would load it (search needs a worker)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def render(url: str, screenshot: Path) -> tuple[list[str], str]:
+    """Console messages and the DOM of a page loaded by headless Chromium, with a screenshot."""
+    base = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--log-level=0",
+            "--window-size=1280,900", "--virtual-time-budget=3000"]
+    shot = subprocess.run([*base, f"--screenshot={screenshot}", url], capture_output=True, text=True, timeout=120)
+    dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    console = [line for line in shot.stderr.splitlines() + dom.stderr.splitlines() if ":CONSOLE" in line]
+    return console, dom.stdout
+
+
+def assert_drawn(screenshot: Path) -> None:
+    pixels = matplotlib.image.imread(screenshot)
+    assert pixels.shape[0] >= 800 and pixels.shape[1] >= 1200
+    assert pixels.std() > 0.05, "the screenshot is (nearly) one colour: nothing was drawn"
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed (scripts/setup.sh installs it)")
+def test_the_front_page_and_a_manual_page_render_in_chromium(served, tmp_path):
+    for page, heading in (("index.html", "Three uses"), ("qreplay.html", "qreplay")):
+        screenshot = tmp_path / f"{page}.png"
+        console, dom = render(f"{served}/{page}", screenshot)
+        assert console == [], f"{page} logged to the console: {console}"
+        assert "md-content" in dom and heading in dom, f"{page} did not render its content"
+        assert_drawn(screenshot)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed (scripts/setup.sh installs it)")
+def test_a_console_error_is_seen(tmp_path):
+    # The check above must be able to fail: a page that logs an error is caught by the same reading.
+    page = tmp_path / "broken.html"
+    page.write_text("<html><body><p>text</p><script>console.error('deliberate'); no_such_function();</script>")
+    console, _ = render(page.as_uri(), tmp_path / "broken.png")
+    assert any("deliberate" in line for line in console) and any("no_such_function" in line for line in console)
+
+
+def front_page_commands() -> list[tuple[str, str]]:
+    """(command, its comment) for every line of every shell block of README.md, in order."""
+    commands = []
+    for token in MarkdownIt().parse((ROOT / "README.md").read_text()):
+        if token.type == "fence" and token.info.strip() in ("sh", "bash", "console"):
+            for line in token.content.splitlines():
+                command, _, comment = line.partition("  #")
+                if command.strip():
+                    commands.append((command.strip(), comment.strip()))
+    return commands
+
+
+def test_the_front_page_commands_run(tmp_path):
+    """Every command the front page shows, in its order, from a directory of the reader's own: the lab
+    comes up, a ZMap scan of it, its report, a replay and its plot, the popularity notebook, the lab down."""
+    commands = front_page_commands()
+    assert commands, "README.md shows no commands"
+    run, shown = [], []
+    for command, comment in commands:
+        if any(reason in comment for reason in NOT_RUN_HERE):
+            shown.append(command)
+        elif command in ("make demo", "make test"):
+            # These ARE the suite and the demo: check they are the Makefile's targets and what CI runs.
+            target = command.split()[1]
+            dry = subprocess.run(["make", "-n", "-C", str(ROOT), target], capture_output=True, text=True)
+            assert dry.returncode == 0, dry.stderr
+        else:
+            run.append(command)
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+    assert any(c.startswith("qscan lab up") for c in run) and run[-1].startswith("qscan lab down")
+    if lab_status() is not None:
+        pytest.skip("the default lab (qlab) is up already: the front page's `qscan lab up` would be refused")
+    for name in ("notebooks", ".venv"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    script = "\n".join(["set -euo pipefail", f"trap '{BIN / 'qscan'} lab down >/dev/null 2>&1 || true' EXIT", *run])
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, f"a front-page command failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    assert duckdb.connect(str(tmp_path / "scan.duckdb"), read_only=True).execute(
+        "SELECT count(*) FROM server_params").fetchone()[0] >= 5
+    assert (tmp_path / "out" / "parameter_popularity.html").stat().st_size > 100_000
+    assert any((tmp_path / "plots").glob("*.png"))
