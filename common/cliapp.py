@@ -14,9 +14,14 @@ import typer
 from tparams.errors import ToolError
 
 
-def make_app(help_text: str) -> typer.Typer:
+# Where a reader goes from any --help: the manual's pages within the repository.
+MANUAL = "Manual: docs/overview.md and the pages beside it (make docs builds them as a site: out/docs/index.html)."
+
+
+def make_app(help_text: str, example: str) -> typer.Typer:
     return typer.Typer(
         help=help_text,
+        epilog=f"Example: {example}\n\n{MANUAL}",
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,

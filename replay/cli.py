@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from common.cliapp import make_app, run
 
-app = make_app(__doc__.splitlines()[0])
+app = make_app(__doc__.splitlines()[0], "qreplay --set firefox --delay 30ms --size 5MB --reps 2 --out replay.duckdb")
 
 # One entry per replay/commands module, each adding its commands to ``app``.
 COMMAND_MODULES: tuple[str, ...] = ("run", "link", "plot", "reproduce", "pairs")

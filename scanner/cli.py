@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from common.cliapp import make_app, run
 
-app = make_app(__doc__.splitlines()[0])
+app = make_app(__doc__.splitlines()[0], "qscan targets hosts.txt --out scan.duckdb")
 
 # One entry per scanner/commands module, each adding its commands to ``app``.
 COMMAND_MODULES: tuple[str, ...] = ("lab", "scan", "capture", "discover", "campaign")

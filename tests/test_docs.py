@@ -176,3 +176,28 @@ def test_the_front_page_commands_run(tmp_path):
         "SELECT count(*) FROM server_params").fetchone()[0] >= 5
     assert (tmp_path / "out" / "parameter_popularity.html").stat().st_size > 100_000
     assert any((tmp_path / "plots").glob("*.png"))
+
+
+def commands(app: typer.Typer, prog: str):
+    """(path, click command) for an app and every command below it."""
+    def walk(command, path):
+        yield path, command
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+    return list(walk(typer.main.get_command(app), [prog]))
+
+
+@pytest.mark.parametrize("prog,app", [("qscan", qscan_app), ("qreplay", qreplay_app)])
+def test_every_help_shows_one_example_that_parses_and_the_top_one_names_the_manual(prog, app):
+    for path, command in commands(app, prog):
+        examples = re.findall(r"Example: (.+)", command.epilog or "")
+        assert len(examples) == 1, f"{' '.join(path)} --help shows {len(examples)} examples"
+        words = examples[0].split()
+        assert words[:len(path)] == path, f"{' '.join(path)}'s example runs another command: {examples[0]}"
+        # click parses the example as it would the real command line: unknown options, missing
+        # arguments and values of the wrong type fail here
+        command.make_context(" ".join(path), words[len(path):])
+    shown = subprocess.run([str(BIN / prog), "--help"], capture_output=True, text=True,
+                           env={**os.environ, "COLUMNS": "200"}, check=True).stdout
+    manual = re.search(r"Manual: (docs/\S+)", shown.strip().splitlines()[-1])
+    assert manual and (ROOT / manual.group(1)).is_file(), f"{prog} --help does not end with the manual's page"

@@ -62,7 +62,7 @@ def doctor_rows() -> list[DoctorRow]:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(epilog="Example: qreplay doctor --json")
     def doctor(
         as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of a table."),
     ) -> None:
@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
             table.add_row(r.kind, r.name, "[green]yes[/]" if r.ok else "[red]no[/]", r.detail)
         cli_console().print(table)
 
-    @app.command()
+    @app.command(epilog="Example: qreplay calibrate --delay 30ms --rate 1gbit --loss 1%")
     def calibrate(
         backend: str = typer.Option("auto", "--backend", "--link", help="Link backend: auto, netem or relay."),
         delay: str = typer.Option("0ms", help="Added one-way delay server->client, e.g. 30ms."),

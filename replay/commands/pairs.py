@@ -18,7 +18,7 @@ from tparams.errors import ToolError
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("pairs")
+    @app.command("pairs", epilog="Example: qreplay pairs --stacks quic-go,ngtcp2 --delays 0,30 --size 20MB --reps 2")
     def pairs(
         stacks: Annotated[Optional[str], typer.Option(
             "--stacks", help="Comma-separated stacks (default: every stack usable here, see `qreplay doctor`).")]

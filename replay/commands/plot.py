@@ -175,7 +175,7 @@ def _cell(value) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("plot")
+    @app.command("plot", epilog="Example: qreplay plot replay.duckdb --out-dir plots")
     def plot(
         results: Annotated[Path, typer.Argument(help="A qreplay results DuckDB file.")],
         run_id: Annotated[str | None, typer.Argument(help="With --trace: the run to draw (an id prefix); "

@@ -16,7 +16,7 @@ from tparams.errors import ToolError
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("reproduce")
+    @app.command("reproduce", epilog="Example: qreplay reproduce --stack ngtcp2 --quick")
     def reproduce(
         stack: Annotated[Optional[list[str]], typer.Option(
             "--stack", help="Stack to run (repeatable: the report puts the stacks side by side).")] = None,

@@ -204,7 +204,7 @@ def register(app: typer.Typer) -> None:
                                 parse_size(udp_buffer, "--udp-buffer"))
         execute(experiment, out, json_output)
 
-    @app.command("sweep")
+    @app.command("sweep", epilog="Example: qreplay sweep --param initial_max_data --values 196608,1048576,15728640 --delay 30ms")
     def sweep(
         param: Annotated[str, typer.Option("--param", help="The parameter to vary, e.g. initial_max_data.")],
         values: Annotated[str, typer.Option("--values", help="Comma-separated values, e.g. 196608,1048576.")],
@@ -242,7 +242,7 @@ def register(app: typer.Typer) -> None:
                                 shallow_idle, parse_size(udp_buffer, "--udp-buffer"))
         execute(experiment, out, json_output)
 
-    @app.command("matrix")
+    @app.command("matrix", epilog="Example: qreplay matrix --stack quic-go --sets firefox-109,chrome-109 --delays 0,30")
     def matrix(
         sets: Annotated[str, typer.Option("--sets", help="Comma-separated client sets (any --set form).")]
         = "firefox,chrome,lsquic-client-default",
@@ -270,7 +270,7 @@ def register(app: typer.Typer) -> None:
                                 shallow_idle, parse_size(udp_buffer, "--udp-buffer"))
         execute(experiment, out, json_output)
 
-    @app.command("sets")
+    @app.command("sets", epilog="Example: qreplay sets --scan scan.duckdb --top 5")
     def sets_command(json_output: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
                      scan: Annotated[Optional[Path], typer.Option("--scan", help="Also list this scan's top sets.")]
                      = None,

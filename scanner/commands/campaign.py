@@ -22,6 +22,7 @@ VANTAGE_HELP = "Where the campaign measures from (a plain name); shards of one v
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Campaigns: the shards of one census on many hosts, into one Parquet directory.",
+                        epilog="Example: qscan campaign plan --preset hitlist --hosts 4",
                         no_args_is_help=True)
     app.add_typer(group, name="campaign")
 

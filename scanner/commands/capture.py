@@ -24,8 +24,8 @@ from tparams.setfile import describe
 
 
 def register(app: typer.Typer) -> None:
-    app.command("pcap")(pcap)
-    app.command("browser")(browser)
+    app.command("pcap", epilog="Example: qscan pcap datasets/captures/mixed-clients.pcapng --out clients.duckdb")(pcap)
+    app.command("browser", epilog="Example: qscan browser chromium --out clients.duckdb --save-set")(browser)
 
 
 def pcap(

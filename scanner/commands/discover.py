@@ -39,7 +39,7 @@ def confirm_or_refuse(plan_lines: list[str], whole_space: bool, yes: bool) -> No
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("ipv4")
+    @app.command("ipv4", epilog="Example: qscan ipv4 198.18.1.0/24 --out scan.duckdb")
     def ipv4_command(
         cidrs: list[str] = typer.Argument(None, help="IPv4 ranges (CIDR) or addresses; none = the whole IPv4 "
                                           "space minus the blocklist (asks first, see --yes)."),
@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
             rows = ", ".join(f"{t} {n}" for t, n in result.rows.items() if t != "schema_version")
             typer.echo(f"{out}: {result.inputs} inputs, {result.scans} scans ({rows})")
 
-    @app.command("domains")
+    @app.command("domains", epilog="Example: qscan domains domains.txt --resolver 198.18.1.53 --out domains.duckdb")
     def domains_command(
         file: Path = typer.Argument(..., help="Domains, one a line; `#` comments."),
         out: Path = typer.Option(..., "--out", "-o", help="DuckDB file to write (new)."),

@@ -15,10 +15,11 @@ INSTANCE_HELP = "Lab instance name: namespaces are called <instance>-*, state li
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Bring the lab (QUIC servers in network namespaces on 198.18.0.0/15) up or down.",
+                        epilog="Example: qscan lab up",
                         no_args_is_help=True)
     app.add_typer(group, name="lab")
 
-    @group.command("up")
+    @group.command("up", epilog="Example: qscan lab up --json")
     def up_command(
         instance: str = typer.Option(lab_api.DEFAULT_INSTANCE, help=INSTANCE_HELP),
         json_output: bool = typer.Option(False, "--json", help="Print the lab's state as JSON."),
@@ -27,13 +28,13 @@ def register(app: typer.Typer) -> None:
         lab_api.up(instance=instance)
         _show(lab_api.status(instance), json_output)
 
-    @group.command("down")
+    @group.command("down", epilog="Example: qscan lab down --instance qpop")
     def down_command(instance: str = typer.Option(lab_api.DEFAULT_INSTANCE, help=INSTANCE_HELP)) -> None:
         """Stop every server and delete every lab namespace, also leftovers of a crashed run. Idempotent."""
         removed = lab_api.down(instance)
         typer.echo(f"lab {instance} down ({len(removed)} namespaces removed)")
 
-    @group.command("status")
+    @group.command("status", epilog="Example: qscan lab status --json")
     def status_command(
         instance: str = typer.Option(lab_api.DEFAULT_INSTANCE, help=INSTANCE_HELP),
         json_output: bool = typer.Option(False, "--json", help="Print the state as JSON (null when down)."),

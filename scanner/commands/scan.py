@@ -19,7 +19,7 @@ from scanner.scan import scan_into
 from scanner.targets import read_targets
 
 def register(app: typer.Typer) -> None:
-    @app.command("targets")
+    @app.command("targets", epilog="Example: qscan targets hosts.txt --identify --out scan.duckdb")
     def targets_command(
         file: str = typer.Argument(..., help="Targets, one `ip[,port[,sni]]` a line (port 443 if omitted); `#` comments; `-` reads stdin."),
         out: Path = typer.Option(..., "--out", "-o", help="DuckDB file to write (created; one file per scan)."),
@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
                 f"{outcome.skipped} already recorded, {len(bad)} bad lines, {outcome.seconds:.1f} s -> {out}"
             )
 
-    @app.command("report")
+    @app.command("report", epilog="Example: qscan report scan.duckdb --top 5 --format markdown")
     def report_command(
         scan: Path = typer.Argument(..., help="A DuckDB scan file written by qscan, or a campaign directory (qscan export --campaign)."),
         fmt: str = typer.Option("table", "--format", "-f", help=f"Output format: {', '.join(FORMATS)}."),
