@@ -16,6 +16,7 @@ from tparams.errors import ToolError
 from scanner.campaign import CampaignSpec, run_local, run_shard, union_check
 from scanner.discovery.plan import parse_shard
 from scanner.engine import ScanSettings
+from scanner.commands.options import Concurrency, HandshakeRate, HandshakeTimeout, JsonOutcome, Quiet, Workers
 
 VANTAGE_HELP = "Where the campaign measures from (a plain name); shards of one vantage must not overlap."
 
@@ -40,12 +41,12 @@ def register(app: typer.Typer) -> None:
         vantage: str = typer.Option("main", help=VANTAGE_HELP),
         rate: int = typer.Option(10000, help="ZMap send rate of this host, probes per second."),
         cooldown: int = typer.Option(8, help="Seconds ZMap keeps listening after the last probe."),
-        handshake_rate: float = typer.Option(0.0, help="New handshakes per second (0 = unlimited)."),
-        concurrency: int = typer.Option(1000, help="Handshakes in flight at once."),
-        workers: int = typer.Option(1, help="Handshake worker processes."),
-        timeout: float = typer.Option(5.0, help="Seconds to wait for each handshake."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
-        json_output: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
+        handshake_rate: HandshakeRate = 0.0,
+        concurrency: Concurrency = 1000,
+        workers: Workers = 1,
+        timeout: HandshakeTimeout = 5.0,
+        quiet: Quiet = False,
+        json_output: JsonOutcome = False,
     ) -> None:
         """Run (or resume, after a crash) one shard of a campaign: ZMap shard, handshakes, Parquet export."""
         index, total = parse_shard(shard)
@@ -76,8 +77,8 @@ def register(app: typer.Typer) -> None:
         cooldown: int = typer.Option(2, help="Seconds ZMap keeps listening after the last probe."),
         handshake_rate: float = typer.Option(0.0, help="New handshakes per second of each shard (0 = unlimited)."),
         concurrency: int = typer.Option(500, help="Handshakes in flight at once in each shard."),
-        timeout: float = typer.Option(3.0, help="Seconds to wait for each handshake."),
-        json_output: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
+        timeout: HandshakeTimeout = 3.0,
+        json_output: JsonOutcome = False,
     ) -> None:
         """Simulate a campaign on one machine: each shard's command at once in its own lab namespace; then check the union."""
         import contextlib

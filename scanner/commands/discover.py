@@ -17,6 +17,7 @@ from scanner.domains import read_domains, scan_domains
 from scanner.discovery.plan import make_plan, parse_shard
 from scanner.discovery.response import format_version
 from scanner.engine import ScanSettings
+from scanner.commands.options import Concurrency, HandshakeRate, HandshakeTimeout, JsonOutcome, Quiet, Workers
 from scanner.merge import merge_scans
 from common.terminal import cli_console
 
@@ -62,12 +63,12 @@ def register(app: typer.Typer) -> None:
         yes: bool = typer.Option(False, "--yes", help="Start a whole-space scan without asking."),
         resume: bool = typer.Option(False, "--resume", help="Continue the scan in --out (same ranges and shard): "
                                     "a finished ZMap run is kept, recorded handshakes are skipped."),
-        timeout: float = typer.Option(5.0, help="Seconds to wait for each handshake."),
-        handshake_rate: float = typer.Option(100.0, help="New handshakes per second (0 = unlimited)."),
-        concurrency: int = typer.Option(1000, help="Handshakes in flight at once."),
-        workers: int = typer.Option(1, help="Handshake worker processes."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
-        json_output: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
+        timeout: HandshakeTimeout = 5.0,
+        handshake_rate: HandshakeRate = 100.0,
+        concurrency: Concurrency = 1000,
+        workers: Workers = 1,
+        quiet: Quiet = False,
+        json_output: JsonOutcome = False,
     ) -> None:
         """Find QUIC servers with ZMap (a Version Negotiation probe), then handshake with each one found."""
         index, total = parse_shard(shard)
@@ -112,7 +113,7 @@ def register(app: typer.Typer) -> None:
         inputs: list[Path] = typer.Argument(..., help="Scan files to merge (e.g. the shards of one scan), or "
                                             "campaign directories (qscan export --campaign), each shard as its file."),
         out: Path = typer.Option(..., "--out", "-o", help="New DuckDB file to write."),
-        json_output: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
+        json_output: JsonOutcome = False,
     ) -> None:
         """Merge scan files into one; the shards of one ZMap scan become one scan; overlapping shards are refused."""
         result = merge_scans(inputs, out)
@@ -131,9 +132,9 @@ def register(app: typer.Typer) -> None:
         netns: str = typer.Option(None, help="Run inside this network namespace (default: where qscan runs)."),
         discover_only: bool = typer.Option(False, "--discover-only", help="Gather evidence only; no handshakes."),
         timeout: float = typer.Option(5.0, help="Seconds for each DNS query, HTTPS fetch and handshake."),
-        handshake_rate: float = typer.Option(100.0, help="New handshakes per second (0 = unlimited)."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
-        json_output: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
+        handshake_rate: HandshakeRate = 100.0,
+        quiet: Quiet = False,
+        json_output: JsonOutcome = False,
     ) -> None:
         """Find QUIC servers behind domains (HTTPS records with h3, Alt-Svc), then handshake with SNI = domain."""
         domains = read_domains(file)

@@ -14,6 +14,7 @@ from tparams.errors import ToolError
 from scanner import identify as identify_api
 from scanner.campaign_store import export_shard
 from scanner.engine import ScanSettings
+from scanner.commands.options import JsonOutcome
 from scanner.report import FORMATS, build_report, export_parquet, render
 from scanner.scan import scan_into
 from scanner.targets import read_targets
@@ -35,7 +36,7 @@ def register(app: typer.Typer) -> None:
         groups: str = typer.Option("x25519,secp256r1", help="Key shares sent in the ClientHello, comma-separated (supported_groups lists every other group the engine completes too)."),
         keylog: Path = typer.Option(None, help="Append TLS secrets (SSLKEYLOGFILE format) here, e.g. for tshark."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
-        json_output: bool = typer.Option(False, "--json", help="Print the outcome as one JSON object."),
+        json_output: JsonOutcome = False,
         identify: bool = typer.Option(False, "--identify", help="Also name each server's QUIC library: one more "
                                       "handshake per target offering ALPN `invalid`; verdicts in table server_library."),
     ) -> None:

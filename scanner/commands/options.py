@@ -1,0 +1,14 @@
+"""Options several qscan commands share, declared once so their names and help agree."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+HandshakeTimeout = Annotated[float, typer.Option("--timeout", help="Seconds to wait for each handshake.")]
+HandshakeRate = Annotated[float, typer.Option("--handshake-rate", help="New handshakes per second (0 = unlimited).")]
+Concurrency = Annotated[int, typer.Option("--concurrency", help="Handshakes in flight at once.")]
+Workers = Annotated[int, typer.Option("--workers", help="Handshake worker processes.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
+JsonOutcome = Annotated[bool, typer.Option("--json", help="Print the outcome as one JSON object.")]
