@@ -201,3 +201,52 @@ def test_every_help_shows_one_example_that_parses_and_the_top_one_names_the_manu
                            env={**os.environ, "COLUMNS": "200"}, check=True).stdout
     manual = re.search(r"Manual: (docs/\S+)", shown.strip().splitlines()[-1])
     assert manual and (ROOT / manual.group(1)).is_file(), f"{prog} --help does not end with the manual's page"
+
+
+def test_the_benchmarks_page_shows_the_generated_chart_and_a_row_for_every_latest_figure(site):
+    import csv
+    import html
+
+    page = html.unescape((site / "benchmarks.html").read_text())
+    assert '<img alt="' in page and 'src="benchmark-goals.png"' in page, "benchmarks.md no longer shows the chart"
+    pixels = matplotlib.image.imread(site / "benchmark-goals.png")  # a PNG, or imread fails
+    assert pixels.shape[0] > 300 and pixels.shape[1] > 300
+    assert pixels.std() > 0.05, "the chart is (nearly) one colour: nothing was drawn"
+    first_table = page.split("<table>")[1].split("</table>")[0]
+    rows = [re.sub(r"<[^>]+>", "", row) for row in re.findall(r"<tr>(.*?)</tr>", first_table, re.S)][1:]
+    with (ROOT / "bench" / "latest.csv").open(newline="") as handle:
+        latest = list(csv.DictReader(handle))
+    assert len(rows) == len(latest), "the Latest figures table is not one row a line of bench/latest.csv"
+    for row, goal in zip(rows, latest):
+        for column in ("benchmark", "goal", "ratio", "date"):
+            assert goal[column] in row, f"{goal['benchmark']}: {goal['goal']}: its {column} is not in its table row"
+
+
+@pytest.mark.parametrize("column,bad,says", [("ratio", "fast", "ratio 'fast' is neither a number"),
+                                             ("met", "yes", "met is 'yes' but ratio")])
+def test_a_bad_latest_figure_fails_the_build_in_one_line(tmp_path, column, bad, says):
+    import csv
+
+    with (ROOT / "bench" / "latest.csv").open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        rows = list(reader)
+    missed = next(row for row in rows if row["met"] == "no")  # a missed goal, so that met=yes contradicts it
+    missed[column] = bad
+    (tmp_path / "bench").mkdir()
+    with (tmp_path / "bench" / "latest.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=reader.fieldnames)
+        writer.writeheader()
+        writer.writerows(rows)
+    # The hooks beside the configuration: the real reference hook, and a copy of the benchmarks hook, which
+    # finds bench/latest.csv from where it lies (here, the altered one).
+    (tmp_path / "docs_build").mkdir()
+    (tmp_path / "docs_build" / "reference.py").symlink_to(ROOT / "docs_build" / "reference.py")
+    shutil.copy(ROOT / "docs_build" / "benchmarks.py", tmp_path / "docs_build" / "benchmarks.py")
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(f"INHERIT: {ROOT / 'mkdocs.yml'}\ndocs_dir: {ROOT / 'docs'}\n")
+    done = build_site(tmp_path / "site", config)
+    line = rows.index(missed) + 2
+    assert done.returncode != 0
+    errors = [text for text in done.stderr.splitlines() if "ERROR" in text]
+    assert len(errors) == 1 and f"bench/latest.csv line {line}: {says}" in errors[0], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
