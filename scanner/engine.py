@@ -95,6 +95,9 @@ class ScanSettings:
     # Initial packets.
     groups: tuple[str, ...] = ("x25519", "secp256r1")
     keylog_file: str | None = None  # SSLKEYLOGFILE-format secrets, for tshark
+    # Identification only: after the handshake, wait (at most a few hundred ms) for the server's
+    # HANDSHAKE_DONE and note its NEW_TOKEN frames. Plain scans close with their Finished.
+    await_handshake_done: bool = False
 
     def __post_init__(self) -> None:
         if not self.alpn or len(self.alpn.encode()) > 255:
@@ -151,6 +154,10 @@ class HandshakeRecord:
     cipher_suite: str | None = None
     key_exchange_group: str | None = None
     hello_retry_request: bool = False  # the server answered the first ClientHello with one
+    # With ScanSettings.await_handshake_done (not stored): whether HANDSHAKE_DONE came, and the
+    # lengths of the NEW_TOKEN frames' tokens before it; None when not waited for.
+    handshake_done: bool | None = None
+    new_token_lengths: list[int] | None = None
     certificates: list[Certificate] = field(default_factory=list)
     certificate_verified: bool | None = None
     certificate_error: str | None = None
@@ -277,6 +284,8 @@ def handshake_record(
         retry_token_length=None if conn.retry_token is None else len(conn.retry_token),
         retry_token=conn.retry_token,
         hello_retry_request=conn.hello_retry_request,
+        handshake_done=conn.handshake_done,
+        new_token_lengths=None if conn.handshake_done is None else [len(token) for token in conn.new_tokens],
         datagrams_received=conn.datagrams_received,
         transport_parameters_raw=conn.transport_parameters_raw,
         decoded=conn.decoded,
@@ -409,7 +418,8 @@ class HandshakeLoop:
         random = os.urandom(48)
         while random[32 : 32 + CID_LENGTH] in self.inflight:  # 2^-64 per pair, but a mix-up would corrupt two records
             random = os.urandom(48)
-        conn = ClientHandshake(self.template, target.sni, random, now, keylog=self.keylog is not None)
+        conn = ClientHandshake(self.template, target.sni, random, now, keylog=self.keylog is not None,
+                               await_handshake_done=self.settings.await_handshake_done)
         sockets = self._sockets_for(target.family)
         self.sequence += 1
         addr = (target.ip, target.port)

@@ -89,7 +89,8 @@ def verdict(signatures: LibrarySignatures, h3: HandshakeRecord | None, invalid: 
     return classify_decoded(signatures, decoded, alpn_refusal(invalid) if invalid is not None else None,
                             retry=h3.retry if h3 is not None else False,
                             retry_token_length=h3.retry_token_length if h3 is not None else None,
-                            retry_token=h3.retry_token if h3 is not None else None)
+                            retry_token=h3.retry_token if h3 is not None else None,
+                            new_token_lengths=h3.new_token_lengths if h3 is not None else None)
 
 
 def identify_records(
@@ -136,9 +137,15 @@ def _collect(targets: Sequence[Target], settings: ScanSettings) -> list[Handshak
     return records
 
 
+def h3_settings(settings: ScanSettings) -> ScanSettings:
+    """The scan's settings for identification's h3 handshakes: each waits for the server's
+    HANDSHAKE_DONE (a few hundred ms at most) to note its NEW_TOKEN habit."""
+    return dataclasses.replace(settings, await_handshake_done=True)
+
+
 def invalid_alpn_settings(settings: ScanSettings) -> ScanSettings:
     """The scan's settings with ALPN ``invalid``: what ``--identify`` runs after the h3 pass."""
-    return dataclasses.replace(settings, alpn=INVALID_ALPN)
+    return dataclasses.replace(settings, alpn=INVALID_ALPN, await_handshake_done=False)
 
 
 def identify_targets(
@@ -151,7 +158,7 @@ def identify_targets(
     handshakes, when the caller already made them (``qscan targets --identify``);
     otherwise an h3 pass runs here first."""
     if h3_records is None:
-        h3_records = _collect(targets, settings)
+        h3_records = _collect(targets, h3_settings(settings))
     invalid_records = _collect(targets, invalid_alpn_settings(settings))
     return identify_records(signatures, h3_records, invalid_records)
 
@@ -174,7 +181,7 @@ def identify_into(out: Path | str, targets: Sequence[Target], settings: ScanSett
     handshaken = {record.target for record in h3_records}
     earlier = [t for t in targets if t not in handshaken]
     # One invalid-ALPN pass over all targets, so one pool of workers sized for all of them.
-    records = [*h3_records, *_collect(earlier, settings)] if earlier else h3_records
+    records = [*h3_records, *_collect(earlier, h3_settings(settings))] if earlier else h3_records
     frame = identify_targets(targets, settings, signatures, h3_records=records)
     store_identifications(out, frame, signatures.learned_at)
     return dict(frame.group_by("library").len().sort("library").iter_rows())
@@ -359,7 +366,8 @@ def observe_server(records_h3: Iterable[HandshakeRecord], records_invalid: Itera
     observation = ServerObservations(server=name, library=library, software=software, configuration=configuration)
     for record in records_h3:
         if record.status == OK and record.decoded is not None and not record.decoded.findings:
-            traits = handshake_traits(record.decoded, record.retry, record.retry_token_length, record.retry_token)
+            traits = handshake_traits(record.decoded, record.retry, record.retry_token_length, record.retry_token,
+                                      record.new_token_lengths)
             observation.handshakes.append((record.decoded.ids, traits))
     observation.refusals.extend(alpn_refusal(record) for record in records_invalid)
     return observation
@@ -370,7 +378,7 @@ def lab_handshakes(lab, repetitions: int, timeout: float = 5.0):  # type: ignore
     server, from the lab's client namespace; each a fresh connection. Returns
     per server (h3 records, invalid records), in round order."""
     targets = [Target(s.ip, s.port, s.sni) for s in lab.servers]
-    settings = ScanSettings(timeout=timeout, rate=0, concurrency=len(targets))
+    settings = h3_settings(ScanSettings(timeout=timeout, rate=0, concurrency=len(targets)))
     h3: list[HandshakeRecord] = []
     invalid: list[HandshakeRecord] = []
     with lab.in_client():

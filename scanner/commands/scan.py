@@ -52,6 +52,8 @@ def register(app: typer.Typer) -> None:
             groups=tuple(g.strip() for g in groups.split(",") if g.strip()),
             keylog_file=str(keylog) if keylog else None,
         )  # fmt: skip
+        if identify:
+            settings = identify_api.h3_settings(settings)  # the scan's handshakes are identification's h3 ones
         # --identify (scanner/identify.py, issue 7): signatures checked before any packet, the scan's own
         # handshakes kept for their order, then the invalid-ALPN pass.
         signatures = identify_api.load_signatures() if identify else None

@@ -8,9 +8,10 @@ tparams.codec), Certificate, CertificateVerify and Finished checked; the
 client's Finished and ACKs; a polite CONNECTION_CLOSE; Retry, Version
 Negotiation, HelloRetryRequest, PTO retransmission, and ACKs that lift the
 server's amplification limit when its certificate chain is long. No streams,
-no 1-RTT keys (the client's Finished and the closing frame travel in a
-Handshake packet, which RFC 9000 10.2.3 allows before the handshake is
-confirmed).
+and 1-RTT keys only for identification (the client's Finished and the closing
+frame travel in a Handshake packet, which RFC 9000 10.2.3 allows before the
+handshake is confirmed; identification instead waits for the server's
+HANDSHAKE_DONE, reading its 1-RTT frames for NEW_TOKEN, and closes in 1-RTT).
 
 It stands on aioquic's lower layers: packet protection (CryptoContext), the
 TLS message codecs and Alert classes of aioquic.tls, and `cryptography`. The
@@ -109,6 +110,16 @@ INITIAL_PTO = 0.3  # seconds before the first retransmission, as aioquic's initi
 MIN_PTO = 0.05  # a loaded server answers in milliseconds, not microseconds
 MAX_EARLY_HANDSHAKE_PACKETS = 8  # Handshake packets held until the ServerHello gives their keys
 VARINT_MAX = (1 << 62) - 1
+# How long a handshake that waits for HANDSHAKE_DONE (identification) stays open after our
+# Finished: servers send it, with NEW_TOKEN, in 1-RTT one round trip later (measured on the lab:
+# 1-5 ms; kwik ~50-140 ms under load), so a few hundred ms bound the cost of a silent one.
+HANDSHAKE_DONE_WAIT = 0.3
+FRAME_NEW_TOKEN = 0x07
+FRAME_HANDSHAKE_DONE = 0x1E
+# 1-RTT frames skipped while looking for NEW_TOKEN and HANDSHAKE_DONE (RFC 9000 19, RFC 9221): the
+# number of varints before any bytes. STREAM, ACK, CRYPTO, NEW_CONNECTION_ID and DATAGRAM are read apart.
+_VARINT_FRAMES = {0x01: 0, 0x04: 3, 0x05: 2, 0x10: 1, 0x11: 2, 0x12: 1, 0x13: 1, 0x14: 1, 0x15: 2,
+                  0x16: 1, 0x17: 1, 0x19: 1}
 MIN_CRYPTO_PER_PACKET = 256  # ClientHello bytes an Initial carries even behind a long Retry token
 _CRYPTO_FRAME_HEADER = 1 + 4 + 2  # type, offset, length: at most this for a ClientHello
 CRYPTO_ERROR = QuicErrorCode.CRYPTO_ERROR
@@ -192,8 +203,11 @@ class ClientHandshake:
     suite/group/ALPN, raw and decoded transport parameters, certificates.
     """
 
-    def __init__(self, template: HelloTemplate, server_name: str | None, random: bytes, now: float, keylog: bool = False):
-        """``random``: 48 unpredictable bytes (client random, our CID, the server's first CID)."""
+    def __init__(self, template: HelloTemplate, server_name: str | None, random: bytes, now: float, keylog: bool = False,
+                 await_handshake_done: bool = False):
+        """``random``: 48 unpredictable bytes (client random, our CID, the server's first CID).
+        ``await_handshake_done``: after our Finished, stay open (at most HANDSHAKE_DONE_WAIT) for the
+        server's HANDSHAKE_DONE, noting its NEW_TOKEN frames (identification reads the habit)."""
         self._template = template
         self._server_name = server_name
         self.version: int = QUIC_VERSIONS[0]
@@ -221,7 +235,16 @@ class ClientHandshake:
         self.completed_at: float | None = None
         self.failure: HandshakeFailed | None = None
         self.closed_by_peer = False
+        # With await_handshake_done: whether HANDSHAKE_DONE came within the wait, and the tokens of the
+        # NEW_TOKEN frames before it; None and [] when not waited for.
+        self.handshake_done: bool | None = None
+        self.new_tokens: list[bytes] = []
         # state
+        self._await_handshake_done = await_handshake_done
+        self._wait_until: float | None = None  # while waiting for HANDSHAKE_DONE
+        self._one_rtt_receive: CryptoContext | None = None
+        self._one_rtt_send: CryptoContext | None = None
+        self._one_rtt_expected = 0
         self._expecting = SERVER_HELLO
         self._token = b""
         self._retry_source_cid: bytes | None = None
@@ -265,7 +288,7 @@ class ClientHandshake:
 
     @property
     def done(self) -> bool:
-        return self.completed_at is not None or self.failure is not None
+        return (self.completed_at is not None and self._wait_until is None) or self.failure is not None
 
     def datagrams_to_send(self) -> list[bytes]:
         """Datagrams to send now (ACKs for what arrived since the last call included)."""
@@ -281,12 +304,18 @@ class ClientHandshake:
         """When ``handle_timer`` wants to run (the next probe), None once done."""
         if self.done:
             return None
+        if self._wait_until is not None:
+            return self._wait_until
         pto = INITIAL_PTO if self._rtt is None else max(3 * self._rtt, MIN_PTO)
         return self._last_sent + pto * (1 << min(self._pto_count, 16))
 
     def handle_timer(self, now: float) -> None:
         """A probe timeout: send again what the server may have missed (RFC 9002, 6.2.4)."""
         if self.done:
+            return
+        if self._wait_until is not None:
+            if now >= self._wait_until:
+                self._stop_waiting()
             return
         self._pto_count += 1
         self._last_sent = now
@@ -322,7 +351,9 @@ class ClientHandshake:
         if size >= 7 and data[0] & 0x80 and data[1:5] == b"\x00\x00\x00\x00":
             self._version_negotiation(data)
             return
+        end = 0
         for packet in long_packets(data):
+            end = data.find(packet.data, end) + len(packet.data)
             if packet.dcid != self.source_cid:
                 return  # not ours (aioquic drops the rest of the datagram too)
             if packet.packet_type == QuicPacketType.RETRY:
@@ -341,6 +372,64 @@ class ClientHandshake:
             # 0-RTT from a server means nothing; skip it
             if self.done:
                 return
+        if self._wait_until is not None:
+            rest = data[end:].lstrip(b"\x00")  # a short-header packet runs to the end of the datagram
+            if rest and rest[0] & 0xC0 == 0x40:
+                self._one_rtt_packet(rest)
+
+    def _one_rtt_packet(self, data: bytes) -> None:
+        """A 1-RTT packet while waiting for HANDSHAKE_DONE: NEW_TOKEN frames noted, HANDSHAKE_DONE
+        (or the server's close) ends the wait. What cannot be read ends the reading of this packet
+        only: the handshake has completed, nothing here fails it."""
+        try:
+            _, payload, packet_number, _ = self._one_rtt_receive.decrypt_packet(  # type: ignore[union-attr]
+                data, 1 + len(self.source_cid), self._one_rtt_expected
+            )
+        except Exception:  # wrong keys (a key update) or a damaged packet: dropped, as in _open
+            return
+        self._one_rtt_expected = max(self._one_rtt_expected, packet_number + 1)
+        pos, size, ended = 0, len(payload), False
+        try:
+            while pos < size:
+                frame_type, pos = decode_varint(payload, pos)
+                if frame_type == FRAME_PADDING:
+                    continue
+                if frame_type in _VARINT_FRAMES:
+                    for _ in range(_VARINT_FRAMES[frame_type]):
+                        _, pos = decode_varint(payload, pos)
+                elif frame_type in (FRAME_ACK, FRAME_ACK_ECN):
+                    pos = self._ack(payload, pos, frame_type)
+                elif frame_type in (FRAME_CRYPTO, FRAME_NEW_TOKEN) or 0x08 <= frame_type <= 0x0F or frame_type == 0x31:
+                    if frame_type == FRAME_CRYPTO or 0x08 <= frame_type <= 0x0F:
+                        _, pos = decode_varint(payload, pos)  # offset, or stream id
+                    if 0x08 <= frame_type <= 0x0F and frame_type & 0x04:
+                        _, pos = decode_varint(payload, pos)  # offset
+                    if 0x08 <= frame_type <= 0x0F and not frame_type & 0x02:
+                        length = size - pos  # to the end of the packet
+                    else:
+                        length, pos = decode_varint(payload, pos)
+                    if pos + length > size:
+                        break
+                    if frame_type == FRAME_NEW_TOKEN:
+                        self.new_tokens.append(payload[pos : pos + length])
+                    pos += length
+                elif frame_type == 0x18:  # NEW_CONNECTION_ID: sequence, retire prior to, CID, reset token
+                    _, pos = decode_varint(payload, pos)
+                    _, pos = decode_varint(payload, pos)
+                    pos += 1 + payload[pos] + 16
+                elif frame_type in (0x1A, 0x1B):  # PATH_CHALLENGE, PATH_RESPONSE
+                    pos += 8
+                elif frame_type == FRAME_HANDSHAKE_DONE:
+                    self.handshake_done = ended = True
+                elif frame_type == 0x30:  # DATAGRAM to the end of the packet
+                    break
+                else:  # CONNECTION_CLOSE, or a frame we do not read
+                    ended = ended or frame_type in (FRAME_CONNECTION_CLOSE, FRAME_CONNECTION_CLOSE + 1)
+                    break
+        except (ValueError, IndexError, HandshakeFailed):
+            pass
+        if ended:
+            self._stop_waiting()
 
     def _open(self, keys: CryptoContext, packet: LongPacket, space: int) -> tuple[int, bytes] | None:
         try:
@@ -738,8 +827,9 @@ class ClientHandshake:
         if not hmac.compare_digest(message[4:], schedule.finished(self._server_secret)):
             raise AlertDecryptError
         schedule.transcript.update(message)
-        if self._keylog:
+        if self._keylog or self._await_handshake_done:
             client, server = schedule.application_secrets()
+        if self._keylog:
             self.secrets += [("CLIENT_TRAFFIC_SECRET_0", client), ("SERVER_TRAFFIC_SECRET_0", server)]
         flight = b""
         if self._certificate_request_context is not None:
@@ -752,8 +842,24 @@ class ClientHandshake:
         flight += bytes((HandshakeType.FINISHED, 0, 0, len(verify_data))) + verify_data
         self._expecting = DONE
         self.completed_at = self._now
+        if self._await_handshake_done:
+            self._one_rtt_send = packet_keys(self.cipher_suite, client, self.version)  # type: ignore[arg-type]
+            self._one_rtt_receive = packet_keys(self.cipher_suite, server, self.version)  # type: ignore[arg-type]
+            self.handshake_done = False
+            self._wait_until = self._now + HANDSHAKE_DONE_WAIT
+            self._send(1, crypto_frame(0, flight))
+            return
         # Finished, then a polite close in the same packet: the scanner has what it came for.
         self._send(1, crypto_frame(0, flight) + connection_close_frame(QuicErrorCode.NO_ERROR, None, ""))
+
+    def _stop_waiting(self) -> None:
+        """The wait for HANDSHAKE_DONE is over: close politely in 1-RTT (a server that confirmed
+        the handshake has dropped its Handshake keys, RFC 9001 4.9.2)."""
+        self._wait_until = None
+        # Our only 1-RTT packet: packet number 0 of its space.
+        header = bytes((0x40 | (PACKET_NUMBER_LENGTH - 1),)) + self.dcid + bytes(PACKET_NUMBER_LENGTH)
+        close = connection_close_frame(QuicErrorCode.NO_ERROR, None, "")
+        self._outbox.append(self._one_rtt_send.encrypt_packet(header, close, 0))  # type: ignore[union-attr]
 
     # -- sending -------------------------------------------------------------------
 
