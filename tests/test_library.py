@@ -23,12 +23,13 @@ from tparams.library import (
 from tparams.paramset import ParamSet
 
 from lab import Lab
-from scanner.engine import ScanSettings
+from scanner.engine import ScanSettings, scan_targets
 from scanner.identify import (
     HELD_OUT,
     NOT_A_LIBRARY,
     SIGNATURES_PATH,
     flow_control_sent,
+    h3_settings,
     identify_targets,
     lab_handshakes,
     lab_topology,
@@ -166,6 +167,26 @@ def test_signatures_file_is_what_the_lab_shows_today(lab):
         for name, values in entry["keys"].items():
             assert all(v in committed[library]["keys"][name] for v in values), (library, name, values)
         assert set(entry["invalid_alpn"]) <= set(committed[library]["invalid_alpn"]), library
+        assert set(entry["new_token"]) <= set(committed[library]["new_token"]), library
+
+
+@pytest.mark.lab
+def test_new_token_frames_are_recorded_only_when_identification_waits_for_handshake_done(lab):
+    """quic-go sends one NEW_TOKEN with its HANDSHAKE_DONE, quiche none; a plain scan does not wait."""
+    servers = {server.kind: server for server in lab.servers if server.kind in ("quic-go", "quiche")}
+    if len(servers) < 2:
+        pytest.skip("the quic-go and quiche lab servers are not set up here (scripts/setup.sh builds them)")
+    targets = [Target(s.ip, s.port, s.sni) for s in servers.values()]
+    kind = {(s.ip, s.port): name for name, s in servers.items()}
+    waited, plain = [], []
+    with lab.in_client():
+        scan_targets(targets, h3_settings(ScanSettings(timeout=3, rate=0)), waited.extend)
+        scan_targets(targets, ScanSettings(timeout=3, rate=0), plain.extend)
+    seen = {kind[(r.ip, r.port)]: (r.status, r.handshake_done, r.new_token_lengths) for r in waited}
+    assert seen["quiche"] == ("ok", True, [])
+    status, done, lengths = seen["quic-go"]
+    assert (status, done, len(lengths)) == ("ok", True, 1) and lengths[0] > 16, seen  # a sealed token
+    assert all(r.status == "ok" and r.handshake_done is None and r.new_token_lengths is None for r in plain)
 
 
 @pytest.mark.lab
@@ -312,6 +333,20 @@ def test_a_retry_on_every_connection_and_its_token_are_habits():
     assert classify(signatures, always).library == "lib-n"  # its token
     sealed = handshake_traits(decoded, retry=True, retry_token_length=9, retry_token=bytes(range(200, 209)))
     assert classify(signatures, sealed).library == "lib-n|lib-q"  # a Retry alone is an application's choice
+
+
+def test_new_token_is_a_key_where_the_library_decides_and_soft_where_the_application_does():
+    order = [0x00, 0x01, 0x04, 0x0F]
+    decoded = _decoded([(0x00, b"\x02" * 8), (0x01, b"\x01"), (0x04, b"\x01"), (0x0F, b"\x01" * 8)])
+    sends, silent = (handshake_traits(decoded, new_token_lengths=lengths) for lengths in ([90], []))
+    # quic-go always sends one; ngtcp2 sends one when its application submits it.
+    signatures = _signatures(ServerObservations("g", "quic-go", "G 1", [(decoded.ids, sends)]),
+                             ServerObservations("q", "quiche", "Q 1", [(decoded.ids, silent)]),
+                             ServerObservations("n", "ngtcp2", "N 1", [(decoded.ids, sends)]))
+    assert classify(signatures, sends).library == "ngtcp2|quic-go"
+    verdict = classify(signatures, silent)
+    assert verdict.library == "ngtcp2|quiche" and "ngtcp2 never showed NEW_TOKEN frames 0" in verdict.library_evidence
+    assert classify(signatures, _handshake(order)[1]).library == "ngtcp2|quic-go|quiche"  # not waited for
 
 
 def test_an_order_that_varies_between_connections_is_learned_as_shuffled():

@@ -56,6 +56,15 @@ SOFT_VALUES = tuple(name for name in PERFORMANCE_PARAMETERS if name not in FLOW_
 )
 SOFT = "soft"  # evidence lines about an application's choices start with it
 
+# Libraries whose servers send NEW_TOKEN frames after the handshake (or never do) whatever the
+# application says, as read in their source: quic-go queues one on every handshake
+# (connection.go, no Config switch); tquic one on every connection (Connection::new_server, no
+# switch); quiche never sends one (lib.rs: "NewToken frames are never sent by quiche"), nor netty
+# (quiche beneath); x/net/quic and aioquic have no code that sends one. Elsewhere the application
+# decides (ngtcp2's calls ngtcp2_conn_submit_new_token, quinn's ServerConfig sets how many,
+# picoquic's sends them in one lab configuration and not the other): there, soft evidence.
+NEW_TOKEN_HABIT = frozenset({"quic-go", "tquic", "quiche", "netty", "x/net/quic", "aioquic"})
+
 # Fewer ids than this in common with a library say too little about its order.
 MIN_COMMON_IDS = 3
 
@@ -78,6 +87,9 @@ class HandshakeTraits:
     retry: str  # 'none', or 'token N bytes' (soft)
     retry_tag: str | None  # the letters a Retry token starts with, if any (netty's: "netty")
     values: Mapping[str, object]  # SOFT_VALUES as sent
+    # NEW_TOKEN frames before HANDSHAKE_DONE, as a count ('0', '1'); None when the client did not
+    # wait for HANDSHAKE_DONE or it never came. A key for NEW_TOKEN_HABIT's libraries only.
+    new_token: str | None = None
 
     def keys(self) -> dict[str, object]:
         """The habits (a mismatch rules a library out)."""
@@ -90,8 +102,10 @@ class HandshakeTraits:
 
 
 def handshake_traits(decoded: DecodedParameters, retry: bool = False,
-                     retry_token_length: int | None = None, retry_token: bytes | None = None) -> HandshakeTraits:
-    """The traits of a server's (well-formed) transport parameters and its Retry."""
+                     retry_token_length: int | None = None, retry_token: bytes | None = None,
+                     new_token_lengths: list[int] | None = None) -> HandshakeTraits:
+    """The traits of a server's (well-formed) transport parameters, its Retry and the NEW_TOKEN
+    frames before its HANDSHAKE_DONE (``new_token_lengths``: None when not waited for)."""
     grease = sum(1 for p in decoded.parameters if is_grease(p.id))
     cid = next((p.value for p in decoded.parameters if p.id == _INITIAL_SOURCE_CID), None)
     version_information = next((p.value for p in decoded.parameters if isinstance(p.value, VersionInformation)), None)
@@ -111,6 +125,7 @@ def handshake_traits(decoded: DecodedParameters, retry: bool = False,
                else "token unknown"),
         retry_tag=retry_tag(retry_token),
         values={name: value for name, value in {**values, **extra}.items() if name in SOFT_VALUES},
+        new_token=None if new_token_lengths is None else str(len(new_token_lengths)),
     )
 
 
@@ -215,6 +230,7 @@ class LibrarySignature:
     retry_tags: frozenset[str]  # HandshakeTraits.retry_tag seen
     refusals: tuple[str, ...]  # AlpnRefusal.describe() seen
     soft: Mapping[str, tuple[object, ...]]  # HandshakeTraits.soft() name -> values seen
+    new_token: tuple[str, ...]  # HandshakeTraits.new_token seen (none known: empty)
     constant_values: Mapping[str, object]  # SOFT_VALUES that never varied
 
 
@@ -244,6 +260,7 @@ class LibrarySignatures:
                 retry_tags=frozenset(entry["retry_tags"]),
                 refusals=tuple(entry["invalid_alpn"]),
                 soft={name: tuple(values) for name, values in entry["soft"].items()},
+                new_token=tuple(entry.get("new_token", ())),
                 constant_values=dict(entry.get("constant_values", {})),
             ))
         return cls(tuple(signatures), document.get("provenance", {}).get("learned_at"))
@@ -345,6 +362,9 @@ def classify(signatures: LibrarySignatures, traits: HandshakeTraits | None = Non
             for s in signatures.signatures})
         narrow(f"retry {traits.retry}", {
             s.library: "" if traits.retry != "none" or not s.always_retry else None for s in signatures.signatures})
+        if traits.new_token is not None:
+            narrow(f"NEW_TOKEN frames {traits.new_token}", {
+                s.library: "" if _new_token_fits(s, traits.new_token) else None for s in signatures.signatures})
         if any(traits.retry_tag in s.retry_tags for s in signatures.signatures):
             narrow(f"Retry token starting {traits.retry_tag!r}", {
                 s.library: "" if traits.retry_tag in s.retry_tags else None for s in signatures.signatures})
@@ -359,6 +379,11 @@ def classify(signatures: LibrarySignatures, traits: HandshakeTraits | None = Non
     return Identification(named(candidates), "; ".join(evidence), tuple(candidates))
 
 
+def _new_token_fits(signature: LibrarySignature, new_token: str) -> bool:
+    return (signature.library not in NEW_TOKEN_HABIT or not signature.new_token
+            or new_token in signature.new_token)
+
+
 def _soft_evidence(candidates: Iterable[LibrarySignature], traits: HandshakeTraits) -> list[str]:
     """Where the application's choices differ from what each candidate showed while learning."""
     lines = []
@@ -367,6 +392,8 @@ def _soft_evidence(candidates: Iterable[LibrarySignature], traits: HandshakeTrai
                   if value is not None and value not in signature.soft.get(name, ())]
         unlike += [f"{name} {traits.values.get(name)}" for name, value in signature.constant_values.items()
                    if traits.values.get(name) != value]
+        if traits.new_token is not None and signature.new_token and traits.new_token not in signature.new_token:
+            unlike.append(f"NEW_TOKEN frames {traits.new_token}")
         if unlike:
             lines.append(f"{SOFT} (the application's choice, not held against it): "
                          f"{signature.library} never showed {', '.join(unlike)} while learning")
@@ -381,13 +408,15 @@ def _show(value: object) -> str:
 
 def classify_decoded(signatures: LibrarySignatures, decoded: DecodedParameters | None,
                      refusal: AlpnRefusal | None = None, retry: bool = False,
-                     retry_token_length: int | None = None, retry_token: bytes | None = None) -> Identification:
+                     retry_token_length: int | None = None, retry_token: bytes | None = None,
+                     new_token_lengths: list[int] | None = None) -> Identification:
     """``classify`` from the codec's decoding of a server's parameters."""
     if decoded is None:
         return classify(signatures, None, refusal)
     if decoded.findings:
         return classify(signatures, malformed=True)
-    return classify(signatures, handshake_traits(decoded, retry, retry_token_length, retry_token), refusal)
+    return classify(signatures, handshake_traits(decoded, retry, retry_token_length, retry_token,
+                                                 new_token_lengths), refusal)
 
 
 # -- learning -----------------------------------------------------------------------------
@@ -428,6 +457,7 @@ def learn_signatures(observations: Iterable[ServerObservations],
         all_values = []
         retries = []
         tags: set[str] = set()
+        new_tokens: list[str] = []
         for server in servers:
             randomised |= len({traits.order for _, traits in server.handshakes}) > 1
             for ids, traits in server.handshakes:
@@ -444,6 +474,8 @@ def learn_signatures(observations: Iterable[ServerObservations],
                 unprompted_ever |= set(traits.unprompted)
                 retries.append(traits.retry != "none")
                 tags |= {traits.retry_tag} if traits.retry_tag else set()
+                if traits.new_token is not None and traits.new_token not in new_tokens:
+                    new_tokens.append(traits.new_token)
                 all_values.append(traits.values)
             for refusal in server.refusals:
                 if refusal.describe() not in refusals:
@@ -460,6 +492,7 @@ def learn_signatures(observations: Iterable[ServerObservations],
             "retry_tags": sorted(tags),
             "invalid_alpn": refusals,
             "soft": soft,
+            "new_token": sorted(new_tokens),
             "constant_values": dict(sorted(constant.items())),
             "servers": [{"name": s.server, "software": s.software, "configuration": s.configuration,
                          "handshakes": len(s.handshakes), "invalid_alpn_handshakes": len(s.refusals)}
@@ -489,6 +522,8 @@ def separations(signatures: LibrarySignatures) -> list[dict[str, object]]:
                 traits.append("Retry")
             if first.retry_tags and not first.retry_tags & second.retry_tags:
                 traits.append("Retry token")
+            if first.new_token and not any(_new_token_fits(second, value) for value in first.new_token):
+                traits.append("NEW_TOKEN")
             if not set(first.refusals) & set(second.refusals):
                 traits.append("ALPN refusal")
             rows.append({"server of": first.library, "not taken for": second.library,
@@ -513,6 +548,7 @@ def feature_table(document: Mapping[str, object]) -> list[dict[str, object]]:
             "invalid ALPN": " | ".join(entry["invalid_alpn"]),
             "retry": ("every connection" if entry["always_retry"] else " | ".join(entry["soft"]["retry"]))
                      + "".join(f", token starts {tag!r}" for tag in entry["retry_tags"]),
+            "NEW_TOKEN frames": " | ".join(entry.get("new_token", ())) + ("" if library in NEW_TOKEN_HABIT else " (soft)"),
             "cid bytes (soft)": " | ".join(map(str, entry["soft"]["cid_length"])),
             "learned from": ", ".join(sorted({s["software"] for s in entry["servers"]})),
         })
