@@ -466,7 +466,7 @@ def read_evaluation(path: Path | str = EVALUATION_PATH) -> dict[str, object]:
 
 
 def features(path: Path | str = SIGNATURES_PATH) -> pl.DataFrame:
-    """The learned traits of every library, one row each (README, notebook)."""
+    """The learned traits of every library, one row each (the manual, the notebook)."""
     return pl.DataFrame(feature_table(json.loads(Path(path).read_text())))
 
 
@@ -488,7 +488,7 @@ def _markdown(frame: pl.DataFrame) -> str:
 
 
 def report_command(argv: Sequence[str]) -> None:
-    """The README's tables, from the committed signatures and evaluation."""
+    """The tables of docs/identification.md, from the committed signatures and evaluation."""
     evaluation = read_evaluation()
     rows = evaluation["rows"]
     print(_markdown(features()))

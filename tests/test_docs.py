@@ -5,6 +5,7 @@ front page shows runs."""
 from __future__ import annotations
 
 import functools
+import json
 import http.server
 import os
 import re
@@ -250,3 +251,18 @@ def test_a_bad_latest_figure_fails_the_build_in_one_line(tmp_path, column, bad, 
     errors = [text for text in done.stderr.splitlines() if "ERROR" in text]
     assert len(errors) == 1 and f"bench/latest.csv line {line}: {says}" in errors[0], done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+def test_the_identification_page_shows_what_the_committed_evaluation_holds(site):
+    from docs_build.identification import tables
+    from scanner.identify import read_evaluation
+
+    page = (site / "identification.html").read_text()
+    assert "generated:" not in page, "a marker of the identification page was left unreplaced"
+    summary = tables()["evaluation summary"]
+    assert read_evaluation()["provenance"]["learned_at"] in summary
+    assert summary.split(" Over the")[0] in page.replace("\n", " ")
+    # the habits table holds one row per learned library, NEW_TOKEN included
+    habits = page.split('id="the-learned-habits"')[1].split("</table>")[0]
+    assert habits.count("<tr>") == 1 + len(json.loads((ROOT / "datasets/library_signatures.json").read_text())["libraries"])
+    assert "NEW_TOKEN frames" in habits
