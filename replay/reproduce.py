@@ -697,7 +697,7 @@ def _across_implementations(data: Campaign, thesis_by_point: dict[tuple[str, str
                                      [[s.stack, f"{rules[s.stack].consumed_fraction:.3f}" if s.stack in rules else "-",
                                        _fmt(s.bound.low_mbps), _stats_text(s), f"{s.mean / s.bound.low_mbps:.2f}",
                                        "within 15%" if abs(s.mean / s.bound.low_mbps - 1) <= REPRODUCED_WITHIN
-                                       else "misses by more than 15%: a finding (README, Results)"]
+                                       else "misses by more than 15%: a finding (docs/results.md)"]
                                       for s in sorted(checked, key=lambda s: s.stack)])]
     return parts
 

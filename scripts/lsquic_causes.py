@@ -1,4 +1,4 @@
-"""The measurements behind the README's LSQUIC causes: why client initial_max_data 196,608 lands where it
+"""The measurements behind the LSQUIC causes in docs/reproduce.md: why client initial_max_data 196,608 lands where it
 does at 30 ms, and under which conditions Firefox 109's client set beats Chrome 109's.
 
     QREPLAY_LSQUIC_CLIENT=... QREPLAY_LSQUIC_SERVER=... .venv/bin/python scripts/lsquic_causes.py OUT_DIR [part ...]

@@ -532,7 +532,7 @@ def separations(signatures: LibrarySignatures) -> list[dict[str, object]]:
 
 
 def feature_table(document: Mapping[str, object]) -> list[dict[str, object]]:
-    """One row per library of a signatures document: its traits in words (README, notebook)."""
+    """One row per library of a signatures document: its traits in words (the manual, the notebook)."""
     rows = []
     for library, entry in document["libraries"].items():
         keys = entry["keys"]

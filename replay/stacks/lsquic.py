@@ -1,7 +1,7 @@
 """LSQUIC, the thesis's stack, through the user's own build of its example programs.
 
 LSQUIC is packaged by no registry, so this stack runs where the user points
-qreplay at a build of LSQUIC's http_client and http_server (the README says
+qreplay at a build of LSQUIC's http_client and http_server (docs/qreplay.md says
 how to build one):
 
     export QREPLAY_LSQUIC_CLIENT=/path/to/lsquic/bin/http_client
@@ -54,7 +54,7 @@ AUTOTUNE_MAX_SFCW = 16 << 20
 CC_ALGO = {"cubic": 1, "bbr": 2}
 ENV = {"client": "QREPLAY_LSQUIC_CLIENT", "server": SERVER_ENV}
 PROGRAM = {"client": "http_client", "server": "http_server"}
-HOW_TO = ("build LSQUIC (github.com/litespeedtech/lsquic, see the README) and point the two variables at its "
+HOW_TO = ("build LSQUIC (github.com/litespeedtech/lsquic; docs/qreplay.md says how) and point the two variables at its "
           "bin/http_client and bin/http_server")
 HOST = "qreplay.lab"
 PROBE_TIMEOUT_S = 10.0
