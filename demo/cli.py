@@ -13,10 +13,11 @@ from common.cliapp import make_app, run
 from demo import run_demo
 from scanner.report import FORMATS
 
-app = make_app(__doc__.splitlines()[0])
+app = make_app(__doc__.splitlines()[0], "quictp-demo --no-replay --format markdown")
 
 
-@app.command()
+# A one-command typer app shows its command's epilog, not the app's: hand it over.
+@app.command(epilog=app.info.epilog)
 def demo(
     out: Path = typer.Option(None, help="Write the scan to this new DuckDB file, the replay beside it "
                              "(default: out/demo/scan.duckdb, replaced by each demo)."),

@@ -22,6 +22,7 @@ import typer
 from markdown_it import MarkdownIt
 
 from lab.core import status as lab_status
+from demo.cli import app as demo_app
 from replay.cli import app as qreplay_app
 from scanner.cli import app as qscan_app
 
@@ -188,7 +189,7 @@ def commands(app: typer.Typer, prog: str):
     return list(walk(typer.main.get_command(app), [prog]))
 
 
-@pytest.mark.parametrize("prog,app", [("qscan", qscan_app), ("qreplay", qreplay_app)])
+@pytest.mark.parametrize("prog,app", [("qscan", qscan_app), ("qreplay", qreplay_app), ("quictp-demo", demo_app)])
 def test_every_help_shows_one_example_that_parses_and_the_top_one_names_the_manual(prog, app):
     for path, command in commands(app, prog):
         examples = re.findall(r"Example: (.+)", command.epilog or "")
