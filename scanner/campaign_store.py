@@ -9,7 +9,7 @@ DuckDB scan file is exported, table by table, to::
 which DuckDB, polars and Spark read as they are (``hive_partitioning``). The
 partition key is ``campaign_shard``, not ``shard``: the discovery tables have a
 ``shard`` column (ZMap's shard index), and a partition key of a column's name
-replaces that column's values in DuckDB and polars and is refused by Spark.
+replaces that column's values in DuckDB, polars and Spark.
 
 Versioning rule: a campaign holds ONE version of each schema component
 (``_schema.json``; every Parquet file also carries its shard's versions in its
