@@ -239,11 +239,14 @@ def test_a_bad_latest_figure_fails_the_build_in_one_line(tmp_path, column, bad, 
         writer = csv.DictWriter(handle, fieldnames=reader.fieldnames)
         writer.writeheader()
         writer.writerows(rows)
-    # The hooks beside the configuration: the real reference hook, and a copy of the benchmarks hook, which
-    # finds bench/latest.csv from where it lies (here, the altered one).
+    # The hooks beside the configuration: the real ones, but a copy of the benchmarks hook, which finds
+    # bench/latest.csv from where it lies (here, the altered one).
     (tmp_path / "docs_build").mkdir()
-    (tmp_path / "docs_build" / "reference.py").symlink_to(ROOT / "docs_build" / "reference.py")
-    shutil.copy(ROOT / "docs_build" / "benchmarks.py", tmp_path / "docs_build" / "benchmarks.py")
+    for hook in (ROOT / "docs_build").glob("*.py"):
+        if hook.name == "benchmarks.py":
+            shutil.copy(hook, tmp_path / "docs_build" / hook.name)
+        else:
+            (tmp_path / "docs_build" / hook.name).symlink_to(hook)
     config = tmp_path / "mkdocs.yml"
     config.write_text(f"INHERIT: {ROOT / 'mkdocs.yml'}\ndocs_dir: {ROOT / 'docs'}\n")
     done = build_site(tmp_path / "site", config)
