@@ -27,7 +27,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tparams.errors import ToolError
+from tparams.errors import ToolError, first_line
 from tparams.registry import REGISTRY, spec_for
 
 from scanner.columns import HandshakeColumns, grease_mask, handshake_columns
@@ -64,7 +64,7 @@ class ScanStore:
         try:
             con = duckdb.connect(path, read_only=read_only)
         except (duckdb.Error, OSError) as exc:
-            raise ToolError(f"cannot open {path} as a DuckDB file: {_first_line(exc)}") from None
+            raise ToolError(f"cannot open {path} as a DuckDB file: {first_line(exc)}") from None
         try:
             _check_foreign(con, path)
             if read_only:
@@ -261,7 +261,3 @@ def _check_foreign(con: duckdb.DuckDBPyConnection, path: str) -> None:
     tables = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'").fetchall()[0][0]
     if tables and not _has_table(con, "schema_version"):
         raise ToolError(f"{path} is a DuckDB file of another schema (no schema_version table); use a new --out")
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -11,3 +11,8 @@ class ToolError(Exception):
     def __init__(self, message: str, exit_code: int = 2):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def first_line(exc: BaseException) -> str:
+    """What a library's exception says, cut to the one line a ToolError may carry."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
