@@ -21,6 +21,7 @@ from pathlib import Path
 from tparams.errors import ToolError
 
 from scanner.campaign import CampaignSpec, shard_argv
+from scanner.discovery.plan import duration
 from scanner.engine import ScanSettings
 
 MEASURED = Path(__file__).resolve().parents[1] / "datasets" / "campaign" / "measured.json"
@@ -167,9 +168,4 @@ def slurm_script(p: Projection, spec: CampaignSpec, directory: str, netns_prefix
 
 
 def _hours(hours: float) -> str:
-    seconds = round(hours * 3600)
-    days, rest = divmod(seconds, 86400)
-    h, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [(days, "d"), (h, "h"), (minutes, "min"), (secs, "s")]
-    return " ".join(f"{v} {u}" for v, u in parts if v) or "0 s"
+    return duration(hours * 3600)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import duckdb
 
-from tparams.errors import ToolError
+from tparams.errors import ToolError, first_line
 
 from scanner.store import ScanStore
 
@@ -104,7 +104,7 @@ def export_shard(store_path: str | Path, campaign_dir: str | Path, *, campaign: 
             for table in tables:
                 _replace(staging / table, root / table / _partition(labels))
         except duckdb.Error as exc:
-            raise ToolError(f"cannot export {store_path} to {root}: {_first_line(exc)}") from None
+            raise ToolError(f"cannot export {store_path} to {root}: {first_line(exc)}") from None
         except OSError as exc:
             raise ToolError(f"cannot export {store_path} to {root}: {exc.strerror or exc}") from None
         finally:
@@ -144,7 +144,7 @@ def open_campaign(campaign_dir: str | Path) -> duckdb.DuckDBPyConnection:
             con.execute(sql)
     except duckdb.Error as exc:
         con.close()
-        raise ToolError(f"cannot read campaign {root}: {_first_line(exc)}") from None
+        raise ToolError(f"cannot read campaign {root}: {first_line(exc)}") from None
     except BaseException:
         con.close()
         raise
@@ -214,7 +214,7 @@ def read_schema(con: duckdb.DuckDBPyConnection, root: str) -> dict:
     try:
         text = con.execute("SELECT content FROM read_text(?)", [f"{root}/{SCHEMA_FILE}"]).fetchone()[0]
     except duckdb.Error as exc:
-        raise ToolError(f"{root} is not a campaign directory (no readable {SCHEMA_FILE}): {_first_line(exc)}") from None
+        raise ToolError(f"{root} is not a campaign directory (no readable {SCHEMA_FILE}): {first_line(exc)}") from None
     schema = json.loads(text)
     if schema.get("format") != FORMAT:
         raise ToolError(f"{root}/{SCHEMA_FILE} is format {schema.get('format')!r}; this qscan reads {FORMAT}")
@@ -266,7 +266,7 @@ def campaign_shards(con: duckdb.DuckDBPyConnection, campaign_dir: str | Path) ->
         ).fetchone()
         if row is not None:
             raise ToolError(f"shards {', '.join(row[-1])} of campaign {row[0]} vantage {row[1]} overlap: "
-                            f"{_address(row[2:-1])} is in each ({table}); shards must not overlap")
+                            f"{endpoint(row[2:-1])} is in each ({table}); shards must not overlap")
     return schema, shards
 
 
@@ -361,7 +361,7 @@ def _refuse_overlap(con: duckdb.DuckDBPyConnection, root: Path, labels: dict[str
             f"WHERE ({columns}) IN (SELECT ({columns}) FROM \"{table}\") LIMIT 1", [files]
         ).fetchone()
         if row is not None:
-            address = _address(row[:-1])
+            address = endpoint(row[:-1])
             shard = Path(row[-1]).parent.name.split("=", 1)[1]
             raise ToolError(f"{store_path} overlaps shard {shard} of campaign {labels['campaign']} vantage "
                             f"{labels['vantage']}: {address} is in both ({table}); shards must not overlap")
@@ -388,7 +388,8 @@ def _locked(root: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _address(key: tuple) -> str:
+def endpoint(key: tuple) -> str:
+    """(ip, port[, sni]) as a refusal names it: ``198.18.1.10:443 (sni alpha.lab.test)``."""
     return f"{key[0]}:{key[1]}" + (f" (sni {key[2]})" if len(key) > 2 and key[2] else "")
 
 
@@ -418,7 +419,3 @@ def _current(con: duckdb.DuckDBPyConnection) -> str:
 
 def _sql(text: object) -> str:
     return str(text).replace("'", "''")
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import duckdb
 
-from tparams.errors import ToolError
+from tparams.errors import ToolError, first_line
 
 from scanner import campaign_store
 
@@ -79,8 +79,7 @@ def merge_scans(inputs: Sequence[str | Path], out: str | Path) -> MergeResult:
     except duckdb.Error as exc:
         con.close()
         Path(out).unlink(missing_ok=True)
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ToolError(f"cannot merge into {out}: {detail}") from None
+        raise ToolError(f"cannot merge into {out}: {first_line(exc)}") from None
     except BaseException:
         con.close()
         Path(out).unlink(missing_ok=True)
@@ -185,9 +184,8 @@ def _refuse_overlap(con: duckdb.DuckDBPyConnection, source: _Input, shared: set[
         f"AND m.sni IS NOT DISTINCT FROM t.sni WHERE scan_map.new IN ({', '.join(map(str, shared))}) LIMIT 1"
     ).fetchone()
     if row is not None:
-        target = f"{row[0]}:{row[1]}" + (f" (sni {row[2]})" if row[2] else "")
-        raise ToolError(f"{source.label} overlaps an earlier shard of the same scan: {target} is in both; "
-                        "shards must not overlap")
+        raise ToolError(f"{source.label} overlaps an earlier shard of the same scan: {campaign_store.endpoint(row)} "
+                        "is in both; shards must not overlap")
 
 
 def _shard_group(con: duckdb.DuckDBPyConnection, source: _Input, scan_id: int) -> str | None:

@@ -109,7 +109,7 @@ class Plan:
             f"addresses:  {self.addresses:,} to probe on UDP port {self.port}"
             + (f"; shard {self.shard}/{self.shards} probes about {self.shard_addresses:,}" if self.shards > 1 else ""),
             f"rate:       {self.rate:,} probes/s, cooldown {self.cooldown} s",
-            f"duration:   about {_duration(self.estimated_seconds)}",
+            f"duration:   about {duration(self.estimated_seconds)}",
         ]
 
 
@@ -161,7 +161,8 @@ def parse_shard(text: str) -> tuple[int, int]:
     return index, total
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """A span as people read it: ``2 h 7 min 46 s``."""
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     days, hours = divmod(hours, 24)
