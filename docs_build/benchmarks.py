@@ -16,6 +16,8 @@ from pathlib import Path
 
 from mkdocs.exceptions import PluginError
 
+from common.markdown import markdown_table
+
 ROOT = Path(__file__).resolve().parents[1]
 LATEST = ROOT / "bench" / "latest.csv"
 PAGE = "benchmarks.md"
@@ -131,19 +133,19 @@ def _number(text: str) -> str:
 
 
 def table(goals: list[Goal]) -> str:
-    lines = ["| benchmark | goal | measured | baseline | ratio (goal) | met | when (load) | note |",
-             "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for goal in goals:
-        row = {key: value.replace("|", "\\|") for key, value in goal.row.items()}
+        row = goal.row
         unit = f" {row['unit']}" if row["unit"] else ""
         measured = f"{_number(row['measured'])}{unit}" if row["measured"] else "—"
         baseline = f"{_number(row['baseline'])}{unit}" if row["baseline"] else ""
         baseline = f"{baseline} ({row['baseline_is']})" if baseline else row["baseline_is"]
         ratio = f"**{row['ratio']}**" if goal.met != "yes" else row["ratio"]
         when = f"{row['date']} ({row['load']})" if row["load"] else row["date"]
-        lines.append(f"| {row['benchmark']} | {row['goal']} | {measured} | {baseline} | "
-                     f"{ratio} ({row['direction']} {row['target']}) | {LABEL[goal.met]} | {when} | {row['note']} |")
-    return "\n".join(lines) + "\n"
+        rows.append((row["benchmark"], row["goal"], measured, baseline, f"{ratio} ({row['direction']} {row['target']})",
+                     LABEL[goal.met], when, row["note"]))
+    return markdown_table(["benchmark", "goal", "measured", "baseline", "ratio (goal)", "met", "when (load)", "note"],
+                          rows) + "\n"
 
 
 def on_files(files, config):

@@ -14,6 +14,7 @@ import re
 import polars as pl
 from mkdocs.exceptions import PluginError
 
+from common.markdown import markdown_table
 from scanner import identify
 
 PAGE = "identification.md"
@@ -59,7 +60,7 @@ def tables() -> dict[str, str]:
         "one-habit pairs": pl.DataFrame(identify.separations(identify.load_signatures()))
         .filter(pl.col("traits") <= 1),
     }
-    markdown = {name: identify.markdown_table(frame.columns, frame.iter_rows()) for name, frame in frames.items()}
+    markdown = {name: markdown_table(frame.columns, frame.iter_rows()) for name, frame in frames.items()}
     markdown["evaluation summary"] = _summary(rows, provenance)
     return markdown
 

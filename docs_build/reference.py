@@ -14,6 +14,8 @@ from pathlib import Path
 
 import duckdb
 
+from common.markdown import markdown_table
+
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "schemas" / "duckdb"
 #: (program name, the typer module the typer CLI documents)
@@ -91,11 +93,9 @@ def _component(con: duckdb.DuckDBPyConnection, path: Path, listed: set[str]) -> 
         lines += [f"### `{obj}` ({what})", ""]
         if comment:
             lines += [comment, ""]
-        lines += ["| column | type | note |", "|---|---|---|"]
-        for column, type_ in columns.get(obj, []):
-            note = column_comments.get(column, "")
-            lines.append(f"| `{column}` | `{type_}` | {_cell(note)} |")
-        lines.append("")
+        lines += [markdown_table(["column", "type", "note"],
+                                 [(f"`{column}`", f"`{type_}`", column_comments.get(column, ""))
+                                  for column, type_ in columns.get(obj, [])]), ""]
     return lines
 
 
@@ -128,10 +128,6 @@ def _leading_comments(lines: list[str]) -> list[str]:
             break
         out.append(line)
     return out
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
 
 
 def on_files(files, config):
