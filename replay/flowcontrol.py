@@ -67,9 +67,20 @@ class WindowBound:
     low_mbps: float
     high_mbps: float
 
+    @property
+    def span(self) -> tuple[float, float]:
+        """The bounds in ascending order: with a download's start charged, the burst bound (fewer bytes a
+        round trip, so fewer slow-start round trips) can be the higher of the two."""
+        return min(self.low_mbps, self.high_mbps), max(self.low_mbps, self.high_mbps)
+
+    def text(self) -> str:
+        low, high = self.span
+        return f"{low:,.1f} to {high:,.1f}"
+
     def contains(self, mbps: float, slack: float = 0.1) -> bool:
         """Whether a measurement lies within the bounds, widened by ``slack`` (processing adds to the RTT)."""
-        return self.low_mbps * (1 - slack) <= mbps <= self.high_mbps * (1 + slack)
+        low, high = self.span
+        return low * (1 - slack) <= mbps <= high * (1 + slack)
 
     def position(self, mbps: float) -> float:
         """Where a measurement lies between the bounds: 0 at the burst bound, 1 at a whole window per RTT."""

@@ -30,7 +30,8 @@ from replay.measured_rules import load_update_rules
 from replay.figures import draw_band, markdown_page, pyplot, save_png
 from replay.link import LinkConfig
 from replay import store
-from replay.runner import Condition, Experiment, client_socket_drop_pct, run_experiment, summarize
+from replay.runner import Condition, Experiment, run_experiment
+from replay.statistics import client_socket_drop_pct, summarize
 from replay.sets import NamedSet, resolve_one, with_overrides
 from replay.stacks.base import REPO_ROOT, RunOptions, Stack, default_timeout_s
 from tparams.errors import ToolError
@@ -342,14 +343,14 @@ def _why(s: ConditionSummary, thesis: float | None = None) -> str:
     reasons = []
     if s.bound and s.mean is not None and s.bound.contains(s.mean):
         text = (f"window-limited ({s.bound.binding} {s.bound.window:,} at {s.bound.rtt_ms:g} ms): the model allows "
-                f"{_fmt(s.bound.low_mbps)}-{_fmt(s.bound.high_mbps)} Mbit/s, the measurement lies at "
+                f"{s.bound.text()} Mbit/s, the measurement lies at "
                 f"{s.bound.position(s.mean):.2f} of that range")
         if thesis is not None and s.steady:
             text += (f"; the thesis (500 MB, as endless) at {s.steady.position(thesis):.2f} of "
-                     f"{_fmt(s.steady.low_mbps)}-{_fmt(s.steady.high_mbps)}")
+                     f"{s.steady.text()}")
         reasons.append(text)
-    elif s.bound and s.mean is not None and s.mean < s.bound.low_mbps:
-        reasons.append(f"below what the window allows ({_fmt(s.bound.low_mbps)} Mbit/s and more): "
+    elif s.bound and s.mean is not None and s.mean < s.bound.span[0]:
+        reasons.append(f"below what the window allows ({_fmt(s.bound.span[0])} Mbit/s and more): "
                        "something else limits")
     if s.client_socket_drop_pct is not None and s.client_socket_drop_pct > SOCKET_DROPS_MATTER_PCT:
         reasons.append(f"the client's socket dropped {s.client_socket_drop_pct:.1f}% of the datagrams (a receiver "
@@ -455,7 +456,7 @@ def _browser_difference(h: Headline, campaign: Campaign, stack: str) -> Headline
     bound = pairs[0][2].bound
     reasons = []
     if bound:
-        reasons.append(f"Chrome's windows bind only below {_fmt(bound.low_mbps)}-{_fmt(bound.high_mbps)} Mbit/s at "
+        reasons.append(f"Chrome's windows bind only below {bound.text()} Mbit/s at "
                        f"{pairs[0][0]:g} ms ({bound.binding} {bound.window:,}, model)")
     drops = [(ff.client_socket_drop_pct, ch.client_socket_drop_pct) for _, ff, ch in pairs]
     if all(a is not None and b is not None for a, b in drops):
@@ -634,12 +635,12 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
         ["figure", "stack", "condition", "binding window", "model (Mbit/s)", "measured (Mbit/s)", "position",
          "thesis", "client socket drops", "verdict"],
         [[s.figure, s.stack, _condition(s), f"{s.bound.binding} {s.bound.window:,}",
-          f"{_fmt(s.bound.low_mbps)}-{_fmt(s.bound.high_mbps)}", _stats_text(s),
+          f"{s.bound.text()}", _stats_text(s),
           f"{s.bound.position(s.mean):.2f}" if s.bound.contains(s.mean) else "-",
           _fmt(thesis_by_point.get((s.figure, str(s.sweep_value))), 2) if s.sweep_value else "-",
           "-" if s.client_socket_drop_pct is None else f"{s.client_socket_drop_pct:.2f}%",
           "as the model predicts" if s.bound.contains(s.mean) else
-          "below the window's bound: something else limits" if s.mean < s.bound.low_mbps else "above the model"]
+          "below the window's bound: something else limits" if s.mean < s.bound.span[0] else "above the model"]
          for s in bounded]) if bounded else
         "No condition of this campaign has a window that binds below what its stack reached."]
     parts += _across_implementations(data, thesis_by_point, rules)
@@ -657,7 +658,7 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
                                  "model (Mbit/s)"],
                                 [[s.stack, s.series, _condition(s), str(s.runs), _stats_text(s),
                                   "-" if s.client_socket_drop_pct is None else f"{s.client_socket_drop_pct:.2f}%",
-                                  f"{_fmt(s.bound.low_mbps)}-{_fmt(s.bound.high_mbps)}" if s.bound else "-"]
+                                  f"{s.bound.text()}" if s.bound else "-"]
                                  for s in rows]))
     return "\n".join(parts) + "\n"
 
@@ -680,7 +681,7 @@ def _across_implementations(data: Campaign, thesis_by_point: dict[tuple[str, str
                 if found is None or found.mean is None:
                     cells.append("-" if found is None else "failed")
                     continue
-                model = f" ({_fmt(found.bound.low_mbps)}-{_fmt(found.bound.high_mbps)})" if found.bound else ""
+                model = f" ({found.bound.text()})" if found.bound else ""
                 cells.append(f"{_fmt(found.mean)}{model}")
             table.append([f"{value:,}", _fmt(thesis_by_point.get((figure, str(value))), 2), *cells])
         parts += ["", f"## Across implementations: figure {figure}, {FIGURE_TITLES[figure]}", "",

@@ -14,12 +14,10 @@ import dataclasses
 import datetime
 import fcntl
 import json
-import math
 import os
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import tempfile
 import threading
@@ -300,7 +298,11 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         "jitter_ms": condition.link.jitter_ms, "loss_pct": condition.link.loss_pct,
         "rate_bps": condition.link.rate_bps, "queue": condition.link.queue,
         "sweep_param": condition.sweep_param, "sweep_value": condition.sweep_value,
-        "rep": rep, "size_bytes": options.size, "autotune": options.autotune, "cc": options.cc,
+        "rep": rep, "size_bytes": options.size,
+        # What ran (the receiver's window growth, the sender's congestion control), what was asked beside it.
+        "autotune": stack.autotunes(options.autotune), "autotune_requested": options.autotune,
+        "cc": server_stack.congestion_control(options.cc), "cc_requested": options.cc,
+        "udp_buffer_bytes": path.buffer_bytes,
     }
     warnings: list[str] = []
     port = SERVER_PORT if path.server_ns else free_udp_port()
@@ -521,54 +523,3 @@ def _describe(condition: Condition) -> dict:
     return {"set": condition.client.name, "server_set": condition.server.name if condition.server else None,
             "link": condition.link.describe(), "sweep_param": condition.sweep_param,
             "sweep_value": condition.sweep_value}
-
-
-# --- statistics ----------------------------------------------------------------------------------
-
-# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then the normal 1.96).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
-
-
-def summarize(values: list[float]) -> dict:
-    """n, mean, sample standard deviation and the 95% confidence interval of the mean."""
-    n = len(values)
-    if n == 0:
-        return {"n": 0, "mean": None, "stddev": None, "ci95_low": None, "ci95_high": None}
-    mean = statistics.fmean(values)
-    if n == 1:
-        return {"n": 1, "mean": mean, "stddev": None, "ci95_low": None, "ci95_high": None}
-    stddev = statistics.stdev(values)
-    half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96) * stddev / math.sqrt(n)
-    return {"n": n, "mean": mean, "stddev": stddev, "ci95_low": mean - half, "ci95_high": mean + half}
-
-
-def summaries(rows: list[dict]) -> list[dict]:
-    """One summary per condition, in the order the conditions ran."""
-    groups: dict[tuple, list[dict]] = {}
-    for row in rows:
-        key = (row["set_name"], row["server_set_name"], row["delay_ms"], row["loss_pct"],
-               row["sweep_param"], row["sweep_value"])
-        groups.setdefault(key, []).append(row)
-    out = []
-    for (set_name, server_set, delay, loss, param, value), group in groups.items():
-        ok = [r["goodput_mbps"] for r in group if r["status"] == "ok"]
-        out.append({"set_name": set_name, "server_set_name": server_set, "delay_ms": delay, "loss_pct": loss,
-                    "sweep_param": param, "sweep_value": value, "runs": len(group),
-                    "failed": len(group) - len(ok), **summarize(ok),
-                    "client_socket_drop_pct": client_socket_drop_pct([r for r in group if r["status"] == "ok"])})
-    return out
-
-
-def client_socket_drop_pct(rows: list[dict]) -> float | None:
-    """Share of the datagrams reaching the client's UDP layer that its full socket buffer dropped (the
-    same figure as the run_summary view's); None without the namespace counters (e.g. loopback)."""
-    dropped = delivered = 0
-    for row in rows:
-        counters = json.loads(row.get("counters") or "{}")
-        if "client_udp_rcvbuf_errors" not in counters:
-            return None
-        dropped += counters["client_udp_rcvbuf_errors"]
-        delivered += counters["client_udp_in_datagrams"]
-    return 100 * dropped / (dropped + delivered) if dropped + delivered else None

@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from replay import statistics
 from replay.stacks.base import REPO_ROOT
 from tparams.errors import ToolError
 
@@ -26,7 +27,29 @@ def connect(path: str | Path) -> duckdb.DuckDBPyConnection:
     found = con.execute("SELECT version FROM schema_version WHERE name = 'replay'").fetchone()[0]
     if found != SCHEMA_VERSION:
         raise ToolError(f"{path} has replay schema version {found}, this qreplay writes {SCHEMA_VERSION}")
+    _store_what_ran(con)
+    con.execute(f"CREATE OR REPLACE VIEW run_summary AS {statistics.summary_sql()}")
     return con
+
+
+# Until 2026-11-25 runs stored the requested --cc and --autotune as their conditions. What ran instead:
+# aioquic's endpoints never named a congestion control, so aioquic ran its default, Reno; quic-go has
+# only CUBIC; quinn and s2n-quic cannot grow their windows.
+_RAN_BEFORE_REQUESTED_WAS_STORED = """
+UPDATE runs SET cc_requested = cc, autotune_requested = autotune,
+    cc = CASE coalesce(server_stack, stack) WHEN 'aioquic' THEN 'reno' WHEN 'quic-go' THEN 'cubic' ELSE cc END,
+    autotune = autotune AND stack NOT IN ('quinn', 's2n-quic')
+WHERE cc_requested IS NULL;
+UPDATE runs SET udp_buffer_bytes = json_extract(e.config, '$.udp_buffer_bytes')::BIGINT
+FROM experiments e
+WHERE runs.experiment_id = e.experiment_id AND runs.udp_buffer_bytes IS NULL AND runs.link_backend != 'loopback';
+"""
+
+
+def _store_what_ran(con: duckdb.DuckDBPyConnection) -> None:
+    """Give the runs of a file written before runs stored what ran their conditions as ran (once)."""
+    if con.execute("SELECT count(*) FROM runs WHERE cc_requested IS NULL").fetchone()[0]:
+        con.execute(_RAN_BEFORE_REQUESTED_WAS_STORED)
 
 
 def open_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:

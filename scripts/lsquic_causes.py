@@ -27,7 +27,8 @@ from pathlib import Path
 
 from lab import netns
 from replay.link import LinkConfig, parse_size
-from replay.runner import Condition, Experiment, run_experiment, summaries
+from replay import statistics, store
+from replay.runner import Condition, Experiment, run_experiment
 from replay.sets import resolve_one, with_overrides
 from replay.stacks.base import RunOptions, default_timeout_s
 from replay.stacks.lsquic import Lsquic
@@ -255,9 +256,11 @@ def main(out_dir: str, *parts: str) -> None:
             for row in done:
                 print(f"# {variant['name']} rep {rep} {row['set_name']}: {row['status']} "
                       f"{row.get('goodput_mbps') or row.get('error')}", file=sys.stderr, flush=True)
-    for name, done in rows.items():
-        for summary in summaries(done):
-            print(json.dumps({"variant": name, **summary}), flush=True)
+    for name in rows:
+        con = store.open_read_only(out / f"{name}.duckdb")
+        for summary in statistics.summary(con).iter_rows(named=True):
+            print(json.dumps({"variant": name, **summary}, default=str), flush=True)
+        con.close()
 
 
 if __name__ == "__main__":

@@ -94,6 +94,22 @@ def test_a_piped_summary_keeps_whole_set_names(tmp_path):
     assert f"│ {resolve_alias('firefox')} " in result.stdout, result.stdout
 
 
+@pytest.mark.parametrize("stack, ran", [("quic-go", "cubic"), ("aioquic", "cubic")])
+def test_a_run_stores_the_congestion_control_that_ran_and_the_one_asked_beside_it(stack, ran, tmp_path):
+    """quic-go has only CUBIC, aioquic (whose own default is Reno) is told CUBIC: asked for BBR, each run
+    stores what ran, with the request beside it, and the warning is printed once."""
+    out = tmp_path / "r.duckdb"
+    result = qreplay("--set", "firefox", "--stack", stack, "--cc", "bbr", "--link", "loopback", "--size", "200kB",
+                     "--reps", "2", "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count(f"has no bbr: it ran {ran}") == 2, result.stderr  # the client's and the server's
+    con = duckdb.connect(str(out), read_only=True)
+    assert con.execute("SELECT DISTINCT cc, cc_requested, status FROM runs").fetchall() == [(ran, "bbr", "ok")]
+    if stack == "aioquic":  # named on its command line, never left to aioquic's default
+        assert "--cc=cubic" in con.execute("SELECT server_argv FROM runs LIMIT 1").fetchone()[0]
+    assert [json.loads(line)["cc"] for line in result.stdout.splitlines()] == [ran]
+
+
 def test_doctor_says_what_works_here_and_why_not():
     from replay.link import NetemBackend
 

@@ -41,3 +41,27 @@ def test_plot_refuses_a_file_without_results(tmp_path):
     store.connect(tmp_path / "empty.duckdb").close()
     with pytest.raises(ToolError):
         plot_results(tmp_path / "empty.duckdb", tmp_path)
+
+
+def test_a_figure_draws_every_condition_that_differs_as_its_own_series(tmp_path):
+    """One set at one delay under 0% and 0.1% loss is two points, never their mean; the same sweep run
+    twice is two series, never duplicate bars; the statistics table names the loss."""
+    from replay.commands.plot import load_summary
+    from replay.statistics import series
+
+    results = tmp_path / "r.duckdb"
+    con = store.connect(results)
+    rows = [_row(i, set_name="chromium", delay_ms=10.0, loss_pct=loss, goodput_mbps=mean)
+            for i, (loss, mean) in enumerate(((0.0, 250.0), (0.0, 250.0), (0.1, 142.0), (0.1, 142.0)))]
+    rows += [_row(10 + i, experiment_id=experiment, sweep_param="initial_max_data", sweep_value=v, delay_ms=30.0)
+             for i, (experiment, v) in enumerate((("a", 196608), ("a", 15728640), ("b", 196608), ("b", 15728640)))]
+    store.insert(con, "runs", rows)
+    con.close()
+    summary = load_summary(results)
+    plain = summary.filter(summary["sweep_param"].is_null())
+    drawn = {label: points["mean_mbps"].to_list() for label, points in series(plain, "delay_ms")}
+    assert drawn == {"loss 0%": [250.0], "loss 0.1%": [142.0]}
+    swept = summary.filter(summary["sweep_param"].is_not_null())
+    assert [label for label, _ in series(swept, "sweep_value")] == ["experiment a", "experiment b"]
+    page = plot_results(results, tmp_path / "plots")[-1].read_text()
+    assert "<th>loss_pct</th>" in page and "<td>142.0</td>" in page and "<td>196.0</td>" not in page

@@ -9,7 +9,9 @@ import duckdb
 import pytest
 
 from replay.link import LinkConfig
-from replay.runner import Condition, Experiment, run_experiment, summaries
+from replay import statistics
+from replay.runner import Condition, Experiment, run_experiment
+from replay.statistics import client_socket_drop_pct
 from replay.sets import resolve_one, with_overrides
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
@@ -86,9 +88,10 @@ def test_pinned_small_connection_window_throttles_at_30ms(tmp_path):
     # Round-robin, so that drift on a shared machine is not mistaken for a difference between conditions.
     assert [(r["sweep_value"], r["rep"]) for r in sorted(rows, key=lambda r: r["started_at"])] == [
         (196608, 1), (15728640, 1), (196608, 2), (15728640, 2)]
-    by_value = {s["sweep_value"]: s for s in summaries(rows)}
+    con = duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True)
+    by_value = {s["sweep_value"]: s for s in statistics.summary(con).iter_rows(named=True)}
     assert by_value[196608]["n"] == 2 and by_value[15728640]["n"] == 2
-    assert by_value[196608]["mean"] < 0.5 * by_value[15728640]["mean"]
+    assert by_value[196608]["mean_mbps"] < 0.5 * by_value[15728640]["mean_mbps"]
 
 
 def test_a_receive_buffer_too_small_drops_datagrams_and_each_run_counts_them(tmp_path):
@@ -106,7 +109,7 @@ def test_a_receive_buffer_too_small_drops_datagrams_and_each_run_counts_them(tmp
     con = duckdb.connect(str(tmp_path / "r.duckdb"))
     assert json.loads(con.execute("SELECT config FROM experiments").fetchone()[0])["udp_buffer_bytes"] == 64 * 1024
     # The summary's share of dropped datagrams, computed in Python and by the results file's view alike.
-    (in_python,) = [s["client_socket_drop_pct"] for s in summaries(rows)]
+    in_python = client_socket_drop_pct(rows)
     (in_view,) = con.execute("SELECT client_socket_drop_pct FROM run_summary").fetchone()
     assert 0 < in_python < 100 and in_view == pytest.approx(in_python)
 

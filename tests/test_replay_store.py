@@ -7,7 +7,7 @@ import datetime
 import pytest
 
 from replay import store
-from replay.runner import summarize
+from replay.statistics import summarize
 
 
 def test_schema_version_and_batch_insert(tmp_path):
@@ -34,3 +34,32 @@ def test_summary_statistics():
     # t(0.975, 2) = 4.303: half-width 4.303 * 10 / sqrt(3)
     assert s["ci95_high"] - s["mean"] == pytest.approx(4.303 * 10 / 3 ** 0.5)
     assert summarize([])["mean"] is None and summarize([5.0])["stddev"] is None
+    # At n=2 the t interval (12.706 * sd / sqrt 2) would reach below zero: no goodput is negative.
+    wide = summarize([10.0, 1000.0])
+    assert wide["ci95_low"] == 0.0 and wide["ci95_high"] > 1000
+
+
+def test_a_file_of_requested_conditions_is_given_what_ran(tmp_path):
+    """Runs stored before 2026-11-25 held the requested --cc and --autotune as their conditions: reopened,
+    each gets what its stacks ran, with the request beside it."""
+    import duckdb
+
+    path = tmp_path / "old.duckdb"
+    con = store.connect(path)
+    for column in ("autotune_requested", "cc_requested", "udp_buffer_bytes"):
+        con.execute(f"ALTER TABLE runs DROP COLUMN {column}")  # as such a file was written
+    now = datetime.datetime.now()
+    asked = {"quic-go": ("bbr", False), "aioquic": ("cubic", False), "quinn": ("cubic", True),
+             "ngtcp2": ("bbr", True)}
+    for i, (stack, (cc, autotune)) in enumerate(asked.items()):
+        con.execute("INSERT INTO runs (experiment_id, run_id, started_at, set_name, stack, server_stack, "
+                    "link_backend, delay_ms, delay_up_ms, jitter_ms, loss_pct, rep, status, size_bytes, autotune, cc)"
+                    " VALUES ('e', ?, ?, 's', ?, ?, 'veth', 0, 0, 0, 0, 1, 'ok', 1, ?, ?)",
+                    [f"r{i}", now, stack, stack, autotune, cc])
+    con.close()
+    store.connect(path).close()
+    ran = {stack: (cc, autotune, cc_requested, autotune_requested)
+           for stack, cc, autotune, cc_requested, autotune_requested in duckdb.connect(str(path)).execute(
+               "SELECT stack, cc, autotune, cc_requested, autotune_requested FROM runs").fetchall()}
+    assert ran == {"quic-go": ("cubic", False, "bbr", False), "aioquic": ("reno", False, "cubic", False),
+                   "quinn": ("cubic", False, "cubic", True), "ngtcp2": ("bbr", True, "bbr", True)}

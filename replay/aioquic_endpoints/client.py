@@ -39,7 +39,8 @@ async def main() -> None:
     parser.add_argument("--keylog", help="append the TLS secrets (NSS key log format) to this file")
     add_parameter_flags(parser)
     args = parser.parse_args()
-    configuration = QuicConfiguration(is_client=True, alpn_protocols=[ALPN], verify_mode=False)
+    configuration = QuicConfiguration(is_client=True, alpn_protocols=[ALPN], verify_mode=False,
+                                      congestion_control_algorithm=args.cc)
     if args.keylog:
         configuration.secrets_log_file = open(args.keylog, "a")
     BulkClient.args = args

@@ -45,6 +45,8 @@ def add_parameter_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name}", type=kind, default=None, help=f"{name} to advertise (default: aioquic's)")
     parser.add_argument("--autotune", action="store_true",
                         help="let windows grow (aioquic doubles them); default: pinned to the advertised values")
+    # aioquic's own default is Reno: the congestion control is always named, so that what ran is what is stored.
+    parser.add_argument("--cc", choices=("reno", "cubic"), default="cubic", help="congestion control")
 
 
 def apply_parameters(quic: QuicConnection, args: argparse.Namespace) -> None:

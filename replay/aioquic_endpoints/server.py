@@ -58,7 +58,7 @@ async def main() -> None:
     parser.add_argument("--key", required=True)
     add_parameter_flags(parser)
     args = parser.parse_args()
-    configuration = QuicConfiguration(is_client=False, alpn_protocols=[ALPN])
+    configuration = QuicConfiguration(is_client=False, alpn_protocols=[ALPN], congestion_control_algorithm=args.cc)
     configuration.load_cert_chain(args.cert, args.key)
     BulkServer.args = args
     await serve(args.host, args.port, configuration=configuration, create_protocol=BulkServer)

@@ -8,22 +8,28 @@ from typing import Annotated, Optional
 
 import typer
 
-from replay import store
+from replay import statistics, store
 from replay.figures import draw_band, embedded_img, pyplot, save_png
 from tparams.errors import ToolError
 
 
 def load_summary(results: Path):
-    """Per-condition statistics (successful runs only) as a polars DataFrame."""
+    """Per-experiment, per-condition statistics (replay/statistics.py) as a polars DataFrame."""
     import duckdb
 
     con = store.open_read_only(results)
     try:
-        frame = con.sql("SELECT * FROM run_summary").pl()
+        return statistics.summary(con)
     except duckdb.Error as exc:
         raise ToolError(f"{results} is not a qreplay results file: {str(exc).splitlines()[0]}") from None
-    con.close()
-    return frame
+    finally:
+        con.close()
+
+
+def _caption(ax, frame, x: str) -> None:
+    """The conditions every series shares, under the figure: what the figure holds fixed."""
+    ax.annotate(f"all: {statistics.shared(frame, exclude=(x,))}", (0, 0), (0, -34), xycoords="axes fraction",
+                textcoords="offset points", fontsize="x-small", va="top", wrap=True)
 
 
 def plot_results(results: Path, out_dir: Path) -> list[Path]:
@@ -38,45 +44,43 @@ def plot_results(results: Path, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     figures: list[tuple[str, Path]] = []
 
-    def band(ax, frame, x: str, label: str) -> None:
-        frame = frame.sort(x)
-        draw_band(ax, frame[x].to_list(), frame["mean_mbps"].to_list(), frame["stddev_mbps"].to_list(), label)
-
     plain = summary.filter(pl.col("sweep_param").is_null())
     if not plain.is_empty():
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for (set_name, stack, autotune), group in plain.group_by(["set_name", "stack", "autotune"],
-                                                                 maintain_order=True):
-            band(ax, group.group_by("delay_ms").agg(pl.col("mean_mbps").mean(), pl.col("stddev_mbps").mean()),
-                 "delay_ms", f"{set_name} ({stack}{', autotune' if autotune else ''})")
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for label, points in statistics.series(plain, "delay_ms"):
+            draw_band(ax, points["delay_ms"].to_list(), points["mean_mbps"].to_list(),
+                      points["stddev_mbps"].to_list(), label)
         ax.set(xlabel="added one-way delay (ms)", ylabel="goodput (Mbit/s)",
-               title="Goodput vs delay per client set (band: ±1 standard deviation)")
+               title="Goodput vs delay (band: ±1 standard deviation)")
         ax.legend(fontsize="small")
+        _caption(ax, plain, "delay_ms")
         figures.append(("Goodput vs delay", save_png(fig, out_dir / "goodput_vs_delay.png")))
 
     swept = summary.filter(pl.col("sweep_param").is_not_null())
     for param in swept["sweep_param"].unique().sort().to_list():
         frame = swept.filter(pl.col("sweep_param") == param)
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for (delay, autotune, stack), group in frame.group_by(["delay_ms", "autotune", "stack"], maintain_order=True):
-            band(ax, group, "sweep_value", f"{stack}, {delay:g} ms{', autotune' if autotune else ', pinned'}")
+        series = statistics.series(frame, "sweep_value")
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for label, points in series:
+            draw_band(ax, points["sweep_value"].to_list(), points["mean_mbps"].to_list(),
+                      points["stddev_mbps"].to_list(), label)
         ax.set_xscale("log")
-        ax.set(xlabel=f"client {param} (bytes)", ylabel="goodput (Mbit/s)", title=f"Sweep of {param}")
+        ax.set(xlabel=f"{param} (bytes)", ylabel="goodput (Mbit/s)", title=f"Sweep of {param}")
         ax.legend(fontsize="small")
+        _caption(ax, frame, "sweep_value")
         figures.append((f"Sweep of {param}", save_png(fig, out_dir / f"sweep_{param}.png")))
 
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        pinned = frame.filter(~pl.col("autotune")).sort("sweep_value")
-        labels = [str(v) for v in pinned["sweep_value"].to_list()]
-        xs = range(len(labels))
-        ax.bar([x - 0.2 for x in xs], pinned["mean_client_tx_packets"].fill_null(0).to_list(), 0.4,
-               label="sent by client")
-        ax.bar([x + 0.2 for x in xs], pinned["mean_server_tx_packets"].fill_null(0).to_list(), 0.4,
-               label="sent by server")
-        ax.set_xticks(list(xs), labels, rotation=30, fontsize="small")
-        ax.set(xlabel=f"client {param} (bytes)", ylabel="packets per download (mean)",
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for label, points in series:
+            drawn = ax.plot(points["sweep_value"], points["mean_client_tx_packets"], marker="o",
+                            label=f"client sent, {label}")
+            ax.plot(points["sweep_value"], points["mean_server_tx_packets"], marker="s", linestyle="--",
+                    color=drawn[0].get_color(), label=f"server sent, {label}")
+        ax.set_xscale("log")
+        ax.set(xlabel=f"{param} (bytes)", ylabel="packets per download (mean)",
                title=f"Packets per download, sweep of {param}")
         ax.legend(fontsize="small")
+        _caption(ax, frame, "sweep_value")
         figures.append((f"Packet counts, {param}", save_png(fig, out_dir / f"packets_{param}.png")))
 
     page = out_dir / "report.html"
@@ -132,8 +136,16 @@ def plot_traces(results: Path, out_dir: Path, run_id: str | None = None) -> list
             blocked = down.filter(pl.col(column).is_not_null())
             if not blocked.is_empty():
                 ax.scatter(blocked["t_s"], blocked[column] / 1e3, marker=marker, color="red", label=label, zorder=3)
-        top = max(down["sent_max"].max() or 0, 1) / 1e3
-        ax.set_ylim(0, top * 1.15)  # a connection window far above the download would flatten the rest
+        # The axis takes the credit lines up to three downloads high; a connection window far above the
+        # download would flatten the rest, so a line above the axis is named at its top edge instead.
+        sent = max(down["sent_max"].max() or 0, 1) / 1e3
+        credits = {name: (points[column].max() or 0) / 1e3 for name, column in
+                   (("stream credit", "stream_credit"), ("connection credit", "conn_credit"))}
+        top = max([sent, *(c for c in credits.values() if c <= 3 * sent)]) * 1.15
+        ax.set_ylim(0, top)
+        for offset, (name, credit) in enumerate((n, c) for n, c in credits.items() if c > top):
+            ax.annotate(f"{name} reaches {credit:,.0f} kB, above the axis", (1, 1), xycoords="axes fraction",
+                        xytext=(-4, -12 - 11 * offset), textcoords="offset points", ha="right", fontsize="small")
         ax.set(ylabel="kB", title=f"{run['stack']}, {run['set_name']}, {run['delay_ms']:g} ms: credit vs sent")
         ax.legend(fontsize="small", loc="upper left")
         axes[1].plot(points["t_s"], points["acked"] / 1e3, color="green")
@@ -156,21 +168,25 @@ def plot_traces(results: Path, out_dir: Path, run_id: str | None = None) -> list
 
 
 def _html(results: Path, figures: list[tuple[str, Path]], summary) -> str:
-    """One self-contained page: the figures inline, then the statistics table."""
+    """One self-contained page: the figures inline, then the statistics table with every condition that
+    differs among its rows."""
     parts = [f"<!doctype html><meta charset=utf-8><title>qreplay: {html.escape(results.name)}</title>",
              f"<h1>qreplay results: {html.escape(str(results))}</h1>"]
     for title, path in figures:
         parts.append(f"<h2>{html.escape(title)}</h2>{embedded_img(title, path)}")
-    columns = ["stack", "set_name", "delay_ms", "loss_pct", "sweep_param", "sweep_value", "autotune", "runs", "n",
-               "mean_mbps", "stddev_mbps", "client_socket_drop_pct"]
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(row[c]))}</td>" for c in columns) + "</tr>"
-                   for row in summary.select(columns).iter_rows(named=True))
+    columns = [*(statistics.varying(summary) or ["set_name"]), "runs", "n", "mean_mbps", "stddev_mbps", "ci95",
+               "client_socket_drop_pct"]
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(row, c))}</td>" for c in columns) + "</tr>"
+                   for row in summary.iter_rows(named=True))
     parts.append("<h2>Statistics (successful runs)</h2><table border=1 cellpadding=3><tr>"
                  + "".join(f"<th>{c}</th>" for c in columns) + f"</tr>{rows}</table>")
     return "\n".join(parts)
 
 
-def _cell(value) -> str:
+def _cell(row: dict, column: str) -> str:
+    if column == "ci95":
+        return "" if row["ci95_low"] is None else f"{row['ci95_low']:.1f} to {row['ci95_high']:.1f}"
+    value = row[column]
     return f"{value:.1f}" if isinstance(value, float) else "" if value is None else str(value)
 
 

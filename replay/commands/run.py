@@ -14,7 +14,8 @@ from rich.table import Table
 
 from replay import sets as sets_api
 from replay.link import LinkConfig, parse_duration_ms, parse_percent, parse_rate_bps, parse_size
-from replay.runner import Condition, Experiment, run_experiment, summaries
+from replay import statistics, store
+from replay.runner import Condition, Experiment, run_experiment
 from replay.commands.link import DoctorRow, register_doctor_rows
 from replay.stacks import all_stacks, get_stack
 from replay.stacks.base import RunOptions, default_timeout_s
@@ -92,22 +93,29 @@ def server_set(spec: str | None, overrides: list[str] | None) -> sets_api.NamedS
     from tparams.paramset import ParamSet
 
     base = sets_api.resolve_one(spec) if spec else sets_api.NamedSet("stack-default", ParamSet(), "stack defaults")
+    if base.role == "client":
+        cli_console(stderr=True).print(f"[yellow]warning:[/] --server-set {spec}: {base.name} is a client's set; "
+                                       "the server advertises its values")
     return sets_api.with_overrides(base, overrides or [])
 
 
-def execute(experiment: Experiment, out: Path, json_output: bool) -> list[dict]:
-    """Run with a progress bar, then print per-condition summaries (table or JSON lines)."""
+def execute(experiment: Experiment, out: Path, json_output: bool, title: str | None = None,
+            summary: bool = True) -> list[dict]:
+    """Run with one live progress line (the newest run's result on it, each warning printed once), then
+    print the per-condition summaries (a table headed ``title``, or JSON lines) unless ``summary`` is off.
+    Ctrl-C keeps the finished runs and says so."""
     console = cli_console(stderr=True)
     reason = experiment.stack.unavailable_reason()
     if reason:
         raise ToolError(f"stack {experiment.stack.name} is not usable here: {reason}")
-    for named in {c.client.name: c.client for c in experiment.conditions}.values():
+    for named in {c.client.name: c.client for c in experiment.conditions}.values() if summary else ():
         console.print(f"set: {named.name} ({named.source})")
     total = len(experiment.conditions) * experiment.reps
     warned: set[str] = set()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
-        task = progress.add_task(f"{experiment.kind} on {experiment.stack.name}", total=total)
+        what = f"{experiment.kind} on {experiment.stack.name}"
+        task = progress.add_task(what, total=total)
 
         def on_run(row: dict) -> None:
             for line in json.loads(row["warnings"] or "[]"):
@@ -118,32 +126,56 @@ def execute(experiment: Experiment, out: Path, json_output: bool) -> list[dict]:
             dropped = json.loads(row.get("counters") or "{}").get("client_udp_rcvbuf_errors")
             if dropped:
                 goodput += f" (the client's full socket buffer dropped {dropped} datagrams)"
-            progress.console.print(f"{row['set_name']} delay {row['delay_ms']:g} ms loss {row['loss_pct']:g}% "
-                                   f"rep {row['rep']}: {row['status']} {goodput}")
-            progress.advance(task)
+            progress.update(task, advance=1, description=f"{what}: last {row['set_name']} delay {row['delay_ms']:g} "
+                            f"ms loss {row['loss_pct']:g}% rep {row['rep']}: {row['status']} {goodput}"[:160])
 
-        rows = run_experiment(experiment, out, on_run)
-    show_summaries(summaries(rows), json_output)
-    console.print(f"results: {out} (experiment {experiment.experiment_id})")
+        try:
+            rows = run_experiment(experiment, out, on_run)
+        except KeyboardInterrupt:
+            progress.stop()
+            runs = int(experiment_summary(out, experiment.experiment_id)["runs"].sum() or 0)
+            console.print(f"interrupted: {runs} of {total} runs finished and are kept in {out} (experiment "
+                          f"{experiment.experiment_id}); the run under way was dropped. `qreplay plot {out}` "
+                          "draws what is there; run the command again for the rest (a new experiment).")
+            raise typer.Exit(130) from None
+    if summary:
+        show_summaries(experiment_summary(out, experiment.experiment_id), json_output, title)
+        console.print(f"results: {out} (experiment {experiment.experiment_id})")
     return rows
 
 
-def show_summaries(rows: list[dict], json_output: bool) -> None:
+def experiment_summary(results: Path, experiment_id: str):
+    """The experiment's per-condition statistics, as stored (replay/statistics.py)."""
+    con = store.open_read_only(results)
+    try:
+        return statistics.summary(con, experiment_id)
+    finally:
+        con.close()
+
+
+def show_summaries(frame, json_output: bool, title: str | None = None) -> None:
+    """A table naming every condition that differs among the rows (a swept set by its base name, the
+    value in its own column), or JSON lines carrying every condition."""
     if json_output:
-        for row in rows:
-            typer.echo(json.dumps(row))
+        for row in frame.iter_rows(named=True):
+            typer.echo(json.dumps(row, default=str))
         return
-    table = Table(title="goodput (Mbit/s; failed runs excluded from the statistics)")
-    for column in ("set", "server set", "delay ms", "loss %", "swept", "n", "failed", "mean", "stddev", "95% CI",
-                   "client socket drops %"):
-        table.add_column(column, justify="right" if column not in ("set", "server set", "swept") else "left")
+    import polars as pl
+
+    shown = frame.with_columns(pl.col("set_name").str.replace(r"\+[^+]*$", "")
+                               if frame["sweep_param"].drop_nulls().len() else pl.col("set_name"))
+    keys = statistics.varying(shown) or ["set_name"]
+    table = Table(title=f"{title + ': ' if title else ''}goodput (Mbit/s; failed runs excluded from the statistics)",
+                  caption=f"all: {statistics.shared(shown)}")
+    for key in keys:
+        table.add_column(key, overflow="fold")
+    for column in ("n", "failed", "mean", "stddev", "95% CI", "client socket drops %"):
+        table.add_column(column, justify="right", no_wrap=True)
     fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
-    for s in rows:
-        swept = f"{s['sweep_param']}={s['sweep_value']}" if s["sweep_param"] else ""
-        ci = "-" if s["ci95_low"] is None else f"{s['ci95_low']:.1f}..{s['ci95_high']:.1f}"
-        table.add_row(s["set_name"], s["server_set_name"] or "(stack default)", f"{s['delay_ms']:g}",
-                      f"{s['loss_pct']:g}", swept, str(s["n"]), str(s["failed"]), fmt(s["mean"]),
-                      fmt(s["stddev"]), ci,
+    for s in shown.iter_rows(named=True):
+        ci = "-" if s["ci95_low"] is None else f"{s['ci95_low']:.1f} to {s['ci95_high']:.1f}"
+        table.add_row(*(statistics.describe(s, [key]) for key in keys), str(s["n"]), str(s["failed"]),
+                      fmt(s["mean_mbps"]), fmt(s["stddev_mbps"]), ci,
                       "-" if s["client_socket_drop_pct"] is None else f"{s['client_socket_drop_pct']:.2f}")
     cli_console().print(table)
 

@@ -14,6 +14,7 @@ from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet
 class Aioquic(Stack):
     name = "aioquic"
     settable = {"client": frozenset(PERFORMANCE_PARAMETERS), "server": frozenset(PERFORMANCE_PARAMETERS)}
+    cc_names = frozenset({"cubic"})  # (and Reno, aioquic's default, which qreplay does not offer)
 
     def unavailable_reason(self) -> str | None:
         try:
@@ -34,8 +35,8 @@ class Aioquic(Stack):
         applied.flags = [f"--{name}={str(value).lower()}" for name, value in settable.items()]
         if opts.autotune:
             applied.flags.append("--autotune")
-        if opts.cc != "cubic":
-            applied.notes.append(f"aioquic ran with its default congestion control, not {opts.cc}")
+        applied.flags.append(f"--cc={self.congestion_control(opts.cc)}")
+        applied.notes += self.cc_note(opts.cc)
         if opts.qlog_dir:
             applied.notes.append("qlog is not wired for the aioquic endpoints")
         if opts.keylog and role == "client":

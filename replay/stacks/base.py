@@ -94,6 +94,24 @@ class Stack(ABC):
     writes_qlog: bool = False
     #: parameters each role's command line can set; the rest are reported as not applied
     settable: dict[Role, frozenset[str]]
+    #: the --cc values the stack can run; asked for another, it runs ``cc_fallback`` (and the run stores that)
+    cc_names: frozenset[str] = frozenset({"cubic", "bbr"})
+    cc_fallback: str = "cubic"
+    #: None: --autotune reaches the stack; else the sentence saying why it cannot (the run stores it pinned)
+    autotune_note: str | None = None
+
+    def congestion_control(self, requested: str) -> str:
+        """The congestion control the stack runs when ``requested`` is asked for."""
+        return requested if requested in self.cc_names else self.cc_fallback
+
+    def cc_note(self, requested: str) -> list[str]:
+        """The warning a run carries when the stack cannot run ``requested``."""
+        ran = self.congestion_control(requested)
+        return [] if ran == requested else [f"{self.name} has no {requested}: it ran {ran}"]
+
+    def autotunes(self, requested: bool) -> bool:
+        """Whether the stack's windows may grow when --autotune is ``requested``."""
+        return requested and self.autotune_note is None
 
     @abstractmethod
     def unavailable_reason(self) -> str | None:
@@ -169,10 +187,6 @@ class ReplayProgram(Stack):
     A library file says which parameters each role can carry, and what it does with --autotune, --cc and
     --qlog-dir (``autotune_note``, ``cc_names``, ``writes_qlog``)."""
 
-    #: the --cc values the library has; others run with the library's default and say so
-    cc_names: frozenset[str] = frozenset({"cubic", "bbr"})
-    #: None: --autotune reaches the library; else the sentence saying why it cannot
-    autotune_note: str | None = None
     #: what the library sends whatever it is told: a request for exactly that value is what the peer sees,
     #: so it counts as applied (any other as not applied)
     fixed: dict[str, int] = {}
@@ -202,10 +216,8 @@ class ReplayProgram(Stack):
                 out.flags += [flag] if value else []
             else:
                 out.flags.append(f"{flag}={value}")
-        if opts.cc in self.cc_names:
-            out.flags.append(f"--cc={opts.cc}")
-        else:
-            out.notes.append(f"{self.name} has no {opts.cc}: it ran with its default congestion control")
+        out.flags.append(f"--cc={self.congestion_control(opts.cc)}")
+        out.notes += self.cc_note(opts.cc)
         if opts.autotune:
             if self.autotune_note:
                 out.notes.append(self.autotune_note)

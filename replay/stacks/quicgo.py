@@ -21,6 +21,7 @@ class QuicGo(Stack):
     name = "quic-go"
     writes_qlog = True
     settable = {role: frozenset((*COMMON, window)) for role, window in STREAM_WINDOW.items()}
+    cc_names = frozenset({"cubic"})  # quic-go's only congestion control
 
     def __init__(self, bin_dir: Path = GO_BIN_DIR):
         self.client_binary, self.server_binary = bin_dir / "qgclient", bin_dir / "qgserver"
@@ -40,8 +41,7 @@ class QuicGo(Stack):
         applied.flags = [f"-{name}={value}" for name, value in settable.items()]
         if opts.autotune:
             applied.flags.append("-autotune")
-        if opts.cc != "cubic":
-            applied.notes.append(f"quic-go has no {opts.cc}: it ran with its CUBIC")
+        applied.notes += self.cc_note(opts.cc)
         env = []
         if opts.qlog_dir:
             Path(opts.qlog_dir, role).mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,8 @@ CREATE TABLE IF NOT EXISTS experiments (
     link_backend  VARCHAR NOT NULL,      -- as requested: auto | netem | relay | veth | loopback
     size_bytes    BIGINT NOT NULL,
     reps          INTEGER NOT NULL,
-    autotune      BOOLEAN NOT NULL,
-    cc            VARCHAR NOT NULL,
+    autotune      BOOLEAN NOT NULL,      -- as requested (runs.autotune: what ran)
+    cc            VARCHAR NOT NULL,      -- as requested (runs.cc: what ran)
     command_line  VARCHAR,               -- the qreplay invocation, when run from the CLI
     config        VARCHAR                -- JSON: conditions, timeout_s, qlog_dir, cpu_idle
 );
@@ -63,8 +63,11 @@ CREATE TABLE IF NOT EXISTS runs (
     client_maxrss_kb    BIGINT,
     server_cpu_s        DOUBLE,
     server_maxrss_kb    BIGINT,
-    autotune            BOOLEAN NOT NULL,
-    cc                  VARCHAR NOT NULL,
+    autotune            BOOLEAN NOT NULL,   -- the client's (receiver's) windows could grow, as ran
+    cc                  VARCHAR NOT NULL,   -- the server's (sender's) congestion control, as ran
+    autotune_requested  BOOLEAN,            -- what was asked (--autotune)
+    cc_requested        VARCHAR,            -- what was asked (--cc)
+    udp_buffer_bytes    BIGINT,             -- the testbed's socket buffers; NULL: the machine's own (loopback)
     requested_client    VARCHAR,            -- JSON {parameter: value}
     applied_client      VARCHAR,
     not_applied_client  VARCHAR,
@@ -77,23 +80,14 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 -- Files written before pairs of stacks existed: the server was the client's library.
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS server_stack VARCHAR;
+-- Files written before runs stored what ran beside what was asked: replay/store.py fills these in once.
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS autotune_requested BOOLEAN;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS cc_requested VARCHAR;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS udp_buffer_bytes BIGINT;
 
--- n, mean and standard deviation per condition; failed runs are kept in `runs`
--- and counted here, but only successful runs enter the goodput statistics.
-CREATE OR REPLACE VIEW run_summary AS
-SELECT experiment_id, stack, server_stack, set_name, server_set_name, delay_ms, loss_pct, sweep_param, sweep_value,
-       autotune, count(*) AS runs, count(*) FILTER (WHERE status = 'ok') AS n,
-       avg(goodput_mbps) FILTER (WHERE status = 'ok') AS mean_mbps,
-       stddev_samp(goodput_mbps) FILTER (WHERE status = 'ok') AS stddev_mbps,
-       avg(client_tx_packets) AS mean_client_tx_packets,
-       avg(server_tx_packets) AS mean_server_tx_packets,
-       -- datagrams the client's full socket buffer dropped, per 100 reaching its UDP layer (ok runs)
-       100.0 * sum(json_extract(counters, '$.client_udp_rcvbuf_errors')::BIGINT) FILTER (WHERE status = 'ok')
-         / nullif(sum(json_extract(counters, '$.client_udp_rcvbuf_errors')::BIGINT
-                      + json_extract(counters, '$.client_udp_in_datagrams')::BIGINT) FILTER (WHERE status = 'ok'), 0)
-         AS client_socket_drop_pct
-FROM runs
-GROUP BY ALL;
+-- The view run_summary (one row per experiment and condition: runs, failed, n, mean, standard deviation
+-- and 95% CI of the goodput of the successful runs, packets, socket drops) is created by replay/store.py
+-- from replay/statistics.py, where every statistic of stored runs is defined once.
 
 -- `qreplay --trace`: one row per traced run (its capture, decrypted with the client's key log).
 CREATE TABLE IF NOT EXISTS traces (

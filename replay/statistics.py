@@ -1,0 +1,155 @@
+"""Per-condition statistics of stored runs, defined once, in DuckDB.
+
+A run's *condition* is every stored column that can differ between runs and
+change what a download measures. Statistics group by all of them, so that no
+table or figure averages over a condition it does not show (the fault that
+drew a set's 0% and 0.1% loss results as one mean). A figure then names, in
+its series, every condition that still differs among what it draws
+(:func:`varying`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics as stats
+
+import duckdb
+
+#: Every condition a run is stored under, as ran (requested values sit beside them in `runs`).
+CONDITIONS = ("stack", "server_stack", "set_name", "server_set_name", "link_backend", "delay_ms", "delay_up_ms",
+              "jitter_ms", "loss_pct", "rate_bps", "queue", "sweep_param", "sweep_value", "size_bytes",
+              "autotune", "cc", "udp_buffer_bytes")
+
+# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then the normal 1.96).
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)
+
+
+def summarize(values: list[float]) -> dict:
+    """n, mean, sample standard deviation and the 95% confidence interval of the mean (its low end held at
+    0) of goodputs: the same figures as :func:`summary_sql`, for runs not (yet) in a file."""
+    n = len(values)
+    if n == 0:
+        return {"n": 0, "mean": None, "stddev": None, "ci95_low": None, "ci95_high": None}
+    mean = stats.fmean(values)
+    if n == 1:
+        return {"n": 1, "mean": mean, "stddev": None, "ci95_low": None, "ci95_high": None}
+    stddev = stats.stdev(values)
+    half = (T975[n - 2] if n - 1 <= len(T975) else 1.96) * stddev / math.sqrt(n)
+    return {"n": n, "mean": mean, "stddev": stddev, "ci95_low": max(0.0, mean - half), "ci95_high": mean + half}
+
+
+def client_socket_drop_pct(rows: list[dict]) -> float | None:
+    """Share of the datagrams reaching the client's UDP layer that its full socket buffer dropped (the
+    same figure as :func:`summary_sql`'s); None without the namespace counters (e.g. loopback)."""
+    dropped = delivered = 0
+    for row in rows:
+        counters = json.loads(row.get("counters") or "{}")
+        if "client_udp_rcvbuf_errors" not in counters:
+            return None
+        dropped += counters["client_udp_rcvbuf_errors"]
+        delivered += counters["client_udp_in_datagrams"]
+    return 100 * dropped / (dropped + delivered) if dropped + delivered else None
+
+
+def summary_sql(columns: list[str] | tuple[str, ...] = CONDITIONS) -> str:
+    """SELECT of one row per condition over ``runs`` (``columns`` those present in the file): runs, failed,
+    n, mean, sample standard deviation and the 95% confidence interval of the mean goodput over the
+    successful runs (Student's t; its low end held at 0, as no goodput is negative), mean packets and the
+    client's socket drop share. ``first_started`` orders conditions as they ran."""
+    t_values = ", ".join(f"({df}, {t})" for df, t in enumerate(T975, start=1))
+    keys = ", ".join(columns)
+    ok = "FILTER (WHERE status = 'ok')"
+    return f"""
+WITH t975(df, t) AS (VALUES {t_values}),
+per_condition AS (
+  SELECT experiment_id, {keys}, min(started_at) AS first_started, count(*) AS runs,
+         count(*) {ok} AS n, count(*) - count(*) {ok} AS failed,
+         avg(goodput_mbps) {ok} AS mean_mbps, stddev_samp(goodput_mbps) {ok} AS stddev_mbps,
+         avg(client_tx_packets) {ok} AS mean_client_tx_packets,
+         avg(server_tx_packets) {ok} AS mean_server_tx_packets,
+         -- datagrams the client's full socket buffer dropped, per 100 reaching its UDP layer
+         100.0 * sum(json_extract(counters, '$.client_udp_rcvbuf_errors')::BIGINT) {ok}
+           / nullif(sum(json_extract(counters, '$.client_udp_rcvbuf_errors')::BIGINT
+                        + json_extract(counters, '$.client_udp_in_datagrams')::BIGINT) {ok}, 0)
+           AS client_socket_drop_pct
+  FROM runs GROUP BY experiment_id, {keys}
+)
+SELECT p.*,
+       CASE WHEN n > 1 THEN greatest(0, mean_mbps - coalesce(t.t, 1.96) * stddev_mbps / sqrt(n)) END AS ci95_low,
+       CASE WHEN n > 1 THEN mean_mbps + coalesce(t.t, 1.96) * stddev_mbps / sqrt(n) END AS ci95_high
+FROM per_condition p LEFT JOIN t975 t ON t.df = p.n - 1
+ORDER BY first_started"""
+
+
+def present_conditions(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The conditions a results file stores (a file of an older qreplay may lack the newest)."""
+    columns = {row[0] for row in con.execute("DESCRIBE runs").fetchall()}
+    return [c for c in CONDITIONS if c in columns]
+
+
+def summary(con: duckdb.DuckDBPyConnection, experiment_id: str | None = None):
+    """:func:`summary_sql` as a polars DataFrame, of one experiment or of the whole file. An experiment is
+    a group of its own: two experiments of the same conditions are two rows (two sweeps, not one)."""
+    frame = con.sql(summary_sql(present_conditions(con))).pl()
+    return frame if experiment_id is None else frame.filter(frame["experiment_id"] == experiment_id)
+
+
+def varying(frame, exclude: tuple[str, ...] = ()) -> list[str]:
+    """The conditions that take more than one value in ``frame`` (apart from ``exclude``, e.g. the x axis):
+    a figure that draws ``frame`` must tell them apart. Where one condition was run by several experiments
+    (the same sweep twice), the experiment is one of them: what this file does not store (a stack's
+    version, the machine's load) may differ between them, so they are drawn apart, never pooled."""
+    conditions = [c for c in CONDITIONS if c in frame.columns]
+    found = [c for c in conditions if c not in exclude and frame[c].n_unique() > 1]
+    if "server_stack" in found and (frame["server_stack"] == frame["stack"]).all():
+        found.remove("server_stack")  # each stack's own server: the stack names both
+    if "experiment_id" in frame.columns and frame.select(conditions).is_duplicated().any():
+        found.append("experiment_id")
+    return found
+
+
+def series(frame, x: str) -> list[tuple[str, object]]:
+    """(label, points sorted by ``x``) per series of a figure: one series for every combination of the
+    conditions that differ among ``frame``'s rows apart from ``x``, so that a figure never averages over a
+    condition it does not show."""
+    keys = varying(frame, exclude=(x,))
+    groups = frame.group_by(keys, maintain_order=True) if keys else [((), frame)]
+    return [(describe(group.row(0, named=True), keys), group.sort(x)) for _, group in groups]
+
+
+def shared(frame, exclude: tuple[str, ...] = ()) -> str:
+    """The conditions every row of ``frame`` shares (those stored), in words: what a table or figure holds
+    fixed."""
+    moving = set(varying(frame)) | set(exclude)
+    fixed = [c for c in CONDITIONS if c in frame.columns and c not in moving and frame[c].null_count() < frame.height]
+    return describe(frame.row(0, named=True), fixed) if frame.height else ""
+
+
+def describe(row: dict, columns: list[str]) -> str:
+    """A condition in words, e.g. ``firefox, ngtcp2, loss 0.1%``, naming only ``columns``."""
+    return ", ".join(_word(column, row[column]) for column in columns) or "all runs"
+
+
+def _word(column: str, value) -> str:
+    if value is None:
+        return f"{column} -"
+    if column in ("stack", "set_name", "link_backend", "queue", "sweep_param"):
+        return str(value)
+    units = {"delay_ms": ("delay ", " ms"), "delay_up_ms": ("delay up ", " ms"), "jitter_ms": ("jitter ", " ms"),
+             "loss_pct": ("loss ", "%"), "size_bytes": ("", " B"), "rate_bps": ("rate ", " bit/s"),
+             "udp_buffer_bytes": ("UDP buffer ", " B")}
+    if column in units:
+        before, after = units[column]
+        return f"{before}{value:g}{after}" if isinstance(value, float) else f"{before}{value}{after}"
+    if column == "experiment_id":
+        return f"experiment {value[:8]}"
+    if column == "autotune":
+        return "autotune" if value else "pinned"
+    if column == "server_stack":
+        return f"server {value}"
+    if column == "server_set_name":
+        return f"server set {value}"
+    return f"{column} {value}"
