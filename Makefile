@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test bench docs clean-lab
+.PHONY: setup demo test bench docs reference clean-lab
 
 setup:
 	@bash scripts/setup.sh
@@ -16,8 +16,13 @@ demo: setup
 test: setup
 	@$(PY) -m pytest -ra -p no:cacheprovider tests
 
+# The generated pages committed in docs/ (CLI and schema reference, benchmarks chart), made anew from the
+# code and data; commit what changes (a test fails while they are stale).
+reference: setup
+	@$(PY) -m docs_build.committed
+
 # The manual as a site (out/docs/index.html); the tests build it the same way.
-docs: setup
+docs: reference
 	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet && echo "manual: out/docs/index.html"
 
 bench: setup

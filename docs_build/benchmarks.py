@@ -1,9 +1,10 @@
 """The benchmarks page's picture and its "Latest figures" table, both drawn from bench/latest.csv.
 
 bench/latest.csv holds the latest measured figure of each benchmark goal (one row a goal); it is the one
-place those numbers live. MkDocs calls this hook (mkdocs.yml): ``on_files`` checks the file and adds the
-chart as a generated image (never committed), ``on_page_markdown`` puts the table where benchmarks.md
-marks it. A malformed row stops the build with one line naming the row.
+place those numbers live. The chart is committed as docs/benchmark-goals.png (docs_build/committed.py
+draws it, a test checks it is what the file makes now); MkDocs calls this hook (mkdocs.yml): ``on_files``
+checks the file, ``on_page_markdown`` puts the table where benchmarks.md marks it. A malformed row stops
+the build with one line naming the row.
 """
 
 from __future__ import annotations
@@ -149,10 +150,8 @@ def table(goals: list[Goal]) -> str:
 
 
 def on_files(files, config):
-    """MkDocs hook: the chart, made from the checked file, as a page's image (never written into docs/)."""
-    from mkdocs.structure.files import File
-
-    files.append(File.generated(config, CHART, content=chart(read_goals())))
+    """MkDocs hook: check the file before any page is read (a bad row is then the build's one error)."""
+    read_goals()
     return files
 
 

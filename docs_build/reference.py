@@ -1,8 +1,10 @@
 """The manual's generated pages: the front page, the CLI reference and the schema reference.
 
-MkDocs calls ``on_files`` (a hook, mkdocs.yml); nothing here is committed as a page, so the manual can
-never restate by hand what the code says. The front page of the site is README.md with its links
-re-rooted at docs/, so that the strict build checks every link of the front page too.
+MkDocs calls ``on_files`` (a hook, mkdocs.yml) for the front page: README.md with its links re-rooted at
+docs/, so that the strict build checks every link of the front page too. The CLI and schema reference are
+made here but committed in docs/reference/ (docs_build/committed.py writes them, a test checks they are
+what the code says now), so that the manual never restates by hand what the code says and its links
+also work where the repository is read without building the site.
 """
 
 from __future__ import annotations
@@ -131,12 +133,8 @@ def _leading_comments(lines: list[str]) -> list[str]:
 
 
 def on_files(files, config):
-    """MkDocs hook: add the generated pages to the build (never written into docs/)."""
+    """MkDocs hook: add the front page to the build (never written into docs/)."""
     from mkdocs.structure.files import File
 
-    generated = {"index.md": front_page(), "reference/schema.md": schema_reference()}
-    for program, module in PROGRAMS:
-        generated[f"reference/{program}.md"] = cli_reference(program, module)
-    for uri, content in generated.items():
-        files.append(File.generated(config, uri, content=content))
+    files.append(File.generated(config, "index.md", content=front_page()))
     return files

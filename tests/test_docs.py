@@ -67,6 +67,39 @@ def test_the_reference_pages_hold_every_command_and_every_schema_object(site):
             assert f"<code>{name}</code>" in page, f"{kind} {name} of {ddl.name} is missing from the schema reference"
 
 
+def manual_pages() -> list[Path]:
+    """The front page and every page of the manual, as the repository holds them."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def test_every_link_of_the_front_page_and_the_manual_works_in_the_repository():
+    """Where the repository is read as it is (its host shows docs/ as committed, no site is built), every
+    relative link and image of README.md and docs/ must name a committed file: none may exist only after
+    `make docs`. Anchors are the site's business (its strict build checks them)."""
+    dead = []
+    for page in manual_pages():
+        tokens = MarkdownIt().parse(page.read_text())
+        for token in (child for block in tokens for child in (block.children or [])):
+            target = token.attrs.get("href") or token.attrs.get("src")
+            if not target or re.match(r"[a-z]+:|#", target):
+                continue
+            path = (page.parent / target.split("#")[0]).resolve()
+            if not path.exists() or not path.is_relative_to(ROOT):
+                dead.append(f"{page.relative_to(ROOT)}: {target}")
+    assert dead == [], f"links to files the repository does not hold: {dead}"
+
+
+def test_the_committed_generated_files_are_what_the_code_makes_now():
+    """docs/reference/*.md (typer's and the DDL's reference) and the benchmarks chart are committed so that
+    their links work in the repository; `make reference` rewrites them after a change to a command, a
+    schema or bench/latest.csv."""
+    from docs_build.committed import generated_files
+
+    stale = [str(path.relative_to(ROOT)) for path, content in generated_files().items()
+             if not path.exists() or path.read_bytes() != content]
+    assert stale == [], f"stale generated files (run `make reference` and commit them): {stale}"
+
+
 def test_the_site_front_page_is_the_readme(site):
     page = (site / "index.html").read_text()
     title = (ROOT / "README.md").read_text().splitlines()[0].lstrip("# ")

@@ -1,0 +1,38 @@
+"""The manual's generated files that are committed: the CLI and schema reference and the benchmarks chart.
+
+They are made from the code and data (docs_build/reference.py, docs_build/benchmarks.py) and committed
+into docs/ so that every link of the front page and the manual works where the repository itself is read
+(its host shows docs/ as committed, never builds the site) as well as in the built site. `make reference`
+(this module) rewrites them; tests/test_docs.py fails when one is not what the code and data make now.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from docs_build.benchmarks import CHART, chart, read_goals
+from docs_build.reference import PROGRAMS, cli_reference, schema_reference
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def generated_files() -> dict[Path, bytes]:
+    """Each committed generated file, as the code and data make it now."""
+    files = {DOCS / "reference" / f"{program}.md": cli_reference(program, module).encode()
+             for program, module in PROGRAMS}
+    files[DOCS / "reference" / "schema.md"] = schema_reference().encode()
+    files[DOCS / CHART] = chart(read_goals())
+    return files
+
+
+def main() -> None:
+    for path, content in generated_files().items():
+        if not path.exists() or path.read_bytes() != content:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+            print(f"wrote {path.relative_to(DOCS.parent)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
