@@ -145,20 +145,27 @@ def draw_heatmap(cells: list[PairCell], delay_ms: float, path: Path) -> Path:
     return save_png(fig, path)
 
 
-def _markdown(campaign: str, cells: list[PairCell], heatmaps: list[Path]) -> str:
+def matrix(cells: list[PairCell], delay_ms: float) -> tuple[list[str], list[list[str]]]:
+    """(servers, one row per client: its name, then its mean goodput from each server) at one delay; `-`
+    where a pair speaks no common protocol."""
     servers = sorted({c.server for c in cells})
+    rows = []
+    for client in sorted({c.client for c in cells}):
+        row = [client]
+        for server in servers:
+            cell = next((c for c in cells if c.client == client and c.server == server and c.delay_ms == delay_ms),
+                        None)
+            row.append("-" if cell is None else cell.text(1, " ({} failed)"))
+        rows.append(row)
+    return servers, rows
+
+
+def _markdown(campaign: str, cells: list[PairCell], heatmaps: list[Path]) -> str:
     parts = ["# Implementation pairs", "",
              f"Campaign `{campaign}`: goodput of each client (rows) downloading from each server (columns), "
              "mean of the successful runs in Mbit/s; `-`: no common application protocol.", ""]
     for delay, image in zip(sorted({c.delay_ms for c in cells}), heatmaps):
-        rows = []
-        for client in sorted({c.client for c in cells}):
-            row = [client]
-            for server in servers:
-                cell = next((c for c in cells if c.client == client and c.server == server and c.delay_ms == delay),
-                            None)
-                row.append("-" if cell is None else cell.text(1, " ({} failed)"))
-            rows.append(row)
+        servers, rows = matrix(cells, delay)
         parts += [f"## {delay:g} ms", "", f"![pairs at {delay:g} ms]({image.name})", "",
                   markdown_table(["client \\ server", *servers], rows), ""]
     failures = [c for c in cells if c.error]

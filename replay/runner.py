@@ -505,7 +505,8 @@ def run_experiment(experiment: Experiment, results: str | Path,
                     if on_run:
                         on_run(row)
             finally:
-                store.insert(con, "runs", batch)
+                # A Ctrl-C can land between a round's insert and the emptying of its batch.
+                store.insert(con, "runs", batch, skip_stored=True)
                 rows += batch
         record["finished_at"] = datetime.datetime.now()
         store.upsert_experiment(con, record)

@@ -33,6 +33,7 @@ class NamedSet:
     name: str
     params: ParamSet
     source: str  # where it came from, for the banner and the results
+    role: str | None = None  # who sends it: client | server (a set file's "role"; scan sets are servers')
 
 
 def builtin_names(sets_dir: Path = SETS_DIR) -> list[str]:
@@ -58,7 +59,8 @@ def resolve_alias(alias: str, sets_dir: Path = SETS_DIR) -> str:
 
 def load_file(path: Path) -> NamedSet:
     document = read_set_document(path)
-    return NamedSet(str(document.get("name") or path.stem), paramset_from_document(document), str(path))
+    return NamedSet(str(document.get("name") or path.stem), paramset_from_document(document), str(path),
+                    document.get("role"))
 
 
 def top_sets(scan: Path, n: int) -> list[NamedSet]:
@@ -78,7 +80,7 @@ def top_sets(scan: Path, n: int) -> list[NamedSet]:
     for rank, row in enumerate(rows, 1):
         values = dict(zip(PERFORMANCE_PARAMETERS, row[1:-1]))
         result.append(NamedSet(f"{scan.stem}-top{rank}-{row[0]}", ParamSet.from_mapping(values),
-                               f"{scan}: rank {rank}, {row[-1]} servers"))
+                               f"{scan}: rank {rank}, {row[-1]} servers", "server"))
     return result
 
 
@@ -87,16 +89,22 @@ def resolve(spec: str, sets_dir: Path = SETS_DIR) -> list[NamedSet]:
     spec = spec.strip()
     match = TOP_N.match(spec)
     if match:
-        return top_sets(Path(match["path"]), int(match["n"]))
+        found = top_sets(Path(match["path"]), int(match["n"]))
+        if len(found) < int(match["n"]):  # running fewer than asked, unsaid, would pass for the top N
+            raise ToolError(f"{match['path']} holds {len(found)} distinct server sets, fewer than the top "
+                            f"{match['n']} asked for: give {match['path']}:top{len(found)} or fewer")
+        return found
     if spec in ALIASES:
         spec = resolve_alias(spec, sets_dir)
     builtin = sets_dir / f"{spec}.json"
     if "/" not in spec and builtin.exists():
         named = load_file(builtin)
-        return [NamedSet(spec, named.params, named.source)]
+        return [NamedSet(spec, named.params, named.source, named.role)]
     path = Path(spec)
     if path.exists():
         return [load_file(path)]
+    if "/" in spec or path.suffix == ".json":
+        raise ToolError(f"set file {spec} does not exist")
     raise ToolError(f"unknown set {spec!r}: known sets: {', '.join(builtin_names(sets_dir))}; "
                     f"aliases: {', '.join(ALIASES)}; or give a set file or scan.duckdb:topN")
 
@@ -131,4 +139,4 @@ def with_overrides(named: NamedSet, assignments: list[str]) -> NamedSet:
         values[name.strip()] = value.strip()
     params = named.params.with_overrides(**values)
     suffix = ",".join(f"{k}={v}" for k, v in values.items())
-    return NamedSet(f"{named.name}+{suffix}", params, named.source)
+    return NamedSet(f"{named.name}+{suffix}", params, named.source, named.role)

@@ -66,8 +66,9 @@ def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
     return [row[0] for row in con.execute(f"DESCRIBE {table}").fetchall()]
 
 
-def insert(con: duckdb.DuckDBPyConnection, table: str, rows: Iterable[Mapping]) -> int:
-    """Append rows in one statement via Arrow; missing keys become NULL, unknown keys are an error."""
+def insert(con: duckdb.DuckDBPyConnection, table: str, rows: Iterable[Mapping], skip_stored: bool = False) -> int:
+    """Append rows in one statement via Arrow; missing keys become NULL, unknown keys are an error.
+    ``skip_stored``: rows whose key the table holds already are left out (a retry after an interrupt)."""
     rows = list(rows)
     if not rows:
         return 0
@@ -79,7 +80,8 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows: Iterable[Mapping]) 
     batch = pa.Table.from_pylist([{c: r.get(c) for c in used} for r in rows])
     con.register("_batch", batch)
     try:
-        con.execute(f"INSERT INTO {table} ({', '.join(used)}) SELECT {', '.join(used)} FROM _batch")
+        con.execute(f"INSERT {'OR IGNORE ' if skip_stored else ''}INTO {table} ({', '.join(used)}) "
+                    f"SELECT {', '.join(used)} FROM _batch")
     finally:
         con.unregister("_batch")
     return len(rows)

@@ -12,6 +12,7 @@ left by a crashed process (named qrep-<pid>-...) are swept by the next one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import itertools
 import json
@@ -115,7 +116,10 @@ def _write_sysctl(key: str, value: int) -> None:
     try:
         _sysctl_path(key).write_text(f"{value}\n")
     except OSError as exc:
-        raise ToolError(f"cannot set {key} (run as root): {exc.strerror}") from exc
+        if exc.errno == errno.EINVAL:  # e.g. below the kernel's floor (4096 here: 1KiB is refused)
+            raise ToolError(f"the kernel refuses {key} = {value} bytes (--udp-buffer): give a larger size, "
+                            "e.g. 1664KiB") from None
+        raise ToolError(f"cannot set {key}: {exc.strerror}{' (run as root)' if os.geteuid() else ''}") from None
 
 
 def _restore(saved: dict) -> None:

@@ -6,8 +6,10 @@ import importlib.metadata
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -31,6 +33,7 @@ def qreplay(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
 
 @pytest.mark.parametrize("args, expected", [
     (["--set", "nonexistent", "--reps", "1"], "known sets: alpha"),
+    (["--set", "/no/such.json", "--reps", "1"], "set file /no/such.json does not exist"),
     (["--set", "firefox", "--delay", "30 parsecs"], "malformed --delay"),
     (["--set", "firefox", "--loss", "lots"], "malformed --loss"),
     (["--set", "firefox", "--loss", "150%"], "between 0 and 100"),
@@ -47,6 +50,38 @@ def test_bad_input_is_one_line_exit_2(args, expected):
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_socket_buffer_the_kernel_refuses_is_named_as_such(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root (network namespaces)")
+    result = qreplay("--set", "firefox", "--udp-buffer", "1KiB", "--size", "100kB", "--reps", "1",
+                     "--out", str(tmp_path / "r.duckdb"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "the kernel refuses" in last and "= 1024 bytes (--udp-buffer)" in last and "root" not in last, last
+
+
+def test_ctrl_c_keeps_the_finished_runs_and_says_so(tmp_path):
+    out = tmp_path / "r.duckdb"
+    process = subprocess.Popen([QREPLAY, "--set", "firefox", "--stack", "quic-go", "--link", "loopback", "--size",
+                                "100kB", "--reps", "500", "--out", str(out)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    time.sleep(6)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    kept = re.search(r"interrupted: (\d+) of 500 runs finished and are kept in (\S+) \(experiment", stderr)
+    assert kept and kept[2] == str(out), stderr
+    stored = duckdb.connect(str(out), read_only=True).execute("SELECT count(*) FROM runs").fetchone()[0]
+    assert stored == int(kept[1]) > 0
+
+
+def test_a_client_set_as_server_set_is_named_once(tmp_path):
+    result = qreplay("--set", "firefox", "--server-set", "firefox-109", "--stack", "quic-go", "--link", "loopback",
+                     "--size", "100kB", "--reps", "2", "--out", str(tmp_path / "r.duckdb"))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("--server-set firefox-109: firefox-109 is a client's set") == 1, result.stderr
 
 
 def test_missing_lsquic_says_how_to_get_it():

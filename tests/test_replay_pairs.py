@@ -47,5 +47,9 @@ def test_pairs_downloads_across_libraries_and_draws_the_heat_map(tmp_path):
     for client, server, argv in con.execute("SELECT stack, server_stack, server_argv FROM runs").fetchall():
         assert ("qgserver" if server == "quic-go" else "aioquic_endpoints.server" if server == "aioquic"
                 else f"replay-{server}") in argv, (client, server, argv)
+    # One matrix, clients as rows and servers as columns, not one unlabelled table per pair.
+    assert done.stdout.count("goodput (Mbit/s) at 0 ms") == 1 and "failed runs excluded" not in done.stdout
+    header = next(line for line in done.stdout.splitlines() if "client \\ server" in line)
+    assert all(stack in header for stack in stacks), done.stdout
     png = tmp_path / "pairs_0ms.png"
     assert png.stat().st_size > 10_000 and "| client \\ server |" in (tmp_path / "pairs.md").read_text()

@@ -65,3 +65,12 @@ def test_a_figure_draws_every_condition_that_differs_as_its_own_series(tmp_path)
     assert [label for label, _ in series(swept, "sweep_value")] == ["experiment a", "experiment b"]
     page = plot_results(results, tmp_path / "plots")[-1].read_text()
     assert "<th>loss_pct</th>" in page and "<td>142.0</td>" in page and "<td>196.0</td>" not in page
+
+
+def test_a_credit_line_above_the_trace_axis_is_named_not_lost():
+    from replay.commands.plot import credit_axis
+
+    top, above = credit_axis(2000.0, {"stream credit": 2500.0, "connection credit": 15728.6})
+    assert 2500.0 < top < 15728.6  # the stream credit is drawn, the far connection window named
+    assert above == ["connection credit reaches 15,729 kB, above the axis"]
+    assert credit_axis(2000.0, {"stream credit": 1000.0})[1] == []

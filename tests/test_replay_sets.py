@@ -67,3 +67,6 @@ def test_scan_top_n_reads_the_server_params_view(tmp_path):
     assert found[0].name == "scan-top1-aaaa" and "3 servers" in found[0].source
     with pytest.raises(ToolError):
         sets.resolve(f"{tmp_path / 'missing.duckdb'}:top1")
+    with pytest.raises(ToolError, match="holds 2 distinct server sets, fewer than the top 99"):
+        sets.resolve(f"{scan}:top99")  # never fewer sets than asked, unsaid
+    assert [s.role for s in found] == ["server", "server"]

@@ -24,6 +24,15 @@ def test_the_window_model_for_lsquic_at_30ms():
     assert window_bound(131072, 0, UPDATE_RULES["lsquic"]) is None  # no round trip, no window limit
 
 
+def test_a_bound_reads_low_to_high_even_where_bursts_start_faster():
+    """With a short download's start charged, the burst bound of a large window needs fewer slow-start
+    round trips than a whole window does and comes out higher: the report still reads low to high."""
+    bound = window_bound(12582912, 60, UPDATE_RULES["ngtcp2"], size=2_000_000)
+    assert bound.low_mbps > bound.high_mbps
+    low, high = bound.span
+    assert bound.text() == f"{low:,.1f} to {high:,.1f}" and low < high and bound.contains(low) and bound.contains(high)
+
+
 def test_every_published_headline_has_its_conditions_in_the_full_campaign():
     plans = {p.figure: p for p in plan_campaign()}
     swept = {(p.conditions[0].sweep_param, c.sweep_value) for p in plans.values() if p.kind == "sweep"
@@ -58,6 +67,8 @@ def test_reproduce_writes_a_report_beside_the_published_numbers(tmp_path):
                      "5.4,5.6", "--size", "2MB", "--reps", "1", "--link", "relay", "--out-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-2:] == [str(tmp_path / "report.md"), str(tmp_path / "report.html")]
+    for stack in stacks:  # each table says which figure and stack it is, on stdout where it is printed
+        assert f"figure 5.4 on {stack} (" in result.stdout and f"figure 5.6 on {stack} (" in result.stdout
 
     with duckdb.connect(str(tmp_path / "reproduce.duckdb"), read_only=True) as con:
         runs = con.execute("SELECT stack, sweep_value, status FROM runs ORDER BY ALL").fetchall()

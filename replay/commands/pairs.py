@@ -6,13 +6,14 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.table import Table
 
 from common.terminal import cli_console
 from replay import sets as sets_api
 from replay.commands.run import (
     LinkOpt, SetOpt, SizeOpt, TimeoutOpt, comma_list, current_command_line, execute, make_link, make_options,
 )
-from replay.pairs import pairs_of, run_pairs, write_pairs_report
+from replay.pairs import matrix, pairs_of, read_pairs, run_pairs, write_pairs_report
 from replay.stacks import all_stacks, get_stack
 from tparams.errors import ToolError
 
@@ -58,15 +59,23 @@ def register(app: typer.Typer) -> None:
                           f"{len(links)} delay(s) x {reps} runs each, into {results}")
             out_dir.mkdir(parents=True, exist_ok=True)
 
-            def run_one(experiment, out):
-                server = experiment.server_stack or experiment.stack
-                console.print(f"[bold]{experiment.stack.name}[/] client, [bold]{server.name}[/] server")
-                return execute(experiment, out, json_output=False)
+            def run_one(experiment, out):  # one live line a pair; the matrix comes at the end
+                return execute(experiment, out, json_output=False, summary=False)
 
             run_pairs(chosen, client_set, links, options, reps, results, link_backend=link,
                       command_line=current_command_line(), execute=run_one)
         elif not results.exists():
             raise ToolError(f"--report-only: no results in {out_dir} ({results.name} missing)")
         written = write_pairs_report(results, out_dir)
+        campaign, cells = read_pairs(results)
+        for delay in sorted({c.delay_ms for c in cells}):
+            servers, rows = matrix(cells, delay)
+            table = Table(title=f"goodput (Mbit/s) at {delay:g} ms, campaign {campaign}: client (rows) x server "
+                                "(columns); -: no common protocol")
+            for column in ("client \\ server", *servers):
+                table.add_column(column, justify="left" if column.startswith("client") else "right")
+            for row in rows:
+                table.add_row(*row)
+            cli_console().print(table)
         for path in (written.markdown, written.html, *written.heatmaps):
             typer.echo(str(path))

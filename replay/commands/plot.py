@@ -114,6 +114,16 @@ def traced_runs(results: Path, run_id: str | None):
     return out
 
 
+def credit_axis(sent_kb: float, credits_kb: dict[str, float]) -> tuple[float, list[str]]:
+    """(the top of a credit-vs-sent axis, a note for each credit line above it). The axis takes the credit
+    lines up to three downloads high; a connection window far above the download would flatten the rest,
+    so such a line is named at the axis's top edge instead of vanishing above it."""
+    sent_kb = max(sent_kb, 1e-3)
+    top = max([sent_kb, *(c for c in credits_kb.values() if c <= 3 * sent_kb)]) * 1.15
+    return top, [f"{name} reaches {credit:,.0f} kB, above the axis" for name, credit in credits_kb.items()
+                 if credit > top]
+
+
 def plot_traces(results: Path, out_dir: Path, run_id: str | None = None) -> list[Path]:
     """Per traced run one figure: (a) credit vs bytes sent (a window stall is the sent line on the credit
     line), BLOCKED frames marked; (b) bytes acknowledged; (c) bytes in flight (+ cwnd where known);
@@ -136,16 +146,13 @@ def plot_traces(results: Path, out_dir: Path, run_id: str | None = None) -> list
             blocked = down.filter(pl.col(column).is_not_null())
             if not blocked.is_empty():
                 ax.scatter(blocked["t_s"], blocked[column] / 1e3, marker=marker, color="red", label=label, zorder=3)
-        # The axis takes the credit lines up to three downloads high; a connection window far above the
-        # download would flatten the rest, so a line above the axis is named at its top edge instead.
-        sent = max(down["sent_max"].max() or 0, 1) / 1e3
-        credits = {name: (points[column].max() or 0) / 1e3 for name, column in
-                   (("stream credit", "stream_credit"), ("connection credit", "conn_credit"))}
-        top = max([sent, *(c for c in credits.values() if c <= 3 * sent)]) * 1.15
+        top, above = credit_axis((down["sent_max"].max() or 0) / 1e3,
+                                 {name: (points[column].max() or 0) / 1e3 for name, column in
+                                  (("stream credit", "stream_credit"), ("connection credit", "conn_credit"))})
         ax.set_ylim(0, top)
-        for offset, (name, credit) in enumerate((n, c) for n, c in credits.items() if c > top):
-            ax.annotate(f"{name} reaches {credit:,.0f} kB, above the axis", (1, 1), xycoords="axes fraction",
-                        xytext=(-4, -12 - 11 * offset), textcoords="offset points", ha="right", fontsize="small")
+        for offset, text in enumerate(above):
+            ax.annotate(text, (1, 1), xycoords="axes fraction", xytext=(-4, -12 - 11 * offset),
+                        textcoords="offset points", ha="right", fontsize="small")
         ax.set(ylabel="kB", title=f"{run['stack']}, {run['set_name']}, {run['delay_ms']:g} ms: credit vs sent")
         ax.legend(fontsize="small", loc="upper left")
         axes[1].plot(points["t_s"], points["acked"] / 1e3, color="green")

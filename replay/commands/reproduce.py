@@ -55,9 +55,9 @@ def register(app: typer.Typer) -> None:
             console.print(f"reproduce: {len(plans)} figure(s) x {len(stacks)} stack(s), {runs} runs into {results}")
 
             def run_one(experiment, out):
-                console.print(f"[bold]figure {experiment.tags['figure']}[/] on {experiment.stack.name}: "
-                              f"{FIGURE_TITLES[experiment.tags['figure']]}")
-                return execute(experiment, out, json_output=False)
+                return execute(experiment, out, json_output=False,
+                               title=f"figure {experiment.tags['figure']} on {experiment.stack.name} "
+                                     f"({FIGURE_TITLES[experiment.tags['figure']]})")
 
             run_campaign(stacks, plans, results, link_backend=link, udp_buffer_bytes=parse_size(udp_buffer,
                          "--udp-buffer"), mode="quick" if quick else "full", command_line=current_command_line(),

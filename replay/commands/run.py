@@ -136,7 +136,8 @@ def execute(experiment: Experiment, out: Path, json_output: bool, title: str | N
             runs = int(experiment_summary(out, experiment.experiment_id)["runs"].sum() or 0)
             console.print(f"interrupted: {runs} of {total} runs finished and are kept in {out} (experiment "
                           f"{experiment.experiment_id}); the run under way was dropped. `qreplay plot {out}` "
-                          "draws what is there; run the command again for the rest (a new experiment).")
+                          "draws what is there; run the command again for the rest (a new experiment).",
+                          soft_wrap=True)
             raise typer.Exit(130) from None
     if summary:
         show_summaries(experiment_summary(out, experiment.experiment_id), json_output, title)
