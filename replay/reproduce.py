@@ -38,6 +38,10 @@ from tparams.errors import ToolError
 
 HEADLINES_CSV = REPO_ROOT / "datasets" / "reference" / "goodput_headlines.csv"
 MB = 1_000_000
+#: How long the whole campaign takes a stack, as measured on two cores (2026-11-23: LSQUIC alone 16 min for
+#: 422 runs at load 1.5-7.1, LSQUIC with ngtcp2 39 min for 844 at load 3.8-11.2). `reproduce --help` and
+#: docs/reproduce.md both quote it (tests/test_reproduce.py holds them to it).
+FULL_CAMPAIGN_TIME = "16-20 min a stack"
 
 # The thesis's sets (tables 2.1, 5.1, 5.8; section 5.2). "lsquic-defaults" is each side's own default set.
 SAME_SET_BOTH_SIDES = ("lsquic-defaults", "alpha", "beta", "config3", "config4")
@@ -114,7 +118,7 @@ def _sweep_figure(figure: str, param: str, values, size: int, reps: int) -> Figu
 
 def plan_campaign(quick: bool = False, figures: set[str] | None = None, size: int | None = None,
                   reps: int | None = None) -> list[FigurePlan]:
-    """The campaign: everything (sizes and repetitions chosen to finish in about half an hour on two
+    """The campaign: everything (sizes and repetitions chosen to finish in FULL_CAMPAIGN_TIME on two
     cores, where the thesis downloaded 500 MB 10-20 times), or ``quick``: the conditions of the
     headline numbers only, a few minutes. ``figures``, ``size`` and ``reps`` narrow it further."""
     delays = [LinkConfig(delay_down_ms=d) for d in DELAYS_MS]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import duckdb
 import pytest
 
 from replay.flowcontrol import UPDATE_RULES, window_bound
-from replay.reproduce import load_campaign, plan_campaign, read_headlines
+from replay.reproduce import FULL_CAMPAIGN_TIME, load_campaign, plan_campaign, read_headlines
 from replay.stacks import get_stack
 from tparams.errors import ToolError
 from test_replay_cli import qreplay
@@ -31,6 +32,15 @@ def test_a_bound_reads_low_to_high_even_where_bursts_start_faster():
     assert bound.low_mbps > bound.high_mbps
     low, high = bound.span
     assert bound.text() == f"{low:,.1f} to {high:,.1f}" and low < high and bound.contains(low) and bound.contains(high)
+
+
+def test_the_help_and_the_manual_give_the_one_measured_time_of_the_full_campaign():
+    # They once said a quarter of an hour and half an hour a stack; the measured figure lives in one place.
+    shown = " ".join(qreplay("reproduce", "--help").stdout.replace("│", " ").split())
+    page = " ".join((Path(__file__).parents[1] / "docs" / "reproduce.md").read_text().split())
+    for text in (shown, page):
+        assert FULL_CAMPAIGN_TIME in text
+        assert not re.search(r"(half|quarter of) an hour", text)
 
 
 def test_every_published_headline_has_its_conditions_in_the_full_campaign():

@@ -10,7 +10,7 @@ import typer
 from common.terminal import cli_console
 from replay.commands.run import LinkOpt, UdpBufferOpt, current_command_line, comma_list, execute
 from replay.link import parse_size
-from replay.reproduce import FIGURE_TITLES, build_report, plan_campaign, run_campaign
+from replay.reproduce import FIGURE_TITLES, FULL_CAMPAIGN_TIME, build_report, plan_campaign, run_campaign
 from replay.stacks import get_stack
 from tparams.errors import ToolError
 
@@ -22,8 +22,8 @@ def register(app: typer.Typer) -> None:
             "--stack", help="Stack to run (repeatable: the report puts the stacks side by side).")] = None,
         quick: Annotated[bool, typer.Option(
             "--quick", help="Only the conditions of the published headline numbers, small downloads: about a "
-            "minute per stack (40 s on LSQUIC here). Default: every figure, about a quarter of an hour per "
-            "stack (16 min on LSQUIC here).")] = False,
+            f"minute per stack (40 s on LSQUIC here). Default: every figure, {FULL_CAMPAIGN_TIME} (measured "
+            "here on two cores, docs/reproduce.md).")] = False,
         figures: Annotated[Optional[str], typer.Option(
             "--figures", help=f"Comma-separated figures to run, of {', '.join(FIGURE_TITLES)} (5.5 and 5.7 "
             "come with 5.4 and 5.6).")] = None,
