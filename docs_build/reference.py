@@ -52,7 +52,15 @@ def schema_reference() -> str:
     listed: set[str] = set()
     try:
         for path in _in_dependency_order(con, sorted(SCHEMAS.glob("*.sql"))):
-            parts += _component(con, path, listed)
+            made = []
+            if path.name.startswith("replay_"):
+                from replay.store import create_views
+
+                create_views(con)  # run_summary is defined where every statistic is (replay/statistics.py)
+                made = [("VIEW", "run_summary", "One row per experiment and condition (every stored condition, "
+                         "`replay/statistics.py`): runs, failed, n, mean, standard deviation and 95% CI of the "
+                         "goodput of the successful runs, mean packets, the client's socket drops.", {})]
+            parts += _component(con, path, listed, made)
     finally:
         con.close()
     return "\n".join(parts) + "\n"
@@ -75,8 +83,9 @@ def _in_dependency_order(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> l
     return done
 
 
-def _component(con: duckdb.DuckDBPyConnection, path: Path, listed: set[str]) -> list[str]:
-    """A component's objects, each listed once in the page (every component creates schema_version)."""
+def _component(con: duckdb.DuckDBPyConnection, path: Path, listed: set[str], made: list = ()) -> list[str]:
+    """A component's objects, each listed once in the page (every component creates schema_version);
+    ``made``: objects the component has that code, not its DDL, creates (as _objects yields them)."""
     ddl = path.read_text()
     kinds = dict(con.execute("SELECT table_name, table_type FROM information_schema.tables").fetchall())
     columns: dict[str, list[tuple[str, str]]] = {}
@@ -87,7 +96,7 @@ def _component(con: duckdb.DuckDBPyConnection, path: Path, listed: set[str]) -> 
     name, version = path.stem.rsplit("_v", 1)
     header = " ".join(line[2:].strip() for line in _leading_comments(ddl.splitlines()))
     lines = [f"## Component `{name}` v{version}", "", f"`schemas/duckdb/{path.name}`. {header}", ""]
-    for kind, obj, comment, column_comments in _objects(ddl):
+    for kind, obj, comment, column_comments in [*_objects(ddl), *made]:
         if kind.upper() == "MACRO" or obj not in kinds or obj in listed:
             continue
         listed.add(obj)

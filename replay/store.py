@@ -28,8 +28,13 @@ def connect(path: str | Path) -> duckdb.DuckDBPyConnection:
     if found != SCHEMA_VERSION:
         raise ToolError(f"{path} has replay schema version {found}, this qreplay writes {SCHEMA_VERSION}")
     _store_what_ran(con)
-    con.execute(f"CREATE OR REPLACE VIEW run_summary AS {statistics.summary_sql()}")
+    create_views(con)
     return con
+
+
+def create_views(con: duckdb.DuckDBPyConnection) -> None:
+    """The views of a results file that are made from replay/statistics.py, not from the schema's DDL."""
+    con.execute(f"CREATE OR REPLACE VIEW run_summary AS {statistics.summary_sql()}")
 
 
 # Until 2026-11-25 runs stored the requested --cc and --autotune as their conditions. What ran instead:
