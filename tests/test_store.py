@@ -56,6 +56,17 @@ def test_contract_views_hold_values_as_sent(tmp_path: Path):
     assert ("initial_max_data", 16777216) in [(n, v) for _, _, n, v, _ in long]
 
 
+def test_the_projects_python_fetches_a_scan_files_timestamps_as_the_manual_does(tmp_path: Path):
+    # duckdb's Python fetches TIMESTAMPTZ through pytz (pinned for it; it once failed for want of it); pandas
+    # is not installed, so the manual reads tables into polars (.pl()) and prints them with .show().
+    path = tmp_path / "s.duckdb"
+    with ScanStore.open(path) as store:
+        store.append_records(store.begin_scan("targets", {}), [record("192.0.2.1", ALPHA)])
+    with duckdb.connect(str(path), read_only=True) as con:
+        assert con.execute("SELECT started_at FROM handshakes").fetchall() == [(NOW,)]
+        assert con.sql("SELECT started_at FROM handshakes").pl()["started_at"].to_list() == [NOW]
+
+
 def test_batches_accumulate_and_ids_stay_unique(tmp_path: Path):
     path = tmp_path / "s.duckdb"
     with ScanStore.open(path) as store:
