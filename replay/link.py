@@ -234,6 +234,11 @@ class LinkBackend(ABC):
         """The emulator's own cumulative counters (drops by cause), {} if it has none."""
         return {}
 
+    @classmethod
+    def queue_applied(cls, config: LinkConfig) -> str | None:
+        """The down queue this backend holds under ``config`` ("1000p", "262144B"), None where it adds none."""
+        return None
+
     def detach(self) -> None:
         """Stop whatever runs outside the namespaces; the interfaces go with the namespaces."""
 
@@ -290,6 +295,11 @@ class NetemBackend(LinkBackend):
                                   "action", "mirred", "egress", "redirect", "dev", self.IFB])
         self.apply(config)
 
+    @classmethod
+    def queue_applied(cls, config: LinkConfig) -> str | None:
+        packets, size = config.queue_limit()
+        return f"{packets or max(1, size // MTU)}p"  # netem's limit is in packets, with or without a rate
+
     def apply(self, config: LinkConfig) -> None:
         packets, size = config.queue_limit()
         limit = packets or max(1, size // MTU)
@@ -323,6 +333,13 @@ class RelayBackend(LinkBackend):
     held by one linkem process that relays between them."""
 
     name = "relay"
+
+    @classmethod
+    def queue_applied(cls, config: LinkConfig) -> str | None:
+        if not config.rate_bps:
+            return None  # linkem queues only behind its rate limit
+        packets, size = config.queue_limit()
+        return f"{packets}p" if packets else f"{size}B"
 
     @classmethod
     def availability(cls) -> Availability:

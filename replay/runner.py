@@ -85,6 +85,9 @@ class Loopback:
     def __init__(self) -> None:
         self.idle = ShallowIdle()
 
+    def queue_applied(self, link: LinkConfig) -> None:
+        return None
+
     def reconfigure(self, link: LinkConfig) -> None:
         if link != LinkConfig():
             raise ToolError("--link loopback cannot emulate delay, loss or rate; use auto, netem or relay")
@@ -296,7 +299,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         "stack": stack.name, "server_stack": server_stack.name, "link_backend": getattr(path, "backend", backend),
         "delay_ms": condition.link.delay_down_ms, "delay_up_ms": condition.link.delay_up_ms,
         "jitter_ms": condition.link.jitter_ms, "loss_pct": condition.link.loss_pct,
-        "rate_bps": condition.link.rate_bps, "queue": condition.link.queue,
+        "rate_bps": condition.link.rate_bps, "queue": path.queue_applied(condition.link),
+        "queue_requested": condition.link.queue,
         "sweep_param": condition.sweep_param, "sweep_value": condition.sweep_value,
         "rep": rep, "size_bytes": options.size,
         # What ran (the receiver's window growth, the sender's congestion control), what was asked beside it.

@@ -37,13 +37,18 @@ def create_views(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"CREATE OR REPLACE VIEW run_summary AS {statistics.summary_sql()}")
 
 
-# Until 2026-11-25 runs stored the requested --cc and --autotune as their conditions. What ran instead:
-# aioquic's endpoints never named a congestion control, so aioquic ran its default, Reno; quic-go has
-# only CUBIC; quinn and s2n-quic cannot grow their windows.
+# Until 2026-11-25 runs stored the requested --cc, --autotune and --queue as their conditions. What ran
+# instead: aioquic's endpoints never named a congestion control, so aioquic ran its default, Reno; quic-go
+# has only CUBIC; quinn and s2n-quic cannot grow their windows; a rate limit without --queue held the larger
+# of 1000 packets and one bandwidth-delay product of 1500-byte packets.
 _RAN_BEFORE_REQUESTED_WAS_STORED = """
-UPDATE runs SET cc_requested = cc, autotune_requested = autotune,
+UPDATE runs SET cc_requested = cc, autotune_requested = autotune, queue_requested = queue,
     cc = CASE coalesce(server_stack, stack) WHEN 'aioquic' THEN 'reno' WHEN 'quic-go' THEN 'cubic' ELSE cc END,
-    autotune = autotune AND stack NOT IN ('quinn', 's2n-quic')
+    autotune = autotune AND stack NOT IN ('quinn', 's2n-quic'),
+    queue = CASE WHEN queue IS NULL AND rate_bps IS NOT NULL AND link_backend IN ('relay', 'netem')
+                 THEN greatest(1000, ceil(rate_bps / 8 * greatest(delay_ms + delay_up_ms, 1) / 1000 / 1500))::BIGINT
+                      || 'p'
+                 ELSE queue END
 WHERE cc_requested IS NULL;
 UPDATE runs SET udp_buffer_bytes = json_extract(e.config, '$.udp_buffer_bytes')::BIGINT
 FROM experiments e

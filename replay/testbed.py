@@ -248,6 +248,10 @@ class Testbed:
 
     # --- the path -----------------------------------------------------------------------------------
 
+    def queue_applied(self, link: LinkConfig) -> str | None:
+        """The down queue the path holds under ``link`` (as ran; ``link.queue`` is the request)."""
+        return self.backend_class.queue_applied(link)
+
     def reconfigure(self, link: LinkConfig) -> None:
         """Change the emulation in place (netem: tc replace; relay: linkem restart, a few ms)."""
         self._path.apply(link)

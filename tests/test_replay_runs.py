@@ -129,3 +129,16 @@ def test_a_run_past_its_timeout_is_kept_as_timeout(tmp_path):
     rows = _run(stack, [Condition(resolve_one("firefox"), None, LinkConfig(delay_down_ms=50))], tmp_path,
                 size=200_000_000, reps=1, timeout_s=1.0)
     assert rows[0]["status"] == "timeout" and rows[0]["goodput_mbps"] is None
+
+
+def test_a_run_stores_the_queue_the_path_held_beside_the_one_asked(tmp_path):
+    """linkem behind a 100 Mbit/s limit at 5 ms holds the larger of 1000 packets and one BDP (42 packets) when
+    --queue says nothing, and exactly what --queue says otherwise; without a rate it queues nothing."""
+    stack = _usable("quic-go")
+    conditions = [Condition(resolve_one("firefox"), None, LinkConfig(delay_down_ms=5, rate_bps=100_000_000)),
+                  Condition(resolve_one("firefox"), None, LinkConfig(delay_down_ms=5, rate_bps=100_000_000,
+                                                                     queue="300")),
+                  Condition(resolve_one("firefox"), None, LinkConfig(delay_down_ms=5))]
+    rows = _run(stack, conditions, tmp_path, size=300_000, reps=1, backend="relay")
+    assert [(r["status"], r["queue"], r["queue_requested"]) for r in rows] == [
+        ("ok", "1000p", None), ("ok", "300p", "300"), ("ok", None, None)], [r.get("error") for r in rows]

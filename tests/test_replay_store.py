@@ -46,15 +46,15 @@ def test_a_file_of_requested_conditions_is_given_what_ran(tmp_path):
 
     path = tmp_path / "old.duckdb"
     con = store.connect(path)
-    for column in ("autotune_requested", "cc_requested", "udp_buffer_bytes"):
+    for column in ("autotune_requested", "cc_requested", "udp_buffer_bytes", "queue_requested"):
         con.execute(f"ALTER TABLE runs DROP COLUMN {column}")  # as such a file was written
     now = datetime.datetime.now()
     asked = {"quic-go": ("bbr", False), "aioquic": ("cubic", False), "quinn": ("cubic", True),
              "ngtcp2": ("bbr", True)}
     for i, (stack, (cc, autotune)) in enumerate(asked.items()):
         con.execute("INSERT INTO runs (experiment_id, run_id, started_at, set_name, stack, server_stack, "
-                    "link_backend, delay_ms, delay_up_ms, jitter_ms, loss_pct, rep, status, size_bytes, autotune, cc)"
-                    " VALUES ('e', ?, ?, 's', ?, ?, 'veth', 0, 0, 0, 0, 1, 'ok', 1, ?, ?)",
+                    "link_backend, delay_ms, delay_up_ms, jitter_ms, loss_pct, rate_bps, rep, status, size_bytes, "
+                    "autotune, cc) VALUES ('e', ?, ?, 's', ?, ?, 'relay', 30, 0, 0, 0, 1000000000, 1, 'ok', 1, ?, ?)",
                     [f"r{i}", now, stack, stack, autotune, cc])
     con.close()
     store.connect(path).close()
@@ -63,3 +63,6 @@ def test_a_file_of_requested_conditions_is_given_what_ran(tmp_path):
                "SELECT stack, cc, autotune, cc_requested, autotune_requested FROM runs").fetchall()}
     assert ran == {"quic-go": ("cubic", False, "bbr", False), "aioquic": ("reno", False, "cubic", False),
                    "quinn": ("cubic", False, "cubic", True), "ngtcp2": ("bbr", True, "bbr", True)}
+    # 1 Gbit/s x 30 ms is 3.75 MB, 2500 packets of 1500 bytes: more than netem's 1000
+    assert duckdb.connect(str(path)).execute("SELECT DISTINCT queue, queue_requested FROM runs").fetchall() == [
+        ("2500p", None)]

@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS runs (
     jitter_ms           DOUBLE NOT NULL,
     loss_pct            DOUBLE NOT NULL,
     rate_bps            BIGINT,
-    queue               VARCHAR,
+    queue               VARCHAR,            -- the down queue the path held, as ran ("1000p", "262144B"; NULL: none)
+    queue_requested     VARCHAR,            -- what --queue asked (NULL: the testbed's default)
     sweep_param         VARCHAR,            -- the swept parameter (sweep experiments)
     sweep_value         BIGINT,
     rep                 INTEGER NOT NULL,
@@ -84,6 +85,7 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS server_stack VARCHAR;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS autotune_requested BOOLEAN;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS cc_requested VARCHAR;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS udp_buffer_bytes BIGINT;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS queue_requested VARCHAR;
 
 -- The view run_summary (one row per experiment and condition: runs, failed, n, mean, standard deviation
 -- and 95% CI of the goodput of the successful runs, packets, socket drops) is created by replay/store.py
