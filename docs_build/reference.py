@@ -38,7 +38,8 @@ def cli_reference(program: str, module: str) -> str:
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     if done.returncode != 0:
         raise RuntimeError(f"typer could not document {module}: {done.stderr.strip().splitlines()[-1:]}")
-    return done.stdout
+    # Defaults inside the checkout (datasets/sets) are shown from wherever it lies, not from this clone's path.
+    return done.stdout.replace(str(ROOT), "<checkout>")
 
 
 def schema_reference() -> str:
