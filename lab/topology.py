@@ -36,7 +36,8 @@ Addresses of the default lab (port 443 everywhere):
     Reserved for later kinds: 198.18.1.52-59, 198.18.1.53 (DNS),
     198.18.1.80 (the discovery benchmark's range server, lab/discovery_lab.py).
 
-Any other address of 198.18.1.0/24 is also silent (ARP fails in the core).
+Any other address of 198.18.1.0/24 is not silent: ARP fails in the core, which then answers
+ICMP host unreachable (after about 3 s).
 """
 
 from __future__ import annotations

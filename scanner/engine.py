@@ -34,6 +34,7 @@ import queue
 import select
 import signal
 import socket
+import struct
 import threading
 import time
 import warnings
@@ -64,7 +65,10 @@ VERSION_NEGOTIATION = "version_negotiation"
 CONNECTION_CLOSE = "connection_close"
 TLS_ALERT = "tls_alert"
 PROTOCOL_ERROR = "protocol_error"
-STATUSES = (OK, TIMEOUT, VERSION_NEGOTIATION, CONNECTION_CLOSE, TLS_ALERT, PROTOCOL_ERROR)
+# An ICMP error (destination unreachable: a UDP-closed port, a host the last router cannot
+# reach) answered our Initial before the server sent anything; a black hole stays `timeout`.
+UNREACHABLE = "unreachable"
+STATUSES = (OK, TIMEOUT, UNREACHABLE, VERSION_NEGOTIATION, CONNECTION_CLOSE, TLS_ALERT, PROTOCOL_ERROR)
 
 GROUPS = {
     "x25519": tls.Group.X25519,
@@ -263,10 +267,14 @@ def handshake_record(
     now: float,
     checker: _CertificateChecker,
     timeout: float,
+    icmp: IcmpError | None = None,
 ) -> HandshakeRecord:
-    """The record of one handshake: ok, how it failed, or (still running at ``now``) a timeout."""
+    """The record of one handshake: ok, how it failed, unreachable (``icmp``: an ICMP error answered
+    it before the server said anything), or (still running at ``now``) a timeout."""
     if conn.completed_at is not None:
         status = OK
+    elif icmp is not None:
+        status = UNREACHABLE
     elif conn.failure is None:
         status = TIMEOUT
     else:
@@ -311,6 +319,9 @@ def handshake_record(
     if status == TIMEOUT:
         record.error = f"no handshake within {timeout:g} s ({conn.datagrams_received} datagram(s) received)"
         return record
+    if status == UNREACHABLE:
+        record.error = icmp.describe()  # type: ignore[union-attr]
+        return record
     failure = conn.failure
     assert failure is not None
     code = failure.error_code
@@ -346,8 +357,83 @@ def _failure_status(conn: ClientHandshake) -> str:
     return PROTOCOL_ERROR
 
 
+# Linux's socket error queue (ip(7) IP_RECVERR, ipv6(7) IPV6_RECVERR; Python 3.11 names neither):
+# an unconnected UDP socket hears of ICMP errors only through it, each with the start of the
+# datagram it is about (so our connection ID) and the ICMP type and code.
+_RECVERR = {socket.AF_INET: (socket.IPPROTO_IP, 11), socket.AF_INET6: (socket.IPPROTO_IPV6, 25)}
+_ORIGIN_ICMP, _ORIGIN_ICMP6 = 2, 3  # SO_EE_ORIGIN_*
+_EXTENDED_ERR = struct.Struct("=IBBBxII")  # struct sock_extended_err; the ICMP sender's sockaddr follows
+_ICMP_NAMES = {
+    (4, 3, 0): "network unreachable", (4, 3, 1): "host unreachable", (4, 3, 2): "protocol unreachable",
+    (4, 3, 3): "port unreachable", (4, 3, 9): "network prohibited", (4, 3, 10): "host prohibited",
+    (4, 3, 13): "administratively prohibited", (4, 11, 0): "TTL exceeded",
+    (6, 1, 0): "no route", (6, 1, 1): "administratively prohibited", (6, 1, 3): "address unreachable",
+    (6, 1, 4): "port unreachable", (6, 3, 0): "hop limit exceeded",
+}
+
+
+@dataclass(frozen=True)
+class IcmpError:
+    """An ICMP (``version`` 4) or ICMPv6 (6) error about one of our datagrams, and who sent it."""
+
+    version: int
+    type: int
+    code: int
+    sender: str
+
+    def describe(self) -> str:
+        name = _ICMP_NAMES.get((self.version, self.type, self.code), "error")
+        return f"ICMP{'v6' if self.version == 6 else ''} {name} (type {self.type} code {self.code}) from {self.sender}"
+
+
+def _icmp_errors(sock: socket.socket) -> Iterator[tuple[bytes, IcmpError]]:
+    """Drain a socket's error queue: (the start of the datagram it is about, the ICMP error)."""
+    while True:
+        try:
+            data, ancillary, _, _ = sock.recvmsg(64, 256, socket.MSG_ERRQUEUE)
+        except (BlockingIOError, InterruptedError):
+            return
+        for level, kind, payload in ancillary:
+            if (level, kind) not in _RECVERR.values() or len(payload) < _EXTENDED_ERR.size:
+                continue
+            _, origin, icmp_type, code, _, _ = _EXTENDED_ERR.unpack_from(payload)
+            if origin in (_ORIGIN_ICMP, _ORIGIN_ICMP6):
+                sender = _sockaddr_ip(payload[_EXTENDED_ERR.size:])
+                yield data, IcmpError(4 if origin == _ORIGIN_ICMP else 6, icmp_type, code, sender)
+
+
+def _sockaddr_ip(raw: bytes) -> str:
+    family = struct.unpack_from("=H", raw)[0] if len(raw) >= 2 else 0
+    if family == socket.AF_INET and len(raw) >= 8:
+        return socket.inet_ntop(socket.AF_INET, raw[4:8])
+    if family == socket.AF_INET6 and len(raw) >= 24:
+        return socket.inet_ntop(socket.AF_INET6, raw[8:24])
+    return "an unknown address"
+
+
+def _send(sock: socket.socket, data: bytes, addr: tuple) -> None:
+    try:
+        sock.sendto(data, addr)
+    except BlockingIOError:
+        pass  # a full buffer: the probe timer or the timeout decide
+    except OSError:
+        # With IP_RECVERR, an ICMP error about any handshake on this socket fails the next send
+        # once, whatever its destination (the socket's pending error): this one is sent again.
+        with contextlib.suppress(OSError):
+            sock.sendto(data, addr)
+
+
+def _initial_source_cid(datagram: bytes) -> bytes:
+    """The source connection ID of our own long-header packet (RFC 9000 17.2), b"" if cut short."""
+    if len(datagram) < 7:
+        return b""
+    scid_at = 6 + datagram[5]
+    return datagram[scid_at + 1 : scid_at + 1 + datagram[scid_at]] if len(datagram) > scid_at else b""
+
+
 class _Attempt:
-    __slots__ = ("target", "conn", "sock", "addr", "key", "started", "started_wall", "deadline", "timer", "record")
+    __slots__ = ("target", "conn", "sock", "addr", "key", "started", "started_wall", "deadline", "timer", "record",
+                 "icmp")
 
     def __init__(self, target: Target, conn: ClientHandshake, sock: socket.socket, addr: tuple, key: bytes, now: float):
         self.target = target
@@ -360,6 +446,7 @@ class _Attempt:
         self.deadline = 0.0
         self.timer: float | None = None
         self.record: HandshakeRecord | None = None
+        self.icmp: IcmpError | None = None
 
 
 class HandshakeLoop:
@@ -397,6 +484,7 @@ class HandshakeLoop:
                 # receive buffer drops server flights under load.
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+                sock.setsockopt(*_RECVERR[af], 1)  # ICMP errors into the error queue (_icmp_errors)
                 sock.bind(("::" if family == 6 else "0.0.0.0", 0))
                 self.epoll.register(sock.fileno(), select.EPOLLIN)
                 self.by_fd[sock.fileno()] = (family, sock)
@@ -433,10 +521,7 @@ class HandshakeLoop:
         """Send what the handshake has, record it once it ended, else re-arm its timer."""
         conn = attempt.conn
         for data in conn.datagrams_to_send():
-            try:
-                attempt.sock.sendto(data, attempt.addr)
-            except OSError:
-                pass  # a full buffer or unreachable peer: the probe timer or the timeout decide
+            _send(attempt.sock, data, attempt.addr)
         if conn.secrets:
             random = conn.client_random.hex()
             self.keylog.write("".join(f"{label} {random} {secret.hex()}\n" for label, secret in conn.secrets))  # type: ignore[union-attr]
@@ -469,8 +554,20 @@ class HandshakeLoop:
 
     def _record(self, attempt: _Attempt, now: float) -> HandshakeRecord:
         return handshake_record(
-            attempt.target, attempt.conn, attempt.started_wall, attempt.started, now, self.checker, self.settings.timeout
+            attempt.target, attempt.conn, attempt.started_wall, attempt.started, now, self.checker,
+            self.settings.timeout, attempt.icmp,
         )
+
+    def _unreachable(self, sock: socket.socket, now: float) -> None:
+        """ICMP errors end the attempts they are about, unless the server has already spoken (then
+        an error about a later datagram, e.g. after it closed, is no verdict on the handshake)."""
+        for datagram, icmp in _icmp_errors(sock):
+            attempt = self.inflight.get(_initial_source_cid(datagram))
+            if attempt is None or attempt.conn.datagrams_received:
+                continue
+            attempt.icmp = icmp
+            attempt.record = self._record(attempt, now)
+            self._finish(attempt)
 
     # -- the loop -------------------------------------------------------------
 
@@ -498,15 +595,18 @@ class HandshakeLoop:
                 wake = min(wake, next_start)
             wait = max(0.0, min(wake - time.monotonic(), 0.1))
             touched: dict[bytes, _Attempt] = {}
-            for fd, _ in self.epoll.poll(wait):
-                recvfrom = self.by_fd[fd][1].recvfrom
+            for fd, events in self.epoll.poll(wait):
+                sock = self.by_fd[fd][1]
+                if events & select.EPOLLERR:
+                    self._unreachable(sock, time.monotonic())
+                recvfrom = sock.recvfrom
                 while True:
                     try:
                         data, addr = recvfrom(65536)
                     except (BlockingIOError, InterruptedError):
                         break
                     except OSError:
-                        continue  # ICMP errors surface here; the timeout records them
+                        continue  # an ICMP error's errno (its details are in the error queue, read above)
                     # The server addresses us by our connection ID (RFC 9000 5.2):
                     # long headers carry its length, short headers ours.
                     if not data:

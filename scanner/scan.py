@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tparams.errors import ToolError
 
 from scanner.columns import HandshakeColumns, handshake_columns
-from scanner.engine import OK, HandshakeRecord, ScanSettings, scan_targets
+from scanner.engine import OK, UNREACHABLE, HandshakeRecord, ScanSettings, scan_targets
 from scanner.store import ScanStore
 from scanner.targets import Target
 from common.terminal import cli_console
@@ -37,6 +37,7 @@ class ScanOutcome:
     ok: int
     skipped: int
     seconds: float
+    unreachable: int = 0  # of the failed: an ICMP error answered (a UDP-closed port, an unreachable host)
 
 
 def scan_into(
@@ -64,7 +65,7 @@ def scan_into(
         # The workers send columns (scanner/columns.py), so this process only inserts;
         # on_batch wants the records themselves, which are then converted here.
         pending: list[HandshakeColumns] = []
-        counts = {"done": 0, "ok": 0, "pending": 0}
+        counts = {"done": 0, "ok": 0, "unreachable": 0, "pending": 0}
         last_flush = time.monotonic()
         started = time.monotonic()
 
@@ -82,6 +83,7 @@ def scan_into(
                 counts["done"] += len(batch)
                 counts["pending"] += len(batch)
                 counts["ok"] += batch.count_status(OK)
+                counts["unreachable"] += batch.count_status(UNREACHABLE)
                 if counts["pending"] >= BATCH_RECORDS or time.monotonic() - last_flush >= BATCH_SECONDS:
                     flush()
                 if bar is not None:
@@ -113,7 +115,8 @@ def scan_into(
                 ) from None
             flush()
         store.finish_scan(scan_id)
-        return ScanOutcome(scan_id, counts["done"], counts["ok"], len(targets) - len(todo), time.monotonic() - started)
+        return ScanOutcome(scan_id, counts["done"], counts["ok"], len(targets) - len(todo), time.monotonic() - started,
+                           counts["unreachable"])
 
 
 @contextlib.contextmanager

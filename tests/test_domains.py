@@ -96,5 +96,5 @@ def test_handshakes_send_the_domain_and_record_sni_dependent_results(domains_sca
     # One address, two names: caddy has a site (certificate) for one of them only.
     assert handshakes[("caddy.lab.test", "198.18.1.20")] == "ok"
     assert handshakes[("other.caddy.lab.test", "198.18.1.20")] == "tls_alert"
-    assert handshakes[("closed.lab.test", "198.18.1.100")] == "timeout"
+    assert handshakes[("closed.lab.test", "198.18.1.100")] == "unreachable"  # ICMP port unreachable
     assert len(handshakes) == 5 == summary["handshakes"]

@@ -186,6 +186,28 @@ def test_invalid_alpn_is_a_tls_alert(lab: Lab, tmp_path: Path):
     assert (frame_type, phrase, retry_token_length) == (0, "", None)
 
 
+def test_an_icmp_unreachable_is_its_own_status_and_a_black_hole_a_timeout(lab: Lab, tmp_path: Path):
+    """A UDP-closed host, a closed port on a server's host, an unassigned address of the lab's /24 (the core's
+    ARP fails: host unreachable) and a blackholed one (silent): only the last is a timeout."""
+    alpha = lab.server("ngtcp2-alpha")
+    closed, unassigned, blackholed = lab.addresses["closed_hosts"][0], "198.18.1.99", "198.18.1.250"
+    (tmp_path / "hosts.txt").write_text(f"{closed}\n{alpha.ip},4433\n{unassigned}\n{blackholed}\n")
+    done = lab.run_in_client([QSCAN, "targets", str(tmp_path / "hosts.txt"), "--out", str(tmp_path / "u.duckdb"),
+                              "--timeout", "6"])
+    assert done.returncode == 0, done.stderr
+    assert "4 handshakes (0 ok, 4 failed, 3 of them unreachable)" in done.stdout
+    with duckdb.connect(str(tmp_path / "u.duckdb"), read_only=True) as con:
+        rows = dict(((ip, port), (status, error)) for ip, port, status, error in
+                    con.execute("SELECT ip, port, status, error FROM handshakes").fetchall())
+    core = lab.addresses["core_client_side"]  # the router answers from the side the Initial came in
+    assert rows == {
+        (closed, 443): ("unreachable", f"ICMP port unreachable (type 3 code 3) from {closed}"),
+        (alpha.ip, 4433): ("unreachable", f"ICMP port unreachable (type 3 code 3) from {alpha.ip}"),
+        (unassigned, 443): ("unreachable", f"ICMP host unreachable (type 3 code 1) from {core}"),
+        (blackholed, 443): ("timeout", "no handshake within 6 s (0 datagram(s) received)"),
+    }
+
+
 def committed_handshakes(scan: Path, workdir: Path) -> int:
     """Handshakes committed to ``scan`` so far, read while its writer holds the file's lock
     (which refuses even read-only connections): a copy of the file and its WAL is counted."""

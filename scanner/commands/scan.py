@@ -72,7 +72,8 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(summary))
         else:
             print(
-                f"{outcome.attempted} handshakes ({outcome.ok} ok, {outcome.attempted - outcome.ok} failed), "
+                f"{outcome.attempted} handshakes ({outcome.ok} ok, {outcome.attempted - outcome.ok} failed, "
+                f"{outcome.unreachable} of them unreachable), "
                 f"{outcome.skipped} already recorded, {len(bad)} bad lines, {outcome.seconds:.1f} s -> {out}"
             )
 

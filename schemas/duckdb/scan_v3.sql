@@ -28,7 +28,9 @@ CREATE TABLE IF NOT EXISTS handshakes (
     started_at          TIMESTAMPTZ NOT NULL,
     finished_at         TIMESTAMPTZ NOT NULL,
     handshake_ms        DOUBLE,              -- first Initial sent -> handshake complete; ok only
-    status              VARCHAR NOT NULL,    -- ok | timeout | version_negotiation | connection_close | tls_alert | protocol_error
+    status              VARCHAR NOT NULL,    -- ok | timeout | unreachable | version_negotiation | connection_close | tls_alert | protocol_error
+    -- unreachable (added within v3; the column was always free text): an ICMP error answered before the server
+    -- said anything, its type, code and sender in error, e.g. 'ICMP port unreachable (type 3 code 3) from 198.18.1.100'
     error               VARCHAR,             -- human-readable reason when status <> 'ok'
     error_code          BIGINT,              -- QUIC error code of the CONNECTION_CLOSE (0x100+alert for TLS)
     closed_by           VARCHAR,             -- server | client
