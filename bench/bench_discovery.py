@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from scanner.discovery.netinfo import detect_route
-from lab import up
-from lab.discovery_lab import RANGE_SERVER_RANGE, discovery_topology, range_server, route_range
+from lab import default_topology, up
+from lab.discovery_lab import RANGE_SERVER_RANGE, range_server, route_range
 
 QSCAN = str(Path(sys.executable).parent / "qscan")
 INSTANCE = "qdbench"  # not "qlab*": a concurrent test session's leak sweep must not take it
@@ -61,7 +61,7 @@ def main() -> None:
     # Addresses the core has no route for: each probe costs the core one ICMP error, as on the Internet.
     throughput_range = str(ipaddress.ip_network(f"198.19.0.0/{prefix}"))
     spec = range_server()
-    lab = up(discovery_topology(spec), instance=INSTANCE)
+    lab = up(default_topology().with_servers(spec), instance=INSTANCE)
     try:
         route_range(lab, spec)
         with tempfile.TemporaryDirectory() as tmp:

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,9 +29,10 @@ from lab import netns
 from lab.certs import write_certificate
 from lab.kinds import LabContext, kind_for
 from lab.probe import Pending, wait_until_ready
-from lab.topology import LAB_DOMAIN, Topology, default_topology
+from lab.topology import LAB_DOMAIN, LAB_ZONE, Topology, default_topology
 
 DEFAULT_INSTANCE = "qlab"
+RESOLVER = "resolver"  # its namespace is <instance>-resolver, so no server may take the name
 RUN_DIR = Path("/run")
 READY_TIMEOUT = 15.0
 
@@ -157,10 +159,11 @@ def status(instance: str = DEFAULT_INSTANCE) -> dict[str, Any] | None:
         leftovers = netns.list_namespaces(f"{instance}-")
         return {"instance": instance, "up": False, "leftover_namespaces": leftovers} if leftovers else None
     present = set(netns.list_namespaces(f"{instance}-"))
-    for server in state["servers"]:
-        server["alive"] = server["pid"] is not None and netns.pid_alive(server["pid"]) \
-            and server["namespace"] in present
-    state["up"] = all(s["alive"] for s in state["servers"])
+    processes = [*state["servers"], *([state["resolver"]] if state.get("resolver") else [])]
+    for process in processes:
+        process["alive"] = process["pid"] is not None and netns.pid_alive(process["pid"]) \
+            and process["namespace"] in present
+    state["up"] = all(p["alive"] for p in processes)
     return state
 
 
@@ -233,6 +236,10 @@ def _bring_up(topology: Topology, instance: str) -> dict[str, Any]:
         netns.set_sysctl(ns, "net.ipv4.icmp_ratelimit", 0)
 
     pending: list[Pending] = []
+    if topology.resolver is not None:
+        pending.append(_start_resolver(host(f"{instance}-{RESOLVER}", "d0", topology.resolver), topology.resolver,
+                                       directory, state))
+        _write_state(instance, state)
     for index, spec in enumerate(topology.servers):
         kind = kind_for(spec.kind)
         ns = host(f"{instance}-{spec.name}", f"s{index}", spec.ip)
@@ -251,11 +258,22 @@ def _bring_up(topology: Topology, instance: str) -> dict[str, Any]:
     return state
 
 
+def _start_resolver(ns: str, ip: str, directory: Path, state: dict[str, Any]) -> Pending:
+    """The lab's DNS server for LAB_ZONE (lab/dns_server.py) in its own namespace; it answers the
+    readiness probe's datagram with FORMERR."""
+    zone, log = directory / "zone.json", directory / "logs" / f"{RESOLVER}.log"
+    zone.write_text(json.dumps(LAB_ZONE))
+    process = netns.start_process(ns, [sys.executable, "-m", "lab.dns_server", "--host", ip, "--port", "53",
+                                       "--zone", str(zone)], log)
+    state["resolver"] = {"namespace": ns, "ip": ip, "port": 53, "pid": process.pid, "log": str(log)}
+    return Pending(RESOLVER, ip, 53, False, process, log)
+
+
 def _tear_down(instance: str) -> list[str]:
     state = _read_state(instance)
-    for server in (state or {}).get("servers", []):
-        if server.get("pid"):
-            netns.stop_process(server["pid"])
+    for process in [*(state or {}).get("servers", []), (state or {}).get("resolver") or {}]:
+        if process.get("pid"):
+            netns.stop_process(process["pid"])
     removed = netns.sweep(f"{instance}-")
     shutil.rmtree(state_dir(instance), ignore_errors=True)
     return removed
@@ -279,6 +297,8 @@ def _check_topology(topology: Topology) -> None:
     seen: dict[str, str] = {topology.core_server_ip: "the core"}
     for ip in topology.closed_hosts:
         seen[ip] = "a UDP-closed host"
+    if topology.resolver is not None:
+        seen[topology.resolver] = "the resolver"
     names = set()
     for spec in topology.servers:
         reason = kind_for(spec.kind).unavailable_reason()
@@ -286,6 +306,8 @@ def _check_topology(topology: Topology) -> None:
             raise ToolError(f"lab server {spec.name}: {reason}")
         if spec.name in names:
             raise ToolError(f"two lab servers are named {spec.name!r}")
+        if spec.name == RESOLVER and topology.resolver is not None:
+            raise ToolError(f"lab server {spec.name!r}: the resolver's namespace has that name")
         names.add(spec.name)
         if ipaddress.ip_address(spec.ip) not in subnet:
             raise ToolError(f"lab server {spec.name}: {spec.ip} is outside the server subnet {subnet}")

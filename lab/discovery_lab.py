@@ -1,65 +1,25 @@
-"""The lab grown for discovery: a DNS server for lab domains, and a server
-answering on a whole range of addresses (for discovery benchmarks).
+"""The lab grown for discovery benchmarks: a server answering on a whole range of addresses.
 
-Both are server kinds plugged into the lab's registry (importing this module
-registers them); ``discovery_topology()`` is the default lab plus the DNS
-server, ``LAB_DOMAINS`` the domain list ``qscan domains`` is tested on.
+A server kind plugged into the lab's registry (importing this module registers
+it). The DNS server for lab domains is part of every default lab (its
+``resolver``, lab/topology.py).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
 import sys
 from pyroute2 import IPRoute
 
 from lab.core import Lab
-from lab.kinds import LabContext, Launch, ServerKind, register_kind
+from lab.kinds import LabContext, Launch, register_kind
 from lab.kinds.ngtcp2 import Ngtcp2Kind
 from lab.netns import add_route
-from lab.topology import LAB_DOMAIN, ServerSpec, Topology, default_topology
+from lab.topology import ServerSpec
 
-DNS_IP = "198.18.1.53"  # reserved for DNS in lab/topology.py
-RANGE_SERVER_IP = "198.18.1.80"  # clear of the default servers (.10-.73); _check_topology refuses a clash
+RANGE_SERVER_IP = "198.18.1.80"  # clear of the default servers (.10-.74) and the resolver; _check_topology refuses a clash
 # 1,024 addresses answered by one server (routed to it by the core).
 RANGE_SERVER_RANGE = "198.18.4.0/22"
-
-
-def _d(label: str) -> str:
-    return f"{label}.{LAB_DOMAIN}."
-
-
-# What the lab's DNS serves. Evidence each domain should yield:
-#   alpha, aioquic: HTTPS record with alpn h3 (and A)
-#   caddy: only an A record; caddy's Alt-Svc over HTTPS/TCP says h3
-#   other.caddy: HTTPS record alpn h3 to caddy's address, but caddy has no
-#     site (certificate) for that name: the same address gives an SNI-dependent result
-#   beta: A only, no TCP service: no QUIC evidence
-#   closed: HTTPS record alpn h3 pointing at the UDP-closed host
-#   missing: not in the zone (NXDOMAIN)
-LAB_ZONE: dict[str, dict[str, list[str]]] = {
-    _d("alpha"): {"A": ["198.18.1.10"], "HTTPS": ["1 . alpn=h3"]},
-    _d("beta"): {"A": ["198.18.1.11"]},
-    _d("caddy"): {"A": ["198.18.1.20"]},
-    _d("other.caddy"): {"A": ["198.18.1.20"], "HTTPS": ["1 . alpn=h3"]},
-    _d("aioquic"): {"A": ["198.18.1.30"], "HTTPS": ['1 . alpn="h3,h2" port=443 ipv4hint=198.18.1.30']},
-    _d("closed"): {"A": ["198.18.1.100"], "HTTPS": ["1 . alpn=h3"]},
-}
-LAB_DOMAINS: tuple[str, ...] = tuple(name.rstrip(".") for name in LAB_ZONE) + (f"missing.{LAB_DOMAIN}",)
-
-
-@register_kind
-class DnsKind(ServerKind):
-    """Our dnspython DNS server (lab/dns_server.py), zone from ``options["zone"]``."""
-
-    name = "dns"
-    library = "dnspython"
-
-    def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
-        zone = ctx.workdir(spec) / "zone.json"
-        zone.write_text(json.dumps(spec.options.get("zone", LAB_ZONE)))
-        return Launch([sys.executable, "-m", "lab.dns_server", "--host", spec.ip,
-                       "--port", str(spec.port), "--zone", str(zone)])
 
 
 @register_kind
@@ -88,11 +48,6 @@ def route_range(lab: Lab, spec: ServerSpec) -> None:
 
 def range_server(ip: str = RANGE_SERVER_IP, network: str = RANGE_SERVER_RANGE) -> ServerSpec:
     return ServerSpec("ngtcp2-range", "ngtcp2-range", ip, options={"range": network})
-
-
-def discovery_topology(*extra: ServerSpec) -> Topology:
-    dns_server = ServerSpec("dns", "dns", DNS_IP, port=53, sni=f"dns.{LAB_DOMAIN}", options={"zone": LAB_ZONE})
-    return default_topology().with_servers(dns_server, *extra)
 
 
 def _take_range_and_exec(argv: list[str]) -> None:

@@ -7,7 +7,8 @@ Layout (all inside 198.18.0.0/15, the benchmarking range; nothing routes out):
     core ns    client0 198.18.0.1/24, bridge lab0 198.18.1.1/24, ip_forward=1,
        │       no default route, 198.18.1.240/28 blackholed (silent addresses)
        ├── one namespace per server: eth0 198.18.1.X/24, route 198.18.0.0/15 via 198.18.1.1
-       └── the UDP-closed host: address up, nothing listening (ICMP port unreachable)
+       ├── the UDP-closed host: address up, nothing listening (ICMP port unreachable)
+       └── the resolver (default lab): a DNS server for the lab's domains
 
 Addresses of the default lab (port 443 everywhere):
 
@@ -33,7 +34,8 @@ Addresses of the default lab (port 443 everywhere):
     198.18.1.74  picoquic           picoquic.lab.test   picoquic (aiopquic), lab/picoquic_server.py, once set up
     198.18.1.100 udp-closed host    closed.lab.test
     198.18.1.240-255 silent (routed to a blackhole in the core)
-    Reserved for later kinds: 198.18.1.52-59, 198.18.1.53 (DNS),
+    198.18.1.53  the lab's resolver dns.lab.test       lab/dns_server.py (dnspython), UDP 53, zone LAB_ZONE below
+    Reserved for later kinds: 198.18.1.52, 198.18.1.54-59,
     198.18.1.80 (the discovery benchmark's range server, lab/discovery_lab.py).
 
 Any other address of 198.18.1.0/24 is not silent: ARP fails in the core, which then answers
@@ -49,6 +51,30 @@ from typing import Any
 from common.setfiles import builtin_set
 
 LAB_DOMAIN = "lab.test"
+RESOLVER_IP = "198.18.1.53"  # the default lab's DNS server (`qscan domains --resolver`)
+
+
+def _d(label: str) -> str:
+    return f"{label}.{LAB_DOMAIN}."
+
+
+# What the lab's resolver serves. Evidence each domain should yield (`qscan domains`):
+#   alpha, aioquic: HTTPS record with alpn h3 (and A)
+#   caddy: only an A record; caddy's Alt-Svc over HTTPS/TCP says h3
+#   other.caddy: HTTPS record alpn h3 to caddy's address, but caddy has no
+#     site (certificate) for that name: the same address gives an SNI-dependent result
+#   beta: A only, no TCP service: no QUIC evidence
+#   closed: HTTPS record alpn h3 pointing at the UDP-closed host
+#   missing: not in the zone (NXDOMAIN)
+LAB_ZONE: dict[str, dict[str, list[str]]] = {
+    _d("alpha"): {"A": ["198.18.1.10"], "HTTPS": ["1 . alpn=h3"]},
+    _d("beta"): {"A": ["198.18.1.11"]},
+    _d("caddy"): {"A": ["198.18.1.20"]},
+    _d("other.caddy"): {"A": ["198.18.1.20"], "HTTPS": ["1 . alpn=h3"]},
+    _d("aioquic"): {"A": ["198.18.1.30"], "HTTPS": ['1 . alpn="h3,h2" port=443 ipv4hint=198.18.1.30']},
+    _d("closed"): {"A": ["198.18.1.100"], "HTTPS": ["1 . alpn=h3"]},
+}
+LAB_DOMAINS: tuple[str, ...] = tuple(name.rstrip(".") for name in LAB_ZONE) + (f"missing.{LAB_DOMAIN}",)
 
 
 @dataclass(frozen=True)
@@ -79,6 +105,7 @@ class Topology:
     lab_range: str = "198.18.0.0/15"
     closed_hosts: tuple[str, ...] = ("198.18.1.100",)
     silent_range: str = "198.18.1.240/28"
+    resolver: str | None = None  # a DNS server for LAB_ZONE at this address (UDP 53), or none
 
     def with_servers(self, *servers: ServerSpec) -> "Topology":
         return replace(self, servers=self.servers + servers)
@@ -93,6 +120,7 @@ class Topology:
             "lab_range": self.lab_range,
             "closed_hosts": list(self.closed_hosts),
             "silent_range": self.silent_range,
+            "resolver": self.resolver,
         }
 
 
@@ -126,5 +154,6 @@ def default_topology() -> Topology:
             ServerSpec("broken-short-token", "broken", "198.18.1.43", sni=f"short-token.{LAB_DOMAIN}",
                        options={"mode": "short-reset-token"}),
             *(spec for spec in optional if kind_for(spec.kind).unavailable_reason() is None),
-        )
+        ),
+        resolver=RESOLVER_IP,
     )

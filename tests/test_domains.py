@@ -1,7 +1,7 @@
 """qscan domains: evidence from HTTPS records and Alt-Svc, handshakes with SNI = domain.
 
-The lab's DNS server (lab/dns_server.py) serves the zone in
-lab/discovery_lab.py; caddy answers HTTPS/TCP with Alt-Svc."""
+The default lab's resolver (lab/dns_server.py at RESOLVER_IP) serves the zone in
+lab/topology.py; caddy answers HTTPS/TCP with Alt-Svc."""
 
 from __future__ import annotations
 
@@ -14,12 +14,9 @@ import duckdb
 import pytest
 
 from scanner.domains import ALT_SVC, HTTPS_RECORD, parse_alt_svc, read_domains
-from lab import Lab
-from lab.discovery_lab import DNS_IP, LAB_DOMAINS, LAB_ZONE, discovery_topology
 from lab.dns_server import answer, load_zone
+from lab.topology import LAB_DOMAINS, LAB_ZONE, RESOLVER_IP
 from tparams.errors import ToolError
-
-from conftest import lab_instance, lab_unavailable
 
 QSCAN = str(Path(sys.executable).parent / "qscan")
 
@@ -47,21 +44,14 @@ def test_lab_dns_answers_formerr_to_non_dns_and_nxdomain_outside_the_zone():
 
 
 @pytest.fixture(scope="module")
-def discovery_lab():
-    reason = lab_unavailable()
-    if reason:
-        pytest.skip(reason)
-    with Lab.up(discovery_topology(), instance=lab_instance("dom")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def domains_scan(discovery_lab, tmp_path_factory):
+def domains_scan(lab, tmp_path_factory):
+    """The default lab as `qscan lab up` makes it: its resolver answers for the lab's domains."""
+    assert lab.addresses["resolver"] == RESOLVER_IP
     work = tmp_path_factory.mktemp("domains")
     (work / "domains.txt").write_text("\n".join(LAB_DOMAINS) + "\n")
     out = work / "domains.duckdb"
-    done = discovery_lab.run_in_client([QSCAN, "domains", str(work / "domains.txt"), "--out", str(out),
-                                        "--resolver", DNS_IP, "--timeout", "2", "--quiet", "--json"], timeout=180)
+    done = lab.run_in_client([QSCAN, "domains", str(work / "domains.txt"), "--out", str(out),
+                              "--resolver", RESOLVER_IP, "--timeout", "2", "--quiet", "--json"], timeout=180)
     assert done.returncode == 0, done.stderr
     with duckdb.connect(str(out), read_only=True) as con:
         evidence = con.execute("SELECT domain, evidence, ip, port FROM domain_evidence").fetchall()

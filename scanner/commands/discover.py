@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from common.cliapp import output_file
 from tparams.errors import ToolError
 
 from scanner.discovery.ipv4 import prepare, scan_ipv4
@@ -44,7 +45,8 @@ def register(app: typer.Typer) -> None:
     def ipv4_command(
         cidrs: list[str] = typer.Argument(None, help="IPv4 ranges (CIDR) or addresses; none = the whole IPv4 "
                                           "space minus the blocklist (asks first, see --yes)."),
-        out: Path = typer.Option(..., "--out", "-o", help="DuckDB file to write (new; ZMap's files go to OUT.zmap/)."),
+        out: Path = typer.Option(..., "--out", "-o", callback=output_file,
+                                 help="DuckDB file to write (new; ZMap's files go to OUT.zmap/)."),
         port: int = typer.Option(443, help="UDP port to probe."),
         rate: int = typer.Option(10000, help="ZMap send rate, probes per second."),
         cooldown: int = typer.Option(8, help="Seconds ZMap keeps listening after the last probe."),
@@ -112,7 +114,7 @@ def register(app: typer.Typer) -> None:
     def merge_command(
         inputs: list[Path] = typer.Argument(..., help="Scan files to merge (e.g. the shards of one scan), or "
                                             "campaign directories (qscan export --campaign), each shard as its file."),
-        out: Path = typer.Option(..., "--out", "-o", help="New DuckDB file to write."),
+        out: Path = typer.Option(..., "--out", "-o", callback=output_file, help="New DuckDB file to write."),
         json_output: JsonOutcome = False,
     ) -> None:
         """Merge scan files into one; the shards of one ZMap scan become one scan; overlapping shards are refused."""
@@ -123,10 +125,11 @@ def register(app: typer.Typer) -> None:
             rows = ", ".join(f"{t} {n}" for t, n in result.rows.items() if t != "schema_version")
             typer.echo(f"{out}: {result.inputs} inputs, {result.scans} scans ({rows})")
 
-    @app.command("domains", epilog="Example: qscan domains domains.txt --resolver 198.18.1.53 --out domains.duckdb")
+    @app.command("domains", epilog="Example: qscan domains domains.txt --netns qlab-client --resolver 198.18.1.53 "
+                 "--out domains.duckdb")
     def domains_command(
         file: Path = typer.Argument(..., help="Domains, one a line; `#` comments."),
-        out: Path = typer.Option(..., "--out", "-o", help="DuckDB file to write (new)."),
+        out: Path = typer.Option(..., "--out", "-o", callback=output_file, help="DuckDB file to write (new)."),
         resolver: str = typer.Option(None, help="DNS server address to ask (default: the system's resolver)."),
         alt_svc: bool = typer.Option(True, "--alt-svc/--no-alt-svc", help="Also fetch Alt-Svc over HTTPS/TCP."),
         netns: str = typer.Option(None, help="Run inside this network namespace (default: where qscan runs)."),

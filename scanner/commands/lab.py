@@ -87,6 +87,11 @@ def _show(state: dict | None, json_output: bool) -> None:
         table.add_row(server["namespace"], server["name"], server["kind"], server["library"], address,
                       server["sni"], str(server["pid"]), "yes" if server["alive"] else "[red]NO[/red]")
     console.print(table)
+    resolver = state.get("resolver")
+    if resolver:
+        console.print(f"resolver (DNS for *.{lab_api.LAB_DOMAIN}): {resolver['ip']}:{resolver['port']} in "
+                      f"{resolver['namespace']}, pid {resolver['pid']}, "
+                      f"{'alive' if resolver['alive'] else '[red]NOT ALIVE[/red]'}")
     addresses = state["addresses"]
     console.print(f"UDP-closed hosts: {', '.join(addresses['closed_hosts'])}; silent: {addresses['silent_range']}; "
                   f"no route outside {addresses['lab_range']}")
