@@ -2,12 +2,21 @@
 
 Both CLIs are thin typer layers over library functions. Typer already turns
 usage errors and Ctrl-C into one line and an exit status; this adds the same
-for ToolError, raised anywhere below for bad input or an unusable machine.
+for ToolError, raised anywhere below for bad input or an unusable machine, and
+for a path that cannot be written.
+
+Every option naming a file or directory a command writes is declared with
+``callback=output_file`` or ``callback=output_dir``: a path the user gives is
+checked while the command line is read, before anything is measured, so an
+unwritable place costs no data (tests/test_cli_outputs.py finds the outputs of
+every command by these callbacks).
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
+from pathlib import Path
 
 import typer
 
@@ -29,9 +38,64 @@ def make_app(help_text: str, example: str) -> typer.Typer:
     )
 
 
+def check_writable(path: Path, directory: bool) -> None:
+    """Refuse in one line a file or directory this process cannot create or write.
+
+    Tried, not inferred from permission bits (root ignores those; a read-only
+    mount, a path through a regular file or /proc refuse root too): a file is
+    created and removed in the directory that would hold the output, nothing
+    else is left behind (no directories made)."""
+    if path.exists() and path.is_dir() != directory:
+        raise ToolError(f"cannot write {path}: {'not a directory' if directory else 'it is a directory'}")
+    holder = path if directory else path.parent
+    while not holder.exists():  # the nearest existing ancestor is where a new path would be made
+        holder = holder.parent
+    if not holder.is_dir():
+        raise ToolError(f"cannot write {path}: {holder} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=holder):
+            pass
+    except OSError as exc:
+        raise ToolError(f"cannot write {path}: {holder} takes no new files ({exc.strerror or exc})") from None
+    if path.is_file():
+        try:
+            with open(path, "ab"):  # appended to later (DuckDB files, key logs); opening changes nothing
+                pass
+        except OSError as exc:
+            raise ToolError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _given(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> bool:
+    # Defaults are not checked here: a group's options (qreplay's --out) are read for every
+    # subcommand too. A default that cannot be written fails when written, in one line (run).
+    source = ctx.get_parameter_source(param.name)
+    return value is not None and source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def output_file(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """Option callback of a file a command writes or appends to."""
+    if _given(ctx, param, value):
+        check_writable(Path(value), directory=False)
+    return value
+
+
+def output_dir(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """Option callback of a directory a command writes into (created if missing)."""
+    if _given(ctx, param, value):
+        check_writable(Path(value), directory=True)
+    return value
+
+
 def run(app: typer.Typer, prog_name: str) -> None:
     try:
         app(prog_name=prog_name)
     except ToolError as exc:
         print(f"{prog_name}: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        # A named path the machine refused (a default output in a read-only place, a
+        # path derived from an output): the environment, not a bug, so one line too.
+        if exc.filename is None:
+            raise
+        print(f"{prog_name}: error: cannot use {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        sys.exit(1)

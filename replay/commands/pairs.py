@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from common.cliapp import output_dir
 from common.terminal import cli_console
 from replay import sets as sets_api
 from replay.commands.run import (
@@ -30,8 +31,8 @@ def register(app: typer.Typer) -> None:
         reps: Annotated[int, typer.Option("--reps", min=1, help="Repetitions per pair and delay.")] = 2,
         link: LinkOpt = "auto", timeout: TimeoutOpt = None,
         out_dir: Annotated[Path, typer.Option(
-            "--out-dir", help="Where results (pairs.duckdb, appended to), pairs.md, pairs.html and the heat maps "
-            "go.")] = Path("out/pairs"),
+            "--out-dir", callback=output_dir, help="Where results (pairs.duckdb, appended to), pairs.md, pairs.html "
+            "and the heat maps go.")] = Path("out/pairs"),
         report_only: Annotated[bool, typer.Option(
             "--report-only", help="Run nothing: redraw the newest pairs campaign in --out-dir.")] = False,
     ) -> None:

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from common.cliapp import output_dir
 from common.terminal import cli_console
 from replay.commands.run import LinkOpt, UdpBufferOpt, current_command_line, comma_list, execute
 from replay.link import parse_size
@@ -31,8 +32,8 @@ def register(app: typer.Typer) -> None:
             "--size", help="One download size for every figure, e.g. 5MB (default: each figure's own).")] = None,
         reps: Annotated[Optional[int], typer.Option("--reps", min=1, help="Repetitions for every figure.")] = None,
         out_dir: Annotated[Path, typer.Option(
-            "--out-dir", help="Where the results (reproduce.duckdb, appended to), report.md, report.html and the "
-            "figures go.")] = Path("out/reproduce"),
+            "--out-dir", callback=output_dir, help="Where the results (reproduce.duckdb, appended to), report.md, "
+            "report.html and the figures go.")] = Path("out/reproduce"),
         report_only: Annotated[bool, typer.Option(
             "--report-only", help="Run nothing: rewrite the report of the newest campaign in --out-dir.")] = False,
         link: LinkOpt = "auto",

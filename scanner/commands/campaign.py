@@ -11,6 +11,7 @@ from pathlib import Path
 
 import typer
 
+from common.cliapp import output_dir, output_file
 from tparams.errors import ToolError
 
 from scanner.campaign import CampaignSpec, run_local, run_shard, union_check
@@ -34,7 +35,8 @@ def register(app: typer.Typer) -> None:
         allowlist: Path = typer.Option(None, help="Addresses or CIDRs to probe, one a line (a hitlist), added to the ranges."),
         yes: bool = typer.Option(False, "--yes", help="Targets outside the lab (the Internet): start without asking."),
         campaign: str = typer.Option(..., help="Campaign name (a plain name)."),
-        out: Path = typer.Option(..., "--out", "-o", help="Campaign directory (local, or a shared mount)."),
+        out: Path = typer.Option(..., "--out", "-o", callback=output_dir,
+                                 help="Campaign directory (local, or a shared mount)."),
         shard: str = typer.Option(..., help="This host's shard I/N."),
         seed: int = typer.Option(..., help="ZMap permutation seed, the same on every host."),
         port: int = typer.Option(443, help="UDP port to probe."),
@@ -67,7 +69,7 @@ def register(app: typer.Typer) -> None:
 
     @group.command("run", epilog="Example: qscan campaign run --shards 4 --out camp --rate 2000")
     def run_command(
-        out: Path = typer.Option(..., "--out", "-o", help="Campaign directory to write."),
+        out: Path = typer.Option(..., "--out", "-o", callback=output_dir, help="Campaign directory to write."),
         shards: int = typer.Option(4, help="Shards, each a host: a client namespace of the population lab."),
         seed: int = typer.Option(None, help="ZMap permutation seed (default: random)."),
         campaign: str = typer.Option("lab", help="Campaign name (a plain name)."),
@@ -132,7 +134,8 @@ def register(app: typer.Typer) -> None:
         campaign: str = typer.Option("census", help="Campaign name."),
         seed: int = typer.Option(1, help="ZMap seed, the same on every host."),
         measured: Path = typer.Option(None, help="Measurements to plan from (default datasets/campaign/measured.json)."),
-        slurm: Path = typer.Option(None, help="Write a Slurm array job file (one task a shard) here."),
+        slurm: Path = typer.Option(None, callback=output_file,
+                                   help="Write a Slurm array job file (one task a shard) here."),
         netns_prefix: str = typer.Option(None, help="In the job file, run task I inside namespace PREFIX<I> (the lab)."),
         json_output: bool = typer.Option(False, "--json", help="Print the projection(s) as JSON."),
     ) -> None:

@@ -16,6 +16,7 @@ from scanner.browser import BROWSERS, capture_browser
 from scanner.capture.extract import CaptureResult, ClientHelloRecord, read_capture
 from scanner.capture.frontend import tshark_version
 from scanner.capture.results import browser_set_document, choose_hello, set_document, store_capture
+from common.cliapp import output_dir, output_file
 from common.setfiles import SETS_DIR
 from common.terminal import cli_console
 from tparams.paramset import ParamSet
@@ -30,12 +31,12 @@ def register(app: typer.Typer) -> None:
 
 def pcap(
     capture: Annotated[Path, typer.Argument(help="pcap or pcapng file holding QUIC client Initials")],
-    out: Annotated[Optional[Path], typer.Option("--out", help="DuckDB file to append to (views client_params, client_transport_parameters)")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", callback=output_file, help="DuckDB file to append to (views client_params, client_transport_parameters)")] = None,
     keylog: Annotated[Optional[Path], typer.Option("--keylog", help="SSLKEYLOGFILE of the clients: adds the servers' transport parameters from EncryptedExtensions")] = None,
     as_set: Annotated[Optional[str], typer.Option("--as-set", help="also write a replayable client set NAME.json (for qreplay --set NAME)")] = None,
     hello: Annotated[Optional[int], typer.Option("--hello", help="which ClientHello --as-set uses when the capture holds several different sets")] = None,
     client: Annotated[Optional[str], typer.Option("--client", help="label for the client column (default: Google user_agent when sent)")] = None,
-    sets_dir: Annotated[Path, typer.Option("--sets-dir", help="where --as-set writes")] = SETS_DIR,
+    sets_dir: Annotated[Path, typer.Option("--sets-dir", callback=output_dir, help="where --as-set writes")] = SETS_DIR,
     as_json: Annotated[bool, typer.Option("--json", help="print the ClientHellos as JSON lines instead of a table")] = False,
 ) -> None:
     """Every QUIC ClientHello in a capture: SNI, ALPN, version and all client transport parameters in wire order."""
@@ -58,10 +59,10 @@ def pcap(
 
 def browser(
     name: Annotated[str, typer.Argument(help=f"installed browser to run headless: {' | '.join(BROWSERS)}")],
-    out: Annotated[Optional[Path], typer.Option("--out", help="DuckDB file to append to")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", callback=output_file, help="DuckDB file to append to")] = None,
     save_set: Annotated[bool, typer.Option("--save-set", help="write the set as <browser>-<version>.json into --sets-dir")] = False,
-    sets_dir: Annotated[Path, typer.Option("--sets-dir", help="where --save-set writes")] = SETS_DIR,
-    keep_capture: Annotated[Optional[Path], typer.Option("--keep-capture", help="directory that keeps the pcapng, key log and logs (default: a temporary one, deleted)")] = None,
+    sets_dir: Annotated[Path, typer.Option("--sets-dir", callback=output_dir, help="where --save-set writes")] = SETS_DIR,
+    keep_capture: Annotated[Optional[Path], typer.Option("--keep-capture", callback=output_dir, help="directory that keeps the pcapng, key log and logs (default: a temporary one, deleted)")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds to wait for the browser's ClientHello")] = 40.0,
     as_json: Annotated[bool, typer.Option("--json", help="print the ClientHellos as JSON lines instead of a table")] = False,
 ) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from common.cliapp import output_dir, output_file
 from tparams.errors import ToolError
 
 from scanner import identify as identify_api
@@ -23,7 +24,8 @@ def register(app: typer.Typer) -> None:
     @app.command("targets", epilog="Example: qscan targets hosts.txt --identify --out scan.duckdb")
     def targets_command(
         file: str = typer.Argument(..., help="Targets, one `ip[,port[,sni]]` a line (port 443 if omitted); `#` comments; `-` reads stdin."),
-        out: Path = typer.Option(..., "--out", "-o", help="DuckDB file to write (created; one file per scan)."),
+        out: Path = typer.Option(..., "--out", "-o", callback=output_file,
+                                 help="DuckDB file to write (created; one file per scan)."),
         rate: float = typer.Option(100.0, help="New handshakes per second over all workers (0 = unlimited)."),
         concurrency: int = typer.Option(1000, help="Handshakes in flight at once over all workers."),
         timeout: float = typer.Option(5.0, help="Seconds to wait for a handshake to complete."),
@@ -34,7 +36,8 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, "--resume", help="Continue the scan in --out, skipping targets already recorded."),
         strict: bool = typer.Option(False, "--strict", help="Reject the whole file if any line is malformed."),
         groups: str = typer.Option("x25519,secp256r1", help="Key shares sent in the ClientHello, comma-separated (supported_groups lists every other group the engine completes too)."),
-        keylog: Path = typer.Option(None, help="Append TLS secrets (SSLKEYLOGFILE format) here, e.g. for tshark."),
+        keylog: Path = typer.Option(None, callback=output_file,
+                                    help="Append TLS secrets (SSLKEYLOGFILE format) here, e.g. for tshark."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
         json_output: JsonOutcome = False,
         identify: bool = typer.Option(False, "--identify", help="Also name each server's QUIC library: one more "
@@ -100,7 +103,7 @@ def register(app: typer.Typer) -> None:
                  "--vantage fra1 --shard 0")
     def export_command(
         scan: Path = typer.Argument(..., help="A DuckDB scan file written by qscan."),
-        parquet: Path = typer.Option(..., "--parquet", help="Directory for one Parquet file per table and view; "
+        parquet: Path = typer.Option(..., "--parquet", callback=output_dir, help="Directory for one Parquet file per table and view; "
                                      "with --campaign, a campaign directory this scan becomes one shard of."),
         campaign: str = typer.Option(None, help="Campaign label: write Hive-partitioned tables "
                                      "<table>/campaign=/vantage=/campaign_shard= (docs/scale.md)."),
