@@ -102,7 +102,7 @@ def test_reproduce_writes_a_report_beside_the_published_numbers(tmp_path):
     across = markdown[markdown.index("## Across implementations: figure 5.6"):]
     header = next(line for line in across.splitlines() if line.startswith("| initial_max_stream_data_bidi_local"))
     assert header.split("|")[3:-1] == [f" {s} " for s in sorted(stacks)], header
-    assert re.search(r"\| 131,072 \| 16\.81 \|( \d+\.\d \(\d+\.\d-\d+\.\d\) \|){%d}" % len(stacks), across), across
+    assert re.search(r"\| 131,072 \| 16\.81 \|( \d+\.\d \(\d+\.\d to \d+\.\d\) \|){%d}" % len(stacks), across), across
     html = (tmp_path / "report.html").read_text()
     assert html.count("data:image/png;base64") == 4  # figures 5.4-5.7, carried inside the page
     assert "<table>" in html and "16.81" in html
