@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tparams.errors import ToolError
 
 from scanner.columns import HandshakeColumns, handshake_columns
+from scanner.discovery.netinfo import refuse_unreachable_lab
 from scanner.engine import OK, UNREACHABLE, HandshakeRecord, ScanSettings, scan_targets
 from scanner.store import ScanStore
 from scanner.targets import Target
@@ -54,8 +55,10 @@ def scan_into(
 
     The store is opened (and its schema checked) before the first packet, so a
     bad ``out`` costs no traffic. With ``resume`` the latest scan of ``kind``
-    continues and targets already recorded are skipped.
+    continues and targets already recorded are skipped. Lab addresses this
+    network namespace would reach only out of the lab are refused first.
     """
+    refuse_unreachable_lab(t.ip for t in targets)
     with ScanStore.open(out) as store:
         if store.handshake_count() and not resume:
             raise ToolError(f"{out} already holds handshakes; pass --resume to continue that scan, or use a new --out")

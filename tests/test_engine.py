@@ -208,6 +208,26 @@ def test_an_icmp_unreachable_is_its_own_status_and_a_black_hole_a_timeout(lab: L
     }
 
 
+def test_lab_targets_out_of_reach_are_refused_and_netns_reaches_them(lab: Lab, tmp_path: Path):
+    """From this (the root) namespace Initials to the lab would leave by the default route: refused in one
+    line before the store is made; --netns runs the same scan from the lab's client namespace."""
+    alpha = lab.server("ngtcp2-alpha")
+    hosts, out = tmp_path / "hosts.txt", tmp_path / "t.duckdb"
+    for address in (alpha.ip, "2001:2::10"):
+        hosts.write_text(f"{address},{alpha.port},{alpha.sni}\n")
+        refused = subprocess.run([QSCAN, "targets", str(hosts), "--out", str(out)], capture_output=True, text=True,
+                                 timeout=60)
+        assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+        assert refused.stderr.startswith(f"qscan: error: {address} is a lab address that this network namespace "
+                                         "does not reach"), refused.stderr
+        assert "`ip netns exec <client ns> qscan ...`, or give --netns <client ns>" in refused.stderr
+        assert not out.exists()
+    hosts.write_text(f"{alpha.ip},{alpha.port},{alpha.sni}\n")
+    done = subprocess.run([QSCAN, "targets", str(hosts), "--out", str(out), "--netns", lab.client_ns, "--timeout",
+                           "3"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "1 handshakes (1 ok" in done.stdout, done.stdout + done.stderr
+
+
 def committed_handshakes(scan: Path, workdir: Path) -> int:
     """Handshakes committed to ``scan`` so far, read while its writer holds the file's lock
     (which refuses even read-only connections): a copy of the file and its WAL is counted."""

@@ -18,7 +18,7 @@ from scanner.domains import read_domains, scan_domains
 from scanner.discovery.plan import make_plan, parse_shard
 from scanner.discovery.response import format_version
 from scanner.engine import ScanSettings
-from scanner.commands.options import Concurrency, HandshakeRate, HandshakeTimeout, JsonOutcome, Quiet, Workers
+from scanner.commands.options import Concurrency, HandshakeRate, HandshakeTimeout, JsonOutcome, Netns, Quiet, Workers
 from scanner.merge import merge_scans
 from common.terminal import cli_console
 
@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
         allowlist: Path = typer.Option(None, help="CIDRs to probe, ZMap format (added to the ranges given)."),
         shard: str = typer.Option("0/1", help="This host's shard I/N of the scan (ZMap sharding; needs --seed)."),
         seed: int = typer.Option(None, help="ZMap permutation seed; the same on every shard of a scan."),
-        netns: str = typer.Option(None, help="Run inside this network namespace (default: where qscan runs)."),
+        netns: Netns = None,
         discover_only: bool = typer.Option(False, "--discover-only", help="Stop after ZMap; no handshakes."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, the exact ZMap command and the "
                                      "payload hex; send nothing."),
@@ -132,7 +132,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", "-o", callback=output_file, help="DuckDB file to write (new)."),
         resolver: str = typer.Option(None, help="DNS server address to ask (default: the system's resolver)."),
         alt_svc: bool = typer.Option(True, "--alt-svc/--no-alt-svc", help="Also fetch Alt-Svc over HTTPS/TCP."),
-        netns: str = typer.Option(None, help="Run inside this network namespace (default: where qscan runs)."),
+        netns: Netns = None,
         discover_only: bool = typer.Option(False, "--discover-only", help="Gather evidence only; no handshakes."),
         timeout: float = typer.Option(5.0, help="Seconds for each DNS query, HTTPS fetch and handshake."),
         handshake_rate: HandshakeRate = 100.0,

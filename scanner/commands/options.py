@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -12,3 +12,5 @@ Concurrency = Annotated[int, typer.Option("--concurrency", help="Handshakes in f
 Workers = Annotated[int, typer.Option("--workers", help="Handshake worker processes.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 JsonOutcome = Annotated[bool, typer.Option("--json", help="Print the outcome as one JSON object.")]
+Netns = Annotated[Optional[str], typer.Option("--netns", help="Run inside this network namespace (default: where "
+                                              "qscan runs), e.g. the lab's client namespace.")]

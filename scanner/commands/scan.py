@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shlex
 import sys
@@ -15,7 +16,9 @@ from tparams.errors import ToolError
 from scanner import identify as identify_api
 from scanner.campaign_store import export_shard
 from scanner.engine import ScanSettings
-from scanner.commands.options import JsonOutcome
+from lab.netns import in_namespace
+from scanner.commands.options import JsonOutcome, Netns
+from scanner.discovery.netinfo import require_namespace
 from scanner.report import FORMATS, build_report, export_parquet, render
 from scanner.scan import scan_into
 from scanner.targets import read_targets
@@ -40,10 +43,12 @@ def register(app: typer.Typer) -> None:
                                     help="Append TLS secrets (SSLKEYLOGFILE format) here, e.g. for tshark."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
         json_output: JsonOutcome = False,
+        netns: Netns = None,
         identify: bool = typer.Option(False, "--identify", help="Also name each server's QUIC library: one more "
                                       "handshake per target offering ALPN `invalid`; verdicts in table server_library."),
     ) -> None:
         """Complete a QUIC handshake with every target and record what each server sent."""
+        require_namespace(netns)
         targets, bad = read_targets(file, strict=strict)
         for line in bad:
             print(f"skipped {file} {line}", file=sys.stderr)  # one line each, never wrapped: greppable
@@ -61,13 +66,16 @@ def register(app: typer.Typer) -> None:
         # handshakes kept for their order, then the invalid-ALPN pass.
         signatures = identify_api.load_signatures() if identify else None
         h3_records: list = []
-        outcome = scan_into(
-            out, targets, settings, resume=resume, progress=not quiet and sys.stderr.isatty(),
-            command_line=shlex.join(["qscan", *sys.argv[1:]]), on_batch=h3_records.extend if identify else None,
-        )  # fmt: skip
+        with in_namespace(netns) if netns else contextlib.nullcontext():  # sockets made inside stay inside
+            outcome = scan_into(
+                out, targets, settings, resume=resume, progress=not quiet and sys.stderr.isatty(),
+                command_line=shlex.join(["qscan", *sys.argv[1:]]), on_batch=h3_records.extend if identify else None,
+            )  # fmt: skip
+            libraries = (identify_api.identify_into(out, targets, settings, signatures, h3_records)
+                         if signatures is not None else None)
         summary = dataclasses.asdict(outcome) | {"bad_lines": len(bad), "out": str(out)}
-        if signatures is not None:
-            summary["libraries"] = identify_api.identify_into(out, targets, settings, signatures, h3_records)
+        if libraries is not None:
+            summary["libraries"] = libraries
             print(f"libraries: {summary['libraries']}", file=sys.stderr)
         if json_output:
             import json

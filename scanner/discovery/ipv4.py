@@ -22,7 +22,9 @@ import pyarrow as pa
 from tparams.errors import ToolError
 
 from scanner.scan import scan_into
-from scanner.discovery.netinfo import Route, check_raw_socket_permission, detect_route, require_namespace
+from scanner.discovery.netinfo import (
+    Route, check_raw_socket_permission, detect_route, refuse_unreachable_lab, require_namespace,
+)
 from scanner.discovery.plan import WHOLE_SPACE, Plan, subtract
 from tparams.probe import Probe, make_probe
 from scanner.discovery.zmap import Discovered, Outcome, ZMapFiles, command_text, read_results, run_zmap, write_inputs, zmap_command
@@ -94,9 +96,10 @@ def prepare(
     if plan.shards > 1 and seed is None:
         raise ToolError("--shard needs --seed: every shard must walk the same address permutation")
     require_namespace(netns)
+    first = subtract(plan.targets or [WHOLE_SPACE], plan.blocklist)[0].network_address
     if not dry_run:
         check_raw_socket_permission(netns)
-    first = subtract(plan.targets or [WHOLE_SPACE], plan.blocklist)[0].network_address
+        refuse_unreachable_lab([str(first)], netns)  # ZMap would send by the default route
     route = detect_route(str(first), netns, interface, source_ip, gateway_mac, resolve=not dry_run)
     probe = make_probe()
     seed = secrets.randbits(31) if seed is None else seed

@@ -10,14 +10,17 @@ gateway's discard port makes the kernel resolve it if it has not already.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from lab.netns import in_namespace, list_namespaces
+from scanner.discovery.plan import LAB_RANGE
 from tparams.errors import ToolError
 
 # Neighbour states without a usable link-layer address (linux/neighbour.h).
@@ -85,6 +88,40 @@ def require_namespace(netns: str | None) -> None:
     """Fail on a namespace that does not exist (pyroute2 would quietly create it)."""
     if netns is not None and netns not in list_namespaces():
         raise ToolError(f"no network namespace {netns!r} (see `ip netns list`)")
+
+
+# The benchmarking ranges (RFC 2544, RFC 5180): the lab's, never the Internet's.
+LAB_RANGES = (LAB_RANGE, ipaddress.ip_network("2001:2::/48"))
+
+
+def refuse_unreachable_lab(addresses: Iterable[str], netns: str | None = None) -> None:
+    """Refuse lab addresses this namespace does not reach from inside the lab.
+
+    A lab address is reached from a lab address (the lab's client namespace);
+    from anywhere else its packets leave by the default route, out of the lab.
+    The kernel is asked which source it would send from (a UDP connect sends
+    nothing)."""
+    lab = {a for a in addresses if a.startswith(("198.18.", "198.19.", "2001:2:"))
+           and any(ipaddress.ip_address(a) in r for r in LAB_RANGES)}
+    with in_namespace(netns) if netns else contextlib.nullcontext():
+        for address in sorted(lab):
+            source = _source_address(address)
+            if source is None or not any(ipaddress.ip_address(source) in r for r in LAB_RANGES):
+                where = f"network namespace {netns}" if netns else "this network namespace"
+                how = f"it would leave from {source}, out of the lab" if source else "no route"
+                raise ToolError(f"{address} is a lab address that {where} does not reach ({how}): run from the "
+                                "lab's client namespace, `ip netns exec <client ns> qscan ...`, or give --netns "
+                                "<client ns> (`qscan lab status` names it)")
+
+
+def _source_address(address: str) -> str | None:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect((address, 443))
+        except OSError:
+            return None
+        return sock.getsockname()[0]
 
 
 def check_raw_socket_permission(netns: str | None = None) -> None:
