@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -119,6 +122,12 @@ def test_whole_space_scan_refused_without_terminal_or_yes(tmp_path):
 
 # -- ZMap in the lab -----------------------------------------------------------------------------
 
+def lab_command(lab, argv):
+    from lab.netns import ns_command
+
+    return ns_command(lab.client_ns, argv)
+
+
 def _qscan(lab, *args, check=True):
     done = lab.run_in_client([QSCAN, *args], timeout=180)
     if check:
@@ -185,6 +194,32 @@ def test_two_shards_merged_equal_the_unsharded_scan(lab, lab_scan, tmp_path):
     # Ids and tokens differ between scans, and so do positions: quinn shuffles its parameters on every connection.
     long_form = "SELECT ip, name, value FROM transport_parameters ORDER BY ALL"
     assert _rows(merged, long_form) == _rows(whole, long_form)
+
+
+@pytest.mark.lab
+def test_ctrl_c_during_zmap_says_what_is_kept_and_resume_finishes(lab, tmp_path):
+    out = tmp_path / "cut.duckdb"
+    results = Path(f"{out}.zmap") / "results.csv"  # ZMap opens it as it starts
+    # 256 probes at 20 a second: ZMap is still sending when Ctrl-C comes (to the whole group, as a terminal's).
+    process = subprocess.Popen(lab_command(lab, [QSCAN, "ipv4", "198.18.1.0/24", "--out", str(out), "--rate", "20",
+                                                 "--quiet"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not results.exists():
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    said = stderr.splitlines()[-1]  # after the plan
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    assert said.startswith(f"qscan: error: interrupted during ZMap: scan 1 is begun in {out} but holds no "
+                           "answers") and "the same command with --resume" in said
+    summary = json.loads(_qscan(lab, "ipv4", "198.18.1.0/24", "--out", str(out), "--resume", *LAB_SCAN).stdout)
+    assert summary["scan_id"] == 1 and summary["quic_servers"] == len(_quic_servers(lab))
 
 
 @pytest.mark.lab

@@ -140,8 +140,13 @@ def scan_ipv4(
             scan_id = store.begin_scan("ipv4", scan_settings, command_line)
     started = finished = dt.datetime.now(dt.timezone.utc)
     if outcome is None:
-        metadata = run_zmap(prepared.argv, prepared.files, netns, on_zmap_progress)
-        outcome = read_results(prepared.files, prepared.probe, plan.port)
+        try:
+            metadata = run_zmap(prepared.argv, prepared.files, netns, on_zmap_progress)
+            outcome = read_results(prepared.files, prepared.probe, plan.port)
+        except KeyboardInterrupt:
+            raise ToolError(f"interrupted during ZMap: scan {scan_id} is begun in {out} but holds no answers "
+                            f"(ZMap's partial output: {prepared.files.directory}); the same command with --resume "
+                            "runs ZMap again, then the handshakes", exit_code=130) from None
         outcome.probes_sent = metadata.get("total_sent")
         finished = dt.datetime.now(dt.timezone.utc)
         with open_discovery_store(out) as store:
