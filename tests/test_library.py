@@ -204,6 +204,9 @@ def test_qscan_targets_identify_stores_a_verdict_per_target(configuration, reque
     for server in lab.servers:
         expected[_expected(server)] = expected.get(_expected(server), 0) + 1
     assert json.loads(done.stdout)["libraries"] == dict(sorted(expected.items()))
+    by_count = sorted(expected.items(), key=lambda kv: (-kv[1], kv[0]))
+    assert done.stderr.splitlines()[-1] == ("libraries: " + ", ".join(f"{name} {n}" for name, n in by_count)
+                                            + " (targets each; verdicts in table server_library)")
     stored = read_identifications(out)
     assert stored.height == len(lab.servers) and stored["signatures_date"].is_not_null().all()
 

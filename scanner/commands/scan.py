@@ -76,7 +76,8 @@ def register(app: typer.Typer) -> None:
         summary = dataclasses.asdict(outcome) | {"bad_lines": len(bad), "out": str(out)}
         if libraries is not None:
             summary["libraries"] = libraries
-            print(f"libraries: {summary['libraries']}", file=sys.stderr)
+            named = ", ".join(f"{name} {n}" for name, n in sorted(libraries.items(), key=lambda kv: (-kv[1], kv[0])))
+            print(f"libraries: {named or 'none'} (targets each; verdicts in table server_library)", file=sys.stderr)
         if json_output:
             import json
 
