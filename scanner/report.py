@@ -87,12 +87,21 @@ def top_values(con: duckdb.DuckDBPyConnection, top: int = 5) -> pl.DataFrame:
     ).pl()
 
 
+def libraries(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Targets per QUIC library, each target's latest verdict (`qscan targets --identify`); no rows without one."""
+    views = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'libraries' AND NOT internal")
+    if not views.fetchall()[0][0]:
+        return pl.DataFrame(schema={"library": pl.String, "targets": pl.Int64, "share_pct": pl.Float64})
+    return con.sql("SELECT library, targets, share_pct FROM libraries").pl()
+
+
 @dataclass
 class Report:
     summary: pl.DataFrame
     statuses: pl.DataFrame
     sets: pl.DataFrame
     values: pl.DataFrame
+    libraries: pl.DataFrame
 
     def as_dict(self) -> dict:
         return {
@@ -100,6 +109,7 @@ class Report:
             "statuses": self.statuses.to_dicts(),
             "top_sets": self.sets.to_dicts(),
             "top_values": self.values.to_dicts(),
+            "libraries": self.libraries.to_dicts(),
         }
 
     def long_rows(self) -> list[dict]:
@@ -125,6 +135,8 @@ class Report:
              "count": r["endpoints"], "share_pct": r["share_pct"]}
             for r in self.values.to_dicts()
         ]  # fmt: skip
+        rows += [{"section": "library", "value": r["library"], "count": r["targets"], "share_pct": r["share_pct"]}
+                 for r in self.libraries.to_dicts()]
         return rows
 
 
@@ -132,7 +144,7 @@ def build_report(path: str | Path, top: int = 10) -> Report:
     if top < 1:
         raise ToolError("--top must be >= 1")
     with scan_connection(path) as con:
-        return Report(summary(con), status_counts(con), top_sets(con, top), top_values(con, top))
+        return Report(summary(con), status_counts(con), top_sets(con, top), top_values(con, top), libraries(con))
 
 
 def _cell(value: object) -> str:
@@ -163,12 +175,15 @@ def render(report: Report, fmt: str) -> str:
 
 def _sections(report: Report) -> list[tuple[str, pl.DataFrame]]:
     # Sets are shown transposed (one column per set) as the thesis's tables do: twelve rows read better.
-    return [
+    sections = [
         ("Summary", report.summary),
         ("Outcomes", report.statuses),
         ("Most common parameter sets", _sets_transposed(report.sets)),
         ("Most common values per parameter", report.values),
     ]
+    if report.libraries.height:  # only scans run with --identify have verdicts
+        sections.append(("QUIC libraries (qscan targets --identify)", report.libraries))
+    return sections
 
 
 def _sets_transposed(sets: pl.DataFrame) -> pl.DataFrame:
@@ -193,7 +208,7 @@ def _rich_tables(report: Report) -> str:
     for title, frame in _sections(report):
         table = Table(title=title, title_justify="left")
         for column in frame.columns:
-            table.add_column(column, justify="left" if column in {"parameter", "status", "value"} else "right")
+            table.add_column(column, justify="left" if column in {"parameter", "status", "value", "library"} else "right")
         for row in frame.iter_rows():
             table.add_row(*(_cell(v) for v in row))
         console.print(table)

@@ -13,6 +13,7 @@ import duckdb
 import polars as pl
 import pytest
 
+from scanner.identify import LIBRARY_SCHEMA
 from scanner.report import build_report, export_parquet, top_sets, top_values
 from scanner.store import ScanStore
 from test_store import ALPHA, record
@@ -63,6 +64,20 @@ def test_cli_formats_parse(scan: Path, fmt: str):
         assert [(r["value"], r["count"]) for r in sets] == [("16777216", "3"), ("196608", "1")]
     else:
         assert ALPHA.fingerprint() in result.stdout and "initial_max_data" in result.stdout
+
+
+def test_report_has_a_section_of_the_libraries_identified(scan: Path):
+    with ScanStore.open(scan) as store:
+        store.apply_schema(*LIBRARY_SCHEMA[:2], LIBRARY_SCHEMA[2].read_text())
+        store.con.execute("INSERT INTO server_library (ip, port, identified_at, library, library_evidence) VALUES "
+                          "('192.0.2.0', 443, now(), 'ngtcp2', 'e'), ('192.0.2.1', 443, now(), 'ngtcp2', 'e'), "
+                          "('198.51.100.1', 443, now() - INTERVAL 1 DAY, 'quinn', 'e'), "
+                          "('198.51.100.1', 443, now(), 'quiche', 'e')")  # the later verdict counts
+    assert build_report(scan).as_dict()["libraries"] == [
+        {"library": "ngtcp2", "targets": 2, "share_pct": 66.7}, {"library": "quiche", "targets": 1, "share_pct": 33.3}]
+    markdown = subprocess.run([QSCAN, "report", str(scan), "--format", "markdown"], capture_output=True, text=True)
+    assert "### QUIC libraries (qscan targets --identify)" in markdown.stdout, markdown.stderr
+    assert "| ngtcp2 | 2 | 66.7 |" in markdown.stdout and "quinn" not in markdown.stdout
 
 
 def test_report_of_missing_file_is_one_line(tmp_path: Path):
