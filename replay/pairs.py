@@ -30,8 +30,10 @@ from tparams.errors import ToolError
 
 
 def pairs_of(stacks: list[Stack]) -> list[tuple[Stack, Stack]]:
-    """(client, server) for every two stacks (a stack with itself included) that speak one protocol."""
-    return [(client, server) for client in stacks for server in stacks if client.protocol == server.protocol]
+    """(client, server) for every two stacks (a stack with itself included) that speak one protocol; a
+    browser is a client only, caddy a server only."""
+    return [(client, server) for client in stacks if "client" in client.roles for server in stacks
+            if server.serves(client.protocol)]
 
 
 def run_pairs(stacks: list[Stack], client_set: NamedSet, links: list[LinkConfig], options: RunOptions, reps: int,

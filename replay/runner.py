@@ -33,6 +33,7 @@ from replay import store, trace
 from replay.cpuidle import ShallowIdle
 from replay.link import LinkConfig, select_backend
 from replay.sets import NamedSet
+from replay.stacks import get_stack
 from replay.stacks.base import ClientResult, RunOptions, Stack, free_udp_port
 from tparams.errors import ToolError
 
@@ -50,6 +51,7 @@ class Condition:
     link: LinkConfig
     sweep_param: str | None = None
     sweep_value: int | None = None
+    stack: Stack | None = None  # the client's stack where conditions differ in it (matrix --stacks), else None
 
 
 @dataclass
@@ -68,10 +70,19 @@ class Experiment:
     server_stack: Stack | None = None  # another library's server (both must speak the same protocol)
 
     def __post_init__(self) -> None:
-        server = self.server_stack or self.stack
-        if server.protocol != self.stack.protocol:
-            raise ToolError(f"{self.stack.name}'s client speaks {self.stack.protocol}, {server.name}'s server "
-                            f"{server.protocol}: no download between them")
+        for client, server in {self.stacks(c) for c in self.conditions} or {self.stacks(None)}:
+            if not server.serves(client.protocol):
+                raise ToolError(f"{client.name}'s client speaks {client.protocol}, {server.name}'s server "
+                                f"{server.protocol}: no download between them")
+            if client.own_parameters and not server.serves_page:
+                raise ToolError(f"{server.name}'s server serves no page for {client.name} to load")
+
+    def stacks(self, condition: Condition | None) -> tuple[Stack, Stack]:
+        """(client, server) of a condition: a browser, being no server, downloads from its default server."""
+        client = condition.stack if condition and condition.stack else self.stack
+        if self.server_stack:
+            return client, self.server_stack
+        return client, get_stack(client.default_server) if client.default_server else client
 
 
 class Loopback:
@@ -332,7 +343,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         server_stdout = open(workdir / "server.stdout", "w+b")
         server = _Process(path.server_ns, server_argv, workdir / "server.usage", stdout=server_stdout)
         row["server_argv"] = json.dumps(server.popen.args)
-        client = None
+        client = result = None
         tracing, captured = contextlib.ExitStack(), None
         try:
             _wait_listening(server_stack, path.server_ns, port, server)
@@ -393,6 +404,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                 # The sender's own loss count: drops the link never saw (a receiver too slow
                 # to take its packets) appear only here.
                 row["counters"] = json.dumps({**json.loads(row["counters"]), **sender})
+        if result:
+            stack.complete_row(row, result)
         if captured is not None:
             row["trace"] = _trace(row, tracing, captured, workdir, path.server_ip, options.qlog_dir)
     if row["status"] != "ok":
@@ -458,8 +471,9 @@ def run_order(conditions: list[Condition], reps: int) -> list[tuple[Condition, i
 def run_experiment(experiment: Experiment, results: str | Path,
                    on_run: Callable[[dict], None] | None = None) -> list[dict]:
     """Run every condition ``reps`` times in round-robin order, storing each round as one batch."""
-    server_stack = experiment.server_stack or experiment.stack
-    for stack in {experiment.stack.name: experiment.stack, server_stack.name: server_stack}.values():
+    server_stack = experiment.stacks(None)[1]
+    used = {s.name: s for c in experiment.conditions for s in experiment.stacks(c)}
+    for stack in {experiment.stack.name: experiment.stack, server_stack.name: server_stack, **used}.values():
         reason = stack.unavailable_reason()
         if reason:
             raise ToolError(f"stack {stack.name} is not usable: {reason}")
@@ -474,6 +488,8 @@ def run_experiment(experiment: Experiment, results: str | Path,
     config = {**experiment.tags, "conditions": [_describe(c) for c in experiment.conditions],
               "stack_version": experiment.stack.version(), "server_stack": server_stack.name,
               "server_stack_version": server_stack.version(),
+              **({"stack_versions": {name: s.version() for name, s in used.items()}}
+                 if len(used) > 2 else {}),
               "timeout_s": experiment.options.timeout_s, "qlog_dir": str(experiment.options.qlog_dir or "")}
     record["config"] = json.dumps(config)
     store.upsert_experiment(con, record)
@@ -500,8 +516,9 @@ def run_experiment(experiment: Experiment, results: str | Path,
                     elif condition.link != path_link:
                         path.reconfigure(condition.link)
                     path_link = condition.link
-                    row = run_once(experiment.stack, path, condition, experiment.options, rep,
-                                   experiment.experiment_id, experiment.link_backend, server_stack)
+                    client_stack, condition_server = experiment.stacks(condition)
+                    row = run_once(client_stack, path, condition, experiment.options, rep,
+                                   experiment.experiment_id, experiment.link_backend, condition_server)
                     if traced := row.pop("trace", None):
                         store.insert(con, "traces", [traced[0]])
                         store.insert(con, "trace_points", traced[1])

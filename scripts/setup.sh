@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(zmap tshark ngtcp2-client ngtcp2-server caddy iproute2 dnsmasq-base libclang-dev cmake
-              chromium firefox-esr libcap2-bin procps iperf3 ethtool)
+              chromium firefox-esr libnss3-tools libcap2-bin procps iperf3 ethtool)
 APT_PACKAGES+=(openjdk-17-jdk-headless maven)  # jvmlab: the lab's Java servers (block below)
 APT_PACKAGES+=(slurm-wlm)  # bench_campaign: a one-node Slurm cluster runs the campaign's array job file
 missing=()

@@ -17,8 +17,8 @@ from replay.link import LinkConfig, parse_duration_ms, parse_percent, parse_rate
 from replay import statistics, store
 from replay.runner import Condition, Experiment, run_experiment
 from replay.commands.link import DoctorRow, register_doctor_rows
-from replay.stacks import all_stacks, get_stack
-from replay.stacks.base import RunOptions, default_timeout_s
+from replay.stacks import every_stack, get_stack
+from replay.stacks.base import RunOptions, Stack, default_timeout_s
 from replay.store import DEFAULT_RESULTS
 from common.cliapp import output_dir, output_file
 from common.terminal import cli_console
@@ -46,8 +46,13 @@ QueueOpt = Annotated[Optional[str], typer.Option("--queue", help="Queue limit of
 SizeOpt = Annotated[str, typer.Option("--size", help="Download size, e.g. 500MB (decimal) or 64MiB.")]
 RepsOpt = Annotated[int, typer.Option("--reps", min=1, help="Repetitions per condition.")]
 StackOpt = Annotated[str, typer.Option("--stack", help="QUIC stack, by its library's name: ngtcp2, quic-go, "
-                                                       "aioquic, quinn, quiche, s2n-quic, tquic, msquic or lsquic "
+                                                       "aioquic, quinn, quiche, s2n-quic, tquic, msquic or lsquic; "
+                                                       "or a browser, whose parameters are its own: chromium, "
+                                                       "firefox (h3), chromium-tcp, firefox-tcp (h2 on TCP) "
                                                        "(`qreplay doctor` says which run here).")]
+ServerStackOpt = Annotated[Optional[str], typer.Option(
+    "--server-stack", help="Download from another library's server (same application protocol). Default: the "
+    "client stack's own; a browser's: ngtcp2's for h3, caddy's for h2.")]
 LinkOpt = Annotated[str, typer.Option("--link", help="Link backend: auto, netem (kernel), relay (linkem), veth "
                                                      "(the namespaces, no emulation: the baseline) or loopback "
                                                      "(no namespaces, 127.0.0.1).")]
@@ -99,6 +104,31 @@ def server_set(spec: str | None, overrides: list[str] | None) -> sets_api.NamedS
         cli_console(stderr=True).print(f"[yellow]warning:[/] --server-set {spec}: {base.name} is a client's set; "
                                        "the server advertises its values")
     return sets_api.with_overrides(base, overrides or [])
+
+
+def given(ctx: typer.Context, parameter: str) -> bool:
+    """Whether the command line gave ``parameter`` (by its Python name), rather than leaving its default."""
+    source = ctx.get_parameter_source(parameter)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def own_set(stack: Stack) -> sets_api.NamedSet:
+    """A browser's condition: no set of ours, its own parameters (each run records its ClientHello)."""
+    from tparams.paramset import ParamSet
+
+    return sets_api.NamedSet(f"{stack.name}-own", ParamSet(), f"{stack.name}'s own transport parameters, recorded "
+                                                              "from each run's ClientHello", "client")
+
+
+def refuse_sets(ctx: typer.Context, stacks: list[Stack], set_parameter: str, client_param: list[str] | None) -> None:
+    """A set or a parameter given where every client is a browser: one line, exit 2."""
+    if all(s.own_parameters for s in stacks) and (given(ctx, set_parameter) or client_param):
+        raise ToolError("a browser's parameters are its own: no --set, --sets or --client-param with "
+                        + ", ".join(s.name for s in stacks))
+
+
+def optional_stack(name: str | None) -> Stack | None:
+    return get_stack(name) if name else None
 
 
 def execute(experiment: Experiment, out: Path, json_output: bool, title: str | None = None,
@@ -197,9 +227,9 @@ def comma_list(text: str, what: str) -> list[str]:
 def stack_doctor_rows() -> list[DoctorRow]:
     """One `qreplay doctor` row per stack: usable here, and which parameters each side can set."""
     rows = []
-    for name, stack in all_stacks().items():
+    for name, stack in every_stack().items():
         reason = stack.unavailable_reason()
-        detail = reason or "; ".join(f"{role} sets {len(params)} of 12" for role, params in stack.settable.items())
+        detail = reason or stack.capabilities()
         version = None if reason else stack.version()
         if version:
             detail = f"version {version}; {detail}"
@@ -221,7 +251,7 @@ def register(app: typer.Typer) -> None:
         stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", autotune: AutotuneOpt = False, cc: CcOpt = "cubic",
         qlog: QlogOpt = None, trace: TraceOpt = False,
         out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
-        shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB",
+        shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
     ) -> None:
         """Download through a QUIC stack over an emulated link with a client parameter set, REPS times.
 
@@ -232,15 +262,18 @@ def register(app: typer.Typer) -> None:
         the_link = make_link(delay, delay_up, jitter, loss, rate, queue)
         options = make_options(size, autotune, cc, qlog, timeout, trace)
         the_stack = get_stack(stack)
-        clients = [sets_api.with_overrides(s, client_param or []) for s in sets_api.resolve(set_spec)]
+        refuse_sets(ctx, [the_stack], "set_spec", client_param)
+        clients = ([own_set(the_stack)] if the_stack.own_parameters else
+                   [sets_api.with_overrides(s, client_param or []) for s in sets_api.resolve(set_spec)])
         server = server_set(server_set_spec, server_param)
         experiment = Experiment("single", the_stack, [Condition(c, server, the_link) for c in clients],
                                 options, reps, link, current_command_line(), shallow_idle,
-                                parse_size(udp_buffer, "--udp-buffer"))
+                                parse_size(udp_buffer, "--udp-buffer"), server_stack=optional_stack(server_stack))
         execute(experiment, out, json_output)
 
     @app.command("sweep", epilog="Example: qreplay sweep --param initial_max_data --values 196608,1048576,15728640 --delay 30ms")
     def sweep(
+        ctx: typer.Context,
         param: Annotated[str, typer.Option("--param", help="The parameter to vary, e.g. initial_max_data.")],
         values: Annotated[str, typer.Option("--values", help="Comma-separated values, e.g. 196608,1048576.")],
         side: Annotated[str, typer.Option("--side", help="Whose parameter to vary: client or server.")] = "client",
@@ -251,14 +284,19 @@ def register(app: typer.Typer) -> None:
         stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", autotune: AutotuneOpt = False, cc: CcOpt = "cubic",
         qlog: QlogOpt = None, trace: TraceOpt = False,
         out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
-        shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB",
+        shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
     ) -> None:
         """Vary one parameter, all else fixed (the thesis's figures 5.4 and 5.6); default 30 ms, LSQUIC client set."""
         if param not in PERFORMANCE_PARAMETERS:
             raise ToolError(f"--param: {param!r} is not one of {', '.join(PERFORMANCE_PARAMETERS)}")
         if side not in ("client", "server"):
             raise ToolError(f"--side must be client or server, not {side!r}")
-        client = sets_api.with_overrides(sets_api.resolve_one(set_spec), client_param or [])
+        the_stack = get_stack(stack)
+        refuse_sets(ctx, [the_stack], "set_spec", client_param)
+        if the_stack.own_parameters and side == "client":
+            raise ToolError(f"a browser's parameters are its own: {the_stack.name} sweeps only --side server")
+        client = (own_set(the_stack) if the_stack.own_parameters else
+                  sets_api.with_overrides(sets_api.resolve_one(set_spec), client_param or []))
         server = server_set(server_set_spec, server_param)
         conditions = []
         for value in comma_list(values, "--values"):
@@ -271,14 +309,17 @@ def register(app: typer.Typer) -> None:
                 base = server or server_set(None, override)
                 conditions.append(Condition(client, sets_api.with_overrides(base, override) if server else base,
                                             make_link(delay, delay_up, jitter, loss, rate, queue), param, swept_value))
-        experiment = Experiment("sweep", get_stack(stack), conditions,
+        experiment = Experiment("sweep", the_stack, conditions,
                                 make_options(size, autotune, cc, qlog, timeout, trace), reps, link,
                                 current_command_line(),
-                                shallow_idle, parse_size(udp_buffer, "--udp-buffer"))
+                                shallow_idle, parse_size(udp_buffer, "--udp-buffer"),
+                                server_stack=optional_stack(server_stack))
         execute(experiment, out, json_output)
 
-    @app.command("matrix", epilog="Example: qreplay matrix --stack quic-go --sets firefox-109,chrome-109 --delays 0,30")
+    @app.command("matrix", epilog="Example: qreplay matrix --stacks chromium,firefox,ngtcp2 --sets firefox,chrome "
+                                  "--delays 10,30 --size 20MB")
     def matrix(
+        ctx: typer.Context,
         sets: Annotated[str, typer.Option("--sets", help="Comma-separated client sets (any --set form).")]
         = "firefox,chrome,lsquic-client-default",
         delays: Annotated[str, typer.Option("--delays", help="Comma-separated one-way delays, e.g. 0,10,20,30 "
@@ -290,19 +331,26 @@ def register(app: typer.Typer) -> None:
         autotune: AutotuneOpt = False, cc: CcOpt = "cubic", qlog: QlogOpt = None, trace: TraceOpt = False,
         out: OutOpt = DEFAULT_RESULTS,
         timeout: TimeoutOpt = None, json_output: JsonOpt = False, shallow_idle: ShallowIdleOpt = True,
-        udp_buffer: UdpBufferOpt = "1664KiB",
+        udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
+        stacks: Annotated[Optional[str], typer.Option(
+            "--stacks", help="Comma-separated client stacks instead of --stack, their runs interleaved round by "
+            "round; the sets go to the replay stacks, each browser runs its own.")] = None,
     ) -> None:
         """Every set under every delay and loss (the thesis's figures 5.1-5.3)."""
+        chosen = [get_stack(name) for name in comma_list(stacks, "--stacks")] if stacks else [get_stack(stack)]
+        refuse_sets(ctx, chosen, "sets", client_param)
         clients = [sets_api.with_overrides(s, client_param or [])
                    for spec in comma_list(sets, "--sets") for s in sets_api.resolve(spec)]
         server = server_set(server_set_spec, server_param)
         links = [make_link(d, delay_up, jitter, x, rate, queue)
                  for d in comma_list(delays, "--delays") for x in comma_list(losses, "--losses")]
-        conditions = [Condition(c, server, lk) for lk in links for c in clients]
-        experiment = Experiment("matrix", get_stack(stack), conditions,
+        conditions = [Condition(c, server, lk, stack=s if stacks else None) for lk in links for s in chosen
+                      for c in ([own_set(s)] if s.own_parameters else clients)]
+        experiment = Experiment("matrix", chosen[0], conditions,
                                 make_options(size, autotune, cc, qlog, timeout, trace), reps, link,
                                 current_command_line(),
-                                shallow_idle, parse_size(udp_buffer, "--udp-buffer"))
+                                shallow_idle, parse_size(udp_buffer, "--udp-buffer"),
+                                server_stack=optional_stack(server_stack))
         execute(experiment, out, json_output)
 
     @app.command("sets", epilog="Example: qreplay sets --scan scan.duckdb --top 5")

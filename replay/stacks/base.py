@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from lab.certs import write_certificate
+from lab.certs import write_signed_certificate
 from tparams.paramset import ParamSet
 
 Role = Literal["client", "server"]
@@ -89,7 +89,7 @@ class ClientResult:
 class Stack(ABC):
     name: str  # the library's name, as the lab and identification call it
     #: the application protocol its client and server speak; a client downloads from any server of the same
-    protocol: Literal["h3", "hq-interop"] = "hq-interop"
+    protocol: Literal["h3", "hq-interop", "h2"] = "hq-interop"
     #: whether its server writes qlog into RunOptions.qlog_dir (a trace takes the congestion window from it)
     writes_qlog: bool = False
     #: parameters each role's command line can set; the rest are reported as not applied
@@ -99,6 +99,14 @@ class Stack(ABC):
     cc_fallback: str = "cubic"
     #: None: --autotune reaches the stack; else the sentence saying why it cannot (the run stores it pinned)
     autotune_note: str | None = None
+    #: what it can be: a replay stack is both; a browser only a client, caddy only a server
+    roles: frozenset[Role] = frozenset({"client", "server"})
+    #: a client whose transport parameters are its own (a browser): it takes no set and each run records what
+    #: it sent; being no server, it downloads from ``default_server``'s server unless told another
+    own_parameters: bool = False
+    default_server: str | None = None
+    #: whether its server serves the files of ``workdir/htdocs`` too (a browser needs its page served)
+    serves_page: bool = False
 
     def congestion_control(self, requested: str) -> str:
         """The congestion control the stack runs when ``requested`` is asked for."""
@@ -112,6 +120,14 @@ class Stack(ABC):
     def autotunes(self, requested: bool) -> bool:
         """Whether the stack's windows may grow when --autotune is ``requested``."""
         return requested and self.autotune_note is None
+
+    def serves(self, protocol: str) -> bool:
+        """Whether its server answers a client speaking ``protocol``."""
+        return "server" in self.roles and protocol == self.protocol
+
+    def capabilities(self) -> str:
+        """What it can set, for `qreplay doctor`."""
+        return "; ".join(f"{role} sets {len(params)} of 12" for role, params in self.settable.items())
 
     @abstractmethod
     def unavailable_reason(self) -> str | None:
@@ -132,6 +148,10 @@ class Stack(ABC):
     def explain_exit(self, role: Role, status: int | None, stderr_tail: str) -> str | None:
         """A sentence for an exit the stack's own output leaves unexplained (e.g. a silent refusal), else None."""
         return None
+
+    def complete_row(self, row: dict, result: ClientResult) -> None:
+        """Add what only this stack's client reports to its run's row (a browser: its version, the protocol
+        seen, what it sent, its process tree's CPU and memory); nothing by default."""
 
     def parse_client_output(self, stdout: str) -> ClientResult:
         """Default: the last JSON line of stdout, as our own clients print it."""
@@ -170,12 +190,16 @@ def which(binary: str) -> str | None:
     return shutil.which(binary)
 
 
+SERVER_NAME = "qreplay.lab"  # the server's name in its certificate (a browser maps it to the server's address)
+
+
 def ensure_certificate(workdir: Path) -> tuple[Path, Path]:
-    """A throw-away self-signed key and certificate for the server (clients do not verify)."""
+    """A throw-away key and certificate for the server, signed by a throw-away CA (``workdir/ca.pem``):
+    the stacks' clients do not verify, a browser trusts that CA (Firefox) or pins the key (Chromium)."""
     key_path, cert_path = workdir / "key.pem", workdir / "cert.pem"
     if not (key_path.exists() and cert_path.exists()):
         workdir.mkdir(parents=True, exist_ok=True)
-        write_certificate(cert_path, key_path, ["qreplay.lab"], [])
+        write_signed_certificate(cert_path, key_path, workdir / "ca.pem", [SERVER_NAME], [])
     return key_path, cert_path
 
 

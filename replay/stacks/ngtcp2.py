@@ -31,6 +31,7 @@ class Ngtcp2(Stack):
     name = "ngtcp2"
     protocol = "h3"  # Debian ships ngtcp2's HTTP/3 examples only (no h09 ones)
     writes_qlog = True
+    serves_page = True  # --htdocs: a browser's page beside the generated /<N>
     settable = {"client": frozenset(FLAGS), "server": frozenset(FLAGS)}
 
     def __init__(self, client_binary: str = "gtlsclient", server_binary: str = "gtlsserver"):

@@ -86,6 +86,18 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS autotune_requested BOOLEAN;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS cc_requested VARCHAR;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS udp_buffer_bytes BIGINT;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS queue_requested VARCHAR;
+-- Browser runs (stacks chromium, firefox and their -tcp variants; NULL for every other stack).
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS browser_version VARCHAR;   -- exact, as the running browser reports it
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS protocol_seen VARCHAR;     -- h3 | h2: Resource Timing's nextHopProtocol,
+                                                                     -- agreed by the run's capture
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS transport_seen VARCHAR;    -- JSON: the capture's QUIC v1 packets, UDP
+                                                                     -- datagrams, TCP SYNs and payload segments;
+                                                                     -- the client namespace's UDP/TCP counters
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS handshake_s DOUBLE;        -- the page's connection set-up (connectStart
+                                                                     -- to requestStart); the download reuses it
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS client_sent VARCHAR;       -- JSON: the twelve parameters of the run's own
+                                                                     -- ClientHello (set_fingerprint is theirs)
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS resource_timing VARCHAR;   -- JSON: the page's and the download's entries
 
 -- The view run_summary (one row per experiment and condition: runs, failed, n, mean, standard deviation
 -- and 95% CI of the goodput of the successful runs, packets, socket drops) is created by replay/store.py

@@ -1,0 +1,691 @@
+"""One browser download, run inside the testbed's client namespace: the client process of a browser stack.
+
+    python -m replay.browser_driver chromium --server 198.18.100.2:4433 --size 5000000 --workdir DIR \\
+        --cert DIR/cert.pem --ca DIR/ca.pem
+
+starts the installed browser headless in a fresh profile, loads the measurement page (PAGE, which the
+stack writes into the server's document root) over the transport asked for, lets the page fetch /<size>
+and time it inside the browser (performance.now() from the request to the last body byte), and prints
+the run as one JSON line. A run that cannot count (the browser fell back to TCP, refused the
+certificate, never spoke h3, got the wrong bytes) also prints its JSON line, says why in one line on
+stderr and exits with status 1.
+
+Driven through public automation interfaces of the unpatched Debian builds: Chromium through the
+DevTools protocol on --remote-debugging-pipe, Firefox through WebDriver BiDi on --remote-debugging-port
+(a WebSocket on the namespace's own loopback).
+
+Accounting. CPU: the driver is a child subreaper, so every process of the browser's tree, orphaned or
+not, is reaped here or by a reaped ancestor, and wait4's rusage of the browser's processes adds up to
+the tree's exact CPU time (the capture's tshark is left out). Memory: the largest sum of VmRSS over the
+tree, sampled every 100 ms (a page shared by several processes counts in each, as in each process's
+own RSS); a peak shorter than the interval can be missed.
+
+Checks. The protocol the browser reports (Resource Timing's nextHopProtocol of the page and of the
+download) must be the one asked for, and a capture of the run on the client's path interface must agree:
+QUIC v1 packets and no TCP payload for h3, TCP and no UDP at all for h2. The browser's transport
+parameters come from the ClientHello in the same capture (scanner.capture.extract).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+HOST = "qreplay.lab"  # the server's name in the browser; each browser maps it to the server's address
+BROWSERS = {"chromium": "chromium", "firefox": "firefox-esr"}
+# What nextHopProtocol says for each transport asked for.
+PROTOCOLS = {"quic": "h3", "tcp": "h2"}
+MARKER_PORT = 9  # scanner.capture.frontend.wait_until_in_capture's marker datagram goes to the discard port
+SAMPLE_S = 0.1
+
+# The measurement: fetch /<size> uncached, read the body to its end without keeping it, and report the
+# browser's own timing and its Resource Timing entries (the page's navigation opened the connection).
+PAGE = """<!doctype html>
+<meta charset="utf-8"><title>qreplay</title>
+<script>
+async function qreplayMeasure(size) {
+  const url = new URL("/" + size, location.href).href;
+  const started = performance.now();
+  const response = await fetch(url, {cache: "no-store"});
+  const reader = response.body.getReader();
+  let bytes = 0;
+  for (;;) {
+    const {done, value} = await reader.read();
+    if (done) break;
+    bytes += value.length;
+  }
+  const ended = performance.now();
+  const pick = (entry, keys) => Object.fromEntries(keys.map(k => [k, entry ? entry[k] : null]));
+  const keys = ["nextHopProtocol", "startTime", "fetchStart", "connectStart", "secureConnectionStart",
+                "connectEnd", "requestStart", "responseStart", "responseEnd", "transferSize", "encodedBodySize"];
+  return JSON.stringify({
+    status: response.status, bytes, started_ms: started, ended_ms: ended,
+    navigation: pick(performance.getEntriesByType("navigation")[0], keys),
+    download: pick(performance.getEntriesByName(url).pop(), keys),
+  });
+}
+</script>
+"""
+
+
+class RunFailed(Exception):
+    """The run cannot count; the message is the one line the runner stores."""
+
+
+def write_page(htdocs: Path) -> None:
+    """The measurement page, as index.html of a server's document root."""
+    htdocs.mkdir(parents=True, exist_ok=True)
+    (htdocs / "index.html").write_text(PAGE)
+
+
+def spki_sha256(cert: Path) -> str:
+    """Base64 SHA-256 of the certificate's SubjectPublicKeyInfo (Chromium's pin format)."""
+    public_key = x509.load_pem_x509_certificate(cert.read_bytes()).public_key()
+    der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return base64.b64encode(hashlib.sha256(der).digest()).decode()
+
+
+# --- the process tree -------------------------------------------------------------------------------
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise RunFailed(f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                found += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    return found
+
+
+def descendants(root: int, excluded: set[int]) -> list[int]:
+    """Every live process below ``root``, leaving out the subtrees of ``excluded``."""
+    out, todo = [], [c for c in _children(root) if c not in excluded]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += [c for c in _children(pid) if c not in excluded]
+    return out
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class TreeAccount:
+    """CPU and peak memory of this process's children and everything below them, except ``excluded``."""
+
+    def __init__(self) -> None:
+        self.excluded: set[int] = set()
+        self.cpu_s = 0.0
+        self.peak_rss_kb = 0
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(SAMPLE_S):
+            total = sum(_rss_kb(pid) for pid in descendants(os.getpid(), self.excluded))
+            self.peak_rss_kb = max(self.peak_rss_kb, total)
+
+    def end_all(self, grace_s: float) -> None:
+        """Wait ``grace_s`` for the tree to exit, then kill what is left; reap it all, adding up its CPU."""
+        self._stop.set()
+        deadline = time.monotonic() + grace_s
+        while True:
+            self._reap(block=False)
+            left = descendants(os.getpid(), self.excluded)
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                for pid in left:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            time.sleep(0.02)
+
+    def _reap(self, block: bool) -> None:
+        while True:
+            try:
+                pid, _, usage = os.wait4(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid not in self.excluded:
+                self.cpu_s += usage.ru_utime + usage.ru_stime
+                self.peak_rss_kb = max(self.peak_rss_kb, usage.ru_maxrss)
+
+
+def _only_the_path(device: str) -> bool:
+    """Whether this namespace's interfaces are loopback and the testbed's path alone (``ip netns exec``
+    mounts the namespace's own /sys), so the browser can reach nothing but the server's namespace."""
+    return set(os.listdir("/sys/class/net")) <= {"lo", device}
+
+
+# --- the capture ------------------------------------------------------------------------------------
+
+def capture_filter(transport: str, server_ip: str) -> str:
+    """What the capture keeps: cheap enough to run beside a fast download. h3 runs: QUIC long-header
+    packets (the handshake, the ClientHello) and any TCP segment with payload or SYN, which must not be
+    there; h2 runs: every UDP datagram (none must be there) and the TCP handshakes."""
+    tcp_payload = "(ip[2:2] - ((ip[0] & 0xf) << 2) - ((tcp[12] & 0xf0) >> 2)) > 0"
+    syn = "tcp[tcpflags] & tcp-syn != 0"
+    if transport == "quic":
+        return f"host {server_ip} and ((udp and udp[8] & 0x80 != 0) or (tcp and ({syn} or {tcp_payload})))"
+    return f"host {server_ip} and (udp or (tcp and {syn}))"
+
+
+@dataclass
+class Capture:
+    path: Path
+    process: subprocess.Popen
+
+    @classmethod
+    def start(cls, device: str, transport: str, server_ip: str, workdir: Path, account: TreeAccount) -> "Capture":
+        from scanner.capture.frontend import tshark_path, wait_until_capturing
+
+        path, log = workdir / "run.pcapng", workdir / "tshark.log"
+        with open(log, "wb") as out:
+            process = subprocess.Popen([tshark_path(), "-n", "-i", device, "-f", capture_filter(transport, server_ip),
+                                        "-w", str(path)], stdout=out, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL)
+        account.excluded.add(process.pid)
+        try:
+            wait_until_capturing(process, log)
+        except Exception:
+            process.kill()
+            process.wait()
+            raise
+        return cls(path, process)
+
+    def stop(self, server_ip: str) -> None:
+        from scanner.capture.frontend import wait_until_in_capture
+
+        try:
+            wait_until_in_capture(self.path, server_ip, timeout=10)
+        finally:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _own_address(server_ip: str) -> str:
+    """This namespace's address towards the server."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((server_ip, MARKER_PORT))
+        return probe.getsockname()[0]
+
+
+def read_transport(capture: Path, client_ip: str, server_ip: str) -> dict:
+    """Counts of what crossed the path between the two namespaces (``transport_seen`` of the run)."""
+    from scanner.capture.frontend import long_header_datagrams, tshark_path
+
+    fields = ["ip.src", "ip.dst", "udp.dstport", "tcp.len", "tcp.flags.syn"]
+    command = [tshark_path(), "-n", "-r", str(capture), "--disable-protocol", "quic", "-Y", "udp or tcp",
+               "-T", "fields", "-E", "separator=/t", "-E", "occurrence=f"]
+    for name in fields:
+        command += ["-e", name]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RunFailed(f"tshark cannot read the run's capture: {done.stderr.strip()[-200:]}")
+    seen = {"quic_v1_packets": 0, "quic_other_packets": 0, "udp_datagrams": 0, "tcp_syn_packets": 0,
+            "tcp_payload_packets": 0}
+    for line in done.stdout.splitlines():
+        src, dst, udp_port, tcp_len, syn = (line.split("\t") + [""] * 5)[:5]
+        if udp_port:
+            seen["udp_datagrams"] += udp_port != str(MARKER_PORT)
+        elif tcp_len:
+            seen["tcp_syn_packets"] += syn in ("1", "True")
+            seen["tcp_payload_packets"] += int(tcp_len) > 0
+    for datagram in long_header_datagrams(capture):
+        if datagram.dst_port == MARKER_PORT or {datagram.src_ip, datagram.dst_ip} != {client_ip, server_ip}:
+            continue
+        version = int.from_bytes(datagram.payload[1:5], "big")
+        seen["quic_v1_packets" if version == 1 else "quic_other_packets"] += 1
+    return seen
+
+
+def read_client_hello(capture: Path, label: str, server_port: int) -> dict:
+    """The browser's transport parameters from the run's first ClientHello (the twelve, by name), its
+    fingerprint and how many ClientHellos the run had; {} when the capture holds none."""
+    from scanner.capture.extract import read_capture
+    from tparams.errors import ToolError
+    from tparams.paramset import ParamSet
+
+    try:
+        hellos = read_capture(capture, client=label, ports=(server_port,)).hellos
+    except ToolError:
+        return {}
+    sent = ParamSet.from_decoded(hellos[0].transport_parameters)
+    return {"client_sent": {k: v for k, v in sent.as_sent().items() if v is not None},
+            "client_sent_fingerprint": sent.fingerprint(), "client_hellos": len(hellos),
+            "client_sent_sets": len({ParamSet.from_decoded(h.transport_parameters).fingerprint() for h in hellos})}
+
+
+def namespace_counters() -> dict[str, int]:
+    """This namespace's UDP datagrams and TCP segments received (/proc/net/snmp)."""
+    lines = [line.split() for line in Path("/proc/net/snmp").read_text().splitlines()]
+    table = {}
+    for names, values in zip(lines[::2], lines[1::2]):
+        table.update({f"{names[0]}{n}": int(v) for n, v in zip(names[1:], values[1:]) if v.lstrip("-").isdigit()})
+    return {"udp_in_datagrams": table.get("Udp:InDatagrams", 0), "tcp_in_segments": table.get("Tcp:InSegs", 0)}
+
+
+# --- the browsers -----------------------------------------------------------------------------------
+
+@dataclass
+class Target:
+    browser: str  # chromium | firefox
+    server_ip: str
+    port: int
+    size: int
+    transport: str  # quic | tcp
+    cert: Path  # the server's certificate (Chromium pins its key)
+    ca: Path  # the CA that signed it (Firefox trusts it)
+    trust: bool  # False: the browser is given nothing to trust the server's certificate by
+    workdir: Path
+    timeout_s: float
+    keylog: Path | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def page_url(self) -> str:
+        return f"https://{HOST}:{self.port}/index.html"
+
+    def process_environment(self) -> dict[str, str]:
+        """The browser's own HOME, caches and temporary directory inside the run's directory (which the
+        runner removes), so a run leaves nothing behind and inherits nothing."""
+        home = self.workdir / "home"
+        for sub in ("", "tmp", "cache", "config"):
+            (home / sub).mkdir(parents=True, exist_ok=True)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "TMPDIR": str(home / "tmp"),
+               "XDG_CACHE_HOME": str(home / "cache"), "XDG_CONFIG_HOME": str(home / "config"),
+               "LANG": "C.UTF-8", **self.environment}
+        if self.keylog:
+            env["SSLKEYLOGFILE"] = str(self.keylog)
+        return env
+
+
+def chromium_command(target: Target, profile: Path) -> list[str]:
+    argv = [BROWSERS["chromium"], "--headless=new", "--no-sandbox",  # root in the testbed
+            "--disable-gpu", "--no-first-run", "--no-default-browser-check", f"--user-data-dir={profile}",
+            # Nothing but the download on the wire: no updates, sync, metrics, safe browsing or field trials.
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-default-apps", "--disable-extensions", "--disable-domain-reliability",
+            "--disable-client-side-phishing-detection", "--safebrowsing-disable-auto-update",
+            "--metrics-recording-only", "--disable-breakpad", "--no-pings", "--password-store=basic",
+            "--disable-features=OptimizationHints,MediaRouter,Translate,AutofillServerCommunication",
+            "--remote-debugging-pipe", f"--host-resolver-rules=MAP {HOST} {target.server_ip}"]
+    if target.transport == "quic":
+        argv += ["--enable-quic", f"--origin-to-force-quic-on={HOST}:{target.port}"]
+    else:
+        argv.append("--disable-quic")
+    if target.trust:
+        argv.append(f"--ignore-certificate-errors-spki-list={spki_sha256(target.cert)}")
+    return [*argv, "about:blank"]
+
+
+FIREFOX_PREFERENCES = {
+    # Name resolution: the lab's name is the server, and nothing else resolves (IPv4 only: the testbed
+    # has no IPv6, and a ::1 answer first would leave the load hanging).
+    "network.dns.forceResolve": None,  # set per run
+    "network.dns.disableIPv6": True,
+    "network.trr.mode": 5,
+    "network.proxy.type": 0,
+    # Quiet: no updates, telemetry, safe browsing, remote settings, portal or connectivity checks.
+    "app.update.enabled": False, "app.normandy.enabled": False, "browser.shell.checkDefaultBrowser": False,
+    "datareporting.policy.dataSubmissionEnabled": False, "datareporting.healthreport.uploadEnabled": False,
+    "toolkit.telemetry.enabled": False, "toolkit.telemetry.reportingpolicy.firstRun": False,
+    "network.captive-portal-service.enabled": False, "network.connectivity-service.enabled": False,
+    "browser.safebrowsing.update.enabled": False, "browser.safebrowsing.malware.enabled": False,
+    "browser.safebrowsing.phishing.enabled": False, "browser.safebrowsing.downloads.enabled": False,
+    "extensions.update.enabled": False, "services.settings.server": "", "geo.provider.network.url": "",
+    "browser.region.network.url": "", "network.prefetch-next": False, "network.predictor.enabled": False,
+    "privacy.reduceTimerPrecision": False,  # performance.now() at full resolution, not rounded to 1 ms
+}
+
+
+def firefox_preferences(target: Target) -> dict[str, object]:
+    prefs = {**FIREFOX_PREFERENCES, "network.dns.forceResolve": target.server_ip}
+    if target.transport == "quic":
+        prefs.update({
+            "network.http.http3.enable": True,
+            # Straight to h3, as a site with Alt-Svc already known: no TCP first.
+            "network.http.http3.alt-svc-mapping-for-testing": f'{HOST};h3=":{target.port}"',
+            "network.http.http3.force-use-alt-svc-mapping-for-testing": True,
+            # Firefox drops HTTP/3 for a certificate chaining to a root it did not ship (the lab's CA).
+            "network.http.http3.disable_when_third_party_roots_found": False,
+        })
+    else:
+        prefs["network.http.http3.enable"] = False
+    return prefs
+
+
+def prepare_firefox_profile(target: Target, profile: Path) -> None:
+    profile.mkdir(parents=True)
+    if target.trust:
+        for argv in (["certutil", "-N", "-d", f"sql:{profile}", "--empty-password"],
+                     ["certutil", "-A", "-d", f"sql:{profile}", "-n", "qreplay lab CA", "-t", "CT,C,C",
+                      "-i", str(target.ca)]):
+            done = subprocess.run(argv, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RunFailed(f"certutil could not trust the lab CA: {done.stderr.strip()[-200:]}")
+    (profile / "user.js").write_text("".join(f"user_pref({json.dumps(k)}, {json.dumps(v)});\n"
+                                             for k, v in firefox_preferences(target).items()))
+
+
+class DevTools:
+    """The Chrome DevTools protocol on --remote-debugging-pipe: JSON messages ended by a NUL byte, the
+    browser reading its fd 3 and writing its fd 4."""
+
+    def __init__(self, to_browser: int, from_browser: int, deadline: float):
+        self.to_browser, self.from_browser, self.deadline = to_browser, from_browser, deadline
+        self._buffer = b""
+        self._next_id = 0
+        self.events: list[dict] = []
+
+    def _message(self) -> dict:
+        while b"\0" not in self._buffer:
+            left = self.deadline - time.monotonic()
+            if left <= 0 or not select.select([self.from_browser], [], [], left)[0]:
+                raise RunFailed("chromium did not finish within the run's timeout")
+            chunk = os.read(self.from_browser, 1 << 16)
+            if not chunk:
+                raise RunFailed("chromium closed its DevTools pipe (it exited)")
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def call(self, method: str, params: dict | None = None, session: str | None = None) -> dict:
+        self._next_id += 1
+        message = {"id": self._next_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self.to_browser, json.dumps(message).encode() + b"\0")
+        while True:
+            reply = self._message()
+            if reply.get("id") == self._next_id:
+                if "error" in reply:
+                    raise RunFailed(f"chromium refused {method}: {reply['error'].get('message')}")
+                return reply["result"]
+            self.events.append(reply)
+
+    def wait_event(self, method: str) -> dict:
+        while True:
+            found = next((e for e in self.events if e.get("method") == method), None)
+            if found:
+                self.events.remove(found)
+                return found
+            self.events.append(self._message())
+
+
+def run_chromium(target: Target, profile: Path, out: dict) -> dict:
+    """The page's measurement from Chromium (its exact version into ``out``)."""
+    to_read, to_browser = os.pipe()  # the browser reads commands on its fd 3
+    from_browser, to_write = os.pipe()  # and writes replies on its fd 4
+
+    def pipes_at_3_and_4() -> None:
+        os.dup2(to_read, 3)
+        os.dup2(to_write, 4)
+
+    with open(target.workdir / "browser.log", "wb") as log:
+        subprocess.Popen(chromium_command(target, profile), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                         env=target.process_environment(), pass_fds=(to_read, to_write, 3, 4),
+                         preexec_fn=pipes_at_3_and_4)
+    os.close(to_read)
+    os.close(to_write)
+    devtools = DevTools(to_browser, from_browser, time.monotonic() + target.timeout_s)
+    try:
+        version = out["browser_version"] = devtools.call("Browser.getVersion")["product"].split("/")[-1]
+        pages = [t for t in devtools.call("Target.getTargets")["targetInfos"] if t["type"] == "page"]
+        if not pages:
+            raise RunFailed("chromium opened no page")
+        session = devtools.call("Target.attachToTarget", {"targetId": pages[0]["targetId"], "flatten": True})[
+            "sessionId"]
+        devtools.call("Page.enable", session=session)
+        navigated = devtools.call("Page.navigate", {"url": target.page_url}, session)
+        if navigated.get("errorText"):
+            raise RunFailed(f"chromium {version} could not load the page over "
+                            f"{PROTOCOLS[target.transport]}: {navigated['errorText']}")
+        devtools.wait_event("Page.loadEventFired")
+        evaluated = devtools.call("Runtime.evaluate", {"expression": f"qreplayMeasure({target.size})",
+                                                       "awaitPromise": True, "returnByValue": True}, session)
+        if "exceptionDetails" in evaluated:
+            details = evaluated["exceptionDetails"]
+            raise RunFailed(f"the page's download failed in chromium {version}: "
+                            f"{details.get('exception', {}).get('description', details.get('text'))}".splitlines()[0])
+        measured = json.loads(evaluated["result"]["value"])
+        with contextlib.suppress(RunFailed):
+            devtools.call("Browser.close")
+        return measured
+    finally:
+        os.close(to_browser)
+        os.close(from_browser)
+
+
+def run_firefox(target: Target, profile: Path, out: dict) -> dict:
+    """The page's measurement from Firefox through WebDriver BiDi (its exact version into ``out``)."""
+    from websockets.sync.client import connect
+
+    prepare_firefox_profile(target, profile)
+    env = {**target.process_environment(), "MOZ_HEADLESS": "1"}
+    browser = subprocess.Popen([BROWSERS["firefox"], "--headless", "--no-remote", "--profile", str(profile),
+                                "--remote-debugging-port=0", "about:blank"], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    url = _bidi_url(browser, target.workdir / "browser.log", time.monotonic() + min(60.0, target.timeout_s))
+    deadline = time.monotonic() + target.timeout_s
+    with connect(f"{url}/session", max_size=None, open_timeout=30) as channel:
+        counter = iter(range(1, 1 << 30))
+
+        def call(method: str, params: dict) -> dict:
+            number = next(counter)
+            channel.send(json.dumps({"id": number, "method": method, "params": params}))
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RunFailed("firefox did not finish within the run's timeout")
+                try:
+                    reply = json.loads(channel.recv(timeout=left))
+                except TimeoutError:
+                    raise RunFailed("firefox did not finish within the run's timeout") from None
+                if reply.get("id") == number:
+                    if reply.get("type") == "error":
+                        raise RunFailed(f"firefox refused {method}: {reply.get('error')}: "
+                                        f"{reply.get('message', '')}".splitlines()[0][:300])
+                    return reply["result"]
+
+        version = out["browser_version"] = call("session.new", {"capabilities": {}})["capabilities"]["browserVersion"]
+        context = call("browsingContext.getTree", {})["contexts"][0]["context"]
+        try:
+            call("browsingContext.navigate", {"context": context, "url": target.page_url, "wait": "complete"})
+        except RunFailed as exc:
+            raise RunFailed(f"firefox {version} could not load the page over {PROTOCOLS[target.transport]}: "
+                            f"{str(exc).split(': ', 2)[-1].removeprefix('Error: ')}") from None
+        evaluated = call("script.evaluate", {"expression": f"qreplayMeasure({target.size})",
+                                             "target": {"context": context}, "awaitPromise": True})
+        if evaluated.get("type") == "exception":
+            details = evaluated.get("exceptionDetails", {})
+            where = details.get("stackTrace", {}).get("callFrames", [{}])[0].get("url", "")
+            if where.startswith("about:"):  # an error page: a refused certificate, a failed connection
+                raise RunFailed(f"firefox {version} could not load the page over {PROTOCOLS[target.transport]}: "
+                                f"it showed {where.split('&')[0]}")
+            raise RunFailed(f"the page's download failed in firefox {version}: {details.get('text')}")
+        measured = json.loads(evaluated["result"]["value"])
+        with contextlib.suppress(RunFailed, OSError):
+            call("browser.close", {})
+    return measured
+
+
+def _bidi_url(browser: subprocess.Popen, log: Path, deadline: float) -> str:
+    """The WebDriver BiDi address Firefox prints; the rest of its output is copied to ``log``."""
+    assert browser.stdout is not None
+    found: list[str] = []
+    ready = threading.Event()
+
+    def copy() -> None:
+        with open(log, "wb") as out:
+            for line in browser.stdout:
+                out.write(line)
+                match = re.search(rb"WebDriver BiDi listening on (ws://\S+)", line)
+                if match and not found:
+                    found.append(match.group(1).decode())
+                    ready.set()
+        ready.set()
+
+    threading.Thread(target=copy, daemon=True).start()
+    if not ready.wait(max(0.0, deadline - time.monotonic())) or not found:
+        raise RunFailed("firefox opened no WebDriver BiDi port: " + _tail(log))
+    return found[0]
+
+
+def _tail(log: Path) -> str:
+    with contextlib.suppress(OSError):
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+        return lines[-1][:200] if lines else "no output"
+    return "no output"
+
+
+# --- one run ----------------------------------------------------------------------------------------
+
+def check_protocol(target: Target, measured: dict, seen: dict, label: str) -> str:
+    """The protocol the run used, when the browser's word and the capture agree on the one asked for;
+    else RunFailed with the one line that says what happened instead."""
+    expected = PROTOCOLS[target.transport]
+    said = {measured["navigation"]["nextHopProtocol"], measured["download"]["nextHopProtocol"]}
+    if said != {expected}:
+        spoken = " and ".join(sorted(str(p) for p in said))
+        fell_back = " (fell back to TCP)" if target.transport == "quic" and said & {"h2", "http/1.1"} else ""
+        raise RunFailed(f"{label} spoke {spoken}, not {expected}{fell_back}")
+    if target.transport == "quic":
+        if not seen["quic_v1_packets"]:
+            raise RunFailed(f"{label} said h3 but the capture holds no QUIC v1 packet between the namespaces")
+        if seen["tcp_payload_packets"]:
+            raise RunFailed(f"{label} said h3 but the capture holds {seen['tcp_payload_packets']} TCP segments "
+                            "with payload")
+    else:
+        if not seen["tcp_syn_packets"]:
+            raise RunFailed(f"{label} said {expected} but the capture holds no TCP handshake")
+        if seen["udp_datagrams"]:
+            raise RunFailed(f"{label} said {expected} but the capture holds {seen['udp_datagrams']} UDP datagrams")
+    return expected
+
+
+def run(target: Target, device: str, out: dict) -> None:
+    """Fill ``out`` with the run as the runner stores it; RunFailed when it cannot count (``out`` then
+    holds what was measured all the same: the version, CPU, the capture's counts, the ClientHello)."""
+    if not _only_the_path(device):
+        raise RunFailed("a browser runs only in the testbed's client namespace, whose one way out is the path "
+                        f"{device} (not with --link loopback)")
+    become_subreaper()
+    profile = target.workdir / "profile"
+    shutil.rmtree(profile, ignore_errors=True)
+    account = TreeAccount()
+    capture = Capture.start(device, target.transport, target.server_ip, target.workdir, account)
+    before = namespace_counters()
+    failure: RunFailed | None = None
+    try:
+        try:
+            measured = (run_chromium if target.browser == "chromium" else run_firefox)(target, profile, out)
+        except RunFailed as exc:
+            failure = exc
+        finally:
+            account.end_all(grace_s=5.0)
+            out.update(client_cpu_s=account.cpu_s, client_maxrss_kb=account.peak_rss_kb)
+    finally:
+        after = namespace_counters()
+        capture.stop(target.server_ip)
+    label = f"{target.browser} {out.get('browser_version', '')}".strip()
+    seen = read_transport(capture.path, _own_address(target.server_ip), target.server_ip)
+    out["transport_seen"] = {**seen, **{k: after[k] - before[k] for k in after}}
+    if target.transport == "quic":
+        out.update(read_client_hello(capture.path, label, target.port))
+    if failure:
+        raise failure
+    navigation = measured["navigation"]
+    out.update(bytes=measured["bytes"], duration_s=(measured["ended_ms"] - measured["started_ms"]) / 1000,
+               http_status=measured["status"],
+               timing="request to last body byte (in the browser: performance.now() around fetch() and its "
+                      "body reader; the page's load opened the connection)",
+               handshake_s=_handshake_s(navigation),
+               resource_timing={"navigation": navigation, "download": measured["download"]})
+    out["protocol_seen"] = check_protocol(target, measured, seen, label)
+    if measured["status"] != 200 or measured["bytes"] != target.size:
+        raise RunFailed(f"{label} got status {measured['status']} and {measured['bytes']} of {target.size} bytes")
+
+
+def _handshake_s(navigation: dict) -> float | None:
+    """The page's connection set-up (Navigation Timing: connectStart to requestStart, which covers the
+    TCP and TLS handshakes, or QUIC's, before the first request)."""
+    start, request = navigation.get("connectStart"), navigation.get("requestStart")
+    if start is None or request is None or request < start:
+        return None
+    return (request - start) / 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m replay.browser_driver", description=__doc__.split("\n")[0])
+    parser.add_argument("browser", choices=sorted(BROWSERS))
+    parser.add_argument("--server", required=True, help="IP:PORT of the server")
+    parser.add_argument("--size", type=int, required=True)
+    parser.add_argument("--transport", choices=sorted(PROTOCOLS), default="quic")
+    parser.add_argument("--cert", type=Path, required=True)
+    parser.add_argument("--ca", type=Path, required=True)
+    parser.add_argument("--no-trust", action="store_true", help="give the browser nothing to trust the server by")
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--device", required=True, help="the client namespace's path interface, captured")
+    parser.add_argument("--timeout-s", type=float, default=120.0)
+    parser.add_argument("--keylog", type=Path)
+    args = parser.parse_args(argv)
+    ip, port = args.server.rsplit(":", 1)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    target = Target(args.browser, ip, int(port), args.size, args.transport, args.cert, args.ca, not args.no_trust,
+                    args.workdir, args.timeout_s, args.keylog)
+    # The runner stops a client with SIGTERM: unwind, so the browser's tree is ended and reaped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    result: dict = {"bytes": 0}
+    try:
+        run(target, args.device, result)
+        print(json.dumps(result), flush=True)
+        return 0
+    except RunFailed as exc:
+        print(json.dumps({**result, "error": str(exc)}), flush=True)
+        print(str(exc), file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

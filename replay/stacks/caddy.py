@@ -1,0 +1,63 @@
+"""Debian's caddy as a server for the browsers: HTTP/3 (quic-go inside caddy 2.6) and HTTP/2 on TLS 1.3 on
+kernel TCP from one process, serving the measurement page and a file of the download's size.
+
+A server only, with nothing to set: it serves the browsers' TCP variants (chromium-tcp, firefox-tcp), and
+the h3 browsers too when asked (--server-stack caddy), so a browser's h3 and h2 runs can share one server.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from replay.stacks.base import SERVER_NAME, Applied, Stack, ensure_certificate, which
+from tparams.errors import ToolError
+
+
+class Caddy(Stack):
+    name = "caddy"
+    protocol = "h3"
+    roles = frozenset({"server"})
+    serves_page = True
+    settable = {"client": frozenset(), "server": frozenset()}
+    # quic-go's congestion control for h3 (its only one) and the kernel's default, CUBIC, for TCP
+    cc_names = frozenset({"cubic"})
+
+    def serves(self, protocol: str) -> bool:
+        return protocol in ("h3", "h2")
+
+    def unavailable_reason(self) -> str | None:
+        return None if which("caddy") else "caddy not found: apt-get install caddy"
+
+    def version(self) -> str | None:
+        done = subprocess.run(["caddy", "version"], capture_output=True, text=True)
+        return (done.stdout.split() or [None])[0] if done.returncode == 0 else None
+
+    def capabilities(self) -> str:
+        return "server only (h3 and h2 on TLS 1.3 from one process): sets none of the 12"
+
+    def server_command(self, params, opts, ip, port, workdir):
+        key, cert = ensure_certificate(workdir)
+        htdocs = workdir / "htdocs"
+        htdocs.mkdir(exist_ok=True)
+        with open(htdocs / str(opts.size), "wb") as body:  # sparse: the download costs no disk
+            os.truncate(body.fileno(), opts.size)
+        home = workdir / "caddy"
+        home.mkdir(exist_ok=True)
+        caddyfile = home / "Caddyfile"
+        caddyfile.write_text(
+            "{\n\tadmin off\n\tauto_https disable_redirects\n\tskip_install_trust\n"
+            f"\tstorage file_system {home / 'data'}\n\tservers {{\n\t\tprotocols h1 h2 h3\n\t}}\n}}\n"
+            f"https://{SERVER_NAME}:{port} {{\n\tbind {ip}\n"
+            f"\ttls {cert} {key} {{\n\t\tprotocols tls1.3\n\t}}\n"
+            f"\troot * {htdocs}\n\tfile_server\n}}\n")
+        applied = Applied(not_applied={k: v for k, v in (params.as_sent() if params else {}).items() if v is not None})
+        env = [f"HOME={home}", f"XDG_DATA_HOME={home / 'data'}", f"XDG_CONFIG_HOME={home / 'config'}"]
+        return ["env", *env, which("caddy") or "caddy", "run", "--config", str(caddyfile), "--adapter",
+                "caddyfile"], applied
+
+    def client_command(self, params, opts, server_ip, port, workdir):
+        raise ToolError("caddy is a server only here: its client side is a browser (chromium-tcp, firefox-tcp)")
+
+
+STACK = Caddy()

@@ -1,0 +1,173 @@
+"""The installed browsers as qreplay clients: real Chromium and Firefox ESR downloading through the real
+testbed from real servers (ngtcp2's gtlsserver over h3, caddy over h2 on TCP), a few MB each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from lab import netns
+from replay.commands.run import own_set
+from replay.link import PATH_DEVICE, LinkConfig
+from replay.runner import Condition, Experiment, run_experiment, run_once
+from replay.stacks import get_stack
+from replay.stacks.base import RunOptions
+from replay.stacks.browsers import Browser
+from replay.testbed import PREFIX, Testbed
+from scanner.capture.frontend import long_header_datagrams, tshark_path, wait_until_capturing, wait_until_in_capture
+from tparams.paramset import ParamSet
+
+pytestmark = pytest.mark.lab
+QREPLAY = str(Path(sys.executable).with_name("qreplay"))
+BROWSERS = ["chromium", "firefox"]
+SIZE = 3_000_000
+
+
+def _usable(name: str):
+    stack = get_stack(name)
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root (network namespaces)")
+    for needed in (stack, get_stack(stack.default_server)):
+        if needed.unavailable_reason():
+            pytest.skip(needed.unavailable_reason())
+    return stack
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    """No browser process, run directory or testbed namespace of this process outlives a test."""
+    run_dirs = set(Path("/tmp").glob("qreplay-run-*"))
+    yield
+    mine = [n for n in netns.list_namespaces(PREFIX) if n.startswith(f"{PREFIX}{os.getpid()}-")]
+    assert not mine, mine
+    assert set(Path("/tmp").glob("qreplay-run-*")) <= run_dirs
+    browsers = subprocess.run(["pgrep", "-af", "replay.browser_driver|/tmp/qreplay-run-"], capture_output=True,
+                              text=True).stdout
+    assert not browsers.strip(), browsers
+
+
+def qreplay(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([QREPLAY, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+@pytest.mark.parametrize("browser", BROWSERS)
+def test_each_browser_downloads_over_h3_through_the_testbed_and_is_stored_as_a_browser_run(browser, tmp_path):
+    stack = _usable(browser)
+    out = tmp_path / "r.duckdb"
+    done = qreplay("--stack", browser, "--delay", "10ms", "--rate", "100mbit", "--size", "3MB", "--reps", "1",
+                   "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    con = duckdb.connect(str(out), read_only=True)
+    cursor = con.execute("SELECT * FROM runs")
+    row = dict(zip([column[0] for column in cursor.description], cursor.fetchone()))
+    assert row["status"] == "ok", row["error"]
+    assert (row["stack"], row["server_stack"], row["set_name"]) == (browser, "ngtcp2", f"{browser}-own")
+    assert stack.version().startswith(row["browser_version"]) and row["browser_version"][:3].isdigit()
+    assert row["protocol_seen"] == "h3" and row["bytes"] == SIZE
+    # Timed inside the browser, under the link's 100 Mbit/s (and well above nothing).
+    assert 1 < row["goodput_mbps"] < 100 and "in the browser" in row["timing"]
+    assert 0.010 <= row["handshake_s"] < 1  # at least the round trip of 10 ms
+    seen = json.loads(row["transport_seen"])
+    assert seen["quic_v1_packets"] > 0 and seen["tcp_payload_packets"] == 0
+    assert seen["udp_in_datagrams"] >= SIZE / 1500
+    # What the browser sent, from its own ClientHello; the run's fingerprint is that set's.
+    sent = json.loads(row["client_sent"])
+    assert sent["initial_max_data"] >= 1_000_000 and sent["initial_max_streams_bidi"] >= 1
+    assert row["set_fingerprint"] == ParamSet.from_mapping(sent).fingerprint()
+    assert json.loads(row["applied_client"]) == {} and row["autotune"]
+    # The browser's whole process tree: seconds of CPU and hundreds of MB, not the driver's few.
+    assert row["client_cpu_s"] > 0.2 and row["client_maxrss_kb"] > 100_000
+    assert row["server_tx_packets"] >= SIZE / 1500
+
+
+def _server_capture_counts(pcap: Path) -> dict[str, int]:
+    """What the server's namespace saw: QUIC v1 long-header packets, UDP bytes, TCP segments with payload
+    (tshark, apart from the browser's own capture; bytes, as a GSO burst is one captured packet)."""
+    fields = subprocess.run([tshark_path(), "-n", "-r", str(pcap), "-Y", "(udp and udp.port != 9) or tcp.len > 0",
+                             "-T", "fields", "-e", "udp.srcport", "-e", "tcp.len", "-e", "frame.len"],
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    rows = [line.split("\t") for line in fields]
+    versions = [int.from_bytes(d.payload[1:5], "big") for d in long_header_datagrams(pcap) if d.dst_port != 9]
+    return {"quic_v1_packets": versions.count(1), "udp_bytes": sum(int(r[2]) for r in rows if r[0]),
+            "tcp_payload_segments": sum(1 for r in rows if r[1] not in ("", "0"))}
+
+
+def _captured_run(tb: Testbed, name: str, pcap: Path) -> tuple[dict, dict[str, int]]:
+    stack = _usable(name)
+    log = pcap.with_suffix(".log")
+    tshark = netns.start_process(tb.server_ns, [tshark_path(), "-n", "-i", PATH_DEVICE, "-s", "128", "-f",
+                                                "udp or tcp", "-w", str(pcap)], log)
+    try:
+        wait_until_capturing(tshark, log)
+        row = run_once(stack, tb, Condition(own_set(stack), None, tb.link), RunOptions(size=SIZE, timeout_s=60), 1,
+                       "test", "auto", get_stack(stack.default_server))
+        with netns.in_namespace(tb.server_ns):
+            wait_until_in_capture(pcap, tb.client_ip)
+    finally:
+        netns.stop_process(tshark.pid)
+    return row, _server_capture_counts(pcap)
+
+
+@pytest.mark.parametrize("browser", BROWSERS)
+def test_a_capture_at_the_server_sees_quic_v1_for_h3_and_tcp_without_quic_for_the_tcp_variant(browser, tmp_path):
+    with Testbed(link=LinkConfig(delay_down_ms=10)) as tb:
+        row, seen = _captured_run(tb, browser, tmp_path / "h3.pcapng")
+        assert row["status"] == "ok" and row["protocol_seen"] == "h3", row.get("error")
+        assert seen["quic_v1_packets"] > 0 and seen["udp_bytes"] >= SIZE
+        assert seen["tcp_payload_segments"] == 0, seen
+
+        row, seen = _captured_run(tb, f"{browser}-tcp", tmp_path / "h2.pcapng")
+        assert row["status"] == "ok" and row["protocol_seen"] == "h2", row.get("error")
+        assert row["server_stack"] == "caddy" and row["client_sent"] is None
+        assert seen["tcp_payload_segments"] > 0 and seen["udp_bytes"] == 0 and seen["quic_v1_packets"] == 0
+        assert json.loads(row["transport_seen"])["tcp_in_segments"] > 0
+
+
+def test_a_browser_that_does_not_trust_the_server_fails_its_run_in_one_line_and_the_others_are_kept(tmp_path):
+    for name in ("chromium", "firefox", "chromium-tcp"):
+        _usable(name)
+    untrusting = [Browser("chromium", trusts_server=False), Browser("firefox", trusts_server=False)]
+    trusting = get_stack("chromium-tcp")
+    link = LinkConfig(delay_down_ms=5)
+    conditions = [Condition(own_set(stack), None, link, stack=stack) for stack in (*untrusting, trusting)]
+    rows = run_experiment(Experiment("test", trusting, conditions, RunOptions(size=1_000_000, timeout_s=40), 1),
+                          tmp_path / "r.duckdb")
+    stored = duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True).execute(
+        "SELECT stack, server_stack, status, error, browser_version FROM runs ORDER BY started_at").fetchall()
+    assert [(s[0], s[1], s[2]) for s in stored] == [("chromium", "ngtcp2", "failed"), ("firefox", "ngtcp2", "failed"),
+                                                    ("chromium-tcp", "caddy", "ok")], rows
+    for stack, _, _, error, version in stored[:2]:
+        assert "\n" not in error and f"{stack} {version} could not load the page over h3" in error, error
+    assert "ERR_QUIC_PROTOCOL_ERROR" in stored[0][3] and "SEC_ERROR_UNKNOWN_ISSUER" in stored[1][3]
+
+
+@pytest.mark.parametrize("args", [["--stack", "chromium", "--set", "chrome"],
+                                  ["--stack", "firefox-tcp", "--client-param", "initial_max_data=1000"],
+                                  ["matrix", "--stacks", "chromium,firefox", "--sets", "firefox"],
+                                  ["sweep", "--stack", "firefox", "--param", "initial_max_data", "--values", "1,2"]])
+def test_a_set_with_a_browser_stack_is_refused_in_one_line(args, tmp_path):
+    done = qreplay(*args, "--size", "1MB", "--out", str(tmp_path / "r.duckdb"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "a browser's parameters are its own" in done.stderr
+    assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_doctor_lists_the_browsers_with_their_versions_and_what_they_cannot_set():
+    done = qreplay("doctor", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {r["name"]: r for r in json.loads(done.stdout) if r["kind"] == "stack"}
+    for name in ("chromium", "firefox", "chromium-tcp", "firefox-tcp"):
+        stack = get_stack(name)
+        if stack.unavailable_reason():
+            assert not rows[name]["ok"] and stack.unavailable_reason() in rows[name]["detail"]
+            continue
+        assert rows[name]["detail"].startswith(f"version {stack.version()}; client only, over {stack.protocol}")
+        assert "sets none of the 12" in rows[name]["detail"]
+    assert "server only" in rows["caddy"]["detail"]
