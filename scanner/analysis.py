@@ -215,8 +215,8 @@ def render_comparison(result: Mapping[str, pl.DataFrame], fmt: str = "table", to
     shown = {
         "summary": result["summary"],
         **{f"sets that {change}": _compact_sets(result[change].head(top)) for change in CHANGES[:4]},
-        "largest value shifts": result["value_shifts"].sort(
-            pl.col("share_delta_pp").abs(), descending=True).head(top),
+        "largest value shifts": result["value_shifts"].filter(pl.col("share_delta_pp") != 0).sort(
+            pl.col("share_delta_pp").abs(), descending=True).head(top),  # a value whose share held is no shift
     }
     style = "MARKDOWN" if fmt == "markdown" else "UTF8_FULL_CONDENSED"
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=250, fmt_str_lengths=250, tbl_formatting=style,

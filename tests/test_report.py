@@ -80,6 +80,19 @@ def test_report_has_a_section_of_the_libraries_identified(scan: Path):
     assert "| ngtcp2 | 2 | 66.7 |" in markdown.stdout and "quinn" not in markdown.stdout
 
 
+def test_compare_lists_only_values_whose_share_moved(scan: Path, tmp_path: Path):
+    later = tmp_path / "later.duckdb"
+    with ScanStore.open(later) as store:  # one ALPHA endpoint became BETA: three parameters moved
+        records = [record(f"192.0.2.{i}", ALPHA) for i in range(2)] + [record(f"198.51.100.{i}", BETA) for i in (1, 3)]
+        store.append_records(store.begin_scan("targets", {}), records)
+    done = subprocess.run([QSCAN, "report", str(scan), "--compare", str(later), "--format", "markdown"],
+                          capture_output=True, text=True)
+    shifts = done.stdout.split("### largest value shifts")[1]
+    assert done.returncode == 0 and shifts.startswith(" (6)"), done.stdout + done.stderr
+    deltas = [float(row.split("|")[-2]) for row in shifts.splitlines()[3:] if row.startswith("|")]
+    assert sorted(deltas) == [-25.0] * 3 + [25.0] * 3  # no 0.0 "shift" among them
+
+
 def test_report_of_missing_file_is_one_line(tmp_path: Path):
     result = subprocess.run([QSCAN, "report", str(tmp_path / "none.duckdb")], capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
