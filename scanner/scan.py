@@ -41,6 +41,19 @@ class ScanOutcome:
     unreachable: int = 0  # of the failed: an ICMP error answered (a UDP-closed port, an unreachable host)
 
 
+def refuse_held_scan(out: str | Path, resume: bool = False) -> None:
+    """What scan_into refuses about ``out``, said alone: a command checks its output before it reads
+    (and warns about) its input. Nothing is created."""
+    if not resume and Path(out).exists():
+        with ScanStore.open(out) as store:
+            _refuse_held(store, out)
+
+
+def _refuse_held(store: ScanStore, out: str | Path) -> None:
+    if store.handshake_count():
+        raise ToolError(f"{out} already holds handshakes; pass --resume to continue that scan, or use a new --out")
+
+
 def scan_into(
     out: str | Path,
     targets: Sequence[Target],
@@ -60,8 +73,8 @@ def scan_into(
     """
     refuse_unreachable_lab(t.ip for t in targets)
     with ScanStore.open(out) as store:
-        if store.handshake_count() and not resume:
-            raise ToolError(f"{out} already holds handshakes; pass --resume to continue that scan, or use a new --out")
+        if not resume:
+            _refuse_held(store, out)
         scan_id = store.begin_scan(kind, dataclasses.asdict(settings), command_line, resume=resume)
         done = store.recorded_targets(scan_id) if resume else set()
         todo = [t for t in targets if t not in done]

@@ -142,9 +142,11 @@ def test_existing_scan_needs_resume(tmp_path: Path):
     with ScanStore.open(path) as store:
         store.append_records(store.begin_scan("targets", {}), [record("192.0.2.1", ALPHA)])
     targets = tmp_path / "t.txt"
-    targets.write_text("192.0.2.1,443,example.test\n")
+    targets.write_text("192.0.2.1,443,example.test\nnot-an-ip\n")
     result = subprocess.run([QSCAN, "targets", str(targets), "--out", str(path)], capture_output=True, text=True)
-    assert result.returncode == 2 and "--resume" in result.stderr
+    # The refusal alone: the output is checked before the bad line is read and reported.
+    assert result.returncode == 2 and result.stderr == (
+        f"qscan: error: {path} already holds handshakes; pass --resume to continue that scan, or use a new --out\n")
     # With --resume the only target is already recorded: nothing is sent, nothing duplicated.
     result = subprocess.run([QSCAN, "targets", str(targets), "--out", str(path), "--resume", "--json"], capture_output=True, text=True)
     assert result.returncode == 0 and '"skipped": 1' in result.stdout

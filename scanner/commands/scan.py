@@ -20,7 +20,7 @@ from lab.netns import in_namespace
 from scanner.commands.options import JsonOutcome, Netns
 from scanner.discovery.netinfo import require_namespace
 from scanner.report import FORMATS, build_report, export_parquet, render
-from scanner.scan import scan_into
+from scanner.scan import refuse_held_scan, scan_into
 from scanner.targets import read_targets
 
 def register(app: typer.Typer) -> None:
@@ -49,6 +49,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Complete a QUIC handshake with every target and record what each server sent."""
         require_namespace(netns)
+        refuse_held_scan(out, resume)  # before the targets' warnings
         targets, bad = read_targets(file, strict=strict)
         for line in bad:
             print(f"skipped {file} {line}", file=sys.stderr)  # one line each, never wrapped: greppable
