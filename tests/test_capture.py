@@ -257,7 +257,8 @@ def test_drafts_codepoint_0xffa5_in_draft_27_28_29_initials_decodes_as_tshark_do
 
 def test_summary_counts_what_no_key_opens(tmp_path: Path) -> None:
     """Captures of 2020-2023 mix draft Initials with Google QUIC, greased versions and Version
-    Negotiation: the line that says no ClientHello was found counts each of them."""
+    Negotiation: the line that says no ClientHello was found counts each of them, by version, apart
+    from Initials of versions with known keys that do not open (here opaque bytes and a damaged tag)."""
     dcid = bytes(range(8))
 
     def long_header(version: bytes) -> bytes:  # an Initial's first bytes in any version, then opaque bytes
@@ -274,6 +275,6 @@ def test_summary_counts_what_no_key_opens(tmp_path: Path) -> None:
     done = qscan("pcap", str(capture))
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().endswith(
-        "no complete QUIC ClientHello among 9 long-header datagrams (0 client Initials opened, 1 not, "
-        "7 packets of other versions (0x1a2a3a4a 3, Q050 2, T051 1, draft-26 1), 1 Version Negotiation)"
+        "no complete QUIC ClientHello among 9 long-header datagrams (0 client Initials opened, 3 not "
+        "(T051 1, draft-26 1, draft-29 1), 5 packets of other versions (0x1a2a3a4a 3, Q050 2), 1 Version Negotiation)"
     ), done.stderr

@@ -178,3 +178,24 @@ def test_registry_covers_iana_and_grease():
     assert order_signature([0x04, 0xFF02DE1A, 27 + 31 * 5]) == "04-ff02de1a-G"
     grease = decode_transport_parameters(b"\x40\xb6\x02\xaa\xbb")
     assert grease.parameters[0].name == "GREASE" and grease.parameters[0].value == b"\xaa\xbb"
+
+
+@given(pairs.filter(lambda items: all(i < 1 << 16 and len(raw) < 1 << 16 for i, raw in items)))
+def test_sixteen_bit_framing_of_the_drafts_before_27_keeps_order_and_bytes(items):
+    """Drafts up to 26 (and mvfst's faceb001, Google's T050) framed the list with 16-bit lengths and ids."""
+    body = b"".join(i.to_bytes(2, "big") + len(raw).to_bytes(2, "big") + raw for i, raw in items)
+    decoded = decode_transport_parameters(len(body).to_bytes(2, "big") + body, sixteen_bit=True)
+    assert decoded.pairs() == items
+    assert all(f.param_id is not None for f in decoded.findings)  # findings on values (GREASE ids...), none on the framing
+
+
+def test_sixteen_bit_framing_damage_is_a_finding():
+    # draft-23's max_idle_timeout 60000 (varint 8000ea60) and max_ack_delay 25, as a capture of aioquic holds them
+    body = bytes.fromhex("0001" "0004" "8000ea60" "000b" "0001" "19")
+    decoded = decode_transport_parameters(len(body).to_bytes(2, "big") + body, sixteen_bit=True)
+    assert (decoded.get("max_idle_timeout"), decoded.get("max_ack_delay"), decoded.ok) == (60000, 25, True)
+    longer = decode_transport_parameters((len(body) + 3).to_bytes(2, "big") + body, sixteen_bit=True)
+    assert [f.kind for f in longer.findings] == [codec.BAD_LENGTH] and len(longer.parameters) == 2
+    cut = decode_transport_parameters(len(body).to_bytes(2, "big") + body[:-1], sixteen_bit=True)
+    assert [f.kind for f in cut.findings] == [codec.BAD_LENGTH, codec.OVERLONG_LENGTH] and len(cut.parameters) == 1
+    assert [f.kind for f in decode_transport_parameters(b"\x00", sixteen_bit=True).findings] == [codec.TRUNCATED_LENGTH]

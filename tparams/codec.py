@@ -170,15 +170,19 @@ def _read_varint(data: bytes, offset: int, size: int) -> tuple[int, int] | None:
     return int.from_bytes(data[offset:end], "big") & ~(0xC0 << ((end - offset - 1) * 8)), end
 
 
-def decode_transport_parameters(data: bytes, sender: Sender | None = None) -> DecodedParameters:
+def decode_transport_parameters(data: bytes, sender: Sender | None = None, sixteen_bit: bool = False) -> DecodedParameters:
     """Decode the extension body; never raises.
 
     ``sender`` enables the role checks (a client must not send server-only
     parameters). Parsing stops at the first structural break (a truncated id
     or length, or a length past the end) because nothing after it can be
-    framed; everything before it is kept.
+    framed; everything before it is kept. ``sixteen_bit`` reads the framing of
+    the drafts before 27 (a 16-bit length of the list, then 16-bit ids and
+    lengths); the values are varints in both.
     """
     data = bytes(data)
+    if sixteen_bit:
+        return _decode_sixteen_bit(data, sender)
     parameters: list[TransportParameter] = []
     findings: list[Finding] = []
     seen: set[int] = set()
@@ -209,25 +213,60 @@ def decode_transport_parameters(data: bytes, sender: Sender | None = None) -> De
                 )
             )
             break
-        raw = data[after_length:end]
-        spec = spec_for(param_id)
-        value, kind, detail = _decode_value(spec.type, raw)
-        if kind:
-            findings.append(Finding(kind, f"{spec.name}: {detail}", position, param_id))
-        elif spec.name in _RANGES and isinstance(value, int):
-            low, high = _RANGES[spec.name]
-            if not low <= value <= high:
-                findings.append(
-                    Finding(OUT_OF_RANGE, f"{spec.name}={value} outside [{low}, {high}]", position, param_id)
-                )
-        if param_id in seen:
-            findings.append(Finding(DUPLICATE, f"{spec.name} sent again", position, param_id))
-        if sender == "client" and spec.server_only:
-            findings.append(Finding(SERVER_ONLY, f"{spec.name} sent by a client", position, param_id))
-        seen.add(param_id)
-        parameters.append(TransportParameter(position, param_id, spec.name, raw, value))
+        _add_parameter(parameters, findings, seen, sender, param_id, data[after_length:end])
         offset = end
     return DecodedParameters(data, tuple(parameters), tuple(findings))
+
+
+def _decode_sixteen_bit(data: bytes, sender: Sender | None) -> DecodedParameters:
+    parameters: list[TransportParameter] = []
+    findings: list[Finding] = []
+    seen: set[int] = set()
+    size = len(data)
+    if size < 2:
+        return DecodedParameters(data, (), (Finding(TRUNCATED_LENGTH, f"list length needs 2 bytes, {size} present"),))
+    declared = int.from_bytes(data[:2], "big")
+    if declared != size - 2:
+        findings.append(Finding(BAD_LENGTH, f"list length {declared} but {size - 2} bytes follow"))
+        size = min(size, 2 + declared)
+    offset = 2
+    while offset < size:
+        position = len(parameters)
+        if offset + 4 > size:
+            findings.append(Finding(TRUNCATED_LENGTH, f"id and length at byte {offset} run past the end", position))
+            break
+        param_id = int.from_bytes(data[offset : offset + 2], "big")
+        length = int.from_bytes(data[offset + 2 : offset + 4], "big")
+        end = offset + 4 + length
+        if end > size:
+            findings.append(
+                Finding(OVERLONG_LENGTH, f"length {length} at byte {offset + 2} but only {size - offset - 4} bytes left", position, param_id)
+            )
+            break
+        _add_parameter(parameters, findings, seen, sender, param_id, data[offset + 4 : end])
+        offset = end
+    return DecodedParameters(data, tuple(parameters), tuple(findings))
+
+
+def _add_parameter(
+    parameters: list[TransportParameter], findings: list[Finding], seen: set[int], sender: Sender | None, param_id: int, raw: bytes
+) -> None:
+    """Decode one parameter's value by its registered type and note what is wrong with it."""
+    position = len(parameters)
+    spec = spec_for(param_id)
+    value, kind, detail = _decode_value(spec.type, raw)
+    if kind:
+        findings.append(Finding(kind, f"{spec.name}: {detail}", position, param_id))
+    elif spec.name in _RANGES and isinstance(value, int):
+        low, high = _RANGES[spec.name]
+        if not low <= value <= high:
+            findings.append(Finding(OUT_OF_RANGE, f"{spec.name}={value} outside [{low}, {high}]", position, param_id))
+    if param_id in seen:
+        findings.append(Finding(DUPLICATE, f"{spec.name} sent again", position, param_id))
+    if sender == "client" and spec.server_only:
+        findings.append(Finding(SERVER_ONLY, f"{spec.name} sent by a client", position, param_id))
+    seen.add(param_id)
+    parameters.append(TransportParameter(position, param_id, spec.name, raw, value))
 
 
 def encode_value(param_id: int, value: Value) -> bytes:

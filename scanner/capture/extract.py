@@ -4,7 +4,8 @@ Connections are told apart by the client's first Destination Connection ID
 (the Initial keys derive from it) and the UDP flow; a client's later
 Initials carry the server's chosen DCID but keep the original keys, so the
 flow finds them. Every complete ClientHello becomes one record, so a client
-that retries on a new port or after a Retry counts again: that is what it sent.
+that retries on a new port, after a Retry or in another version after Version
+Negotiation counts again: that is what it sent.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aioquic.quic.crypto import CryptoContext
-from aioquic.quic.packet import QuicPacketType
+from aioquic.quic.packet import QuicPacketType, QuicProtocolVersion
 from aioquic.tls import CipherSuite
 
 from scanner.capture.frontend import Datagram, long_header_datagrams
 from scanner.handshake.hello import TRANSPORT_PARAMETERS_EXTENSIONS, parse_client_hello
 from scanner.handshake.messages import read_encrypted_extensions, read_server_hello
 from scanner.handshake.packets import (
-    INITIAL_KEY_VERSIONS,
+    GREASED_INITIAL_KEYS,
+    INITIAL_FORMATS,
     CryptoStream,
+    InitialFormat,
     LongPacket,
+    as_version_1_initial,
     initial_keys,
     long_packets,
     packet_keys,
@@ -35,6 +39,7 @@ from tparams.errors import ToolError
 from tparams.registry import id_for
 
 _USER_AGENT_ID = id_for("user_agent")
+_RFC_NAMES = {QuicProtocolVersion.VERSION_1: "v1", QuicProtocolVersion.VERSION_2: "v2"}
 
 Flow = tuple[str, int, str, int]
 
@@ -64,26 +69,37 @@ class ClientHelloRecord:
 class CaptureSummary:
     datagrams: int = 0
     initial_packets: int = 0  # client Initials opened with Initial keys
-    unopened_initials: int = 0  # Initials no key derived from the capture opens
-    # long-header packets of versions without known Initial keys (Google's Q050/T051, unknown ones), by version
+    # Initials of versions with known keys that no key derived from the capture opens, by version
+    unopened_initials: Counter[int] = field(default_factory=Counter)
+    # long-header packets of versions without known Initial keys (Google's Q046/Q050, greased or
+    # unknown versions that v1's keys do not open either), by version
     other_versions: Counter[int] = field(default_factory=Counter)
     version_negotiation: int = 0  # Version Negotiation packets (servers' answers; no ClientHello in them)
     bad_client_hellos: int = 0  # complete CRYPTO messages that are no parseable ClientHello
 
     def left_out(self) -> str:
         """What the capture holds that yields no ClientHello, for the line that says none was found."""
-        versions = ", ".join(f"{version_name(v)} {n}" for v, n in self.other_versions.most_common(5))
-        if len(self.other_versions) > 5:
-            versions += ", ..."
         return (
-            f"{self.initial_packets} client Initials opened, {self.unopened_initials} not, "
-            f"{self.other_versions.total()} packets of other versions" + (f" ({versions})" if versions else "")
+            f"{self.initial_packets} client Initials opened, {self.unopened_initials.total()} not"
+            + _by_version(self.unopened_initials)
+            + f", {self.other_versions.total()} packets of other versions"
+            + _by_version(self.other_versions)
             + f", {self.version_negotiation} Version Negotiation"
         )
 
 
+def _by_version(counts: Counter[int]) -> str:
+    """' (Q050 2, T051 1)': the five most frequent versions, for the summary line."""
+    if not counts:
+        return ""
+    versions = ", ".join(f"{version_name(v)} {n}" for v, n in counts.most_common(5))
+    return f" ({versions}{', ...' if len(counts) > 5 else ''})"
+
+
 def version_name(version: int) -> str:
-    """A QUIC version as people write it: draft-29 (0xff00001d), Q050 (Google's are four ASCII characters), else hex."""
+    """A QUIC version as people write it: v1, v2, draft-29 (0xff00001d), Q050 (Google's are four ASCII characters), else hex."""
+    if version in _RFC_NAMES:
+        return _RFC_NAMES[version]
     if version >> 8 == 0xFF0000:
         return f"draft-{version & 0xFF}"
     text = version.to_bytes(4, "big")
@@ -102,6 +118,7 @@ class CaptureResult:
 class _Connection:
     flow: Flow
     version: int
+    format: InitialFormat  # the version's, or for a greased version that of the keys that opened its Initial
     original_dcid: bytes
     client_keys: CryptoContext
     first_frame: int
@@ -157,26 +174,31 @@ class HelloExtractor:
             if packet.packet_type == QuicPacketType.VERSION_NEGOTIATION:
                 self.summary.version_negotiation += 1
                 continue
-            if packet.version not in INITIAL_KEY_VERSIONS:
-                self.summary.other_versions[packet.version] += 1
+            if packet.version not in INITIAL_FORMATS:
+                guess = as_version_1_initial(packet)
+                if guess is None or not any(self._client_initial(flow, guess, datagram, v) for v in GREASED_INITIAL_KEYS):
+                    self.summary.other_versions[packet.version] += 1
                 continue
             server_side = self._by_flow.get(reverse) if flow not in self._by_flow else None
             if server_side is not None:
                 if self._keylog is not None:
                     self._server_packet(server_side, packet)
             elif packet.packet_type == QuicPacketType.INITIAL:
-                self._client_initial(flow, packet, datagram)
+                if not self._client_initial(flow, packet, datagram, packet.version):
+                    self.summary.unopened_initials[packet.version] += 1
 
-    def _client_initial(self, flow: Flow, packet: LongPacket, datagram: Datagram) -> None:
+    def _client_initial(self, flow: Flow, packet: LongPacket, datagram: Datagram, key_version: int) -> bool:
+        """Open a client Initial with the keys of ``key_version``; False when they do not open it."""
         connection = self._by_dcid.get((flow, packet.dcid)) or self._by_flow.get(flow)
+        if connection is not None and connection.version != packet.version:
+            connection = None  # after Version Negotiation: a new attempt, with a ClientHello of its own
         opened = unprotect(packet, connection.client_keys, connection.largest_client_pn) if connection else None
         if opened is None:
-            keys = initial_keys(packet.dcid, packet.version, of_client=True)
+            keys = initial_keys(packet.dcid, key_version, of_client=True)
             opened = unprotect(packet, keys)
             if opened is None:
-                self.summary.unopened_initials += 1
-                return
-            connection = _Connection(flow, packet.version, packet.dcid, keys, datagram.frame)
+                return False
+            connection = _Connection(flow, packet.version, INITIAL_FORMATS[key_version], packet.dcid, keys, datagram.frame)
             self._by_flow[flow] = connection
         assert connection is not None
         self._by_dcid[(flow, packet.dcid)] = connection
@@ -184,11 +206,12 @@ class HelloExtractor:
         packet_number, payload = opened
         connection.largest_client_pn = max(connection.largest_client_pn, packet_number)
         if connection.record is not None:
-            return
+            return True
         assert connection.client_initial is not None
-        message = connection.client_initial.add_frames(payload)
+        message = connection.client_initial.add_frames(payload, connection.format.google_frames)
         if message is not None:
             self._client_hello(connection, message, datagram)
+        return True
 
     def _client_hello(self, connection: _Connection, message: bytes, datagram: Datagram) -> None:
         connection.client_initial = None  # retransmissions are ignored from now on; free the bytes
@@ -198,7 +221,7 @@ class HelloExtractor:
             self.summary.bad_client_hellos += 1
             connection.record = _UNPARSEABLE
             return
-        decoded = decode_transport_parameters(hello.transport_parameters, sender="client")
+        decoded = decode_transport_parameters(hello.transport_parameters, "client", connection.format.sixteen_bit_parameters)
         user_agent = next((p.raw for p in decoded.parameters if p.id == _USER_AGENT_ID), None)
         src_ip, src_port, dst_ip, dst_port = connection.flow
         connection.record = ClientHelloRecord(
@@ -231,7 +254,7 @@ class HelloExtractor:
                 # version by compatible version negotiation (RFC 9368), as LSQUIC does from v1 to v2.
                 connection.server_keys = initial_keys(connection.original_dcid, packet.version, of_client=False)
             opened = unprotect(packet, connection.server_keys)
-            message = connection.server_initial.add_frames(opened[1]) if opened else None
+            message = connection.server_initial.add_frames(opened[1], connection.format.google_frames) if opened else None
             if message is None:
                 return
             try:
@@ -256,7 +279,7 @@ class HelloExtractor:
     def _server_handshake(self, connection: _Connection, packet: LongPacket) -> None:
         assert connection.handshake_keys is not None and connection.record is not None
         opened = unprotect(packet, connection.handshake_keys)
-        message = connection.server_handshake.add_frames(opened[1]) if opened else None
+        message = connection.server_handshake.add_frames(opened[1], connection.format.google_frames) if opened else None
         if message is None:
             return
         connection.done_server = True
@@ -266,7 +289,9 @@ class HelloExtractor:
             return
         raw = next((extensions[e] for e in TRANSPORT_PARAMETERS_EXTENSIONS if e in extensions), None)
         if raw is not None:
-            connection.record.server_transport_parameters = decode_transport_parameters(raw, sender="server")
+            connection.record.server_transport_parameters = decode_transport_parameters(
+                raw, "server", connection.format.sixteen_bit_parameters
+            )
 
 
 # Marks a connection whose ClientHello did not parse, so that retransmissions are not parsed again.

@@ -111,12 +111,15 @@ def hello_summary(hello: ClientHelloRecord) -> dict[str, Any]:
 
 
 def _report(result: CaptureResult, as_json: bool, out: Optional[Path]) -> None:
+    summary = f"{result.summary.datagrams} long-header datagrams: {result.summary.left_out()}"
     if as_json:
         for hello in result.hellos:
             print(json.dumps(hello_summary(hello)))
+        # What was left out, by version, on stderr: stdout stays one JSON document a line.
+        print(f"qscan: {len(result.hellos)} ClientHello(s) in {summary}", file=sys.stderr)
         return
     table = Table(title=f"{len(result.hellos)} ClientHello(s)" + (f" -> {out}" if out else ""))
-    table.caption = f"{result.summary.datagrams} long-header datagrams: {result.summary.left_out()}"
+    table.caption = summary
     for column in ("id", "client", "sni", "alpn", "set", "performance parameters as sent", "all"):
         table.add_column(column, overflow="fold")
     for hello in result.hellos:

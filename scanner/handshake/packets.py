@@ -13,7 +13,7 @@ aioquic's (over `cryptography`); only the framing is done here.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import hmac
 import struct
@@ -37,25 +37,54 @@ from aioquic.quic.packet import (
 
 from tparams.varint import decode_varint, encode_varint
 
-# The Initial salt of every version whose Initials we open: RFC 9001's and RFC 9369's (aioquic's),
-# and the IETF drafts' that public captures of 2020-2023 hold (Chrome and mvfst sent draft-27 to -29).
-# Drafts 23-28 share one salt and 29-32 another (draft-ietf-quic-tls-23 and -29, section 5.2); their
-# labels are v1's ("quic key"). Drafts before 27 encoded transport parameters differently, so they stay out.
-DRAFT_VERSIONS = range(0xFF00001B, 0xFF000021)  # draft-27 .. draft-32
-_INITIAL_SALT_DRAFT_23 = bytes.fromhex("c3eef712c72ebb5a11a7d2432bb46365bef9f502")
-_INITIAL_SALT_DRAFT_29 = bytes.fromhex("afbfec289993d24c9e9786f19c6111e04390a899")
-_INITIAL_SALTS = {
-    QuicProtocolVersion.VERSION_1: INITIAL_SALT_VERSION_1,
-    QuicProtocolVersion.VERSION_2: INITIAL_SALT_VERSION_2,
-    **{v: _INITIAL_SALT_DRAFT_23 if v < 0xFF00001D else _INITIAL_SALT_DRAFT_29 for v in DRAFT_VERSIONS},
+# Every version whose client Initials we open, with what reading one takes. Besides RFC 9001's and
+# RFC 9369's salts (aioquic's), public captures of 2019-2023 hold the IETF drafts (Chrome and mvfst
+# sent draft-23 to -29), mvfst's own versions and Google's TLS-based T050/T051. Their salts are
+# published: drafts 23-28 share one and 29-32 another (draft-ietf-quic-tls-23 and -29, section 5.2),
+# drafts 33 and 34 have RFC 9001's; mvfst's QuicConstants/FizzCryptoFactory give faceb001 draft-22's
+# salt and faceb002/faceb00e draft-23's; Chromium's quic_crypto_utils gives T050's and T051's. All
+# take v1's labels ("quic key") and long-header packet types.
+_SALT_DRAFT_22 = bytes.fromhex("7fbcdb0e7c66bbe9193a96cd21519ebd7a02644a")
+_SALT_DRAFT_23 = bytes.fromhex("c3eef712c72ebb5a11a7d2432bb46365bef9f502")
+_SALT_DRAFT_29 = bytes.fromhex("afbfec289993d24c9e9786f19c6111e04390a899")
+_SALT_T050 = bytes.fromhex("7ff579e5acd072915580304c43a2367c60488310")
+_SALT_T051 = bytes.fromhex("7a4edef4e7ccee5fa4506c19124fc8ccda6e033d")
+MVFST_D24, MVFST, MVFST_EXPERIMENTAL = 0xFACEB001, 0xFACEB002, 0xFACEB00E
+GOOGLE_T050, GOOGLE_T051 = 0x54303530, 0x54303531
+
+
+def draft_version(number: int) -> int:
+    return 0xFF000000 | number
+
+
+@dataclass(frozen=True)
+class InitialFormat:
+    """How to read a version's client Initial."""
+
+    salt: bytes
+    long_types: dict[int, QuicPacketType] = field(default_factory=lambda: PACKET_LONG_TYPE_DECODE_VERSION_1)
+    # The transport parameters' framing before draft-27 (and in mvfst's faceb001 and Google's T050):
+    # a 16-bit list length, then 16-bit ids and lengths; since draft-27 varint ids and lengths.
+    sixteen_bit_parameters: bool = False
+    # Google's versions carry Google QUIC frames in their packets (CRYPTO is 0x08 there, 0x06 is STOP_WAITING).
+    google_frames: bool = False
+
+
+INITIAL_FORMATS: dict[int, InitialFormat] = {
+    QuicProtocolVersion.VERSION_1: InitialFormat(INITIAL_SALT_VERSION_1),
+    QuicProtocolVersion.VERSION_2: InitialFormat(INITIAL_SALT_VERSION_2, PACKET_LONG_TYPE_DECODE_VERSION_2),
+    **{draft_version(n): InitialFormat(_SALT_DRAFT_23, sixteen_bit_parameters=n < 27) for n in range(23, 29)},
+    **{draft_version(n): InitialFormat(_SALT_DRAFT_29) for n in range(29, 33)},
+    **{draft_version(n): InitialFormat(INITIAL_SALT_VERSION_1) for n in (33, 34)},
+    MVFST_D24: InitialFormat(_SALT_DRAFT_22, sixteen_bit_parameters=True),
+    MVFST: InitialFormat(_SALT_DRAFT_23),
+    MVFST_EXPERIMENTAL: InitialFormat(_SALT_DRAFT_23),
+    GOOGLE_T050: InitialFormat(_SALT_T050, sixteen_bit_parameters=True, google_frames=True),
+    GOOGLE_T051: InitialFormat(_SALT_T051, google_frames=True),
 }
-INITIAL_KEY_VERSIONS = tuple(_INITIAL_SALTS)
-# The long-header packet types by version (the type bits mean other types in QUIC v2; the drafts' are v1's).
-LONG_TYPES = {
-    QuicProtocolVersion.VERSION_1: PACKET_LONG_TYPE_DECODE_VERSION_1,
-    QuicProtocolVersion.VERSION_2: PACKET_LONG_TYPE_DECODE_VERSION_2,
-    **{v: PACKET_LONG_TYPE_DECODE_VERSION_1 for v in DRAFT_VERSIONS},
-}
+INITIAL_KEY_VERSIONS = tuple(INITIAL_FORMATS)
+# The long-header packet types by version (the type bits mean other types in QUIC v2).
+LONG_TYPES = {version: spec.long_types for version, spec in INITIAL_FORMATS.items()}
 
 FRAME_PADDING = 0x00
 FRAME_PING = 0x01
@@ -64,6 +93,8 @@ FRAME_ACK_ECN = 0x03
 FRAME_CRYPTO = 0x06
 FRAME_CONNECTION_CLOSE = 0x1C
 FRAME_CONNECTION_CLOSE_APP = 0x1D
+GOOGLE_FRAME_PING = 0x07  # Google QUIC's frame types that a T050/T051 Initial may carry besides PADDING
+GOOGLE_FRAME_CRYPTO = 0x08
 
 
 @dataclass(frozen=True)
@@ -106,7 +137,7 @@ def long_packets(payload: bytes) -> Iterator[LongPacket]:
         scid = payload[pos + 1 : pos + 1 + scid_length]
         long_types = LONG_TYPES.get(version)  # type: ignore[call-overload]
         if long_types is None:
-            # Version Negotiation and versions we cannot frame (Google's Q050 and T051, unknown ones) have
+            # Version Negotiation and versions we cannot frame (Google's Q046 and Q050, unknown ones) have
             # no Length we can read: the rest of the datagram, yielded without a type so callers can count it.
             kind = QuicPacketType.VERSION_NEGOTIATION if version == 0 else None
             yield LongPacket(version, kind, dcid, scid, payload[offset:], min(pos + 1 + scid_length, size) - offset)
@@ -130,6 +161,33 @@ def long_packets(payload: bytes) -> Iterator[LongPacket]:
             return
         yield LongPacket(version, packet_type, dcid, scid, payload[offset:end], pos - offset)
         offset = end
+
+
+# The keys a client that greases the version of its first Initial was seen protecting it with:
+# v1's, or draft-29's (quic-interop-runner's clients of 2020; tshark 4.0 takes draft-29's for 0x?a?a?a?a).
+GREASED_INITIAL_KEYS = (QuicProtocolVersion.VERSION_1, draft_version(29))
+
+
+def as_version_1_initial(packet: LongPacket) -> LongPacket | None:
+    """A packet of a version without Initial keys of its own, read as a QUIC v1 Initial; None
+    when it cannot be one.
+
+    A client that forces Version Negotiation with a reserved version (0x?a?a?a?a, as
+    quic-interop-runner's test case V does) still lays out and protects its Initial somehow:
+    the clients seen keep v1's layout and take the keys of a version they speak. Only the
+    AEAD tag can tell whether the guess was right: the caller tries GREASED_INITIAL_KEYS.
+    """
+    data = packet.data
+    if packet.packet_type is not None or data[0] & 0x30 or len(packet.dcid) > 20:
+        return None
+    try:
+        token_length, pos = decode_varint(data, packet.pn_offset)
+        length, pos = decode_varint(data, pos + token_length)
+    except ValueError:
+        return None
+    if pos + length > len(data):
+        return None
+    return LongPacket(packet.version, QuicPacketType.INITIAL, packet.dcid, packet.scid, data[: pos + length], pos)
 
 
 # The hash of each TLS 1.3 cipher suite, by hashlib's name.
@@ -178,7 +236,7 @@ def initial_keys(dcid: bytes, version: int, of_client: bool) -> CryptoContext:
     (RFC 9001, 5.2), one direction only: CryptoPair.setup_initial derives both, and
     a capture of many clients spends most of its key time on the direction it never
     opens, a scanner on the one a silent target never uses."""
-    initial_secret = hkdf_extract("sha256", _INITIAL_SALTS[version], dcid)  # type: ignore[index]
+    initial_secret = hkdf_extract("sha256", INITIAL_FORMATS[version].salt, dcid)
     label = b"client in" if of_client else b"server in"
     return packet_keys(INITIAL_CIPHER_SUITE, hkdf_expand_label("sha256", initial_secret, label, b"", 32), version)
 
@@ -192,12 +250,14 @@ def unprotect(packet: LongPacket, keys: CryptoContext, expected_packet_number: i
     return packet_number, payload
 
 
-def crypto_frames(payload: bytes) -> Iterator[tuple[int, bytes]]:
+def crypto_frames(payload: bytes, google_frames: bool = False) -> Iterator[tuple[int, bytes]]:
     """(offset, data) of every CRYPTO frame, skipping the other frames an Initial or
     Handshake packet may carry (PADDING, PING, ACK, CONNECTION_CLOSE).
 
     Stops quietly at a frame type those packets cannot carry: what came before
-    is still good, and nothing after it can be framed.
+    is still good, and nothing after it can be framed. ``google_frames`` reads
+    Google QUIC's frame types (T050/T051), of which only PADDING, PING and CRYPTO
+    are read; the others' layouts differ from IETF QUIC's.
     """
     pos = 0
     size = len(payload)
@@ -205,6 +265,12 @@ def crypto_frames(payload: bytes) -> Iterator[tuple[int, bytes]]:
         while pos < size:
             frame_type = payload[pos]
             pos += 1
+            if google_frames and frame_type != FRAME_PADDING:
+                if frame_type == GOOGLE_FRAME_PING:
+                    continue
+                if frame_type != GOOGLE_FRAME_CRYPTO:
+                    return
+                frame_type = FRAME_CRYPTO  # the same fields as IETF QUIC's
             if frame_type == FRAME_PADDING:
                 # Initials are padded to 1200+ bytes; skip the run in C, not byte by byte.
                 rest = payload[pos:]
@@ -258,9 +324,9 @@ class CryptoStream:
             self._chunks[offset] = data
         self._advance()
 
-    def add_frames(self, payload: bytes) -> bytes | None:
+    def add_frames(self, payload: bytes, google_frames: bool = False) -> bytes | None:
         """Add every CRYPTO frame of an opened packet; the first message once it is complete."""
-        for offset, data in crypto_frames(payload):
+        for offset, data in crypto_frames(payload, google_frames):
             self.add(offset, data)
         return self.message()
 
