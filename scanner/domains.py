@@ -33,7 +33,8 @@ from scanner.discovery.ipv4 import open_discovery_store
 from scanner.discovery.netinfo import require_namespace
 from scanner.engine import ScanSettings
 from lab.netns import in_namespace
-from scanner.targets import Target
+from scanner.store import ScanStore
+from scanner.targets import BadLine, Target, read_lines
 
 A_RECORD, AAAA_RECORD, HTTPS_RECORD, ALT_SVC = "a-record", "aaaa-record", "https-record", "alt-svc"
 DNS_ERROR, ALT_SVC_ERROR = "dns-error", "alt-svc-error"
@@ -54,21 +55,30 @@ class Evidence:
     time: dt.datetime = dataclasses.field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
 
 
-def read_domains(path: str | Path) -> list[str]:
-    """One domain a line, ``#`` comments; a malformed name is a one-line error."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as exc:
-        raise ToolError(f"cannot read domain list {path}: {exc.strerror or exc}") from None
-    domains: dict[str, None] = {}
-    for number, line in enumerate(lines, start=1):
-        text = line.split("#", 1)[0].strip().lower().rstrip(".")
-        if not text:
-            continue
-        if not _DOMAIN.match(text):
-            raise ToolError(f"{path}:{number}: not a domain name: {text!r}")
-        domains.setdefault(text)
-    return list(domains)
+def parse_domain(text: str) -> str:
+    """A domain as compared and asked for: lower case, no final dot; ValueError if it is none."""
+    name = text.lower().rstrip(".")
+    if not _DOMAIN.match(name):
+        raise ValueError("not a domain name")
+    return name
+
+
+def read_domains(path: str | Path, strict: bool = False) -> tuple[list[str], list[BadLine]]:
+    """One domain a line, ``#`` comments: the domains and the malformed lines, skipped as `qscan targets`
+    skips its (with ``strict`` one rejects the file)."""
+    return read_lines(str(path), parse_domain, "domain list", strict)
+
+
+def refuse_held_scan(out: str | Path) -> None:
+    """What scan_domains refuses about ``out``, said alone: before the domains are read and warned about."""
+    if Path(out).exists():
+        with open_discovery_store(out) as store:
+            _refuse_held(store, out)
+
+
+def _refuse_held(store: ScanStore, out: str | Path) -> None:
+    if store.handshake_count() or store.con.execute("SELECT count(*) FROM domain_evidence").fetchall()[0][0]:
+        raise ToolError(f"{out} already holds a scan; use a new --out")
 
 
 def make_resolver(nameserver: str | None, timeout: float) -> dns.resolver.Resolver:
@@ -208,8 +218,7 @@ def scan_domains(
     require_namespace(netns)
     resolver = make_resolver(nameserver, settings.timeout)
     with open_discovery_store(out) as store:
-        if store.handshake_count() or store.con.execute("SELECT count(*) FROM domain_evidence").fetchone()[0]:
-            raise ToolError(f"{out} already holds a scan; use a new --out")
+        _refuse_held(store, out)
         scan_id = store.begin_scan("domains", {"resolver": nameserver, "alt_svc": alt_svc,
                                                "handshake": dataclasses.asdict(settings)}, command_line)
     with in_namespace(netns) if netns else contextlib.nullcontext():

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import ipaddress
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Hashable, TypeVar
 
 from tparams.errors import ToolError
 
 DEFAULT_PORT = 443
+Item = TypeVar("Item", bound=Hashable)
 
 
 @dataclass(frozen=True, order=True)
@@ -59,32 +61,41 @@ def parse_target(text: str) -> Target:
     return Target(ip, port, sni)
 
 
-def parse_targets(lines: Iterable[str]) -> tuple[list[Target], list[BadLine]]:
-    """Targets in file order (duplicates dropped: one attempt per target) and the bad lines."""
-    targets: dict[Target, None] = {}
+def parse_lines(lines: Iterable[str], parse: Callable[[str], Item]) -> tuple[list[Item], list[BadLine]]:
+    """Items in file order (duplicates dropped: one attempt each) and the bad lines; ``parse`` takes a
+    line without its ``#`` comment and raises ValueError with the reason."""
+    items: dict[Item, None] = {}
     bad: list[BadLine] = []
     for number, line in enumerate(lines, start=1):
         text = line.split("#", 1)[0].strip()
         if not text:
             continue
         try:
-            targets.setdefault(parse_target(text))
+            items.setdefault(parse(text))
         except ValueError as exc:
             bad.append(BadLine(number, text, str(exc)))
-    return list(targets), bad
+    return list(items), bad
+
+
+def read_lines(source: str, parse: Callable[[str], Item], what: str,
+               strict: bool = False) -> tuple[list[Item], list[BadLine]]:
+    """Read FILE (or ``-`` for stdin) with ``parse_lines``. With ``strict`` any bad line rejects the file."""
+    if source == "-":
+        items, bad = parse_lines(sys.stdin, parse)
+    else:
+        try:
+            with Path(source).open(encoding="utf-8", errors="replace") as handle:
+                items, bad = parse_lines(handle, parse)
+        except OSError as exc:
+            raise ToolError(f"cannot read {what} {source}: {exc.strerror or exc}") from None
+    if strict and bad:
+        raise ToolError(f"{source}: {len(bad)} malformed line(s), first {bad[0]} (--strict)")
+    return items, bad
+
+
+def parse_targets(lines: Iterable[str]) -> tuple[list[Target], list[BadLine]]:
+    return parse_lines(lines, parse_target)
 
 
 def read_targets(source: str, strict: bool = False) -> tuple[list[Target], list[BadLine]]:
-    """Read FILE (or ``-`` for stdin). With ``strict`` any bad line rejects the file."""
-    if source == "-":
-        targets, bad = parse_targets(sys.stdin)
-    else:
-        path = Path(source)
-        try:
-            with path.open(encoding="utf-8", errors="replace") as handle:
-                targets, bad = parse_targets(handle)
-        except OSError as exc:
-            raise ToolError(f"cannot read targets file {source}: {exc.strerror or exc}") from None
-    if strict and bad:
-        raise ToolError(f"{source}: {len(bad)} malformed line(s), first {bad[0]} (--strict)")
-    return targets, bad
+    return read_lines(source, parse_target, "targets file", strict)

@@ -6,6 +6,7 @@ lab/topology.py; caddy answers HTTPS/TCP with Alt-Svc."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,14 +27,29 @@ def test_alt_svc_entries():
         ("h3", None, 443), ("h3-29", "alt.example", 8443), ("h2", None, 443)]
 
 
-def test_domain_list_rejects_a_bad_name_in_one_line(tmp_path):
+def test_domain_list_skips_a_bad_name_as_targets_do(tmp_path):
     good = tmp_path / "good.txt"
     good.write_text("# lab\nAlpha.lab.test.\nalpha.lab.test\n\nbeta.lab.test  # comment\n")
-    assert read_domains(good) == ["alpha.lab.test", "beta.lab.test"]
+    assert read_domains(good) == (["alpha.lab.test", "beta.lab.test"], [])
     bad = tmp_path / "bad.txt"
     bad.write_text("alpha.lab.test\nnot a domain\n")
-    with pytest.raises(ToolError, match=r"bad.txt:2: not a domain name: 'not a domain'"):
-        read_domains(bad)
+    domains, skipped = read_domains(bad)
+    assert domains == ["alpha.lab.test"] and [str(line) for line in skipped] == [
+        "line 2: not a domain name: 'not a domain'"]
+    with pytest.raises(ToolError, match=r"bad.txt: 1 malformed line\(s\), first line 2: not a domain name"):
+        read_domains(bad, strict=True)
+    # The command goes on with the good names (its resolver here: loopback, where nothing answers).
+    done = subprocess.run([QSCAN, "domains", str(bad), "--out", str(tmp_path / "d.duckdb"), "--resolver",
+                           "127.0.0.1", "--no-alt-svc", "--discover-only", "--timeout", "1", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == f"skipped {bad} line 2: not a domain name: 'not a domain'\n"
+    assert json.loads(done.stdout)["domains"] == 1 and json.loads(done.stdout)["bad_lines"] == 1
+    # An --out already holding a scan is refused first, alone.
+    again = subprocess.run([QSCAN, "domains", str(bad), "--out", str(tmp_path / "d.duckdb")], capture_output=True,
+                           text=True, timeout=60)
+    assert again.returncode == 2
+    assert again.stderr == f"qscan: error: {tmp_path / 'd.duckdb'} already holds a scan; use a new --out\n"
 
 
 def test_lab_dns_answers_formerr_to_non_dns_and_nxdomain_outside_the_zone():

@@ -14,11 +14,13 @@ from common.cliapp import output_file
 from tparams.errors import ToolError
 
 from scanner.discovery.ipv4 import prepare, scan_ipv4
-from scanner.domains import read_domains, scan_domains
+from scanner.domains import read_domains, refuse_held_scan, scan_domains
 from scanner.discovery.plan import make_plan, parse_shard
 from scanner.discovery.response import format_version
 from scanner.engine import ScanSettings
-from scanner.commands.options import Concurrency, HandshakeRate, HandshakeTimeout, JsonOutcome, Netns, Quiet, Workers
+from scanner.commands.options import (
+    Concurrency, HandshakeRate, HandshakeTimeout, JsonOutcome, Netns, Quiet, Strict, Workers,
+)
 from scanner.merge import merge_scans
 from common.terminal import cli_console
 
@@ -136,11 +138,15 @@ def register(app: typer.Typer) -> None:
         discover_only: bool = typer.Option(False, "--discover-only", help="Gather evidence only; no handshakes."),
         timeout: float = typer.Option(5.0, help="Seconds for each DNS query, HTTPS fetch and handshake."),
         handshake_rate: HandshakeRate = 100.0,
+        strict: Strict = False,
         quiet: Quiet = False,
         json_output: JsonOutcome = False,
     ) -> None:
         """Find QUIC servers behind domains (HTTPS records with h3, Alt-Svc), then handshake with SNI = domain."""
-        domains = read_domains(file)
+        refuse_held_scan(out)  # before the domains' warnings
+        domains, bad = read_domains(file, strict)
+        for line in bad:
+            print(f"skipped {file} {line}", file=sys.stderr)  # as qscan targets: one line each, greppable
         settings = ScanSettings(timeout=timeout, rate=handshake_rate)
         show = not quiet and sys.stderr.isatty()
         with Progress(TextColumn("domains"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -151,13 +157,14 @@ def register(app: typer.Typer) -> None:
         by_kind: dict[str, int] = {}
         for item in result.evidence:
             by_kind[item.evidence] = by_kind.get(item.evidence, 0) + 1
-        summary = {"scan_id": result.scan_id, "out": str(out), "domains": result.domains,
+        summary = {"scan_id": result.scan_id, "out": str(out), "domains": result.domains, "bad_lines": len(bad),
                    "evidence": dict(sorted(by_kind.items())), "targets": len(result.targets),
                    "handshakes": result.handshakes_attempted, "handshakes_ok": result.handshakes_ok}
         if json_output:
             typer.echo(json.dumps(summary))
         else:
             evidence = ", ".join(f"{k} {v}" for k, v in summary["evidence"].items()) or "none"
-            typer.echo(f"scan {result.scan_id} in {out}: {result.domains} domains (evidence: {evidence}), "
+            typer.echo(f"scan {result.scan_id} in {out}: {result.domains} domains, {len(bad)} bad lines "
+                       f"(evidence: {evidence}), "
                        f"{len(result.targets)} QUIC targets"
                        + ("" if discover_only else f"; {result.handshakes_ok}/{result.handshakes_attempted} handshakes ok"))

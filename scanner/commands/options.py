@@ -12,5 +12,7 @@ Concurrency = Annotated[int, typer.Option("--concurrency", help="Handshakes in f
 Workers = Annotated[int, typer.Option("--workers", help="Handshake worker processes.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 JsonOutcome = Annotated[bool, typer.Option("--json", help="Print the outcome as one JSON object.")]
+Strict = Annotated[bool, typer.Option("--strict", help="Reject the whole file if any line is malformed (default: "
+                                                     "skip it, one warning a line).")]
 Netns = Annotated[Optional[str], typer.Option("--netns", help="Run inside this network namespace (default: where "
                                               "qscan runs), e.g. the lab's client namespace.")]

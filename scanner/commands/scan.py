@@ -17,7 +17,7 @@ from scanner import identify as identify_api
 from scanner.campaign_store import export_shard
 from scanner.engine import ScanSettings
 from lab.netns import in_namespace
-from scanner.commands.options import JsonOutcome, Netns
+from scanner.commands.options import JsonOutcome, Netns, Strict
 from scanner.discovery.netinfo import require_namespace
 from scanner.report import FORMATS, build_report, export_parquet, render
 from scanner.scan import refuse_held_scan, scan_into
@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         workers: int = typer.Option(None, help="Worker processes, each with its own event loop on a share of the "
                                     "targets (default: one per core; small scans use one)."),
         resume: bool = typer.Option(False, "--resume", help="Continue the scan in --out, skipping targets already recorded."),
-        strict: bool = typer.Option(False, "--strict", help="Reject the whole file if any line is malformed."),
+        strict: Strict = False,
         groups: str = typer.Option("x25519,secp256r1", help="Key shares sent in the ClientHello, comma-separated (supported_groups lists every other group the engine completes too)."),
         keylog: Path = typer.Option(None, callback=output_file,
                                     help="Append TLS secrets (SSLKEYLOGFILE format) here, e.g. for tshark."),
