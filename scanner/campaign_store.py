@@ -71,11 +71,7 @@ def export_shard(store_path: str | Path, campaign_dir: str | Path, *, campaign: 
         if not isinstance(value, str) or not _LABEL.fullmatch(value):
             raise ToolError(f"{key} label {value!r} is not a plain name (letters, digits, . _ -; not starting with . _ -)")
     root = Path(campaign_dir)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ToolError(f"cannot create {root}: {exc.strerror or exc}") from None
-    with ScanStore.open(store_path, read_only=True) as store:
+    with ScanStore.open(store_path, read_only=True) as store, made_directory(root):
         con = store.con
         ddl = catalog_ddl(con, _current(con))
         components = dict(con.execute("SELECT name, version FROM schema_version ORDER BY name").fetchall())
@@ -110,6 +106,23 @@ def export_shard(store_path: str | Path, campaign_dir: str | Path, *, campaign: 
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return rows
+
+
+@contextlib.contextmanager
+def made_directory(path: Path) -> Iterator[None]:
+    """``path`` (with any missing parents) made for an export in the block; if the block fails, what was
+    made here is removed again, so a failed export leaves no empty directories behind."""
+    first_new = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ToolError(f"cannot create {path}: {exc.strerror or exc}") from None
+    try:
+        yield
+    except BaseException:
+        if first_new is not None:
+            shutil.rmtree(first_new, ignore_errors=True)
+        raise
 
 
 def open_campaign(campaign_dir: str | Path) -> duckdb.DuckDBPyConnection:

@@ -16,10 +16,10 @@ import duckdb
 import polars as pl
 
 from common.markdown import markdown_table
-from tparams.errors import ToolError
+from tparams.errors import ToolError, first_line
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
-from scanner.campaign_store import scan_connection
+from scanner.campaign_store import made_directory, scan_connection
 from scanner.store import ScanStore
 
 FORMATS = ("table", "csv", "json", "markdown")
@@ -220,12 +220,8 @@ def export_parquet(path: str | Path, directory: str | Path) -> list[Path]:
 
     The tables of many scans as one campaign: scanner.campaign_store.export_shard."""
     directory = Path(directory)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ToolError(f"cannot create {directory}: {exc.strerror or exc}") from None
     written = []
-    with ScanStore.open(path, read_only=True) as store:
+    with ScanStore.open(path, read_only=True) as store, made_directory(directory):
         names = [
             row[0]
             for row in store.con.execute(
@@ -234,7 +230,10 @@ def export_parquet(path: str | Path, directory: str | Path) -> list[Path]:
         ]
         for name in names:
             target = directory / f"{name}.parquet"
-            store.con.execute(f"COPY (SELECT * FROM \"{name}\") TO '{_sql_string(str(target))}' (FORMAT parquet)")
+            try:
+                store.con.execute(f"COPY (SELECT * FROM \"{name}\") TO '{_sql_string(str(target))}' (FORMAT parquet)")
+            except duckdb.Error as exc:
+                raise ToolError(f"cannot export {path} to {directory}: {first_line(exc)}") from None
             written.append(target)
     return written
 

@@ -17,6 +17,7 @@ from scanner.identify import LIBRARY_SCHEMA
 from scanner.report import build_report, export_parquet, top_sets, top_values
 from scanner.store import ScanStore
 from test_store import ALPHA, record
+from tparams.errors import ToolError
 from tparams.paramset import ParamSet
 
 QSCAN = str(Path(sys.executable).with_name("qscan"))
@@ -96,6 +97,28 @@ def test_compare_lists_only_values_whose_share_moved(scan: Path, tmp_path: Path)
 def test_report_of_missing_file_is_one_line(tmp_path: Path):
     result = subprocess.run([QSCAN, "report", str(tmp_path / "none.duckdb")], capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("campaign", [[], ["--campaign", "c", "--vantage", "v", "--shard", "0"]])
+def test_a_failed_export_leaves_no_directory(tmp_path: Path, campaign: list[str]):
+    target = tmp_path / "new" / "pq"
+    done = subprocess.run([QSCAN, "export", str(tmp_path / "missing.duckdb"), "--parquet", str(target), *campaign],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.startswith("qscan: error: no such scan file"), done.stderr
+    assert not (tmp_path / "new").exists()
+    not_a_scan = tmp_path / "empty.duckdb"
+    duckdb.connect(str(not_a_scan)).close()
+    done = subprocess.run([QSCAN, "export", str(not_a_scan), "--parquet", str(target), *campaign],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and not (tmp_path / "new").exists(), done.stderr
+
+
+def test_an_export_failing_midway_removes_the_directory_it_made(scan: Path, tmp_path: Path):
+    with duckdb.connect(str(scan)) as con:
+        con.execute('CREATE TABLE "z/elsewhere" AS SELECT 1 AS x')  # its file would go to a missing directory
+    with pytest.raises(ToolError, match="cannot export"):
+        export_parquet(scan, tmp_path / "new" / "pq")
+    assert not (tmp_path / "new").exists()
 
 
 def test_export_parquet_roundtrips(scan: Path, tmp_path: Path):

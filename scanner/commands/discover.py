@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         netns: Netns = None,
         discover_only: bool = typer.Option(False, "--discover-only", help="Stop after ZMap; no handshakes."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, the exact ZMap command and the "
-                                     "payload hex; send nothing."),
+                                     "payload hex; send and write nothing."),
         yes: bool = typer.Option(False, "--yes", help="Start a whole-space scan without asking."),
         resume: bool = typer.Option(False, "--resume", help="Continue the scan in --out (same ranges and shard): "
                                     "a finished ZMap run is kept, recorded handshakes are skipped."),

@@ -92,7 +92,7 @@ def prepare(
     seed: int | None = None,
     dry_run: bool = False,
 ) -> Prepared:
-    """Resolve the route and write ZMap's input files; sends nothing when ``dry_run``."""
+    """Resolve the route and write ZMap's input files; sends and writes nothing when ``dry_run``."""
     if plan.shards > 1 and seed is None:
         raise ToolError("--shard needs --seed: every shard must walk the same address permutation")
     require_namespace(netns)
@@ -104,7 +104,8 @@ def prepare(
     probe = make_probe()
     seed = secrets.randbits(31) if seed is None else seed
     files = ZMapFiles(zmap_dir(out))
-    write_inputs(plan, probe, files)
+    if not dry_run:  # a dry run writes nothing either
+        write_inputs(plan, probe, files)
     return Prepared(plan, route, probe, seed, files, zmap_command(plan, route, files, seed))
 
 
