@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -132,6 +133,7 @@ def test_as_set_writes_a_valid_replayable_set(tmp_path: Path) -> None:
     assert ambiguous.returncode == 2 and "--hello" in ambiguous.stderr
     done = qscan("pcap", str(FIREFOX), "--as-set", "ff-test", "--sets-dir", str(tmp_path))
     assert done.returncode == 0, done.stderr
+    assert f"wrote set {tmp_path / 'ff-test.json'}; qreplay --set {tmp_path / 'ff-test.json'} replays it\n" in done.stderr
     document = json.loads((tmp_path / "ff-test.json").read_text())
     jsonschema.validate(document, json.loads((ROOT / "schemas" / "paramset.schema.json").read_text()))
     hello = read_capture(FIREFOX).hellos[0]
@@ -139,6 +141,21 @@ def test_as_set_writes_a_valid_replayable_set(tmp_path: Path) -> None:
     extra_ids = [e["id"] for e in document["extra_parameters"]]
     assert 0x0F not in extra_ids, "initial_source_connection_id belongs to one connection, not to the set"
     assert 0x11 in extra_ids  # version_information is kept
+
+
+def test_as_set_says_it_writes_into_the_checkout_by_default() -> None:
+    help_text = subprocess.run([*QSCAN, "pcap", "--help"], capture_output=True, text=True,
+                               env={**os.environ, "COLUMNS": "400"}).stdout
+    assert "into --sets-dir, by default this checkout's datasets/sets beside the built-in sets" in help_text
+    name = f"qtp-test-{os.getpid()}"
+    written = ROOT / "datasets" / "sets" / f"{name}.json"
+    try:
+        done = qscan("pcap", str(FIREFOX), "--as-set", name)
+        assert done.returncode == 0 and written.is_file(), done.stderr
+    finally:
+        written.unlink(missing_ok=True)
+    assert (f"wrote set {written} (this checkout's datasets/sets, beside the built-in sets; --sets-dir writes "
+            f"elsewhere); qreplay --set {name} replays it\n") in done.stderr
 
 
 def test_bad_captures_give_one_line_and_status_2(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ def pcap(
     capture: Annotated[Path, typer.Argument(help="pcap or pcapng file holding QUIC client Initials")],
     out: Annotated[Optional[Path], typer.Option("--out", callback=output_file, help="DuckDB file to append to (views client_params, client_transport_parameters)")] = None,
     keylog: Annotated[Optional[Path], typer.Option("--keylog", help="SSLKEYLOGFILE of the clients: adds the servers' transport parameters from EncryptedExtensions")] = None,
-    as_set: Annotated[Optional[str], typer.Option("--as-set", help="also write a replayable client set NAME.json (for qreplay --set NAME)")] = None,
+    as_set: Annotated[Optional[str], typer.Option("--as-set", help="also write a replayable client set NAME.json into --sets-dir, by default this checkout's datasets/sets beside the built-in sets (for qreplay --set NAME)")] = None,
     hello: Annotated[Optional[int], typer.Option("--hello", help="which ClientHello --as-set uses when the capture holds several different sets")] = None,
     client: Annotated[Optional[str], typer.Option("--client", help="label for the client column (default: Google user_agent when sent)")] = None,
     sets_dir: Annotated[Path, typer.Option("--sets-dir", callback=output_dir, help="where --as-set writes")] = SETS_DIR,
@@ -60,7 +60,7 @@ def pcap(
 def browser(
     name: Annotated[str, typer.Argument(help=f"installed browser to run headless: {' | '.join(BROWSERS)}")],
     out: Annotated[Optional[Path], typer.Option("--out", callback=output_file, help="DuckDB file to append to")] = None,
-    save_set: Annotated[bool, typer.Option("--save-set", help="write the set as <browser>-<version>.json into --sets-dir")] = False,
+    save_set: Annotated[bool, typer.Option("--save-set", help="write the set as <browser>-<version>.json into --sets-dir, by default this checkout's datasets/sets beside the built-in sets")] = False,
     sets_dir: Annotated[Path, typer.Option("--sets-dir", callback=output_dir, help="where --save-set writes")] = SETS_DIR,
     keep_capture: Annotated[Optional[Path], typer.Option("--keep-capture", callback=output_dir, help="directory that keeps the pcapng, key log and logs (default: a temporary one, deleted)")] = None,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds to wait for the browser's ClientHello")] = 40.0,
@@ -84,7 +84,10 @@ def _write_set(sets_dir: Path, name: str, document: dict[str, Any]) -> None:
     sets_dir.mkdir(parents=True, exist_ok=True)
     path = sets_dir / f"{name}.json"
     path.write_text(json.dumps(document, indent=2) + "\n")
-    cli_console(stderr=True).print(f"wrote set {path}")
+    # Into the checkout is where qreplay finds a set by name, and where `git status` will show it.
+    checkout = sets_dir.resolve() == SETS_DIR.resolve()
+    where = " (this checkout's datasets/sets, beside the built-in sets; --sets-dir writes elsewhere)" if checkout else ""
+    print(f"wrote set {path}{where}; qreplay --set {name if checkout else path} replays it", file=sys.stderr)
 
 
 def _command_line() -> str:
