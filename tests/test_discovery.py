@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import duckdb
@@ -20,6 +17,7 @@ from aioquic.quic.packet import QuicPacketType, encode_quic_version_negotiation,
 from hypothesis import given
 from hypothesis import strategies as st
 
+from interrupting import ctrl_c_when
 from scanner.discovery.plan import LAB_RANGE, make_plan, parse_shard
 from tparams.probe import is_reserved_version, make_probe
 from scanner.discovery.response import judge_response
@@ -200,22 +198,11 @@ def test_two_shards_merged_equal_the_unsharded_scan(lab, lab_scan, tmp_path):
 def test_ctrl_c_during_zmap_says_what_is_kept_and_resume_finishes(lab, tmp_path):
     out = tmp_path / "cut.duckdb"
     results = Path(f"{out}.zmap") / "results.csv"  # ZMap opens it as it starts
-    # 256 probes at 20 a second: ZMap is still sending when Ctrl-C comes (to the whole group, as a terminal's).
-    process = subprocess.Popen(lab_command(lab, [QSCAN, "ipv4", "198.18.1.0/24", "--out", str(out), "--rate", "20",
-                                                 "--quiet"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not results.exists():
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-            time.sleep(0.05)
-        os.killpg(process.pid, signal.SIGINT)
-        _, stderr = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+    # 256 probes at 20 a second: ZMap is still sending when Ctrl-C comes.
+    status, stderr = ctrl_c_when(lab_command(lab, [QSCAN, "ipv4", "198.18.1.0/24", "--out", str(out), "--rate", "20",
+                                                   "--quiet"]), results.exists, within=30)
     said = stderr.splitlines()[-1]  # after the plan
-    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    assert status == 130 and "Traceback" not in stderr, stderr
     assert said.startswith(f"qscan: error: interrupted during ZMap: scan 1 is begun in {out} but holds no "
                            "answers") and "the same command with --resume" in said
     summary = json.loads(_qscan(lab, "ipv4", "198.18.1.0/24", "--out", str(out), "--resume", *LAB_SCAN).stdout)

@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from interrupting import ctrl_c_when
 from scanner.capture.frontend import wait_until_in_capture
 from scanner.capture.frontend import wait_until_capturing
 from scanner.scan import scan_into
@@ -316,21 +317,12 @@ def test_ctrl_c_keeps_what_the_workers_finished(tmp_path: Path):
     targets.write_text("".join(f"127.0.0.1,{port},n{i}.test\n" for i in range(600)))
     out = tmp_path / "scan.duckdb"
     argv = [QSCAN, "targets", str(targets), "--out", str(out), "--timeout", "1", "--workers", "2", "-q"]
-    process = subprocess.Popen([*argv, "--rate", "100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while committed_handshakes(out, tmp_path / "copy") == 0:
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "qscan committed no handshakes within 60 s"
-            time.sleep(0.05)
-        os.killpg(process.pid, signal.SIGINT)
-        _, stderr = process.communicate(timeout=30)
+        status, stderr = ctrl_c_when([*argv, "--rate", "100"], lambda: committed_handshakes(out, tmp_path / "copy") > 0,
+                                     within=60)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
         silent.close()
-    assert process.returncode == 130, stderr
+    assert status == 130, stderr
     assert "Traceback" not in stderr and len(stderr.splitlines()) == 1, stderr
     said = int(re.search(r"interrupted: (\d+) handshakes", stderr).group(1))
     with duckdb.connect(str(out), read_only=True) as con:
