@@ -5,6 +5,7 @@ and any other path a command takes must be listed below as one it only reads."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -67,20 +68,31 @@ def test_every_path_a_command_takes_is_declared_written_or_read():
     assert len(OUTPUTS) >= 20  # the apps were really walked
 
 
+@contextlib.contextmanager
+def read_only(directory: Path) -> Iterator[str]:
+    """``directory`` read-only for the block: bind-mounted read-only onto itself, which root cannot write
+    either, or without root by its permission bits. Yields what refuses a write there."""
+    mounted = os.geteuid() == 0 and subprocess.run(["mount", "--bind", "-o", "ro", str(directory), str(directory)],
+                                                   capture_output=True).returncode == 0
+    if not mounted:
+        directory.chmod(0o555)
+    try:
+        yield "Read-only file system" if mounted else "Permission denied"
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(directory)], check=True)
+        else:
+            directory.chmod(0o755)
+
+
 @pytest.fixture(scope="module")
-def places(tmp_path_factory) -> dict[str, Path]:
+def places(tmp_path_factory) -> Iterator[dict[str, Path]]:
     """Directories nothing may be created in, also by root (who ignores permission bits)."""
     base = tmp_path_factory.mktemp("unwritable")
     (base / "file").write_text("a regular file\n")
-    read_only = base / "read-only"
-    read_only.mkdir()
-    mounted = os.geteuid() == 0 and subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(read_only)], capture_output=True).returncode == 0
-    if not mounted:
-        read_only.chmod(0o555)  # enough for anyone but root
-    yield {"read-only mount": read_only, "through a file": base / "file", "/proc": Path("/proc")}
-    if mounted:
-        subprocess.run(["umount", str(read_only)], check=True)
+    (base / "read-only").mkdir()
+    with read_only(base / "read-only"):
+        yield {"read-only mount": base / "read-only", "through a file": base / "file", "/proc": Path("/proc")}
 
 
 @pytest.mark.parametrize("place", ["read-only mount", "through a file", "/proc"])
@@ -114,18 +126,9 @@ def test_a_derived_output_that_cannot_be_written_is_one_line_too(tmp_path, monke
                                 "jitter_ms": 0.0, "loss_pct": 0.0, "rep": 0, "status": "ok", "size_bytes": 1,
                                 "bytes": 1, "goodput_mbps": 100.0, "autotune": False, "cc": "cubic"}])
     con.close()
-    mounted = os.geteuid() == 0 and subprocess.run(
-        ["mount", "--bind", "-o", "ro", str(results.parent), str(results.parent)], capture_output=True).returncode == 0
-    if not mounted:
-        results.parent.chmod(0o555)
-    try:
-        monkeypatch.setattr(sys, "argv", ["qreplay", "plot", str(results)])
-        with pytest.raises(SystemExit) as exited:
-            cliapp.run(qreplay_app, "qreplay")
-    finally:
-        if mounted:
-            subprocess.run(["umount", str(results.parent)], check=True)
+    monkeypatch.setattr(sys, "argv", ["qreplay", "plot", str(results)])
+    with read_only(results.parent) as refusal, pytest.raises(SystemExit) as exited:
+        cliapp.run(qreplay_app, "qreplay")
     err = capsys.readouterr().err
     assert exited.value.code not in (0, None), err
-    assert err == f"qreplay: error: cannot use {tmp_path / 'held' / 'r-plots'}: Read-only file system\n" or (
-        not mounted and "Permission denied" in err and len(err.splitlines()) == 1), err
+    assert err == f"qreplay: error: cannot use {tmp_path / 'held' / 'r-plots'}: {refusal}\n", err
