@@ -107,11 +107,27 @@ def spki_sha256(cert: Path) -> str:
 # --- the process tree -------------------------------------------------------------------------------
 
 PR_SET_CHILD_SUBREAPER = 36
+CLONE_NEWNS = 0x00020000
 
 
 def become_subreaper() -> None:
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise RunFailed(f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}")
+
+
+def resolve_only(server_ip: str, workdir: Path) -> None:
+    """Let HOST, and no other name, resolve (to the server) for this process and what it starts: its own
+    mount namespace, where a hosts file of one line covers /etc/hosts. The testbed has no route to a name
+    server, so a browser's background services find no address and send nothing. (Before any thread starts:
+    unshare refuses a process whose threads share its file-system state.)"""
+    hosts = workdir / "hosts"
+    hosts.write_text(f"127.0.0.1 localhost\n{server_ip} {HOST}\n")
+    if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNS) != 0:
+        raise RunFailed(f"unshare(CLONE_NEWNS) failed: {os.strerror(ctypes.get_errno())}")
+    for argv in (["mount", "--make-rslave", "/"], ["mount", "--bind", str(hosts), "/etc/hosts"]):
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RunFailed(f"{' '.join(argv)} failed: {done.stderr.strip()[-200:]}")
 
 
 def _children(pid: int) -> list[int]:
@@ -195,15 +211,16 @@ def _only_the_path(device: str) -> bool:
 
 # --- the capture ------------------------------------------------------------------------------------
 
-def capture_filter(transport: str, server_ip: str) -> str:
+def capture_filter(transport: str, server_ip: str, client_ip: str) -> str:
     """What the capture keeps: cheap enough to run beside a fast download. h3 runs: QUIC long-header
     packets (the handshake, the ClientHello) and any TCP segment with payload or SYN, which must not be
-    there; h2 runs: every UDP datagram (none must be there) and the TCP handshakes."""
+    there; h2 runs: every UDP datagram (none must be there), the TCP handshakes and what the client sends
+    (its TLS handshake, requests and window updates; not the download)."""
     tcp_payload = "(ip[2:2] - ((ip[0] & 0xf) << 2) - ((tcp[12] & 0xf0) >> 2)) > 0"
     syn = "tcp[tcpflags] & tcp-syn != 0"
     if transport == "quic":
         return f"host {server_ip} and ((udp and udp[8] & 0x80 != 0) or (tcp and ({syn} or {tcp_payload})))"
-    return f"host {server_ip} and (udp or (tcp and {syn}))"
+    return f"host {server_ip} and (udp or (tcp and ({syn} or (src host {client_ip} and {tcp_payload}))))"
 
 
 @dataclass
@@ -212,12 +229,13 @@ class Capture:
     process: subprocess.Popen
 
     @classmethod
-    def start(cls, device: str, transport: str, server_ip: str, workdir: Path, account: TreeAccount) -> "Capture":
+    def start(cls, device: str, transport: str, server_ip: str, client_ip: str, workdir: Path,
+              account: TreeAccount) -> "Capture":
         from scanner.capture.frontend import tshark_path, wait_until_capturing
 
         path, log = workdir / "run.pcapng", workdir / "tshark.log"
         with open(log, "wb") as out:
-            process = subprocess.Popen([tshark_path(), "-n", "-i", device, "-f", capture_filter(transport, server_ip),
+            process = subprocess.Popen([tshark_path(), "-n", "-i", device, "-f", capture_filter(transport, server_ip, client_ip),
                                         "-w", str(path)], stdout=out, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL)
         account.excluded.add(process.pid)
@@ -250,11 +268,18 @@ def _own_address(server_ip: str) -> str:
         return probe.getsockname()[0]
 
 
-def read_transport(capture: Path, client_ip: str, server_ip: str) -> dict:
-    """Counts of what crossed the path between the two namespaces (``transport_seen`` of the run)."""
-    from scanner.capture.frontend import long_header_datagrams, tshark_path
+def read_transport(capture: Path, client_ip: str, server_ip: str, server_port: int) -> dict:
+    """What crossed the path between the two namespaces (``transport_seen`` of the run): counts, and the
+    handshake as the wire shows it, up to the moment the client can send its request: QUIC: the client's
+    first Initial to its first Handshake packet (it holds the server's flight); TCP: the first SYN to the
+    client's first TLS application-data record (its Finished, after TCP's and TLS 1.3's round trips);
+    ``tcp_connect_s``: SYN to SYN-ACK."""
+    from aioquic.quic.packet import QuicPacketType
 
-    fields = ["ip.src", "ip.dst", "udp.dstport", "tcp.len", "tcp.flags.syn"]
+    from scanner.capture.frontend import long_header_datagrams, tshark_path
+    from scanner.handshake.packets import long_packets
+
+    fields = ["frame.time_epoch", "ip.src", "udp.dstport", "tcp.len", "tcp.flags.syn", "tcp.stream"]
     command = [tshark_path(), "-n", "-r", str(capture), "--disable-protocol", "quic", "-Y", "udp or tcp",
                "-T", "fields", "-E", "separator=/t", "-E", "occurrence=f"]
     for name in fields:
@@ -262,20 +287,41 @@ def read_transport(capture: Path, client_ip: str, server_ip: str) -> dict:
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise RunFailed(f"tshark cannot read the run's capture: {done.stderr.strip()[-200:]}")
-    seen = {"quic_v1_packets": 0, "quic_other_packets": 0, "udp_datagrams": 0, "tcp_syn_packets": 0,
-            "tcp_payload_packets": 0}
+    seen: dict = {"quic_v1_packets": 0, "quic_other_packets": 0, "udp_datagrams": 0, "tcp_syn_packets": 0,
+                  "tcp_payload_packets": 0}
+    first: dict[str, float] = {}
+    syn_of_stream: dict[str, float] = {}
     for line in done.stdout.splitlines():
-        src, dst, udp_port, tcp_len, syn = (line.split("\t") + [""] * 5)[:5]
+        when, src, udp_port, tcp_len, syn, stream = (line.split("\t") + [""] * 6)[:6]
         if udp_port:
             seen["udp_datagrams"] += udp_port != str(MARKER_PORT)
         elif tcp_len:
-            seen["tcp_syn_packets"] += syn in ("1", "True")
+            is_syn = syn in ("1", "True")
+            seen["tcp_syn_packets"] += is_syn
             seen["tcp_payload_packets"] += int(tcp_len) > 0
+            if is_syn:
+                first.setdefault("syn" if src == client_ip else "syn-ack", float(when))
+                if src == client_ip:
+                    syn_of_stream.setdefault(stream, float(when))
     for datagram in long_header_datagrams(capture):
         if datagram.dst_port == MARKER_PORT or {datagram.src_ip, datagram.dst_ip} != {client_ip, server_ip}:
             continue
         version = int.from_bytes(datagram.payload[1:5], "big")
         seen["quic_v1_packets" if version == 1 else "quic_other_packets"] += 1
+        if datagram.src_ip == client_ip:
+            for packet in long_packets(datagram.payload):
+                if packet.packet_type in (QuicPacketType.INITIAL, QuicPacketType.HANDSHAKE):
+                    first.setdefault(packet.packet_type.name, datagram.time)
+    if syn_of_stream:  # the connection that first carried a request: a browser may open a spare one
+        tls = subprocess.run([tshark_path(), "-n", "-r", str(capture), "-d", f"tcp.port=={server_port},tls", "-Y",
+                              f"ip.src == {client_ip} and tls.record.content_type == 23", "-T", "fields", "-e",
+                              "frame.time_epoch", "-e", "tcp.stream"], capture_output=True, text=True).stdout.split()
+        if len(tls) >= 2 and tls[1] in syn_of_stream:
+            first["tls-syn"], first["tls-finished"] = syn_of_stream[tls[1]], float(tls[0])
+    for name, opened, done_at in (("quic_handshake_s", "INITIAL", "HANDSHAKE"), ("tcp_connect_s", "syn", "syn-ack"),
+                                  ("tls_handshake_s", "tls-syn", "tls-finished")):
+        if opened in first and done_at in first and first[done_at] >= first[opened]:
+            seen[name] = first[done_at] - first[opened]
     return seen
 
 
@@ -360,9 +406,8 @@ def chromium_command(target: Target, profile: Path) -> list[str]:
 
 
 FIREFOX_PREFERENCES = {
-    # Name resolution: the lab's name is the server, and nothing else resolves (IPv4 only: the testbed
-    # has no IPv6, and a ::1 answer first would leave the load hanging).
-    "network.dns.forceResolve": None,  # set per run
+    # Name resolution: the system's (resolve_only), IPv4 only: the testbed has no IPv6, and a ::1 answer
+    # first would leave the load hanging.
     "network.dns.disableIPv6": True,
     "network.trr.mode": 5,
     "network.proxy.type": 0,
@@ -373,14 +418,14 @@ FIREFOX_PREFERENCES = {
     "network.captive-portal-service.enabled": False, "network.connectivity-service.enabled": False,
     "browser.safebrowsing.update.enabled": False, "browser.safebrowsing.malware.enabled": False,
     "browser.safebrowsing.phishing.enabled": False, "browser.safebrowsing.downloads.enabled": False,
-    "extensions.update.enabled": False, "services.settings.server": "", "geo.provider.network.url": "",
+    "extensions.update.enabled": False, "geo.provider.network.url": "",
     "browser.region.network.url": "", "network.prefetch-next": False, "network.predictor.enabled": False,
     "privacy.reduceTimerPrecision": False,  # performance.now() at full resolution, not rounded to 1 ms
 }
 
 
 def firefox_preferences(target: Target) -> dict[str, object]:
-    prefs = {**FIREFOX_PREFERENCES, "network.dns.forceResolve": target.server_ip}
+    prefs = dict(FIREFOX_PREFERENCES)
     if target.transport == "quic":
         prefs.update({
             "network.http.http3.enable": True,
@@ -610,11 +655,13 @@ def run(target: Target, device: str, out: dict) -> None:
     if not _only_the_path(device):
         raise RunFailed("a browser runs only in the testbed's client namespace, whose one way out is the path "
                         f"{device} (not with --link loopback)")
+    resolve_only(target.server_ip, target.workdir)
     become_subreaper()
     profile = target.workdir / "profile"
     shutil.rmtree(profile, ignore_errors=True)
     account = TreeAccount()
-    capture = Capture.start(device, target.transport, target.server_ip, target.workdir, account)
+    client_ip = _own_address(target.server_ip)
+    capture = Capture.start(device, target.transport, target.server_ip, client_ip, target.workdir, account)
     before = namespace_counters()
     failure: RunFailed | None = None
     try:
@@ -629,31 +676,27 @@ def run(target: Target, device: str, out: dict) -> None:
         after = namespace_counters()
         capture.stop(target.server_ip)
     label = f"{target.browser} {out.get('browser_version', '')}".strip()
-    seen = read_transport(capture.path, _own_address(target.server_ip), target.server_ip)
+    seen = read_transport(capture.path, client_ip, target.server_ip, target.port)
     out["transport_seen"] = {**seen, **{k: after[k] - before[k] for k in after}}
     if target.transport == "quic":
         out.update(read_client_hello(capture.path, label, target.port))
     if failure:
+        if target.transport == "quic" and "quic_handshake_s" in seen and seen["tcp_syn_packets"]:
+            # Firefox retries over TCP after an h3 connection fails (a refused certificate among the causes)
+            # and may then report the TCP attempt's error: the capture tells what came first.
+            raise RunFailed(f"{failure} (after a QUIC handshake that reached the server's flight, it fell back "
+                            "to TCP)")
         raise failure
     navigation = measured["navigation"]
     out.update(bytes=measured["bytes"], duration_s=(measured["ended_ms"] - measured["started_ms"]) / 1000,
                http_status=measured["status"],
                timing="request to last body byte (in the browser: performance.now() around fetch() and its "
                       "body reader; the page's load opened the connection)",
-               handshake_s=_handshake_s(navigation),
+               handshake_s=seen.get("quic_handshake_s", seen.get("tls_handshake_s")),
                resource_timing={"navigation": navigation, "download": measured["download"]})
     out["protocol_seen"] = check_protocol(target, measured, seen, label)
     if measured["status"] != 200 or measured["bytes"] != target.size:
         raise RunFailed(f"{label} got status {measured['status']} and {measured['bytes']} of {target.size} bytes")
-
-
-def _handshake_s(navigation: dict) -> float | None:
-    """The page's connection set-up (Navigation Timing: connectStart to requestStart, which covers the
-    TCP and TLS handshakes, or QUIC's, before the first request)."""
-    start, request = navigation.get("connectStart"), navigation.get("requestStart")
-    if start is None or request is None or request < start:
-        return None
-    return (request - start) / 1000
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,12 +41,11 @@ def _usable(name: str):
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    """No browser process, run directory or testbed namespace of this process outlives a test."""
-    run_dirs = set(Path("/tmp").glob("qreplay-run-*"))
+    """No browser process, browser run directory or testbed namespace of this process outlives a test."""
     yield
     mine = [n for n in netns.list_namespaces(PREFIX) if n.startswith(f"{PREFIX}{os.getpid()}-")]
     assert not mine, mine
-    assert set(Path("/tmp").glob("qreplay-run-*")) <= run_dirs
+    assert not list(Path("/tmp").glob("qreplay-run-*/browser"))
     browsers = subprocess.run(["pgrep", "-af", "replay.browser_driver|/tmp/qreplay-run-"], capture_output=True,
                               text=True).stdout
     assert not browsers.strip(), browsers
@@ -73,7 +72,7 @@ def test_each_browser_downloads_over_h3_through_the_testbed_and_is_stored_as_a_b
     assert row["protocol_seen"] == "h3" and row["bytes"] == SIZE
     # Timed inside the browser, under the link's 100 Mbit/s (and well above nothing).
     assert 1 < row["goodput_mbps"] < 100 and "in the browser" in row["timing"]
-    assert 0.010 <= row["handshake_s"] < 1  # at least the round trip of 10 ms
+    assert 0.010 <= row["handshake_s"] < 1  # from the capture: at least the round trip of 10 ms
     seen = json.loads(row["transport_seen"])
     assert seen["quic_v1_packets"] > 0 and seen["tcp_payload_packets"] == 0
     assert seen["udp_in_datagrams"] >= SIZE / 1500
@@ -145,7 +144,9 @@ def test_a_browser_that_does_not_trust_the_server_fails_its_run_in_one_line_and_
                                                     ("chromium-tcp", "caddy", "ok")], rows
     for stack, _, _, error, version in stored[:2]:
         assert "\n" not in error and f"{stack} {version} could not load the page over h3" in error, error
-    assert "ERR_QUIC_PROTOCOL_ERROR" in stored[0][3] and "SEC_ERROR_UNKNOWN_ISSUER" in stored[1][3]
+    assert "ERR_QUIC_PROTOCOL_ERROR" in stored[0][3]
+    # Firefox retries over TCP after the failed QUIC handshake and reports the first error or the retry's.
+    assert "SEC_ERROR_UNKNOWN_ISSUER" in stored[1][3] or "it fell back to TCP" in stored[1][3], stored[1][3]
 
 
 @pytest.mark.parametrize("args", [["--stack", "chromium", "--set", "chrome"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 
 from replay.browser_driver import BROWSERS, PROTOCOLS, write_page
@@ -48,12 +49,11 @@ class Browser(Stack):
         return None
 
     def version(self) -> str | None:
-        from scanner.browser import browser_version
-
-        try:
-            return browser_version(self.browser)[0]
-        except ToolError:
-            return None
+        """The Debian package's version (asking the browser itself would start it, and it would write into
+        HOME); each run stores the exact version the running browser reports."""
+        done = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", BROWSERS[self.browser]], capture_output=True,
+                              text=True)
+        return (done.stdout.strip() or None) if done.returncode == 0 else None
 
     def autotunes(self, requested: bool) -> bool:
         return True  # a browser's windows grow as it was built to, whatever qreplay asks

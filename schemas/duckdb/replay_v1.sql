@@ -93,8 +93,11 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS protocol_seen VARCHAR;     -- h3 | h2:
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS transport_seen VARCHAR;    -- JSON: the capture's QUIC v1 packets, UDP
                                                                      -- datagrams, TCP SYNs and payload segments;
                                                                      -- the client namespace's UDP/TCP counters
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS handshake_s DOUBLE;        -- the page's connection set-up (connectStart
-                                                                     -- to requestStart); the download reuses it
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS handshake_s DOUBLE;        -- from the capture, until the client can send
+                                                                     -- its request: QUIC's first Initial to the
+                                                                     -- client's first Handshake packet; TCP's SYN to
+                                                                     -- its first TLS application record; the page's
+                                                                     -- connection, which the download reuses
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS client_sent VARCHAR;       -- JSON: the twelve parameters of the run's own
                                                                      -- ClientHello (set_fingerprint is theirs)
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS resource_timing VARCHAR;   -- JSON: the page's and the download's entries
