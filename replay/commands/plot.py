@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from common.cliapp import output_dir
 from replay import statistics, store
 from replay.figures import draw_band, embedded_img, pyplot, save_png
 from tparams.errors import ToolError
@@ -203,8 +204,8 @@ def register(app: typer.Typer) -> None:
         results: Annotated[Path, typer.Argument(help="A qreplay results DuckDB file.")],
         run_id: Annotated[str | None, typer.Argument(help="With --trace: the run to draw (an id prefix); "
                                                         "default: the newest traced run of each stack.")] = None,
-        out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="Where to write the PNGs and "
-                                                        "report.html (default: <results>-plots).")] = None,
+        out_dir: Annotated[Optional[Path], typer.Option("--out-dir", callback=output_dir, help="Where to write the "
+                                                        "PNGs and report.html (default: <results>-plots).")] = None,
         trace: Annotated[bool, typer.Option("--trace", help="Draw traced runs (qreplay --trace): credit vs sent, "
                                                             "acknowledged, in flight, RTT over time.")] = False,
     ) -> None:
