@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -46,9 +48,21 @@ def nothing_left_behind():
     mine = [n for n in netns.list_namespaces(PREFIX) if n.startswith(f"{PREFIX}{os.getpid()}-")]
     assert not mine, mine
     assert not list(Path("/tmp").glob("qreplay-run-*/browser"))
-    browsers = subprocess.run(["pgrep", "-af", "replay.browser_driver|/tmp/qreplay-run-"], capture_output=True,
-                              text=True).stdout
-    assert not browsers.strip(), browsers
+    assert not browser_processes()
+
+
+def browser_processes() -> list[str]:
+    """Every live driver of a browser run, and every process of a run's browser: the driver gives the browser,
+    and so each of its processes, a HOME inside the run's directory."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"HOME=/tmp/qreplay-run-" in (proc / "environ").read_bytes() or \
+                    b"replay.browser_driver" in (proc / "cmdline").read_bytes():
+                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120])
+        except OSError:
+            pass
+    return found
 
 
 def qreplay(*args: str) -> subprocess.CompletedProcess:
@@ -172,3 +186,21 @@ def test_doctor_lists_the_browsers_with_their_versions_and_what_they_cannot_set(
         assert rows[name]["detail"].startswith(f"version {stack.version()}; client only, over {stack.protocol}")
         assert "sets none of the 12" in rows[name]["detail"]
     assert "server only" in rows["caddy"]["detail"]
+
+
+def test_ctrl_c_during_a_browser_run_leaves_no_browser_profile_or_namespace(tmp_path):
+    _usable("firefox")
+    process = subprocess.Popen([QREPLAY, "--stack", "firefox", "--delay", "10ms", "--rate", "20mbit", "--size", "20MB",
+                                "--reps", "3", "--out", str(tmp_path / "r.duckdb")], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not any("firefox-esr" in p for p in browser_processes()):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.2)
+    time.sleep(1)  # the page is loading or the download under way
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    assert not [n for n in netns.list_namespaces(PREFIX) if n.startswith(f"{PREFIX}{process.pid}-")]
+    assert not browser_processes()
+    assert not list(Path("/tmp").glob("qreplay-run-*/browser"))
