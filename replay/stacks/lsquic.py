@@ -63,6 +63,7 @@ PROBE_TIMEOUT_S = 10.0
 class Lsquic(Stack):
     name = "lsquic"
     protocol = "h3"
+    serves_page = True
     settable = {"client": frozenset(SETTINGS) - {"initial_max_streams_uni"}, "server": frozenset(SETTINGS)}
 
     def binary(self, role: str) -> str | None:
@@ -128,10 +129,11 @@ class Lsquic(Stack):
 
     def server_command(self, params, opts, ip, port, workdir):
         key, cert = ensure_certificate(workdir)
-        docroot = workdir / "www"
+        docroot = workdir / "htdocs"  # a browser's page goes there too (serves_page)
         docroot.mkdir(exist_ok=True)
-        with open(docroot / "payload", "wb") as payload:
-            payload.truncate(opts.size)  # sparse: the size costs no disk
+        for name in ("payload", str(opts.size)):  # LSQUIC's client asks for /payload, a browser's page for /<size>
+            with open(docroot / name, "wb") as payload:
+                payload.truncate(opts.size)  # sparse: the size costs no disk
         applied = self._settings(params, opts, "server")
         argv = [self.binary("server") or PROGRAM["server"], "-c", f"{HOST},{cert},{key}", "-s", f"{ip}:{port}",
                 "-r", str(docroot), *applied.flags]
