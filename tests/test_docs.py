@@ -1,17 +1,21 @@
 """The front page and the manual, checked like code: the site builds strictly, its generated reference
-covers every command and every schema object, it renders in a real browser, and every command the
-front page shows runs."""
+covers every command and every schema object and is committed as the code makes it, every link works in
+the repository too, it renders in a real browser, and every command the front page and the manual show
+runs as written."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import http.server
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 import threading
 from pathlib import Path
 
@@ -21,6 +25,7 @@ import pytest
 import typer
 from markdown_it import MarkdownIt
 
+from conftest import lab_unavailable
 from lab.core import status as lab_status
 from demo.cli import app as demo_app
 from replay.cli import app as qreplay_app
@@ -29,7 +34,7 @@ from scanner.cli import app as qscan_app
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-#: a front-page command carrying one of these comments is shown, not run (it needs what CI has not)
+#: a manual command carrying one of these comments is shown, not run (it needs what CI has not)
 NOT_RUN_HERE = ("needs the Internet", "needs your own")
 
 
@@ -169,48 +174,147 @@ def test_a_console_error_is_seen(tmp_path):
     assert any("deliberate" in line for line in console) and any("no_such_function" in line for line in console)
 
 
-def front_page_commands() -> list[tuple[str, str]]:
-    """(command, its comment) for every line of every shell block of README.md, in order."""
-    commands = []
-    for token in MarkdownIt().parse((ROOT / "README.md").read_text()):
-        if token.type == "fence" and token.info.strip() in ("sh", "bash", "console"):
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One thing a manual page tells the reader to run: a shell command line or a Python block."""
+
+    kind: str  # "sh" or "python"
+    text: str
+    shown_only: str | None = None  # why the test does not run it (a NOT_RUN_HERE reason)
+
+
+#: a shell command that the manual's test runs with these options added, its page saying so (a long
+#: experiment run smaller): `qreplay --set firefox  # ...; tested with `--size 2MB --reps 1``
+TESTED_WITH = re.compile(r"tested with `([^`]+)`")
+PYTHON_END = "END_OF_THE_PAGES_PYTHON"  # the here-document that feeds a page's Python block to python
+
+
+def page_steps(page: Path) -> list[Step]:
+    """Every command of every shell block and every Python block of a page, in order. A shell line's
+    comment (after two spaces and `#`), or a Python block's first line, may say it is not run here
+    (NOT_RUN_HERE) or how the test runs it smaller (TESTED_WITH); a trailing backslash continues a line."""
+    steps = []
+    for token in MarkdownIt().parse(page.read_text()):
+        if token.type != "fence":
+            continue
+        info = token.info.strip()
+        if info == "python":
+            first = token.content.lstrip().splitlines()[0] if token.content.strip() else ""
+            reason = next((r for r in NOT_RUN_HERE if first.startswith("#") and r in first), None)
+            steps.append(Step("python", textwrap.dedent(token.content), reason))
+        elif info in ("sh", "bash", "console"):
+            pending = ""
             for line in token.content.splitlines():
                 command, _, comment = line.partition("  #")
-                if command.strip():
-                    commands.append((command.strip(), comment.strip()))
-    return commands
+                if command.rstrip().endswith("\\"):
+                    pending += command.rstrip()[:-1] + " "
+                    continue
+                command, pending = (pending + command).strip(), ""
+                if not command or command.startswith("#"):
+                    continue
+                reason = next((r for r in NOT_RUN_HERE if r in comment), None)
+                smaller = TESTED_WITH.search(comment)
+                steps.append(Step("sh", f"{command} {smaller.group(1)}" if smaller else command, reason))
+    return steps
+
+
+def page_script(steps: list[Step]) -> str:
+    """The page's steps as one bash script: stop at the first failure, the lab down whatever happens."""
+    lines = ["set -euo pipefail",
+             f"trap '{BIN / 'qscan'} lab down >/dev/null 2>&1 || true; "
+             f"{BIN / 'qscan'} lab down --instance qpop >/dev/null 2>&1 || true' EXIT"]
+    for step in steps:
+        if step.shown_only or step.text.startswith("make "):
+            continue
+        if step.kind == "python":
+            lines += [f"echo '$ python <<{PYTHON_END}'", f"python - <<'{PYTHON_END}'", step.text.rstrip(), PYTHON_END]
+        else:
+            lines += [f"echo {shlex.quote('$ ' + step.text)}", step.text]
+    return "\n".join(lines) + "\n"
+
+
+def check_make_steps(steps: list[Step]) -> None:
+    """`make demo` and `make test` ARE the demo and the suite: checked to be the Makefile's targets."""
+    for step in steps:
+        if step.text.startswith("make ") and not step.shown_only:
+            dry = subprocess.run(["make", "-n", "-C", str(ROOT), *step.text.split()[1:]], capture_output=True, text=True)
+            assert dry.returncode == 0, dry.stderr
+
+
+def run_page(page: Path, workdir: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """A page's commands as a reader runs them: from the checkout (here a directory that mirrors it, so
+    what the commands write stays out of it) with set-up's .venv/bin on PATH."""
+    steps = page_steps(page)
+    check_make_steps(steps)
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True, check=True).stdout
+    # The checkout's tracked entries and what set-up makes, nothing else: a stray scan.duckdb left in the
+    # checkout must not stand in for the one a page writes.
+    for name in {line.split("/")[0] for line in tracked.splitlines()} | {".venv", ".venv-picoquic", "build"}:
+        if (ROOT / name).exists():
+            (workdir / name).symlink_to(ROOT / name)
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "VIRTUAL_ENV": str(BIN.parent)}
+    return subprocess.run(["bash", "-c", page_script(steps)], cwd=workdir, capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def failed(page: Path, done: subprocess.CompletedProcess) -> str:
+    return f"a command of {page.relative_to(ROOT)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
 
 def test_the_front_page_commands_run(tmp_path):
     """Every command the front page shows, in its order, from a directory of the reader's own: the lab
     comes up, a ZMap scan of it, its report, a replay and its plot, the popularity notebook, the lab down."""
-    commands = front_page_commands()
-    assert commands, "README.md shows no commands"
-    run, shown = [], []
-    for command, comment in commands:
-        if any(reason in comment for reason in NOT_RUN_HERE):
-            shown.append(command)
-        elif command in ("make demo", "make test"):
-            # These ARE the suite and the demo: check they are the Makefile's targets and what CI runs.
-            target = command.split()[1]
-            dry = subprocess.run(["make", "-n", "-C", str(ROOT), target], capture_output=True, text=True)
-            assert dry.returncode == 0, dry.stderr
-        else:
-            run.append(command)
+    steps = page_steps(ROOT / "README.md")
+    run = [step.text for step in steps if not step.shown_only and not step.text.startswith("make ")]
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     assert any(c.startswith("qscan lab up") for c in run) and run[-1].startswith("qscan lab down")
     if lab_status() is not None:
         pytest.skip("the default lab (qlab) is up already: the front page's `qscan lab up` would be refused")
-    for name in ("notebooks", ".venv"):
-        (tmp_path / name).symlink_to(ROOT / name)
-    script = "\n".join(["set -euo pipefail", f"trap '{BIN / 'qscan'} lab down >/dev/null 2>&1 || true' EXIT", *run])
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, f"a front-page command failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    done = run_page(ROOT / "README.md", tmp_path)
+    assert done.returncode == 0, failed(ROOT / "README.md", done)
     assert duckdb.connect(str(tmp_path / "scan.duckdb"), read_only=True).execute(
         "SELECT count(*) FROM server_params").fetchone()[0] >= 5
     assert (tmp_path / "out" / "parameter_popularity.html").stat().st_size > 100_000
     assert any((tmp_path / "plots").glob("*.png"))
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("page", sorted(p.name for p in (ROOT / "docs").glob("*.md")))
+def test_every_command_of_the_manual_runs(page, tmp_path):
+    """Every shell command and Python block of each manual page, in its order, as a reader runs it; the few
+    that need the Internet or something of the reader's own are only shown, and the long experiments the
+    page marks run smaller, as the page says."""
+    steps = page_steps(ROOT / "docs" / page)
+    if not steps:
+        pytest.skip(f"{page} shows no commands")
+    if lab_unavailable():
+        pytest.skip(lab_unavailable())
+    if lab_status() is not None:
+        pytest.skip("the default lab (qlab) is up already: the manual's `qscan lab up` would be refused")
+    done = run_page(ROOT / "docs" / page, tmp_path)
+    assert done.returncode == 0, failed(ROOT / "docs" / page, done)
+
+
+def test_every_block_of_the_front_page_and_the_manual_declares_its_language():
+    # A command block without one (```) would escape the test above unseen.
+    bare = [f"{page.relative_to(ROOT)}:{token.map[0] + 1}" for page in manual_pages()
+            if page.parent.name != "reference"
+            for token in MarkdownIt().parse(page.read_text()) if token.type == "fence" and not token.info.strip()]
+    assert bare == [], f"code blocks without a language (sh, python, text, ...): {bare}"
+
+
+def test_a_failing_manual_command_fails_the_page_and_markers_are_honoured(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```sh\necho one > one.txt  # tested with `two`\nqscan --version  # needs the Internet\n"
+                    "false\necho never > never.txt\n```\n\n```python\n# needs your own thing\nraise SystemExit(1)\n```\n")
+    steps = page_steps(page)
+    assert [(s.text, bool(s.shown_only)) for s in steps] == [
+        ("echo one > one.txt two", False), ("qscan --version", True), ("false", False),
+        ("echo never > never.txt", False), ("# needs your own thing\nraise SystemExit(1)\n", True)]
+    work = tmp_path / "work"
+    work.mkdir()
+    done = run_page(page, work)
+    assert done.returncode != 0 and (work / "one.txt").read_text() == "one two\n" and not (work / "never.txt").exists()
 
 
 def commands(app: typer.Typer, prog: str):
