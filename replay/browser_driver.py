@@ -32,6 +32,7 @@ import argparse
 import base64
 import contextlib
 import ctypes
+import fcntl
 import hashlib
 import json
 import os
@@ -504,8 +505,10 @@ def run_chromium(target: Target, profile: Path, out: dict) -> dict:
     from_browser, to_write = os.pipe()  # and writes replies on its fd 4
 
     def pipes_at_3_and_4() -> None:
-        os.dup2(to_read, 3)
-        os.dup2(to_write, 4)
+        # Moved clear of 3 and 4 first: either pipe end may itself be fd 3 or 4.
+        reading, writing = fcntl.fcntl(to_read, fcntl.F_DUPFD, 10), fcntl.fcntl(to_write, fcntl.F_DUPFD, 10)
+        os.dup2(reading, 3)
+        os.dup2(writing, 4)
 
     with open(target.workdir / "browser.log", "wb") as log:
         subprocess.Popen(chromium_command(target, profile), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
