@@ -27,7 +27,7 @@ from tparams.errors import ToolError
 
 from lab import netns
 from lab.certs import write_certificate
-from lab.kinds import LabContext, kind_for
+from lab.kinds import LabContext, kind_for, runnable
 from lab.probe import Pending, wait_until_ready
 from lab.topology import LAB_DOMAIN, LAB_ZONE, Topology, default_topology
 
@@ -128,7 +128,7 @@ class Lab:
 def up(topology: Topology | None = None, instance: str = DEFAULT_INSTANCE) -> Lab:
     """Bring the lab up and leave it running; on any failure (or Ctrl-C)
     half way, everything started so far is torn down before the error rises."""
-    topology = topology or default_topology()
+    topology = runnable(topology or default_topology())
     _check_instance(instance)
     _check_machine()
     _check_topology(topology)

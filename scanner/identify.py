@@ -344,9 +344,10 @@ def lab_topology(configuration: str = "default", left_out: Iterable[str] = ()): 
     """The default lab, or (``held-out``) every library's server in its ``HELD_OUT``
     configuration beside the broken servers; servers of a kind without one are left
     out, as are those named in ``left_out``."""
+    from lab.kinds import runnable
     from lab.topology import default_topology
 
-    topology = default_topology()
+    topology = runnable(default_topology())
     if configuration not in CONFIGURATIONS:
         raise ToolError(f"unknown configuration {configuration!r} (known: {', '.join(CONFIGURATIONS)})")
     servers = tuple(

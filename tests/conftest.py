@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lab import Lab, default_topology, netns
-from lab.kinds import kind_for
+from lab.kinds import kind_for, runnable
 
 # LSQUIC runs only where the user names a build of their own (QREPLAY_LSQUIC_CLIENT/_SERVER); the
 # project holds none, and its tests skip, saying why, without them.
@@ -37,7 +37,7 @@ def lab_unavailable() -> str | None:
     missing = [tool for tool in ("gtlsserver", "gtlsclient", "caddy") if shutil.which(tool) is None]
     if missing:
         return f"lab servers not installed: {', '.join(missing)} (scripts/setup.sh installs them)"
-    for spec in default_topology().servers:
+    for spec in runnable(default_topology()).servers:
         reason = kind_for(spec.kind).unavailable_reason()
         if reason:
             return f"lab server {spec.name}: {reason}"

@@ -24,7 +24,7 @@ from conftest import lab_instance, lab_unavailable
 from lab import (Lab, LabContext, LabServer, Launch, ServerKind, ServerSpec, Topology, default_topology, netns,
                  register_kind, status, up)
 from lab.certs import write_certificate
-from lab.kinds import kind_for
+from lab.kinds import kind_for, runnable
 from tparams.codec import decode_transport_parameters
 from tparams.errors import ToolError
 from tparams.paramset import ParamSet
@@ -173,7 +173,7 @@ ONE_STREAM_WINDOW = {"quinn"}
 def other_values_lab(needs_lab):
     """The built servers again, each started with OTHER_VALUES."""
     specs = []
-    for spec in default_topology().servers:
+    for spec in runnable(default_topology()).servers:
         if spec.name in BUILT_SERVERS:
             values = dict(OTHER_VALUES)
             if spec.kind in ONE_STREAM_WINDOW:
@@ -411,3 +411,14 @@ def test_discovery_lab_addresses_stay_clear_of_the_default_servers():
     topology = default_topology().with_servers(range_server())
     addresses = [spec.ip for spec in topology.servers] + [topology.resolver]
     assert len(addresses) > 10 and len(set(addresses)) == len(addresses)
+
+
+def test_the_lab_leaves_out_an_optional_server_whose_library_is_not_here(monkeypatch):
+    """LSQUIC is the user's build: without QREPLAY_LSQUIC_SERVER the default lab runs without it, while a
+    server that is not optional and cannot run stops the lab with its reason (lab.core's check)."""
+    monkeypatch.delenv("QREPLAY_LSQUIC_SERVER", raising=False)
+    topology = default_topology()
+    assert next(spec for spec in topology.servers if spec.kind == "lsquic").optional
+    kept = {spec.kind for spec in runnable(topology).servers}
+    assert "lsquic" not in kept and {"ngtcp2", "caddy", "broken"} <= kept
+    assert kind_for("lsquic").unavailable_reason()

@@ -9,6 +9,7 @@ The lab core never needs to know the kind.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 from collections.abc import Iterable, Mapping
@@ -19,7 +20,7 @@ from typing import Any, ClassVar
 from tparams.errors import ToolError
 from tparams.paramset import ParamSet
 
-from lab.topology import ServerSpec
+from lab.topology import ServerSpec, Topology
 
 _KINDS: dict[str, "ServerKind"] = {}
 
@@ -136,3 +137,9 @@ def kind_for(name: str) -> ServerKind:
 def known_kinds() -> Mapping[str, ServerKind]:
     _import_kinds()
     return dict(_KINDS)
+
+
+def runnable(topology: Topology) -> Topology:
+    """``topology`` without its optional servers whose kind cannot run on this machine."""
+    return dataclasses.replace(topology, servers=tuple(
+        spec for spec in topology.servers if not spec.optional or kind_for(spec.kind).unavailable_reason() is None))
