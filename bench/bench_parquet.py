@@ -110,13 +110,18 @@ def measure(records: int, shards: int, base: int, directory: Path) -> dict[str, 
     }  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000, help="handshake records in the campaign (issue: 10M)")
+def size_arguments(description: str, records_help: str) -> argparse.Namespace:
+    """The options of a benchmark over campaigns made by ``make_base`` and ``make_shard``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--records", type=int, default=1_000_000, help=records_help)
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--base", type=int, default=200_000, help="distinct records generated; the rest are copies")
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: a temporary one, removed)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = size_arguments(__doc__.splitlines()[0], "handshake records in the campaign (issue: 10M)")
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         m = measure(args.records, args.shards, args.base, Path(directory))
     print(f"{m['records']:,} records in {m['shards']} shards ({m['base']:,} distinct; generated in {m['generate_s']:.0f} s)")

@@ -218,11 +218,16 @@ def render_comparison(result: Mapping[str, pl.DataFrame], fmt: str = "table", to
         "largest value shifts": result["value_shifts"].filter(pl.col("share_delta_pp") != 0).sort(
             pl.col("share_delta_pp").abs(), descending=True).head(top),  # a value whose share held is no shift
     }
-    style = "MARKDOWN" if fmt == "markdown" else "UTF8_FULL_CONDENSED"
+    return frames_as_text(shown, markdown=fmt == "markdown")
+
+
+def frames_as_text(frames: Mapping[str, pl.DataFrame], markdown: bool = False) -> str:
+    """Titled tables for a terminal (or markdown): every row and column, no dtypes (also `qscan diff`'s)."""
+    style = "MARKDOWN" if markdown else "UTF8_FULL_CONDENSED"
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=250, fmt_str_lengths=250, tbl_formatting=style,
                    tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
         return "\n\n".join(f"### {title} ({frame.height})\n{frame if frame.height else '(none)'}"
-                            for title, frame in shown.items()) + "\n"
+                            for title, frame in frames.items()) + "\n"
 
 
 def _compact_sets(sets: pl.DataFrame) -> pl.DataFrame:

@@ -137,7 +137,7 @@ def open_campaign(campaign_dir: str | Path) -> duckdb.DuckDBPyConnection:
     """
     root = str(campaign_dir).rstrip("/")
     con = duckdb.connect()
-    try:
+    with closed_on_error(con, f"cannot read campaign {root}"):
         schema = read_schema(con, root)
         shards = _shard_files(con, root, schema)
         con.execute("CREATE TABLE schema_version (name VARCHAR PRIMARY KEY, version INTEGER NOT NULL)")
@@ -155,13 +155,20 @@ def open_campaign(campaign_dir: str | Path) -> duckdb.DuckDBPyConnection:
             con.execute(sql)
         for sql in schema["views"]:
             con.execute(sql)
+    return con
+
+
+@contextlib.contextmanager
+def closed_on_error(con: duckdb.DuckDBPyConnection, what: str) -> Iterator[None]:
+    """A block that builds on a new connection: any failure closes it, and a DuckDB error is one line (``what: ...``)."""
+    try:
+        yield
     except duckdb.Error as exc:
         con.close()
-        raise ToolError(f"cannot read campaign {root}: {first_line(exc)}") from None
+        raise ToolError(f"{what}: {first_line(exc)}") from None
     except BaseException:
         con.close()
         raise
-    return con
 
 
 def is_campaign(path: str | Path) -> bool:
@@ -228,9 +235,16 @@ def read_schema(con: duckdb.DuckDBPyConnection, root: str) -> dict:
         text = con.execute("SELECT content FROM read_text(?)", [f"{root}/{SCHEMA_FILE}"]).fetchone()[0]
     except duckdb.Error as exc:
         raise ToolError(f"{root} is not a campaign directory (no readable {SCHEMA_FILE}): {first_line(exc)}") from None
-    schema = json.loads(text)
-    if schema.get("format") != FORMAT:
-        raise ToolError(f"{root}/{SCHEMA_FILE} is format {schema.get('format')!r}; this qscan reads {FORMAT}")
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ToolError(f"{root}/{SCHEMA_FILE} is damaged (not JSON: {exc.msg} at byte {exc.pos})") from None
+    if not isinstance(schema, dict) or schema.get("format") != FORMAT:
+        found = schema.get("format") if isinstance(schema, dict) else type(schema).__name__
+        raise ToolError(f"{root}/{SCHEMA_FILE} is format {found!r}; this qscan reads {FORMAT}")
+    missing = [key for key in ("components", "tables", "lookup_keys", "macros", "views") if key not in schema]
+    if missing:
+        raise ToolError(f"{root}/{SCHEMA_FILE} is damaged: it lacks {', '.join(missing)}")
     return schema
 
 

@@ -11,7 +11,7 @@ from common.cliapp import make_app, run
 app = make_app(__doc__.splitlines()[0], "qscan targets hosts.txt --out scan.duckdb")
 
 # One entry per scanner/commands module, each adding its commands to ``app``.
-COMMAND_MODULES: tuple[str, ...] = ("lab", "scan", "capture", "discover", "campaign")
+COMMAND_MODULES: tuple[str, ...] = ("lab", "scan", "capture", "discover", "campaign", "diff")
 
 for _name in COMMAND_MODULES:
     __import__(f"scanner.commands.{_name}", fromlist=["register"]).register(app)

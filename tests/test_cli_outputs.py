@@ -28,6 +28,7 @@ INPUTS = {
     ("qscan", "pcap", "capture"), ("qscan", "pcap", "--keylog"), ("qscan", "ipv4", "--blocklist"),
     ("qscan", "ipv4", "--allowlist"), ("qscan", "merge", "inputs"), ("qscan", "domains", "file"),
     ("qscan", "campaign shard", "--allowlist"), ("qscan", "campaign plan", "--measured"),
+    ("qscan", "diff", "old"), ("qscan", "diff", "new"), ("qscan", "trends", "directory"),
     ("qreplay", "sets", "--scan"), ("qreplay", "plot", "results"),
 }
 
