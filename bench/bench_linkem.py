@@ -224,6 +224,8 @@ def main() -> None:
     parser.add_argument("--stacks", help="comma-separated QUIC stacks (default: every one usable here)")
     parser.add_argument("--skip-delay", action="store_true", help="only the 0 ms goodput part")
     args = parser.parse_args()
+    if args.seconds < 2:  # iperf3's first one-second interval is start-up, left out of every figure
+        parser.error("--seconds must be at least 2: the first second of each transfer is left out as start-up")
     if not LINKEM.exists():
         sys.exit(f"{LINKEM} is missing: run scripts/setup.sh")
     print(f"load: {open('/proc/loadavg').read().split()[:3]} at {time.strftime('%H:%M:%S')}")
