@@ -29,9 +29,8 @@ from replay.flowcontrol import UpdateRule, WindowBound, client_window_bound
 from replay.measured_rules import load_update_rules
 from replay.figures import draw_band, markdown_page, pyplot, save_png
 from replay.link import LinkConfig
-from replay import store
+from replay import statistics, store
 from replay.runner import Condition, Experiment, run_experiment
-from replay.statistics import client_socket_drop_pct, summarize
 from replay.sets import NamedSet, resolve_one, with_overrides
 from replay.stacks.base import REPO_ROOT, RunOptions, Stack, default_timeout_s
 from tparams.errors import ToolError
@@ -236,6 +235,7 @@ class Campaign:
 def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
     """A campaign's runs, summarised per stack and condition (the newest campaign in the file by default)."""
     import duckdb
+    import polars as pl
 
     results = Path(results)
     con = store.open_read_only(results)
@@ -250,13 +250,7 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
         chosen = [e for e in experiments if configs[e[0]]["campaign"] == campaign]
         if not chosen:
             raise ToolError(f"{results} has no campaign {campaign!r}")
-        columns = ("experiment_id", "stack", "set_name", "server_set_name", "delay_ms", "delay_up_ms", "loss_pct",
-                   "sweep_param", "sweep_value", "size_bytes", "status", "goodput_mbps", "counters",
-                   "client_tx_packets", "server_tx_packets", "requested_client", "link_backend", "wall_s",
-                   "client_cpu_s", "server_cpu_s")
-        rows = [dict(zip(columns, row)) for row in con.execute(
-            f"SELECT {', '.join(columns)} FROM runs WHERE list_contains(?, experiment_id) ORDER BY started_at",
-            [[e[0] for e in chosen]]).fetchall()]
+        summary = statistics.summary(con).filter(pl.col("experiment_id").is_in([e[0] for e in chosen]))
     except duckdb.Error as exc:
         raise ToolError(f"{results} is not a qreplay results file: {str(exc).splitlines()[0]}") from None
     finally:
@@ -265,37 +259,21 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
     out = Campaign(campaign, chosen_configs[0].get("mode", "full"), results, sorted({e[1] for e in chosen}),
                    chosen[0][2], max((e[3] for e in chosen if e[3]), default=None),
                    [c["load_1min"] for c in chosen_configs if c.get("load_1min") is not None],
-                   sorted({r["link_backend"] for r in rows if r["link_backend"]}),
+                   sorted(summary["link_backend"].drop_nulls().unique().to_list()),
                    sorted({c["udp_buffer_bytes"] for c in chosen_configs if c.get("udp_buffer_bytes")}),
                    {e[1]: configs[e[0]]["stack_version"] for e in chosen if configs[e[0]].get("stack_version")})
     rules = load_update_rules()
-    groups: dict[tuple, list[dict]] = {}
-    for row in rows:
-        row["figure"] = configs[row["experiment_id"]]["figure"]
-        key = (row["stack"], row["figure"], row["set_name"], row["server_set_name"], row["delay_ms"],
-               row["loss_pct"], row["sweep_param"], row["sweep_value"])
-        groups.setdefault(key, []).append(row)
-    for (stack, figure, client, server, delay, loss, param, value), group in groups.items():
-        ok = [r for r in group if r["status"] == "ok"]
-        stats = summarize([r["goodput_mbps"] for r in ok])
-        packets = {side: _mean([r[f"{side}_tx_packets"] for r in ok]) for side in ("client", "server")}
-        cpu = {side: _mean([r[f"{side}_cpu_s"] / r["wall_s"] for r in ok if r[f"{side}_cpu_s"] and r["wall_s"]])
-               for side in ("client", "server")}
-        requested = json.loads(group[0]["requested_client"] or "{}")
-        rtt = delay + (group[0]["delay_up_ms"] or 0)
+    for s in summary.iter_rows(named=True):  # one experiment per figure and stack
+        requested = json.loads(s["requested_client"] or "{}")
+        rtt, loss, size = s["delay_ms"] + (s["delay_up_ms"] or 0), s["loss_pct"], s["size_bytes"]
         out.summaries.append(ConditionSummary(
-            stack, figure, client, server, delay, loss, param, value, group[0]["size_bytes"], len(group),
-            len(group) - len(ok), stats["n"], stats["mean"], stats["stddev"],
-            client_socket_drop_pct(ok) if ok else None, packets["client"], packets["server"], cpu["client"],
-            cpu["server"],
-            client_window_bound(requested, rtt, stack, group[0]["size_bytes"], rules) if not loss else None,
-            client_window_bound(requested, rtt, stack, rules=rules) if not loss else None))
+            s["stack"], configs[s["experiment_id"]]["figure"], s["set_name"], s["server_set_name"], s["delay_ms"],
+            loss, s["sweep_param"], s["sweep_value"], size, s["runs"], s["failed"], s["n"], s["mean_mbps"],
+            s["stddev_mbps"], s["client_socket_drop_pct"], s["mean_client_tx_packets"], s["mean_server_tx_packets"],
+            s["mean_client_cpu_share"], s["mean_server_cpu_share"],
+            client_window_bound(requested, rtt, s["stack"], size, rules) if not loss else None,
+            client_window_bound(requested, rtt, s["stack"], rules=rules) if not loss else None))
     return out
-
-
-def _mean(values: list) -> float | None:
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
 
 
 # --- the published numbers beside ours -----------------------------------------------------------

@@ -10,10 +10,6 @@ its series, every condition that still differs among what it draws
 
 from __future__ import annotations
 
-import json
-import math
-import statistics as stats
-
 import duckdb
 
 #: Every condition a run is stored under, as ran (requested values sit beside them in `runs`).
@@ -25,33 +21,6 @@ CONDITIONS = ("stack", "server_stack", "set_name", "server_set_name", "link_back
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
         2.045, 2.042)
-
-
-def summarize(values: list[float]) -> dict:
-    """n, mean, sample standard deviation and the 95% confidence interval of the mean (its low end held at
-    0) of goodputs: the same figures as :func:`summary_sql`, for runs not (yet) in a file."""
-    n = len(values)
-    if n == 0:
-        return {"n": 0, "mean": None, "stddev": None, "ci95_low": None, "ci95_high": None}
-    mean = stats.fmean(values)
-    if n == 1:
-        return {"n": 1, "mean": mean, "stddev": None, "ci95_low": None, "ci95_high": None}
-    stddev = stats.stdev(values)
-    half = (T975[n - 2] if n - 1 <= len(T975) else 1.96) * stddev / math.sqrt(n)
-    return {"n": n, "mean": mean, "stddev": stddev, "ci95_low": max(0.0, mean - half), "ci95_high": mean + half}
-
-
-def client_socket_drop_pct(rows: list[dict]) -> float | None:
-    """Share of the datagrams reaching the client's UDP layer that its full socket buffer dropped (the
-    same figure as :func:`summary_sql`'s); None without the namespace counters (e.g. loopback)."""
-    dropped = delivered = 0
-    for row in rows:
-        counters = json.loads(row.get("counters") or "{}")
-        if "client_udp_rcvbuf_errors" not in counters:
-            return None
-        dropped += counters["client_udp_rcvbuf_errors"]
-        delivered += counters["client_udp_in_datagrams"]
-    return 100 * dropped / (dropped + delivered) if dropped + delivered else None
 
 
 def summary_sql(columns: list[str] | tuple[str, ...] = CONDITIONS) -> str:
@@ -70,6 +39,10 @@ per_condition AS (
          avg(goodput_mbps) {ok} AS mean_mbps, stddev_samp(goodput_mbps) {ok} AS stddev_mbps,
          avg(client_tx_packets) {ok} AS mean_client_tx_packets,
          avg(server_tx_packets) {ok} AS mean_server_tx_packets,
+         -- CPU seconds per second of the client's life, each end
+         avg(client_cpu_s / nullif(wall_s, 0)) {ok} AS mean_client_cpu_share,
+         avg(server_cpu_s / nullif(wall_s, 0)) {ok} AS mean_server_cpu_share,
+         any_value(requested_client) AS requested_client,
          -- datagrams the client's full socket buffer dropped, per 100 reaching its UDP layer
          100.0 * sum(json_extract(counters, '$.client_udp_rcvbuf_errors')::BIGINT) {ok}
            / nullif(sum(json_extract(counters, '$.client_udp_rcvbuf_errors')::BIGINT

@@ -7,7 +7,7 @@ import datetime
 import pytest
 
 from replay import store
-from replay.statistics import summarize
+from replay import statistics
 
 
 def test_schema_version_and_batch_insert(tmp_path):
@@ -28,15 +28,24 @@ def test_schema_version_and_batch_insert(tmp_path):
     store.connect(tmp_path / "r.duckdb").close()  # reopening keeps the data and the version
 
 
-def test_summary_statistics():
-    s = summarize([100.0, 110.0, 120.0])
-    assert s["n"] == 3 and s["mean"] == pytest.approx(110.0) and s["stddev"] == pytest.approx(10.0)
+def test_summary_statistics(tmp_path):
+    con = store.connect(tmp_path / "r.duckdb")
+    now = datetime.datetime.now()
+    goodputs = {"three": [100.0, 110.0, 120.0], "two": [10.0, 1000.0], "one": [5.0], "none": [None]}
+    store.insert(con, "runs", [
+        {"experiment_id": "e", "run_id": f"{name}{i}", "started_at": now, "set_name": name, "stack": "ngtcp2",
+         "delay_ms": 0.0, "delay_up_ms": 0.0, "jitter_ms": 0.0, "loss_pct": 0.0, "rep": i,
+         "status": "failed" if value is None else "ok", "size_bytes": 10, "goodput_mbps": value, "autotune": False,
+         "cc": "cubic"} for name, values in goodputs.items() for i, value in enumerate(values)])
+    s = {row["set_name"]: row for row in statistics.summary(con).iter_rows(named=True)}
+    assert s["three"]["n"] == 3 and s["three"]["mean_mbps"] == pytest.approx(110.0)
+    assert s["three"]["stddev_mbps"] == pytest.approx(10.0)
     # t(0.975, 2) = 4.303: half-width 4.303 * 10 / sqrt(3)
-    assert s["ci95_high"] - s["mean"] == pytest.approx(4.303 * 10 / 3 ** 0.5)
-    assert summarize([])["mean"] is None and summarize([5.0])["stddev"] is None
+    assert s["three"]["ci95_high"] - 110.0 == pytest.approx(4.303 * 10 / 3 ** 0.5)
+    assert s["none"]["mean_mbps"] is None and s["none"]["failed"] == 1
+    assert s["one"]["stddev_mbps"] is None and s["one"]["ci95_low"] is None
     # At n=2 the t interval (12.706 * sd / sqrt 2) would reach below zero: no goodput is negative.
-    wide = summarize([10.0, 1000.0])
-    assert wide["ci95_low"] == 0.0 and wide["ci95_high"] > 1000
+    assert s["two"]["ci95_low"] == 0.0 and s["two"]["ci95_high"] > 1000
 
 
 def test_a_file_of_requested_conditions_is_given_what_ran(tmp_path):
