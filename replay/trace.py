@@ -186,9 +186,26 @@ def packets_from_tshark(lines: Iterable[str], server_ip: str) -> Decoded:
 # --- bursts merged on the way in ------------------------------------------------------------------------
 
 # A short-header packet: header form 0 (header protection leaves it; the fixed bit may be greased,
-# RFC 9287), then the DCID.
+# RFC 9287), then the DCID. A long-header one: form 1, the version, the DCID's length, the DCID.
 MIN_SHORT_PACKET = 21  # first byte, a connection ID, a packet number byte, an AEAD tag
 CID_PROBE = 4  # bytes of the DCID compared: the shortest connection IDs stacks choose
+LONG_DCID_AT = 6  # first byte, version (4), DCID length
+
+
+def _burst_dcid(payload: bytes) -> tuple[bytes, bytes | None]:
+    """(DCID bytes every segment repeats, the version of a long-header first packet or None)."""
+    if not payload[0] & 0x80:
+        return payload[1:1 + CID_PROBE], None
+    return payload[LONG_DCID_AT:LONG_DCID_AT + min(payload[LONG_DCID_AT - 1], 8)], payload[1:5]
+
+
+def _segment_starts(payload: bytes, at: int, dcid: bytes, version: bytes | None) -> bool:
+    """Whether a packet to ``dcid`` begins at ``at``: a short-header one, or a long-header one of ``version``
+    (a client's handshake datagrams and its first 1-RTT one can leave as one burst)."""
+    if payload[at] & 0x80:
+        return version is not None and payload[at + 1:at + 5] == version and \
+            payload[at + LONG_DCID_AT:at + LONG_DCID_AT + len(dcid)] == dcid
+    return payload[at + 1:at + 1 + len(dcid)] == dcid
 
 
 def split_burst(payload: bytes) -> list[bytes]:
@@ -196,18 +213,25 @@ def split_burst(payload: bytes) -> list[bytes]:
 
     linkem writes datagrams of one flow that are due together as one GSO burst, which the receiving
     namespace's capture sees whole (its kernel splits it only after the capture tap); tshark would take
-    it for one packet and fail to decrypt it. The segments are equally long except the last, and each
-    starts with the same DCID, so the first repeat of the DCID gives the segment size."""
-    if len(payload) < 2 * MIN_SHORT_PACKET or payload[0] & 0x80:
+    it for one packet and fail to decrypt it (a browser's ClientHello, padded into two Initial datagrams
+    that left together, was lost so, and with it every key). The segments are equally long except the
+    last, and each starts with a packet to the same DCID, so the first repeat of the DCID at a packet's
+    start gives the segment size. (Several packets coalesced in one datagram may be cut apart at a
+    packet's start too: each part is still whole packets.)"""
+    if len(payload) < 2 * MIN_SHORT_PACKET:
         return [payload]
-    probe = payload[1:1 + CID_PROBE]
-    start = payload.find(probe, MIN_SHORT_PACKET + 1)
-    while start > 0:
-        size = start - 1
-        starts = range(0, len(payload), size)
-        if all(not payload[i] & 0x80 and payload[i + 1:i + 1 + CID_PROBE] == probe for i in starts):
-            return [payload[i:i + size] for i in starts]
-        start = payload.find(probe, start + 1)
+    dcid, version = _burst_dcid(payload)
+    if len(dcid) < CID_PROBE:
+        return [payload]
+    found = payload.find(dcid, MIN_SHORT_PACKET + 1)
+    while found > 0:
+        # A long-header first packet's repeat at a long header first: its DCID's byte before may pass for a
+        # short header's first byte.
+        for size in (found - LONG_DCID_AT, found - 1) if version else (found - 1,):
+            starts = range(0, len(payload), size)
+            if all(_segment_starts(payload, i, dcid, version) for i in starts):
+                return [payload[i:i + size] for i in starts]
+        found = payload.find(dcid, found + 1)
     return [payload]
 
 
@@ -412,39 +436,62 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+#: a window estimate this much above the window in force counts as growth (below: the estimate's noise)
+GROWTH_NOISE = 1.1
+
+
 def flow_control_rule(points: list[dict], window: int, which: str, rtt_ms: float | None = None) -> dict:
-    """How the client's receiver re-opened one window (``which``: "stream" or "connection") of size
-    ``window`` during a trace: the updates that raised the limit, the credit each granted as a share of
-    the window, the bytes consumed when it was sent (estimated as limit - window, a pinned window's
-    reading) beside what the server had sent one round trip before the update reached it, and updates
-    per round trip. ``rtt_ms`` defaults to the trace's median RTT sample."""
+    """How the client's receiver re-opened one window (``which``: "stream" or "connection") that started at
+    ``window`` during a trace: the updates that raised the limit, the credit each granted as a share of the
+    window in force, the bytes consumed when it was sent beside what the server had sent one round trip
+    before the update reached it, updates per round trip, and whether the window grew.
+
+    The window an update announces is estimated as its limit less what the client had received when it
+    sent it (the more of: what the server had sent one round trip before the update reached it, and what
+    the client's ACKs had covered): a receiver that re-opens as it reads announces its window so. The window in force starts at ``window`` and follows
+    these estimates up (an estimate below it is the client's reading lagging, which ``window_median``
+    shows); ``window_ceiling`` is the largest it reached, ``growth_factor`` that over ``window`` and
+    ``rtts_to_ceiling`` how long, from the first update, it took to get there (None without growth).
+    ``rtt_ms`` defaults to the trace's median RTT sample."""
     column = "max_stream_data" if which == "stream" else "max_data"
     samples = [p["rtt_ms"] for p in points if p.get("rtt_ms") is not None]
     rtt_ms = rtt_ms or (statistics.median(samples) if samples else None)
-    previous = window
-    grants, consumed_ratio, times = [], [], []
+    previous, in_force = window, window
+    grants, consumed_ratio, times, estimates = [], [], [], []
+    reached_at = None
     down = [p for p in points if p["direction"] == "down"]
     sent_times = [p["t_s"] for p in down]  # in capture order, so ascending
     for point in points:
         limit = point.get(column)
         if limit is None or limit <= previous:
             continue
-        grants.append((limit - previous) / window)
-        times.append(point["t_s"])
         if rtt_ms:
             before = bisect.bisect_right(sent_times, point["t_s"] - rtt_ms / 1000)
-            if before and down[before - 1]["sent_max"]:
-                consumed_ratio.append((limit - window) / down[before - 1]["sent_max"])
+            sent_before = down[before - 1]["sent_max"] if before else 0
+            # Each reading of "received" falls short at times: the RTT varies within a burst, an ACK lags
+            # the update it travels with; the larger is the closer.
+            received = max(sent_before, point.get("acked") or 0)
+            estimates.append(limit - received)
+            if estimates[-1] > GROWTH_NOISE * in_force:
+                in_force, reached_at = estimates[-1], point["t_s"]
+            if sent_before:
+                consumed_ratio.append((limit - in_force) / sent_before)
+        grants.append((limit - previous) / in_force)
+        times.append(point["t_s"])
         previous = limit
     out = {"which": which, "window": window, "rtt_ms": rtt_ms, "n_updates": len(grants)}
     if not grants:
         return {**out, "fraction_median": None, "fraction_p10": None, "fraction_p90": None,
-                "consumed_vs_sent_rtt_before": None, "updates_per_rtt": None}
+                "consumed_vs_sent_rtt_before": None, "updates_per_rtt": None, "window_median": None,
+                "window_ceiling": None, "growth_factor": None, "rtts_to_ceiling": None}
     span = times[-1] - times[0]
     return {**out, "fraction_median": statistics.median(grants), "fraction_p10": _quantile(grants, 0.1),
             "fraction_p90": _quantile(grants, 0.9),
             "consumed_vs_sent_rtt_before": statistics.median(consumed_ratio) if consumed_ratio else None,
-            "updates_per_rtt": (len(grants) - 1) / (span * 1000 / rtt_ms) if rtt_ms and span > 0 else None}
+            "updates_per_rtt": (len(grants) - 1) / (span * 1000 / rtt_ms) if rtt_ms and span > 0 else None,
+            "window_median": statistics.median(estimates) if estimates else None, "window_ceiling": in_force,
+            "growth_factor": in_force / window,
+            "rtts_to_ceiling": (reached_at - times[0]) * 1000 / rtt_ms if reached_at is not None else None}
 
 
 # --- capture and decryption (I/O) -------------------------------------------------------------------

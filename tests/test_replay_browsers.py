@@ -100,6 +100,33 @@ def test_each_browser_downloads_over_h3_through_the_testbed_and_is_stored_as_a_b
     assert row["server_tx_packets"] >= SIZE / 1500
 
 
+@pytest.mark.parametrize("browser", BROWSERS)
+def test_a_traced_browser_run_yields_its_window_updates(browser, tmp_path):
+    """--trace on a browser: its key log decrypts the capture (Firefox's ClientHello reaches the capture as
+    one burst of two Initials), the windows the trace starts from are the ones its ClientHello sent, and
+    the browser re-opens the download stream's window once part of it was read."""
+    stack = _usable(browser)
+    size = 5_000_000  # beyond the half (Chromium) or quarter (Firefox) of a stream window of 6-12 MB
+    row = run_experiment(Experiment("single", stack, [Condition(own_set(stack), None, LinkConfig(delay_down_ms=10))],
+                                    RunOptions(size=size, timeout_s=60, trace=True), 1), tmp_path / "r.duckdb")[0]
+    assert row["status"] == "ok", row.get("error")
+    con = duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True)
+    traced = con.execute("SELECT initial_max_data, initial_max_stream_data_bidi_local, undecrypted, packets "
+                         "FROM traces").fetchall()
+    assert len(traced) == 1, row["warnings"]
+    sent = json.loads(row["client_sent"])
+    assert traced[0][:2] == (sent["initial_max_data"], sent["initial_max_stream_data_bidi_local"])
+    assert traced[0][2] == 0 and traced[0][3] > size / 1500
+    updates = con.execute("SELECT max_stream_data FROM trace_points WHERE max_stream_data IS NOT NULL "
+                          "ORDER BY seq").fetchall()
+    connection = con.execute("SELECT count(*) FROM trace_points WHERE max_data IS NOT NULL").fetchone()[0]
+    overrun = con.execute("SELECT count(*) FROM trace_points WHERE sent_max > stream_credit").fetchone()[0]
+    con.close()
+    assert updates and updates[-1][0] > sent["initial_max_stream_data_bidi_local"], updates
+    assert connection or browser == "firefox"  # Chromium repeats MAX_DATA to make its ACKs ack-eliciting
+    assert overrun == 0
+
+
 def _server_capture_counts(pcap: Path) -> dict[str, int]:
     """What the server's namespace saw: QUIC v1 long-header packets, UDP bytes, TCP segments with payload
     (tshark, apart from the browser's own capture; bytes, as a GSO burst is one captured packet)."""

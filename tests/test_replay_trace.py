@@ -104,6 +104,20 @@ def test_bursts_are_split_into_their_datagrams():
     assert count == 1 and split.count(cid) == 4
 
 
+def test_a_burst_of_long_header_datagrams_is_split_too():
+    """A client's ClientHello padded into two Initial datagrams that linkem wrote as one burst (Firefox's):
+    split at the second Initial's header, whose DCID's byte before could pass for a short header; a
+    handshake datagram followed by a 1-RTT one to the same DCID splits as well."""
+    dcid = bytes(range(10, 23))
+    initial = bytes([0xC7]) + (1).to_bytes(4, "big") + bytes([len(dcid)]) + dcid + bytes([3]) + b"\x00" * 40
+    first, second = initial + b"\x11" * 1180, initial[:-40] + b"\x22" * 40 + b"\x33" * 1180
+    assert trace.split_burst(first + second) == [first, second]
+    handshake = bytes([0xE2]) + (1).to_bytes(4, "big") + bytes([len(dcid)]) + dcid + b"h" * 200
+    short = bytes([0x44]) + dcid + b"s" * 60
+    assert trace.split_burst(handshake + short) == [handshake, short]
+    assert trace.split_burst(first) == [first]
+
+
 def test_the_senders_congestion_window_comes_from_its_qlog(traced):
     """ngtcp2's server writes qlog: every point carries the window it had then, and it grew in slow start
     from ngtcp2's initial 14,520 bytes while the flow-control window, not it, held the flight down."""
