@@ -1,13 +1,13 @@
 """A small aioquic HTTP/3 server for the lab: answers every request with 200 and a short body.
 
-Run inside a lab namespace by the "aioquic" server kind:
-    python -m lab.aioquic_server --host IP --port 443 --certificate C --private-key K [--initial_max_data N ...]
+Run inside a lab namespace by the "aioquic" server kind, with the lab-server command line
+(tparams.program_cli):
+    python -m lab.aioquic_server IP:443 --cert=C --key=K [--initial-max-data=N ...]
         [--alpn=h3,hq-interop --cid-length=N --datagrams=true --retry]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import importlib
 import signal
@@ -16,6 +16,7 @@ from typing import Any
 
 from aioquic.quic.connection import QuicConnection
 
+from tparams import program_cli
 from tparams.codec import decode_transport_parameters
 from tparams.paramset import ParamSet
 
@@ -52,12 +53,14 @@ def http3_protocol(library: str = "aioquic") -> type:
     return Http3ServerProtocol
 
 
-# The transport parameters aioquic's (and qh3's) configuration can set, taken as
-# --<parameter name> flags. One window for all three stream directions (the
-# largest given); the stream limits are fixed.
+# The transport parameters aioquic's (and qh3's) configuration can set. One window
+# for all three stream directions (the largest given); the stream limits are fixed.
 STREAM_WINDOWS = ("initial_max_stream_data_bidi_local", "initial_max_stream_data_bidi_remote",
                   "initial_max_stream_data_uni")
 SETTABLE = ("max_idle_timeout", "initial_max_data", *STREAM_WINDOWS)
+# What each library lets an application choose (lab.kinds.APPLICATION_CHOICES); the rest is refused.
+OFFERED = {"aioquic": ("alpn", "cid_length", "datagrams", "retry"),
+           "qh3": ("alpn", "cid_length", "datagrams", "active_connection_id_limit", "retry")}
 
 
 def apply_parameters(config: Any, asked: Mapping[str, int | None]) -> None:
@@ -112,27 +115,12 @@ async def run(host: str, port: int, config: Any, library: str = "aioquic", retry
     server.close()
 
 
-def arguments(description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--host", required=True)
-    parser.add_argument("--port", type=int, default=443)
-    parser.add_argument("--certificate", required=True)
-    parser.add_argument("--private-key", required=True)
-    for name in SETTABLE:
-        parser.add_argument(f"--{name}", type=int)
-    # The application's choices, as lab.kinds.application_flags writes them.
-    parser.add_argument("--alpn", type=lambda text: text.split(","))
-    parser.add_argument("--cid-length", type=int)
-    parser.add_argument("--datagrams", type=lambda text: text == "true")
-    parser.add_argument("--active-connection-id-limit", type=int)
-    parser.add_argument("--retry", action="store_true")
-    return parser
-
-
 def serve_main(library: str) -> None:
-    args = vars(arguments(f"A small {library} HTTP/3 server for the lab").parse_args())
-    config = configuration(args["certificate"], args["private_key"], asked=args, library=library)
-    asyncio.run(run(args["host"], args["port"], config, library=library, retry=args["retry"]))
+    parser = program_cli.parser("lab-server", f"A small {library} HTTP/3 server for the lab")
+    args = vars(parser.parse_args())
+    program_cli.refuse_unsupported(parser, args, library, "lab-server", (*SETTABLE, *OFFERED[library]))
+    config = configuration(args["cert"], args["key"], asked=args, library=library)
+    asyncio.run(run(*args["listen"], config, library=library, retry=args["retry"]))
 
 
 def main() -> None:

@@ -27,7 +27,8 @@ import aioquic.asyncio.server
 from aioquic import tls
 from aioquic.quic.connection import QuicConnection
 
-from lab.aioquic_server import arguments, configuration, run
+from lab.aioquic_server import configuration, run
+from tparams import program_cli
 from tparams.codec import decode_transport_parameters, encode_transport_parameters, encode_value
 from tparams.registry import id_for
 
@@ -111,11 +112,12 @@ def hello_retry_class(groups: tuple[int, ...]) -> type[QuicConnection]:
 
 
 def main() -> None:
-    parser = arguments(__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=MODES, required=True)
+    parser = program_cli.parser("broken-server", __doc__.splitlines()[0])
     args = parser.parse_args()
+    if args.mode not in MODES:
+        parser.error(f"--mode takes {', '.join(MODES)}, not {args.mode!r}")
     if args.mode == "garbage":
-        serve_garbage(args.host, args.port)
+        serve_garbage(*args.listen)
         return
     # aioquic's server builds its connections by this module-level name; this
     # process exists only to serve the damaged parameters or HelloRetryRequests.
@@ -123,7 +125,7 @@ def main() -> None:
         aioquic.asyncio.server.QuicConnection = hello_retry_class(HELLO_RETRY_MODES[args.mode])
     else:
         aioquic.asyncio.server.QuicConnection = connection_class(args.mode)
-    asyncio.run(run(args.host, args.port, configuration(args.certificate, args.private_key)))
+    asyncio.run(run(*args.listen, configuration(args.cert, args.key)))
 
 
 if __name__ == "__main__":

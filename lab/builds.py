@@ -5,8 +5,10 @@ A build is named by the hash of its sources, so an edited server is never
 run from an old build: setup.sh builds ``<cache>/<library>-<hash>.jar`` and
 the kind looks for exactly that file. setup.sh computes the same hash:
 
-    (cd lab/servers/LIB && find . -type f -not -path './target/*' | LC_ALL=C sort
+    (cd lab/servers/LIB && find . ../java-common -type f -not -path './target/*' | LC_ALL=C sort
      | xargs sha256sum | sha256sum | cut -c1-16)
+
+(lab/servers/java-common holds the command line every Java server shares.)
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import ClassVar
 
-from lab.kinds import LabContext, Launch, ServerKind, application_flags, asked_parameters, parameter_flags
+from lab.kinds import LabContext, Launch, ServerKind, asked_parameters, server_arguments
 from lab.topology import ServerSpec
 
 SOURCES = Path(__file__).resolve().parent / "servers"
@@ -29,8 +31,9 @@ def cache_dir() -> Path:
 
 def source_hash(library: str) -> str:
     root = SOURCES / library
-    files = sorted("./" + p.relative_to(root).as_posix() for p in root.rglob("*")
-                   if p.is_file() and "target" not in p.relative_to(root).parts[:1])
+    files = sorted(["./" + p.relative_to(root).as_posix() for p in root.rglob("*")
+                    if p.is_file() and "target" not in p.relative_to(root).parts[:1]]
+                   + ["../java-common/" + p.name for p in (SOURCES / "java-common").iterdir() if p.is_file()])
     listing = "".join(f"{hashlib.sha256((root / name).read_bytes()).hexdigest()}  {name}\n" for name in files)
     return hashlib.sha256(listing.encode()).hexdigest()[:16]
 
@@ -49,10 +52,11 @@ def jar_unavailable(library: str) -> str | None:
 
 
 class JarServerKind(ServerKind):
-    """A kind whose server is a jar built from lab/servers/<library>: the
-    program takes flow control as ``--<parameter name>=<value>``, the
-    ``SETTABLE`` ones, with ``ASKED_BY_DEFAULT`` under what the spec asks."""
+    """A kind whose server is a jar built from lab/servers/<library> (with
+    lab/servers/java-common): the lab-server command line, its flow control the
+    ``SETTABLE`` parameters, with ``ASKED_BY_DEFAULT`` under what the spec asks."""
 
+    role = "lab-server"
     SETTABLE: ClassVar[frozenset[str]]
     ASKED_BY_DEFAULT: ClassVar[dict[str, int]] = {}
 
@@ -62,7 +66,8 @@ class JarServerKind(ServerKind):
     def asked(self, spec: ServerSpec) -> dict[str, int | bool]:
         return asked_parameters(spec, self.ASKED_BY_DEFAULT)
 
+    def program(self) -> list[str]:
+        return ["java", "-jar", str(built_jar(self.library))]
+
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
-        return Launch(["java", "-jar", str(built_jar(self.library)), f"--host={spec.ip}", f"--port={spec.port}",
-                       f"--certificate={ctx.cert}", f"--private-key={ctx.key}",
-                       *parameter_flags(self.asked(spec), self.SETTABLE), *application_flags(spec, self.OFFERED)])
+        return Launch([*self.program(), *server_arguments(spec, ctx, self.asked(spec), self.SETTABLE, self.OFFERED)])

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tparams import program_cli
 from tparams.errors import ToolError
 
 from lab import netns
@@ -263,8 +264,8 @@ def _start_resolver(ns: str, ip: str, directory: Path, state: dict[str, Any]) ->
     readiness probe's datagram with FORMERR."""
     zone, log = directory / "zone.json", directory / "logs" / f"{RESOLVER}.log"
     zone.write_text(json.dumps(LAB_ZONE))
-    process = netns.start_process(ns, [sys.executable, "-m", "lab.dns_server", "--host", ip, "--port", "53",
-                                       "--zone", str(zone)], log)
+    process = netns.start_process(ns, [sys.executable, "-m", "lab.dns_server", *program_cli.arguments(
+        "resolver", {"listen": program_cli.address(ip, 53), "zone": zone})], log)
     state["resolver"] = {"namespace": ns, "ip": ip, "port": 53, "pid": process.pid, "log": str(log)}
     return Pending(RESOLVER, ip, 53, False, process, log)
 

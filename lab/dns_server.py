@@ -6,12 +6,11 @@ Zone: a JSON file ``{"name.": {"A": ["198.18.1.10"], "HTTPS": ["1 . alpn=h3"]}}`
 DNS message gets FORMERR, as real servers answer, which is also what tells the
 lab's readiness probe the server is up.
 
-    python -m lab.dns_server --host 198.18.1.53 --zone zone.json
+    python -m lab.dns_server 198.18.1.53:53 --zone zone.json
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 
@@ -22,6 +21,8 @@ import dns.name
 import dns.rcode
 import dns.rdatatype
 import dns.rrset
+
+from tparams import program_cli
 
 TTL = 60
 
@@ -57,15 +58,11 @@ def answer(wire: bytes, zone: dict[dns.name.Name, dict[int, dns.rrset.RRset]]) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", required=True)
-    parser.add_argument("--port", type=int, default=53)
-    parser.add_argument("--zone", required=True, help="JSON zone file")
-    args = parser.parse_args()
+    args = program_cli.parser("resolver", __doc__.splitlines()[0]).parse_args()
     with open(args.zone) as handle:
         zone = load_zone(json.load(handle))
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind((args.host, args.port))
+    sock.bind(args.listen)
     while True:
         wire, peer = sock.recvfrom(65535)
         reply = answer(wire, zone)

@@ -3,9 +3,10 @@ completes handshakes and holds each connection until the client leaves.
 
 aiopquic needs Python >= 3.12, so it lives in its own virtual environment
 (.venv-picoquic, scripts/setup.sh) and this file runs as a script there,
-importing nothing of the project:
-    .venv-picoquic/bin/python lab/picoquic_server.py --host IP --port 443 --certificate C --private-key K
-        [--max_idle_timeout MS --initial_max_data N ...] [--alpn=h3,... --datagrams=false --retry]
+importing of the project only its command line (tparams.program_cli, the standard
+library alone):
+    .venv-picoquic/bin/python lab/picoquic_server.py IP:443 --cert=C --key=K
+        [--max-idle-timeout=MS --initial-max-data=N ...] [--alpn=h3,... --datagrams=false --retry]
 picoquic has one window for every stream (the largest given) and picks its own
 connection-ID length (8 bytes).
 """
@@ -15,18 +16,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import sys
+from pathlib import Path
 
 from aiopquic.asyncio import serve
 from aiopquic.asyncio.protocol import QuicConnectionProtocol
 from aiopquic.quic.configuration import QuicConfiguration
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the project's root, for tparams alone
+from tparams import program_cli  # noqa: E402
+
 STREAM_WINDOWS = ("initial_max_stream_data_bidi_local", "initial_max_stream_data_bidi_remote",
                   "initial_max_stream_data_uni")
+# What picoquic lets an application choose of the lab-server command line; the rest is refused.
+SUPPORTED = (*program_cli.FLOW_CONTROL, "alpn", "datagrams", "retry")
 
 
 def configuration(args: argparse.Namespace) -> QuicConfiguration:
-    config = QuicConfiguration(is_client=False, alpn_protocols=args.alpn, certificate_file=args.certificate,
-                               private_key_file=args.private_key)
+    config = QuicConfiguration(is_client=False, alpn_protocols=args.alpn or ["h3"], certificate_file=args.cert,
+                               private_key_file=args.key)
     if args.max_idle_timeout is not None:
         config.idle_timeout = args.max_idle_timeout / 1000
     if args.initial_max_data is not None:
@@ -45,9 +53,10 @@ def configuration(args: argparse.Namespace) -> QuicConfiguration:
 
 async def run(args: argparse.Namespace) -> None:
     """Serve until SIGTERM (the lab stops its servers with SIGTERM)."""
-    server = await serve(args.host, args.port, configuration=configuration(args),
+    host, port = args.listen
+    server = await serve(host, port, configuration=configuration(args),
                          create_protocol=QuicConnectionProtocol, retry=args.retry)
-    print(f"listening on {args.host}:{args.port}", flush=True)
+    print(f"listening on {host}:{port}", flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
@@ -55,18 +64,10 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", required=True)
-    parser.add_argument("--port", type=int, default=443)
-    parser.add_argument("--certificate", required=True)
-    parser.add_argument("--private-key", required=True)
-    for name in ("max_idle_timeout", *STREAM_WINDOWS, "initial_max_data", "initial_max_streams_bidi",
-                 "initial_max_streams_uni"):
-        parser.add_argument(f"--{name}", type=int)
-    parser.add_argument("--alpn", type=lambda text: text.split(","), default=["h3"])
-    parser.add_argument("--datagrams", type=lambda text: text == "true")
-    parser.add_argument("--retry", action="store_true")
-    asyncio.run(run(parser.parse_args()))
+    parser = program_cli.parser("lab-server", __doc__.splitlines()[0])
+    args = parser.parse_args()
+    program_cli.refuse_unsupported(parser, vars(args), "picoquic", "lab-server", SUPPORTED)
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ import contextlib
 import ipaddress
 import json
 import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,11 +34,13 @@ from pyroute2 import IPRoute
 
 from common.setfiles import builtin_set
 from tparams.errors import ToolError
+from tparams.program_cli import address
 
 from lab import netns
 from lab.core import Lab, state_dir, up
 from lab.discovery_lab import range_argv, route_range
 from lab.kinds import LabContext, Launch, ServerKind, register_kind
+from lab.kinds.broken import BrokenKind
 from lab.topology import ServerSpec, Topology
 
 POPULATION_BLOCK = "198.18.64.0/18"
@@ -141,9 +142,7 @@ class GarbageRangeKind(ServerKind):
     library = "broken"
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
-        return Launch(range_argv(spec, [sys.executable, "-m", "lab.broken_server", "--mode", "garbage",
-                                        "--host", "0.0.0.0", "--port", str(spec.port),
-                                        "--certificate", str(ctx.cert), "--private-key", str(ctx.key)]))
+        return Launch(range_argv(spec, BrokenKind().argv(address("0.0.0.0", spec.port), ctx, "garbage")))
 
 
 def bring_up(population: Population, clients: int = 0, instance: str = DEFAULT_INSTANCE) -> Lab:

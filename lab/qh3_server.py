@@ -1,9 +1,8 @@
 """A small qh3 HTTP/3 server for the lab: answers every request with 200 and a short body.
 
 qh3 is aioquic's fork with a Rust core; it keeps aioquic's API, so the
-protocol is lab.aioquic_server's. Run inside a lab namespace by the "qh3" kind,
-flow control by transport-parameter name:
-    python -m lab.qh3_server --host IP --port 443 --certificate C --private-key K [--initial_max_data N ...]
+protocol and the command line are lab.aioquic_server's. Run inside a lab namespace by the "qh3" kind:
+    python -m lab.qh3_server IP:443 --cert=C --key=K [--initial-max-data=N ...]
 qh3 has one window for all streams: the largest of the three given is used.
 """
 

@@ -63,7 +63,9 @@ if [ -f go.mod ]; then
   for main in $(go list -f '{{if eq .Name "main"}}{{.Dir}}{{end}}' ./... 2>/dev/null); do
     name=$(basename "$main")
     bin=build/bin/$name
-    newest=$(find "$main" go.mod go.sum -newer "$bin" 2>/dev/null | head -n1 || true)
+    # the program's own package and the module's packages it imports (lab/servers/golab, replay/quicgo/bulk)
+    sources=$(go list -deps -f '{{.Dir}}' "./${main#$PWD/}" | grep "^$PWD/")
+    newest=$(find $sources go.mod go.sum -maxdepth 1 -newer "$bin" 2>/dev/null | head -n1 || true)
     if [ ! -x "$bin" ] || [ -n "$newest" ]; then
       echo "setup: go build $name"
       go build -o "$bin" "./${main#$PWD/}"
@@ -112,7 +114,8 @@ lab_servers=${XDG_CACHE_HOME:-$HOME/.cache}/quictp/lab-servers
 for pom in lab/servers/*/pom.xml; do
   src=$(dirname "$pom")
   library=$(basename "$src")
-  hash=$(cd "$src" && find . -type f -not -path './target/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+  # (its own sources and the command line every Java server shares, lab/servers/java-common)
+  hash=$(cd "$src" && find . ../java-common -type f -not -path './target/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
   jar=$lab_servers/$library-$hash.jar
   if [ ! -f "$jar" ]; then
     echo "setup: building the $library lab server (Maven)"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from tparams import program_cli
 from tparams.errors import ToolError
 from tparams.paramset import ParamSet
 
@@ -54,6 +55,13 @@ class ServerKind:
     serves_tcp: ClassVar[bool] = False
     # The APPLICATION_CHOICES (below) its library lets an application make.
     OFFERED: ClassVar[tuple[str, ...]] = ()
+    # A server program of ours: its role in tparams.program_cli, whose command line it takes
+    # (tests/test_program_cli.py holds it to that); None for another's program (caddy, ngtcp2).
+    role: ClassVar[str | None] = None
+
+    def program(self) -> list[str]:
+        """A server program of ours: how to start it, before its arguments."""
+        raise NotImplementedError
 
     def unavailable_reason(self) -> str | None:
         """Why this kind's server cannot run on this machine (not installed,
@@ -75,18 +83,11 @@ def asked_parameters(spec: ServerSpec, defaults: Mapping[str, int] | None = None
     return {**(defaults or {}), **{name: value for name, value in params.items() if value is not None}}
 
 
-def parameter_flags(asked: Mapping[str, int | bool], settable: Iterable[str]) -> list[str]:
-    """``--<parameter name>=<value>`` for each settable one: how the lab's own
-    server programs (lab/servers, lab/qh3_server.py) take flow control."""
-    return [f"--{name}={int(value)}" for name, value in asked.items() if name in settable]
-
-
 # What an application chooses beside flow control, ``options["application"]``:
 # library identification must not key on any of it (scanner/identify.py runs every
 # library once more with other choices). The lab's own server programs take it as
-# lab/servers/common's ``Application`` flags; each kind names the ones its library offers.
-APPLICATION_CHOICES = ("alpn", "cid_length", "datagrams", "disable_active_migration",
-                       "active_connection_id_limit", "preferred_address", "retry")
+# options of their command line; each kind names the ones its library offers.
+APPLICATION_CHOICES = program_cli.APPLICATION
 
 
 def application_choices(spec: ServerSpec, offered: Iterable[str]) -> Mapping[str, Any]:
@@ -100,21 +101,16 @@ def application_choices(spec: ServerSpec, offered: Iterable[str]) -> Mapping[str
     return choices
 
 
-def application_flags(spec: ServerSpec, offered: Iterable[str]) -> list[str]:
-    """``options["application"]`` as the lab's own programs take it: ``--alpn=h3,hq-interop``,
-    ``--cid-length=16``, ``--datagrams=true``, ``--retry`` (a true switch), ..."""
-    flags = []
-    for name, value in application_choices(spec, offered).items():
-        flag = "--" + name.replace("_", "-")
-        if name == "alpn":
-            flags.append(f"{flag}={','.join(value)}")
-        elif name == "datagrams":
-            flags.append(f"{flag}={str(bool(value)).lower()}")
-        elif value is True:
-            flags.append(flag)
-        elif value is not False:
-            flags.append(f"{flag}={value}")
-    return flags
+def server_arguments(spec: ServerSpec, ctx: LabContext, asked: Mapping[str, int | bool], settable: Iterable[str],
+                     offered: Iterable[str]) -> list[str]:
+    """The command line of a lab server of ours (tparams.program_cli, role lab-server): its address,
+    the lab's certificate, the ``settable`` transport parameters of ``asked`` and the application's
+    choices of ``spec``."""
+    settable = frozenset(settable)
+    return program_cli.arguments("lab-server", {
+        "listen": program_cli.address(spec.ip, spec.port), "cert": ctx.cert, "key": ctx.key,
+        **{name: value for name, value in asked.items() if name in settable},
+        **application_choices(spec, offered)})
 
 
 def register_kind(cls: type[ServerKind]) -> type[ServerKind]:

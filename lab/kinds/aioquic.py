@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from lab.kinds import LabContext, Launch, ServerKind, application_flags, asked_parameters, parameter_flags, register_kind
+from lab.aioquic_server import OFFERED as OFFERED_BY_LIBRARY, SETTABLE, expected_transport_parameters
+from lab.kinds import LabContext, Launch, ServerKind, asked_parameters, register_kind, server_arguments
 from lab.topology import ServerSpec
 
 
@@ -21,16 +22,14 @@ class AioquicKind(ServerKind):
     name = "aioquic"
     library = "aioquic"
     module = "lab.aioquic_server"
-    OFFERED = ("alpn", "cid_length", "datagrams", "retry")
+    role = "lab-server"
+    OFFERED = OFFERED_BY_LIBRARY["aioquic"]
+
+    def program(self) -> list[str]:
+        return [sys.executable, "-m", self.module]
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
-        from lab.aioquic_server import SETTABLE
-
-        return Launch([sys.executable, "-m", self.module, "--host", spec.ip, "--port", str(spec.port),
-                       "--certificate", str(ctx.cert), "--private-key", str(ctx.key),
-                       *parameter_flags(asked_parameters(spec), SETTABLE), *application_flags(spec, self.OFFERED)])
+        return Launch([*self.program(), *server_arguments(spec, ctx, asked_parameters(spec), SETTABLE, self.OFFERED)])
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
-        from lab.aioquic_server import expected_transport_parameters
-
         return expected_transport_parameters(asked_parameters(spec))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from tparams import program_cli
 from tparams.errors import ToolError
 
 from lab.kinds import LabContext, Launch, ServerKind, register_kind
@@ -16,6 +17,10 @@ class BrokenKind(ServerKind):
 
     name = "broken"
     library = "broken"
+    role = "broken-server"
+
+    def program(self) -> list[str]:
+        return [sys.executable, "-m", "lab.broken_server"]
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
         from lab.broken_server import MODES
@@ -23,5 +28,8 @@ class BrokenKind(ServerKind):
         mode = spec.options.get("mode")
         if mode not in MODES:
             raise ToolError(f"lab server {spec.name}: mode must be one of {', '.join(MODES)}, not {mode!r}")
-        return Launch([sys.executable, "-m", "lab.broken_server", "--mode", mode, "--host", spec.ip,
-                       "--port", str(spec.port), "--certificate", str(ctx.cert), "--private-key", str(ctx.key)])
+        return Launch(self.argv(program_cli.address(spec.ip, spec.port), ctx, mode))
+
+    def argv(self, listen: str, ctx: LabContext, mode: str) -> list[str]:
+        return [*self.program(), *program_cli.arguments(
+            "broken-server", {"listen": listen, "cert": ctx.cert, "key": ctx.key, "mode": mode})]

@@ -1,31 +1,29 @@
 """What the kinds of our own lab servers (lab/servers/, built by
-scripts/setup.sh into build/bin) share: where the binary is, and one
-command line for the flow-control values (lab/servers/common)."""
+scripts/setup.sh into build/bin) share: where the binary is, and the
+lab-server command line (tparams.program_cli; lab/servers/common, lab/servers/golab)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import ClassVar
 
-from tparams.paramset import PERFORMANCE_PARAMETERS, RFC9000_DEFAULTS
+from tparams.paramset import RFC9000_DEFAULTS
+from tparams.program_cli import FLOW_CONTROL
 
-from lab.kinds import LabContext, Launch, ServerKind, application_flags, asked_parameters
+from lab.kinds import LabContext, Launch, ServerKind, asked_parameters, server_arguments
 from lab.topology import ServerSpec
 
 BIN_DIR = Path(__file__).resolve().parents[2] / "build" / "bin"
 
-# The parameters lab/servers/common takes as --<name with dashes>: the idle
-# timeout and flow control, the twelve less what no lab server lets one set.
-SETTABLE: tuple[str, ...] = tuple(
-    name for name in PERFORMANCE_PARAMETERS
-    if name not in ("max_udp_payload_size", "ack_delay_exponent", "max_ack_delay", "disable_active_migration",
-                    "active_connection_id_limit")
-)
+# The parameters the lab passes to these servers: the idle timeout and flow control.
+SETTABLE = FLOW_CONTROL
 
 
 class BuiltServerKind(ServerKind):
     """A server of lab/servers: ``build/bin/lab-<library>``, the values of
     ``options["parameters"]`` that it can set passed as flags."""
+
+    role = "lab-server"
 
     # What the server sends when given no flags (as sent, absent = not sent).
     DEFAULTS: ClassVar[dict[str, int | bool]]
@@ -42,10 +40,11 @@ class BuiltServerKind(ServerKind):
     def configured(self, spec: ServerSpec) -> dict[str, int]:
         return {name: value for name, value in asked_parameters(spec).items() if name in SETTABLE}
 
+    def program(self) -> list[str]:
+        return [str(BIN_DIR / self.binary)]
+
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
-        flags = [f"--{name.replace('_', '-')}={value}" for name, value in self.configured(spec).items()]
-        return Launch([str(BIN_DIR / self.binary), f"{spec.ip}:{spec.port}",
-                       f"--cert={ctx.cert}", f"--key={ctx.key}", *flags, *application_flags(spec, self.OFFERED)])
+        return Launch([*self.program(), *server_arguments(spec, ctx, asked_parameters(spec), SETTABLE, self.OFFERED)])
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
         return {name: value for name, value in {**self.DEFAULTS, **self.configured(spec)}.items()

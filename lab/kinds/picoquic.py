@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.kinds import LabContext, Launch, ServerKind, application_flags, asked_parameters, parameter_flags, register_kind
+from tparams.program_cli import FLOW_CONTROL
+
+from lab.kinds import LabContext, Launch, ServerKind, asked_parameters, register_kind, server_arguments
 from lab.topology import ServerSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 # aiopquic needs Python >= 3.12; scripts/setup.sh makes this environment for it alone.
 PYTHON = ROOT / ".venv-picoquic" / "bin" / "python"
-SETTABLE = ("max_idle_timeout", "initial_max_data", "initial_max_stream_data_bidi_local",
-            "initial_max_stream_data_bidi_remote", "initial_max_stream_data_uni", "initial_max_streams_bidi",
-            "initial_max_streams_uni")
 
 
 @register_kind
@@ -22,6 +21,7 @@ class PicoquicKind(ServerKind):
 
     name = "picoquic"
     library = "picoquic"
+    role = "lab-server"
     OFFERED = ("alpn", "datagrams", "retry")
 
     def unavailable_reason(self) -> str | None:
@@ -29,7 +29,9 @@ class PicoquicKind(ServerKind):
             return f"{PYTHON} is missing (aiopquic's environment; run scripts/setup.sh)"
         return None
 
+    def program(self) -> list[str]:
+        return [str(PYTHON), str(ROOT / "lab" / "picoquic_server.py")]
+
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
-        return Launch([str(PYTHON), str(ROOT / "lab" / "picoquic_server.py"), "--host", spec.ip,
-                       "--port", str(spec.port), "--certificate", str(ctx.cert), "--private-key", str(ctx.key),
-                       *parameter_flags(asked_parameters(spec), SETTABLE), *application_flags(spec, self.OFFERED)])
+        return Launch([*self.program(), *server_arguments(spec, ctx, asked_parameters(spec), FLOW_CONTROL,
+                                                          self.OFFERED)])

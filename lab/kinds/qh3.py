@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from lab.aioquic_server import SETTABLE, STREAM_WINDOWS
+from lab.aioquic_server import OFFERED as OFFERED_BY_LIBRARY, SETTABLE, STREAM_WINDOWS
 from lab.kinds import asked_parameters, register_kind
 from lab.kinds.aioquic import AioquicKind
 from lab.topology import ServerSpec
@@ -25,7 +25,7 @@ class Qh3Kind(AioquicKind):
     name = "qh3"
     library = "qh3"
     module = "lab.qh3_server"
-    OFFERED = ("alpn", "cid_length", "datagrams", "active_connection_id_limit", "retry")
+    OFFERED = OFFERED_BY_LIBRARY["qh3"]
     # What qh3 2.1 sends by default (seen on the wire; its QuicConfiguration defaults).
     DEFAULTS: ClassVar[dict[str, int]] = {
         "max_idle_timeout": 30000,

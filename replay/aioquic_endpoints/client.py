@@ -8,10 +8,9 @@ import json
 import time
 
 from aioquic.asyncio import QuicConnectionProtocol, connect
-from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import StreamDataReceived
 
-from replay.aioquic_endpoints.common import ALPN, add_parameter_flags, apply_parameters, request
+from replay.aioquic_endpoints.common import apply_parameters, command_line, configuration, request
 
 
 class BulkClient(QuicConnectionProtocol):
@@ -31,25 +30,17 @@ class BulkClient(QuicConnectionProtocol):
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--host", required=True)
-    parser.add_argument("--port", type=int, default=4433)
-    parser.add_argument("--size", type=int, required=True)
-    parser.add_argument("--timeout", type=float, default=600)
-    parser.add_argument("--keylog", help="append the TLS secrets (NSS key log format) to this file")
-    add_parameter_flags(parser)
-    args = parser.parse_args()
-    configuration = QuicConfiguration(is_client=True, alpn_protocols=[ALPN], verify_mode=False,
-                                      congestion_control_algorithm=args.cc)
-    if args.keylog:
-        configuration.secrets_log_file = open(args.keylog, "a")
+    args = command_line("replay-client", __doc__)
+    config = configuration(args, is_client=True)
+    config.verify_mode = False
     BulkClient.args = args
-    async with connect(args.host, args.port, configuration=configuration, create_protocol=BulkClient) as client:
+    host, port = args.connect
+    async with connect(host, port, configuration=config, create_protocol=BulkClient) as client:
         stream_id = client._quic.get_next_available_stream_id()
         requested_at = time.monotonic()
         client._quic.send_stream_data(stream_id, request(args.size), end_stream=True)
         client.transmit()
-        last_byte = await asyncio.wait_for(client.done, args.timeout)
+        last_byte = await asyncio.wait_for(client.done, args.timeout_s or 600)
         if client.received != args.size:
             raise SystemExit(f"error: received {client.received} of {args.size} bytes")
         print(json.dumps({"bytes": client.received, "duration_s": last_byte - requested_at,

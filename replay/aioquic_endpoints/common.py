@@ -1,5 +1,6 @@
-"""What the aioquic client and server share: every one of the twelve parameters as a flag, applied to a
-connection before its transport parameters are sent, and pinned flow-control windows.
+"""What the aioquic client and server share: their command line (tparams.program_cli, roles replay-server
+and replay-client), every one of the twelve parameters applied to a connection before its transport
+parameters are sent, and pinned flow-control windows.
 
 The download protocol is every qreplay program's (lab/servers/common/src/replay.rs): hq-interop,
 ``GET /<size>`` on a client-opened stream, answered with that many bytes.
@@ -10,11 +11,14 @@ from __future__ import annotations
 import argparse
 import re
 import types
+from pathlib import Path
 
 from aioquic.buffer import Buffer
+from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.packet import pull_quic_transport_parameters, push_quic_transport_parameters
 
+from tparams import program_cli
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
 ALPN = "hq-interop"
@@ -39,19 +43,29 @@ def requested_size(received: bytes, finished: bool) -> int | None:
     return int(found.group(1))
 
 
-def add_parameter_flags(parser: argparse.ArgumentParser) -> None:
-    for name in PERFORMANCE_PARAMETERS:
-        kind = (lambda text: text.lower() in ("1", "true", "yes")) if name == "disable_active_migration" else int
-        parser.add_argument(f"--{name}", type=kind, default=None, help=f"{name} to advertise (default: aioquic's)")
-    parser.add_argument("--autotune", action="store_true",
-                        help="let windows grow (aioquic doubles them); default: pinned to the advertised values")
-    # aioquic's own default is Reno: the congestion control is always named, so that what ran is what is stored.
-    parser.add_argument("--cc", choices=("reno", "cubic"), default="cubic", help="congestion control")
+def command_line(role: program_cli.Role, description: str) -> argparse.Namespace:
+    """The parsed command line of ``role``; what these programs do not do (BBR, qlog) refused in one line."""
+    parser = program_cli.parser(role, description)
+    args = parser.parse_args()
+    for refused, given in (("--cc=bbr", args.cc == "bbr"), ("--qlog-dir", args.qlog_dir)):
+        if given:
+            parser.exit(2, f"error: the aioquic endpoints cannot take {refused}\n")
+    return args
+
+
+def configuration(args: argparse.Namespace, is_client: bool) -> QuicConfiguration:
+    """The configuration both ends share: hq-interop, the congestion control named (aioquic's own
+    default is Reno: it is always named, so that what ran is what is stored), the key log."""
+    configuration = QuicConfiguration(is_client=is_client, alpn_protocols=[ALPN],
+                                      congestion_control_algorithm=args.cc or "cubic")
+    if args.keylog:
+        configuration.secrets_log_file = Path(args.keylog).open("a")
+    return configuration
 
 
 def apply_parameters(quic: QuicConnection, args: argparse.Namespace) -> None:
     """Set the advertised values and make the connection behave by them (before the handshake)."""
-    values = {name: getattr(args, name) for name in PERFORMANCE_PARAMETERS if getattr(args, name) is not None}
+    values = {name: getattr(args, name) for name in PERFORMANCE_PARAMETERS if getattr(args, name) not in (None, False)}
     if "initial_max_data" in values:
         quic._local_max_data.value = values["initial_max_data"]
     for kind in ("bidi_local", "bidi_remote", "uni"):

@@ -6,10 +6,9 @@ import argparse
 import asyncio
 
 from aioquic.asyncio import QuicConnectionProtocol, serve
-from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import StreamDataReceived
 
-from replay.aioquic_endpoints.common import ALPN, add_parameter_flags, apply_parameters, requested_size
+from replay.aioquic_endpoints.common import apply_parameters, command_line, configuration, requested_size
 
 CHUNK = bytes(1 << 16)
 BACKLOG = 8 << 20  # bytes a stream may hold unacknowledged before we stop handing it more
@@ -51,17 +50,11 @@ class BulkServer(QuicConnectionProtocol):
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=4433)
-    parser.add_argument("--cert", required=True)
-    parser.add_argument("--key", required=True)
-    add_parameter_flags(parser)
-    args = parser.parse_args()
-    configuration = QuicConfiguration(is_client=False, alpn_protocols=[ALPN], congestion_control_algorithm=args.cc)
-    configuration.load_cert_chain(args.cert, args.key)
+    args = command_line("replay-server", __doc__)
+    config = configuration(args, is_client=False)
+    config.load_cert_chain(args.cert, args.key)
     BulkServer.args = args
-    await serve(args.host, args.port, configuration=configuration, create_protocol=BulkServer)
+    await serve(*args.listen, configuration=config, create_protocol=BulkServer)
     await asyncio.Future()
 
 

@@ -7,14 +7,17 @@ from __future__ import annotations
 import importlib.metadata
 import sys
 
-from replay.stacks.base import Applied, ClientPlan, RunOptions, Stack, ensure_certificate
-from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet
+from replay.stacks.base import ReplayProgram
+from tparams.paramset import PERFORMANCE_PARAMETERS
 
 
-class Aioquic(Stack):
+class Aioquic(ReplayProgram):
     name = "aioquic"
     settable = {"client": frozenset(PERFORMANCE_PARAMETERS), "server": frozenset(PERFORMANCE_PARAMETERS)}
     cc_names = frozenset({"cubic"})  # (and Reno, aioquic's default, which qreplay does not offer)
+
+    def command(self, role) -> list[str]:
+        return [sys.executable, "-m", f"replay.aioquic_endpoints.{role}"]
 
     def unavailable_reason(self) -> str | None:
         try:
@@ -28,32 +31,6 @@ class Aioquic(Stack):
             return importlib.metadata.version("aioquic")
         except importlib.metadata.PackageNotFoundError:
             return None
-
-    def _flags(self, params: ParamSet | None, opts: RunOptions, role) -> Applied:
-        settable, not_settable = self.split(params, role)
-        applied = Applied(applied=settable, not_applied=not_settable)
-        applied.flags = [f"--{name}={str(value).lower()}" for name, value in settable.items()]
-        if opts.autotune:
-            applied.flags.append("--autotune")
-        applied.flags.append(f"--cc={self.congestion_control(opts.cc)}")
-        applied.notes += self.cc_note(opts.cc)
-        if opts.qlog_dir:
-            applied.notes.append("qlog is not wired for the aioquic endpoints")
-        if opts.keylog and role == "client":
-            applied.flags.append(f"--keylog={opts.keylog}")
-        return applied
-
-    def server_command(self, params, opts, ip, port, workdir):
-        key, cert = ensure_certificate(workdir)
-        applied = self._flags(params, opts, "server")
-        return [sys.executable, "-m", "replay.aioquic_endpoints.server", f"--host={ip}", f"--port={port}",
-                f"--cert={cert}", f"--key={key}", *applied.flags], applied
-
-    def client_command(self, params, opts, server_ip, port, workdir):
-        applied = self._flags(params, opts, "client")
-        return ClientPlan([sys.executable, "-m", "replay.aioquic_endpoints.client", f"--host={server_ip}",
-                           f"--port={port}", f"--size={opts.size}", f"--timeout={opts.timeout_s}",
-                           *applied.flags]), applied
 
 
 STACK = Aioquic()

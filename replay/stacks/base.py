@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from lab.certs import write_signed_certificate
+from tparams import program_cli
 from tparams.paramset import ParamSet
 
 Role = Literal["client", "server"]
@@ -204,9 +205,10 @@ def ensure_certificate(workdir: Path) -> tuple[Path, Path]:
 
 
 class ReplayProgram(Stack):
-    """A library driven through our own client and server (lab/servers/replay-<library>, built by
-    scripts/setup.sh): one binary whose ``server``/``client`` subcommands take the twelve parameters as
-    ``--<name with dashes>`` (lab/servers/common/src/replay.rs) and speak hq-interop.
+    """A library driven through our own client and server: programs that take the replay-server and
+    replay-client command lines of tparams.program_cli (the twelve parameters as ``--<name with dashes>``)
+    and speak hq-interop. By default one binary lab/servers/replay-<library> (built by scripts/setup.sh)
+    with ``server``/``client`` subcommands (lab/servers/common/src/replay.rs); ``command`` says otherwise.
 
     A library file says which parameters each role can carry, and what it does with --autotune, --cc and
     --qlog-dir (``autotune_note``, ``cc_names``, ``writes_qlog``)."""
@@ -228,44 +230,51 @@ class ReplayProgram(Stack):
             return f"{self.binary} is not built: run scripts/setup.sh (needs cargo)"
         return None
 
-    def flags(self, params: ParamSet | None, opts: RunOptions, role: Role) -> Applied:
+    def command(self, role: Role) -> list[str]:
+        """The program of ``role``, before its arguments."""
+        return [str(self.binary), role]
+
+    def options(self, params: ParamSet | None, opts: RunOptions, role: Role) -> tuple[dict, Applied]:
+        """The values of the options both roles take (tparams.program_cli.REPLAY, by name) for a run,
+        and what it applies of the set."""
         settable, not_settable = self.split(params, role)
         out = Applied(applied=dict(settable), not_applied=not_settable)
         for name, fixed in self.fixed.items():
             if out.not_applied.get(name) == fixed:
                 out.applied[name] = out.not_applied.pop(name)
-        for name, value in settable.items():
-            flag = f"--{name.replace('_', '-')}"
-            if isinstance(value, bool):
-                out.flags += [flag] if value else []
-            else:
-                out.flags.append(f"{flag}={value}")
-        out.flags.append(f"--cc={self.congestion_control(opts.cc)}")
+        values = {**settable, "cc": self.congestion_control(opts.cc)}
         out.notes += self.cc_note(opts.cc)
         if opts.autotune:
             if self.autotune_note:
                 out.notes.append(self.autotune_note)
             else:
-                out.flags.append("--autotune")
+                values["autotune"] = True
         if opts.qlog_dir:
             if self.writes_qlog:
-                Path(opts.qlog_dir, role).mkdir(parents=True, exist_ok=True)
-                out.flags.append(f"--qlog-dir={Path(opts.qlog_dir, role)}")
+                values["qlog_dir"] = Path(opts.qlog_dir, role)
+                values["qlog_dir"].mkdir(parents=True, exist_ok=True)
             else:
                 out.notes.append(f"{self.name} writes no qlog")
         if opts.keylog and role == "client":
-            out.flags.append(f"--keylog={opts.keylog}")
+            values["keylog"] = opts.keylog
+        return values, out
+
+    def flags(self, params: ParamSet | None, opts: RunOptions, role: Role) -> Applied:
+        values, out = self.options(params, opts, role)
+        out.flags = program_cli.arguments(f"replay-{role}", values)
         return out
 
     def server_command(self, params, opts, ip, port, workdir):
         key, cert = ensure_certificate(workdir)
         applied = self.flags(params, opts, "server")
-        return [str(self.binary), "server", f"{ip}:{port}", f"--cert={cert}", f"--key={key}", *applied.flags], applied
+        return [*self.command("server"), *program_cli.arguments("replay-server", {
+            "listen": program_cli.address(ip, port), "cert": cert, "key": key}), *applied.flags], applied
 
     def client_command(self, params, opts, server_ip, port, workdir):
         applied = self.flags(params, opts, "client")
-        return ClientPlan([str(self.binary), "client", f"{server_ip}:{port}", f"--size={opts.size}",
-                           f"--timeout-s={opts.timeout_s:g}", *applied.flags]), applied
+        return ClientPlan([*self.command("client"), *program_cli.arguments("replay-client", {
+            "connect": program_cli.address(server_ip, port), "size": opts.size, "timeout_s": opts.timeout_s}),
+            *applied.flags]), applied
 
 
 @cache

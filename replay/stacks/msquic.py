@@ -38,22 +38,21 @@ class MsQuic(ReplayProgram):
     cc_names = frozenset({"cubic", "bbr"})
     fixed = FIXED
 
-    def flags(self, params, opts, role) -> Applied:
-        out = super().flags(params, opts, role)
+    def options(self, params, opts, role) -> tuple[dict, Applied]:
+        values, out = super().options(params, opts, role)
         for name in STREAM_WINDOWS:
             window = out.applied.get(name)
             if window is None or (window > 0 and window & (window - 1) == 0):
                 continue
-            flag = f"--{name.replace('_', '-')}"
-            out.flags.remove(f"{flag}={window}")
             out.not_applied[name] = out.applied.pop(name)
             if window > 0:
-                held = min(1 << (window.bit_length() - 1), LARGEST_STREAM_WINDOW)
-                out.flags.append(f"{flag}={held}")
-                out.notes.append(f"msquic takes only powers of two as stream windows: {name}={window} ran as {held}")
+                values[name] = min(1 << (window.bit_length() - 1), LARGEST_STREAM_WINDOW)
+                out.notes.append(f"msquic takes only powers of two as stream windows: {name}={window} ran as "
+                                 f"{values[name]}")
             else:
+                del values[name]
                 out.notes.append(f"msquic cannot hold {name}=0: it ran with its default, 65536")
-        return out
+        return values, out
 
 
 STACK = MsQuic()

@@ -10,14 +10,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from replay.stacks.base import GO_BIN_DIR, REPO_ROOT, Applied, ClientPlan, RunOptions, Stack, ensure_certificate
-from tparams.paramset import ParamSet
+from replay.stacks.base import GO_BIN_DIR, REPO_ROOT, ReplayProgram
 
 COMMON = ("max_idle_timeout", "initial_max_data", "initial_max_streams_bidi", "initial_max_streams_uni")
 STREAM_WINDOW = {"client": "initial_max_stream_data_bidi_local", "server": "initial_max_stream_data_bidi_remote"}
 
 
-class QuicGo(Stack):
+class QuicGo(ReplayProgram):
     name = "quic-go"
     writes_qlog = True
     settable = {role: frozenset((*COMMON, window)) for role, window in STREAM_WINDOW.items()}
@@ -25,6 +24,9 @@ class QuicGo(Stack):
 
     def __init__(self, bin_dir: Path = GO_BIN_DIR):
         self.client_binary, self.server_binary = bin_dir / "qgclient", bin_dir / "qgserver"
+
+    def command(self, role) -> list[str]:
+        return [str(self.client_binary if role == "client" else self.server_binary)]
 
     def version(self) -> str | None:
         """quic-go's version in go.mod, which set-up builds the programs with."""
@@ -34,33 +36,6 @@ class QuicGo(Stack):
     def unavailable_reason(self) -> str | None:
         missing = [p.name for p in (self.client_binary, self.server_binary) if not p.exists()]
         return f"{' and '.join(missing)} not built: run scripts/setup.sh (needs Go)" if missing else None
-
-    def _flags(self, params: ParamSet | None, opts: RunOptions, role) -> tuple[list[str], Applied]:
-        settable, not_settable = self.split(params, role)
-        applied = Applied(applied=settable, not_applied=not_settable)
-        applied.flags = [f"-{name}={value}" for name, value in settable.items()]
-        if opts.autotune:
-            applied.flags.append("-autotune")
-        applied.notes += self.cc_note(opts.cc)
-        env = []
-        if opts.qlog_dir:
-            Path(opts.qlog_dir, role).mkdir(parents=True, exist_ok=True)
-            env = ["env", f"QLOGDIR={Path(opts.qlog_dir, role)}"]
-        if opts.keylog and role == "client":
-            applied.flags.append(f"-keylog={opts.keylog}")
-        return env, applied
-
-    def server_command(self, params, opts, ip, port, workdir):
-        key, cert = ensure_certificate(workdir)
-        env, applied = self._flags(params, opts, "server")
-        return [*env, str(self.server_binary), f"-addr={ip}:{port}", f"-cert={cert}", f"-key={key}",
-                *applied.flags], applied
-
-    def client_command(self, params, opts, server_ip, port, workdir):
-        env, applied = self._flags(params, opts, "client")
-        argv = [*env, str(self.client_binary), f"-addr={server_ip}:{port}", f"-size={opts.size}",
-                f"-timeout={int(opts.timeout_s)}s", *applied.flags]
-        return ClientPlan(argv), applied
 
 
 STACK = QuicGo()

@@ -1,12 +1,14 @@
-// Package golab is what the lab's Go servers share: the command line of
-// lab/servers/common (address, certificate, flow control by transport-parameter
-// name with dashes, the application's choices) and a clean exit on SIGTERM.
+// Package golab is what the lab's Go servers share: the lab-server command line
+// (tparams/program_cli.py, as lab/servers/common: address, certificate, flow
+// control by transport-parameter name with dashes, the application's choices)
+// and a clean exit on SIGTERM. CommandLine is every Go program's of ours.
 package golab
 
 import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -32,11 +34,8 @@ type Args struct {
 // Parse reads `PROGRAM ip:port --cert=C --key=K [flags]`, refusing the
 // application choices the library (named) does not offer.
 func Parse(library string, offered ...string) *Args {
-	if len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-") {
-		Refuse("usage: " + os.Args[0] + " ip:port --cert=C --key=K [flags]")
-	}
-	a := &Args{Listen: os.Args[1]}
-	f := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	a := &Args{}
+	f := flag.NewFlagSet(os.Args[0], flag.ContinueOnError)
 	f.StringVar(&a.Cert, "cert", "", "PEM certificate chain")
 	f.StringVar(&a.Key, "key", "", "PEM private key")
 	for name, p := range map[string]*int64{
@@ -47,7 +46,7 @@ func Parse(library string, offered ...string) *Args {
 		"initial-max-streams-bidi":            &a.InitialMaxStreamsBidi, "initial-max-streams-uni": &a.InitialMaxStreamsUni,
 		"active-connection-id-limit": &a.ActiveConnectionIDLimit,
 	} {
-		f.Int64Var(p, name, -1, "transport parameter "+name)
+		f.Int64Var(p, name, -1, "transport parameter "+strings.ReplaceAll(name, "-", "_"))
 	}
 	alpn := f.String("alpn", "h3", "ALPN protocols accepted, comma-separated")
 	f.IntVar(&a.CIDLength, "cid-length", -1, "length of the server's connection IDs")
@@ -55,7 +54,8 @@ func Parse(library string, offered ...string) *Args {
 	f.BoolVar(&a.DisableActiveMigration, "disable-active-migration", false, "send disable_active_migration")
 	f.StringVar(&a.PreferredAddress, "preferred-address", "", "ip:port sent as preferred_address")
 	f.BoolVar(&a.Retry, "retry", false, "answer every new connection with a Retry")
-	f.Parse(os.Args[2:])
+	a.Listen = CommandLine(f, os.Args[1:])
+	Require(f, "cert", "key")
 	a.ALPN = strings.Split(*alpn, ",")
 	if *datagrams != "" {
 		on := *datagrams == "true"
@@ -81,6 +81,55 @@ func Parse(library string, offered ...string) *Args {
 		os.Exit(0)
 	}()
 	return a
+}
+
+// CommandLine parses `PROGRAM ip:port [--flag=value ...]` as every program of
+// ours takes it (tparams/program_cli.py): the address first, each flag spelled
+// once, with two dashes (Go's flag package would take one too). It returns the
+// address; --help lists the flags (with two dashes) on stdout; a bad command
+// line is one line on stderr and status 2.
+func CommandLine(f *flag.FlagSet, args []string) string {
+	f.Init(f.Name(), flag.ContinueOnError)
+	f.SetOutput(io.Discard)
+	parse := func(args []string) {
+		err := f.Parse(args)
+		if err == flag.ErrHelp {
+			fmt.Printf("usage: %s ip:port [flags]\n", f.Name())
+			f.VisitAll(func(option *flag.Flag) {
+				kind, usage := flag.UnquoteUsage(option)
+				fmt.Printf("  --%s\n    \t%s\n", strings.TrimSpace(option.Name+" "+kind), usage)
+			})
+			os.Exit(0)
+		}
+		if err != nil {
+			Refuse(err.Error())
+		}
+	}
+	for _, arg := range args {
+		if strings.HasPrefix(arg, "-") && !strings.HasPrefix(arg, "--") {
+			Refuse("flags take two dashes: " + arg)
+		}
+	}
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		parse(args)
+		Refuse(fmt.Sprintf("usage: %s ip:port [flags]", f.Name()))
+	}
+	parse(args[1:])
+	if f.NArg() > 0 {
+		Refuse("unexpected argument " + f.Arg(0))
+	}
+	return args[0]
+}
+
+// Require refuses a command line that leaves out any of the flags named.
+func Require(f *flag.FlagSet, names ...string) {
+	given := map[string]bool{}
+	f.Visit(func(option *flag.Flag) { given[option.Name] = true })
+	for _, name := range names {
+		if !given[name] {
+			Refuse("--" + name + " is required")
+		}
+	}
 }
 
 // TLS is the server's TLS configuration: the certificate and the ALPN list.

@@ -1,5 +1,5 @@
-// Package bulk holds what qreplay's quic-go client and server share: the
-// transport-parameter flags (named as in RFC 9000) and the download protocol
+// Package bulk holds what qreplay's quic-go client and server share: their
+// command line (tparams/program_cli.py) and the download protocol
 // every qreplay program speaks (lab/servers/common/src/replay.rs): hq-interop,
 // the client sending "GET /<size>\r\n" on one stream, the server answering
 // with that many bytes and closing the stream.
@@ -7,15 +7,19 @@ package bulk
 
 import (
 	"bufio"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/qlog"
+
+	"quictp/lab/servers/golab"
 )
 
 // ALPN is the Interop Runner's name for HTTP/0.9 over QUIC.
@@ -43,56 +47,114 @@ func RequestedSize(stream io.Reader) (uint64, error) {
 	return strconv.ParseUint(path, 10, 64)
 }
 
-// Ceilings used with -autotune, the same as ngtcp2's client defaults so that
+// Ceilings used with --autotune, the same as ngtcp2's client defaults so that
 // stacks grow their windows to comparable limits.
 const (
 	autotuneMaxStreamWindow     = 16 << 20
 	autotuneMaxConnectionWindow = 24 << 20
 )
 
-// Params are the transport parameters quic-go lets an application choose.
-// quic-go advertises one stream window for every stream type, so the side's
-// relevant one is given (bidi_local for a client, bidi_remote for a server).
-type Params struct {
+// Options are what both roles take besides their addresses (tparams/program_cli.py,
+// as every qreplay program): the twelve transport parameters by name with dashes,
+// --cc, --autotune, --keylog and --qlog-dir. quic-go lets an application choose
+// five of the parameters; it advertises one stream window for every stream type,
+// so a side takes the window that governs the download (bidi_local for a client,
+// bidi_remote for a server). The rest is refused in one line.
+type Options struct {
 	MaxIdleTimeoutMs uint64
 	InitialMaxData   uint64
 	StreamWindow     uint64
 	MaxStreamsBidi   int64
 	MaxStreamsUni    int64
 	Autotune         bool
+	CC               string
+	Keylog           string
+	QlogDir          string
+	refused          map[string]string // flag -> why quic-go cannot honour it
 }
 
-// RegisterFlags declares the parameter flags; streamWindowFlag names the
-// stream window flag for the side.
-func RegisterFlags(fs *flag.FlagSet, streamWindowFlag string) *Params {
-	p := &Params{}
-	fs.Uint64Var(&p.MaxIdleTimeoutMs, "max_idle_timeout", 0, "max_idle_timeout in ms (0: quic-go default, 30 s)")
-	fs.Uint64Var(&p.InitialMaxData, "initial_max_data", 0, "initial_max_data in bytes (0: quic-go default)")
-	fs.Uint64Var(&p.StreamWindow, streamWindowFlag, 0, streamWindowFlag+" in bytes (0: quic-go default); quic-go advertises it for every stream type")
-	fs.Int64Var(&p.MaxStreamsBidi, "initial_max_streams_bidi", -1, "initial_max_streams_bidi (-1: quic-go default)")
-	fs.Int64Var(&p.MaxStreamsUni, "initial_max_streams_uni", -1, "initial_max_streams_uni (-1: quic-go default)")
-	fs.BoolVar(&p.Autotune, "autotune", false, "let flow-control windows grow (default: pinned to the advertised values)")
-	return p
+// RegisterFlags declares the options of a client (isClient) or a server.
+func RegisterFlags(fs *flag.FlagSet, isClient bool) *Options {
+	o := &Options{refused: map[string]string{}}
+	window, other := "initial-max-stream-data-bidi-remote", []string{"initial-max-stream-data-bidi-local"}
+	if isClient {
+		window, other = other[0], []string{window}
+	}
+	other = append(other, "initial-max-stream-data-uni")
+	fs.Uint64Var(&o.MaxIdleTimeoutMs, "max-idle-timeout", 0, "max_idle_timeout in ms (0: quic-go default, 30 s)")
+	fs.Uint64Var(&o.InitialMaxData, "initial-max-data", 0, "initial_max_data in bytes (0: quic-go default)")
+	fs.Uint64Var(&o.StreamWindow, window, 0, "in bytes (0: quic-go default); quic-go advertises it for every stream type")
+	fs.Int64Var(&o.MaxStreamsBidi, "initial-max-streams-bidi", -1, "initial_max_streams_bidi (-1: quic-go default)")
+	fs.Int64Var(&o.MaxStreamsUni, "initial-max-streams-uni", -1, "initial_max_streams_uni (-1: quic-go default)")
+	for _, name := range other {
+		o.refuse(fs, name, "quic-go advertises one stream window for every stream type: this side sets it by --"+window)
+	}
+	for _, name := range []string{"max-udp-payload-size", "ack-delay-exponent", "max-ack-delay", "active-connection-id-limit"} {
+		o.refuse(fs, name, "quic-go lets no application choose it")
+	}
+	fs.Bool("disable-active-migration", false, "refused: quic-go lets no application choose it")
+	o.refused["disable-active-migration"] = "quic-go lets no application choose it"
+	fs.BoolVar(&o.Autotune, "autotune", false, "let flow-control windows grow (default: pinned to the advertised values)")
+	fs.StringVar(&o.CC, "cc", "cubic", "congestion control: cubic, quic-go's only one")
+	fs.StringVar(&o.Keylog, "keylog", "", "append the TLS secrets (NSS key log format) to this file")
+	fs.StringVar(&o.QlogDir, "qlog-dir", "", "write qlog files into this directory")
+	return o
 }
 
-// Config turns the parameters into a quic-go configuration; QLOGDIR in the
-// environment switches qlog on (quic-go's own convention).
-func (p *Params) Config() *quic.Config {
+func (o *Options) refuse(fs *flag.FlagSet, name, why string) {
+	fs.String(name, "", "refused: "+why)
+	o.refused[name] = why
+}
+
+// Parse reads `PROGRAM ip:port [flags]` (golab.CommandLine), refuses what quic-go
+// cannot do and the required flags left out, and returns the address.
+func (o *Options) Parse(fs *flag.FlagSet, args []string, required ...string) string {
+	address := golab.CommandLine(fs, args)
+	golab.Require(fs, required...)
+	fs.Visit(func(option *flag.Flag) {
+		if why, refused := o.refused[option.Name]; refused {
+			golab.Refuse(fmt.Sprintf("--%s: %s", option.Name, why))
+		}
+	})
+	if o.CC != "cubic" {
+		golab.Refuse("quic-go has no congestion control " + o.CC + ": only cubic")
+	}
+	return address
+}
+
+// TLS adds the key log, if asked for, to a TLS configuration.
+func (o *Options) TLS(conf *tls.Config) *tls.Config {
+	if o.Keylog != "" {
+		file, err := os.OpenFile(o.Keylog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			golab.Refuse("key log: " + err.Error())
+		}
+		conf.KeyLogWriter = file
+	}
+	return conf
+}
+
+// Config turns the options into a quic-go configuration; qlog goes through
+// quic-go's own tracer, which writes into $QLOGDIR.
+func (o *Options) Config() *quic.Config {
+	if o.QlogDir != "" {
+		os.Setenv("QLOGDIR", o.QlogDir)
+	}
 	conf := &quic.Config{
-		MaxIdleTimeout:                 time.Duration(p.MaxIdleTimeoutMs) * time.Millisecond,
-		InitialStreamReceiveWindow:     p.StreamWindow,
-		InitialConnectionReceiveWindow: p.InitialMaxData,
+		MaxIdleTimeout:                 time.Duration(o.MaxIdleTimeoutMs) * time.Millisecond,
+		InitialStreamReceiveWindow:     o.StreamWindow,
+		InitialConnectionReceiveWindow: o.InitialMaxData,
 		Tracer:                         qlog.DefaultConnectionTracer,
 	}
-	conf.MaxIncomingStreams = streamsLimit(p.MaxStreamsBidi)
-	conf.MaxIncomingUniStreams = streamsLimit(p.MaxStreamsUni)
-	if p.Autotune {
-		conf.MaxStreamReceiveWindow = max(p.StreamWindow, autotuneMaxStreamWindow)
-		conf.MaxConnectionReceiveWindow = max(p.InitialMaxData, autotuneMaxConnectionWindow)
+	conf.MaxIncomingStreams = streamsLimit(o.MaxStreamsBidi)
+	conf.MaxIncomingUniStreams = streamsLimit(o.MaxStreamsUni)
+	if o.Autotune {
+		conf.MaxStreamReceiveWindow = max(o.StreamWindow, autotuneMaxStreamWindow)
+		conf.MaxConnectionReceiveWindow = max(o.InitialMaxData, autotuneMaxConnectionWindow)
 	} else {
 		// quic-go grows a window only while it is below its maximum: equal means pinned.
-		conf.MaxStreamReceiveWindow = p.StreamWindow
-		conf.MaxConnectionReceiveWindow = p.InitialMaxData
+		conf.MaxStreamReceiveWindow = o.StreamWindow
+		conf.MaxConnectionReceiveWindow = o.InitialMaxData
 	}
 	return conf
 }

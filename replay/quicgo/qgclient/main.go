@@ -1,5 +1,7 @@
-// qgclient downloads -size bytes from qgserver over one QUIC stream and
+// qgclient downloads --size bytes from any qreplay server over one QUIC stream and
 // prints one JSON line: bytes received and the time from request to last byte.
+//
+//	qgclient ip:port --size=N [--timeout-s=S] [options of bulk.RegisterFlags]
 package main
 
 import (
@@ -17,27 +19,17 @@ import (
 )
 
 func main() {
-	fs := flag.NewFlagSet("qgclient", flag.ExitOnError)
-	params := bulk.RegisterFlags(fs, "initial_max_stream_data_bidi_local")
-	addr := fs.String("addr", "127.0.0.1:4433", "server address host:port")
-	size := fs.Uint64("size", 1<<20, "bytes to download")
-	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
-	keylog := fs.String("keylog", "", "append the TLS secrets (NSS key log format) to this file")
-	fs.Parse(os.Args[1:])
+	fs := flag.NewFlagSet("qgclient", flag.ContinueOnError)
+	options := bulk.RegisterFlags(fs, true)
+	size := fs.Uint64("size", 0, "bytes to download")
+	timeout := fs.Float64("timeout-s", 600, "give up (exit 1) after this many seconds")
+	addr := options.Parse(fs, os.Args[1:], "size")
 
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(*timeout*float64(time.Second)))
 	defer cancel()
 	start := time.Now()
-	tlsConf := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{bulk.ALPN}} // lab server, throw-away cert
-	if *keylog != "" {
-		file, err := os.OpenFile(*keylog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			fail("key log", err)
-		}
-		defer file.Close()
-		tlsConf.KeyLogWriter = file
-	}
-	conn, err := quic.DialAddr(ctx, *addr, tlsConf, params.Config())
+	tlsConf := options.TLS(&tls.Config{InsecureSkipVerify: true, NextProtos: []string{bulk.ALPN}}) // lab server, throw-away cert
+	conn, err := quic.DialAddr(ctx, addr, tlsConf, options.Config())
 	if err != nil {
 		fail("dial", err)
 	}

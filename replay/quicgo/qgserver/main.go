@@ -1,5 +1,6 @@
 // qgserver answers download requests (hq-interop, bulk.RequestedSize) of any
-// qreplay client: for each stream it reads "GET /<size>" and sends that many bytes. When a connection
+// qreplay client (qgserver ip:port --cert=C --key=K [options of bulk.RegisterFlags]):
+// for each stream it reads "GET /<size>" and sends that many bytes. When a connection
 // ends it prints one JSON line with the sender's view of it (packets sent and
 // declared lost, RTT, congestion window): losses the link did not cause, such
 // as a receiver dropping packets it cannot process in time, show only here.
@@ -21,19 +22,18 @@ import (
 )
 
 func main() {
-	fs := flag.NewFlagSet("qgserver", flag.ExitOnError)
-	params := bulk.RegisterFlags(fs, "initial_max_stream_data_bidi_remote")
-	addr := fs.String("addr", "0.0.0.0:4433", "UDP address to listen on")
-	certFile := fs.String("cert", "cert.pem", "certificate (PEM)")
-	keyFile := fs.String("key", "key.pem", "private key (PEM)")
-	fs.Parse(os.Args[1:])
+	fs := flag.NewFlagSet("qgserver", flag.ContinueOnError)
+	options := bulk.RegisterFlags(fs, false)
+	certFile := fs.String("cert", "", "PEM certificate chain")
+	keyFile := fs.String("key", "", "PEM private key")
+	addr := options.Parse(fs, os.Args[1:], "cert", "key")
 
 	cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
 	if err != nil {
 		fail("certificate", err)
 	}
-	tlsConf := &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{bulk.ALPN}}
-	listener, err := quic.ListenAddr(*addr, tlsConf, params.Config())
+	tlsConf := options.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{bulk.ALPN}})
+	listener, err := quic.ListenAddr(addr, tlsConf, options.Config())
 	if err != nil {
 		fail("listen", err)
 	}

@@ -1,9 +1,10 @@
 // The lab's kwik server: HTTP/3 (flupke) on ip:port, ALPN h3 (or the list given),
-// every request answered with 200 and a short body. Flow control from the command line,
-// transport parameters by their RFC 9000 names, and what an application chooses:
-//   java -jar lab-server.jar --host=IP --port=443 --certificate=C --private-key=K
-//        [--max_idle_timeout=MS --initial_max_data=N --initial_max_stream_data_bidi_local=N
-//         --initial_max_stream_data_bidi_remote=N --initial_max_streams_bidi=N --initial_max_streams_uni=N]
+// every request answered with 200 and a short body. Flow control from the lab-server
+// command line (LabArgs), transport parameters by their RFC 9000 names with dashes,
+// and what an application chooses:
+//   java -jar lab-server.jar IP:443 --cert=C --key=K
+//        [--max-idle-timeout=MS --initial-max-data=N --initial-max-stream-data-bidi-local=N
+//         --initial-max-stream-data-bidi-remote=N --initial-max-streams-bidi=N --initial-max-streams-uni=N]
 //        [--alpn=h3,... --cid-length=N --retry]
 // kwik has one window for both bidi directions: the larger is used. No uni
 // window: flupke pins it to 1024.
@@ -21,8 +22,7 @@ import java.security.cert.Certificate;
 import java.security.cert.CertificateFactory;
 import java.security.spec.PKCS8EncodedKeySpec;
 import java.util.Base64;
-import java.util.HashMap;
-import java.util.Map;
+import java.util.Set;
 
 import tech.kwik.core.log.SysOutLogger;
 import tech.kwik.core.server.ServerConnectionConfig;
@@ -31,25 +31,25 @@ import tech.kwik.flupke.server.Http3ApplicationProtocolFactory;
 
 public final class KwikLabServer {
     public static void main(String[] args) throws Exception {
-        Map<String, String> opt = new HashMap<>();
-        for (String arg : args) {
-            String[] kv = arg.replaceFirst("^--", "").split("=", 2);
-            opt.put(kv[0], kv.length > 1 ? kv[1] : "");
-        }
+        LabArgs opt = LabArgs.parse("kwik", args, Set.of("max-idle-timeout", "initial-max-data",
+                "initial-max-stream-data-bidi-local", "initial-max-stream-data-bidi-remote", "initial-max-streams-bidi",
+                "initial-max-streams-uni", "alpn", "cid-length", "retry"));
         ServerConnectionConfig.Builder config = ServerConnectionConfig.builder();
-        if (opt.containsKey("max_idle_timeout")) config.maxIdleTimeout(Integer.parseInt(opt.get("max_idle_timeout")));
-        if (opt.containsKey("initial_max_data")) config.maxConnectionBufferSize(Long.parseLong(opt.get("initial_max_data")));
-        long bidi = Math.max(Long.parseLong(opt.getOrDefault("initial_max_stream_data_bidi_local", "0")),
-                             Long.parseLong(opt.getOrDefault("initial_max_stream_data_bidi_remote", "0")));
+        if (opt.has("max-idle-timeout")) config.maxIdleTimeout((int) opt.number("max-idle-timeout"));
+        if (opt.has("initial-max-data")) config.maxConnectionBufferSize(opt.number("initial-max-data"));
+        long bidi = 0;
+        for (String window : new String[] {"initial-max-stream-data-bidi-local", "initial-max-stream-data-bidi-remote"}) {
+            if (opt.has(window)) bidi = Math.max(bidi, opt.number(window));
+        }
         if (bidi > 0) config.maxBidirectionalStreamBufferSize(bidi);
-        if (opt.containsKey("initial_max_streams_bidi")) config.maxOpenPeerInitiatedBidirectionalStreams(Integer.parseInt(opt.get("initial_max_streams_bidi")));
-        if (opt.containsKey("initial_max_streams_uni")) config.maxOpenPeerInitiatedUnidirectionalStreams(Integer.parseInt(opt.get("initial_max_streams_uni")));
-        if (opt.containsKey("cid-length")) config.connectionIdLength(Integer.parseInt(opt.get("cid-length")));
-        config.retryRequired(opt.containsKey("retry"));
+        if (opt.has("initial-max-streams-bidi")) config.maxOpenPeerInitiatedBidirectionalStreams((int) opt.number("initial-max-streams-bidi"));
+        if (opt.has("initial-max-streams-uni")) config.maxOpenPeerInitiatedUnidirectionalStreams((int) opt.number("initial-max-streams-uni"));
+        if (opt.has("cid-length")) config.connectionIdLength((int) opt.number("cid-length"));
+        config.retryRequired(opt.has("retry"));
 
         Certificate certificate = CertificateFactory.getInstance("X.509")
-                .generateCertificate(Files.newInputStream(Path.of(opt.get("certificate"))));
-        String pem = Files.readString(Path.of(opt.get("private-key"))).replaceAll("-----[A-Z ]+-----|\\s", "");
+                .generateCertificate(Files.newInputStream(Path.of(opt.get("cert", null))));
+        String pem = Files.readString(Path.of(opt.get("key", null))).replaceAll("-----[A-Z ]+-----|\\s", "");
         KeyStore keys = KeyStore.getInstance(KeyStore.getDefaultType());
         keys.load(null, null);
         keys.setKeyEntry("lab", KeyFactory.getInstance("EC").generatePrivate(new PKCS8EncodedKeySpec(Base64.getDecoder().decode(pem))),
@@ -57,7 +57,7 @@ public final class KwikLabServer {
 
         SysOutLogger log = new SysOutLogger();
         log.logWarning(true);
-        DatagramSocket socket = new DatagramSocket(new InetSocketAddress(opt.get("host"), Integer.parseInt(opt.get("port"))));
+        DatagramSocket socket = new DatagramSocket(new InetSocketAddress(opt.host, opt.port));
         ServerConnector connector = ServerConnector.builder()
                 .withSocket(socket)
                 .withKeyStore(keys, "lab", new char[0], "secp256r1")
@@ -72,11 +72,11 @@ public final class KwikLabServer {
             }
         });
         // Every protocol accepted is served as HTTP/3: the lab only needs the handshake to take it.
-        for (String protocol : opt.getOrDefault("alpn", "h3").split(",")) {
+        for (String protocol : opt.get("alpn", "h3").split(",")) {
             connector.registerApplicationProtocol(protocol, http3);
         }
         Runtime.getRuntime().addShutdownHook(new Thread(connector::close));
         connector.start();
-        System.out.println("listening on " + opt.get("host") + ":" + opt.get("port"));
+        System.out.println("listening on " + opt.host + ":" + opt.port);
     }
 }

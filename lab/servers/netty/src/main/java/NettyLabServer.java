@@ -2,17 +2,17 @@
 // ip:port with ALPN h3 (or the list given); it completes handshakes and discards what streams
 // carry (HTTP/3 itself is not served: no codec-http3 for quic 0.0.20 is on Maven Central).
 // netty's only token handler answers every first Initial with a Retry.
-// Flow control from the command line, transport parameters by their RFC 9000 names:
-//   java -jar lab-server.jar --host=IP --port=443 --certificate=C --private-key=K
-//        [--max_idle_timeout=MS --initial_max_data=N --initial_max_stream_data_bidi_local=N
-//         --initial_max_stream_data_bidi_remote=N --initial_max_stream_data_uni=N
-//         --initial_max_streams_bidi=N --initial_max_streams_uni=N]
+// Flow control from the lab-server command line (LabArgs), transport parameters by their
+// RFC 9000 names with dashes:
+//   java -jar lab-server.jar IP:443 --cert=C --key=K
+//        [--max-idle-timeout=MS --initial-max-data=N --initial-max-stream-data-bidi-local=N
+//         --initial-max-stream-data-bidi-remote=N --initial-max-stream-data-uni=N
+//         --initial-max-streams-bidi=N --initial-max-streams-uni=N]
 //        [--alpn=h3,... --cid-length=N --datagrams=true --disable-active-migration]
 
 import java.io.File;
 import java.net.InetSocketAddress;
-import java.util.HashMap;
-import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 
 import io.netty.bootstrap.Bootstrap;
@@ -43,33 +43,32 @@ public final class NettyLabServer {
     }
 
     public static void main(String[] args) throws Exception {
-        Map<String, String> opt = new HashMap<>();
-        for (String arg : args) {
-            String[] kv = arg.replaceFirst("^--", "").split("=", 2);
-            opt.put(kv[0], kv.length > 1 ? kv[1] : "");
-        }
+        LabArgs opt = LabArgs.parse("netty", args, Set.of("max-idle-timeout", "initial-max-data",
+                "initial-max-stream-data-bidi-local", "initial-max-stream-data-bidi-remote", "initial-max-stream-data-uni",
+                "initial-max-streams-bidi", "initial-max-streams-uni", "alpn", "cid-length", "datagrams",
+                "disable-active-migration"));
         QuicServerCodecBuilder codec = new QuicServerCodecBuilder()
-                .sslContext(QuicSslContextBuilder.forServer(new File(opt.get("private-key")), null,
-                        new File(opt.get("certificate"))).applicationProtocols(opt.getOrDefault("alpn", "h3").split(",")).build())
+                .sslContext(QuicSslContextBuilder.forServer(new File(opt.get("key", null)), null,
+                        new File(opt.get("cert", null))).applicationProtocols(opt.get("alpn", "h3").split(",")).build())
                 .tokenHandler(InsecureQuicTokenHandler.INSTANCE)
                 .handler(new Discard())
                 .streamHandler(new Discard());
-        if (opt.containsKey("max_idle_timeout")) codec.maxIdleTimeout(Long.parseLong(opt.get("max_idle_timeout")), TimeUnit.MILLISECONDS);
-        if (opt.containsKey("initial_max_data")) codec.initialMaxData(Long.parseLong(opt.get("initial_max_data")));
-        if (opt.containsKey("initial_max_stream_data_bidi_local")) codec.initialMaxStreamDataBidirectionalLocal(Long.parseLong(opt.get("initial_max_stream_data_bidi_local")));
-        if (opt.containsKey("initial_max_stream_data_bidi_remote")) codec.initialMaxStreamDataBidirectionalRemote(Long.parseLong(opt.get("initial_max_stream_data_bidi_remote")));
-        if (opt.containsKey("initial_max_stream_data_uni")) codec.initialMaxStreamDataUnidirectional(Long.parseLong(opt.get("initial_max_stream_data_uni")));
-        if (opt.containsKey("initial_max_streams_bidi")) codec.initialMaxStreamsBidirectional(Long.parseLong(opt.get("initial_max_streams_bidi")));
-        if (opt.containsKey("initial_max_streams_uni")) codec.initialMaxStreamsUnidirectional(Long.parseLong(opt.get("initial_max_streams_uni")));
-        if (opt.containsKey("cid-length")) codec.localConnectionIdLength(Integer.parseInt(opt.get("cid-length")));
-        if ("true".equals(opt.get("datagrams"))) codec.datagram(16, 16);
-        if (opt.containsKey("disable-active-migration")) codec.activeMigration(false);
+        if (opt.has("max-idle-timeout")) codec.maxIdleTimeout(opt.number("max-idle-timeout"), TimeUnit.MILLISECONDS);
+        if (opt.has("initial-max-data")) codec.initialMaxData(opt.number("initial-max-data"));
+        if (opt.has("initial-max-stream-data-bidi-local")) codec.initialMaxStreamDataBidirectionalLocal(opt.number("initial-max-stream-data-bidi-local"));
+        if (opt.has("initial-max-stream-data-bidi-remote")) codec.initialMaxStreamDataBidirectionalRemote(opt.number("initial-max-stream-data-bidi-remote"));
+        if (opt.has("initial-max-stream-data-uni")) codec.initialMaxStreamDataUnidirectional(opt.number("initial-max-stream-data-uni"));
+        if (opt.has("initial-max-streams-bidi")) codec.initialMaxStreamsBidirectional(opt.number("initial-max-streams-bidi"));
+        if (opt.has("initial-max-streams-uni")) codec.initialMaxStreamsUnidirectional(opt.number("initial-max-streams-uni"));
+        if (opt.has("cid-length")) codec.localConnectionIdLength((int) opt.number("cid-length"));
+        if ("true".equals(opt.get("datagrams", null))) codec.datagram(16, 16);
+        if (opt.has("disable-active-migration")) codec.activeMigration(false);
 
         NioEventLoopGroup group = new NioEventLoopGroup(1);
         Channel channel = new Bootstrap().group(group).channel(NioDatagramChannel.class).handler(codec.build())
-                .bind(new InetSocketAddress(opt.get("host"), Integer.parseInt(opt.get("port")))).sync().channel();
+                .bind(new InetSocketAddress(opt.host, opt.port)).sync().channel();
         Runtime.getRuntime().addShutdownHook(new Thread(() -> group.shutdownGracefully(0, 1, TimeUnit.SECONDS).syncUninterruptibly()));
-        System.out.println("listening on " + opt.get("host") + ":" + opt.get("port"));
+        System.out.println("listening on " + opt.host + ":" + opt.port);
         channel.closeFuture().sync();
     }
 }
