@@ -11,7 +11,7 @@ from common.cliapp import make_app, run
 app = make_app(__doc__.splitlines()[0], "qreplay --set firefox --delay 30ms --size 5MB --reps 2 --out replay.duckdb")
 
 # One entry per replay/commands module, each adding its commands to ``app``.
-COMMAND_MODULES: tuple[str, ...] = ("run", "link", "plot", "reproduce", "pairs")
+COMMAND_MODULES: tuple[str, ...] = ("run", "link", "plot", "reproduce", "pairs", "fidelity")
 
 for _name in COMMAND_MODULES:
     __import__(f"replay.commands.{_name}", fromlist=["register"]).register(app)

@@ -240,16 +240,8 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
     results = Path(results)
     con = store.open_read_only(results)
     try:
-        experiments = con.execute(
-            "SELECT experiment_id, stack, started_at, finished_at, config FROM experiments "
-            "WHERE json_extract_string(config, '$.campaign') IS NOT NULL ORDER BY started_at").fetchall()
-        if not experiments:
-            raise ToolError(f"{results} holds no `qreplay reproduce` campaign")
-        configs = {eid: json.loads(config) for eid, _, _, _, config in experiments}
-        campaign = campaign or configs[experiments[-1][0]]["campaign"]
-        chosen = [e for e in experiments if configs[e[0]]["campaign"] == campaign]
-        if not chosen:
-            raise ToolError(f"{results} has no campaign {campaign!r}")
+        campaign, chosen = store.campaign_experiments(con, results, "campaign", "qreplay reproduce", campaign)
+        configs = {e[0]: e[4] for e in chosen}
         summary = statistics.summary(con).filter(pl.col("experiment_id").is_in([e[0] for e in chosen]))
     except duckdb.Error as exc:
         raise ToolError(f"{results} is not a qreplay results file: {str(exc).splitlines()[0]}") from None

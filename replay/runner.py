@@ -52,6 +52,7 @@ class Condition:
     sweep_param: str | None = None
     sweep_value: int | None = None
     stack: Stack | None = None  # the client's stack where conditions differ in it (matrix --stacks), else None
+    autotune: bool | None = None  # --autotune where conditions differ in it (qreplay fidelity), else the options'
 
 
 @dataclass
@@ -302,6 +303,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
     """One download from ``server_stack``'s server (default: ``stack``'s) by ``stack``'s client; always
     returns a row, with status ok | timeout | failed."""
     server_stack = server_stack or stack
+    if condition.autotune is not None:
+        options = dataclasses.replace(options, autotune=condition.autotune)
     row: dict = {
         "experiment_id": experiment_id, "run_id": uuid.uuid4().hex,
         "started_at": datetime.datetime.now(), "set_name": condition.client.name,
@@ -544,4 +547,5 @@ def _path_kind(backend: str, link: LinkConfig) -> str:
 def _describe(condition: Condition) -> dict:
     return {"set": condition.client.name, "server_set": condition.server.name if condition.server else None,
             "link": condition.link.describe(), "sweep_param": condition.sweep_param,
-            "sweep_value": condition.sweep_value}
+            "sweep_value": condition.sweep_value,
+            **({"autotune": condition.autotune} if condition.autotune is not None else {})}

@@ -36,6 +36,12 @@ class NamedSet:
     role: str | None = None  # who sends it: client | server (a set file's "role"; scan sets are servers')
 
 
+def own_set(stack) -> NamedSet:
+    """A browser stack's condition: no set of ours, its own parameters (each run records its ClientHello)."""
+    return NamedSet(f"{stack.name}-own", ParamSet(), f"{stack.name}'s own transport parameters, recorded from "
+                                                     "each run's ClientHello", "client")
+
+
 def builtin_names(sets_dir: Path = SETS_DIR) -> list[str]:
     return sorted(p.stem for p in sets_dir.glob("*.json"))
 

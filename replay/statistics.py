@@ -10,6 +10,8 @@ its series, every condition that still differs among what it draws
 
 from __future__ import annotations
 
+import math
+
 import duckdb
 
 #: Every condition a run is stored under, as ran (requested values sit beside them in `runs`).
@@ -126,3 +128,40 @@ def _word(column: str, value) -> str:
     if column == "server_set_name":
         return f"server set {value}"
     return f"{column} {value}"
+
+# --- two conditions against each other (from summary rows) --------------------------------------------
+
+def _t975(df: int) -> float:
+    return T975[df - 1] if 1 <= df <= len(T975) else 1.96
+
+
+def ratio_of_means(numerator: dict, denominator: dict) -> dict:
+    """The ratio of two conditions' mean goodputs (summary rows: ``mean_mbps``, ``stddev_mbps``, ``n``) with
+    its spread by the delta method: each mean's standard error propagated, se(r) = r x sqrt(sd1^2 / (n1 m1^2)
+    + sd2^2 / (n2 m2^2)), and a 95% interval r +- t x se(r), Student's t of the smaller sample's degrees of
+    freedom (its low end held at 0). No interval where either side has fewer than two runs."""
+    m1, m2 = numerator.get("mean_mbps"), denominator.get("mean_mbps")
+    n1, n2 = numerator.get("n") or 0, denominator.get("n") or 0
+    s1, s2 = numerator.get("stddev_mbps"), denominator.get("stddev_mbps")
+    if not m1 or not m2:
+        return {"ratio": None, "ratio_se": None, "ratio_ci95_low": None, "ratio_ci95_high": None}
+    ratio = m1 / m2
+    if n1 < 2 or n2 < 2 or s1 is None or s2 is None:
+        return {"ratio": ratio, "ratio_se": None, "ratio_ci95_low": None, "ratio_ci95_high": None}
+    se = ratio * math.sqrt(s1 ** 2 / (n1 * m1 ** 2) + s2 ** 2 / (n2 * m2 ** 2))
+    half = _t975(min(n1, n2) - 1) * se
+    return {"ratio": ratio, "ratio_se": se, "ratio_ci95_low": max(0.0, ratio - half), "ratio_ci95_high": ratio + half}
+
+
+def difference_of_means(first: dict, second: dict) -> dict:
+    """first - second of two conditions' mean goodputs (summary rows), with Welch's standard error and a 95%
+    interval (Student's t of the smaller sample's degrees of freedom); no interval below two runs a side."""
+    m1, m2 = first.get("mean_mbps"), second.get("mean_mbps")
+    n1, n2 = first.get("n") or 0, second.get("n") or 0
+    s1, s2 = first.get("stddev_mbps"), second.get("stddev_mbps")
+    if m1 is None or m2 is None:
+        return {"difference": None, "difference_ci95_low": None, "difference_ci95_high": None}
+    if n1 < 2 or n2 < 2 or s1 is None or s2 is None:
+        return {"difference": m1 - m2, "difference_ci95_low": None, "difference_ci95_high": None}
+    half = _t975(min(n1, n2) - 1) * math.sqrt(s1 ** 2 / n1 + s2 ** 2 / n2)
+    return {"difference": m1 - m2, "difference_ci95_low": m1 - m2 - half, "difference_ci95_high": m1 - m2 + half}

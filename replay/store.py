@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -70,6 +71,23 @@ def open_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
         return duckdb.connect(str(path), read_only=True)
     except duckdb.Error as exc:
         raise ToolError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
+
+
+def campaign_experiments(con: duckdb.DuckDBPyConnection, results: str | Path, tag: str, what: str,
+                         campaign: str | None = None, where: str = "true") -> tuple[str, list[tuple]]:
+    """(campaign id, its experiments as (experiment_id, stack, started_at, finished_at, config as a dict) in
+    the order they started) of the newest campaign whose experiments carry ``tag`` in their config, or of
+    ``campaign``; ``where`` narrows the experiments (SQL), ``what`` names the command in the one-line error."""
+    rows = [(eid, stack, started, finished, json.loads(config)) for eid, stack, started, finished, config in con.execute(
+        "SELECT experiment_id, stack, started_at, finished_at, config FROM experiments "
+        f"WHERE json_extract_string(config, '$.{tag}') IS NOT NULL AND ({where}) ORDER BY started_at").fetchall()]
+    if not rows:
+        raise ToolError(f"{results} holds no `{what}` campaign")
+    campaign = campaign or rows[-1][4][tag]
+    chosen = [row for row in rows if row[4][tag] == campaign]
+    if not chosen:
+        raise ToolError(f"{results} has no {what} campaign {campaign!r}")
+    return campaign, chosen
 
 
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from replay import sets as sets_api
+from replay.sets import own_set
 from replay.link import LinkConfig, parse_duration_ms, parse_percent, parse_rate_bps, parse_size
 from replay import statistics, store
 from replay.runner import Condition, Experiment, run_experiment
@@ -110,14 +111,6 @@ def given(ctx: typer.Context, parameter: str) -> bool:
     """Whether the command line gave ``parameter`` (by its Python name), rather than leaving its default."""
     source = ctx.get_parameter_source(parameter)
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
-
-
-def own_set(stack: Stack) -> sets_api.NamedSet:
-    """A browser's condition: no set of ours, its own parameters (each run records its ClientHello)."""
-    from tparams.paramset import ParamSet
-
-    return sets_api.NamedSet(f"{stack.name}-own", ParamSet(), f"{stack.name}'s own transport parameters, recorded "
-                                                              "from each run's ClientHello", "client")
 
 
 def refuse_sets(ctx: typer.Context, stacks: list[Stack], set_parameter: str, client_param: list[str] | None) -> None:

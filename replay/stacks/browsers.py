@@ -56,11 +56,12 @@ class Browser(Stack):
         return (done.stdout.strip() or None) if done.returncode == 0 else None
 
     def autotunes(self, requested: bool) -> bool:
-        return True  # a browser's windows grow as it was built to, whatever qreplay asks
+        return True  # a browser's windows are as it was built (it may grow them), whatever qreplay asks
 
     def capabilities(self) -> str:
         return (f"client only, over {self.protocol}: sets none of the 12 (a browser's parameters are its own; each "
-                "run records its ClientHello), and its windows grow as the browser's do, --autotune or not; "
+                "run records its ClientHello), and its windows follow the browser's own rule, --autotune or not "
+                "(traced: datasets/flowcontrol/rules.csv); "
                 f"downloads from {self.default_server}'s server unless --server-stack")
 
     def server_command(self, params, opts, ip, port, workdir):
@@ -79,7 +80,7 @@ class Browser(Stack):
             argv.append("--no-trust")
         if opts.keylog:
             argv.append(f"--keylog={opts.keylog}")
-        notes = ([] if not opts.autotune else [f"--autotune: {self.name}'s windows grow as the browser does, "
+        notes = ([] if not opts.autotune else [f"--autotune: {self.name}'s windows follow the browser's own rule, "
                                                 "asked or not"])
         return ClientPlan(argv), Applied(notes=notes)
 
