@@ -29,7 +29,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from replay import store, trace
+from replay import profile, store, trace
 from replay.cpuidle import ShallowIdle
 from replay.link import LinkConfig, select_backend
 from replay.sets import NamedSet
@@ -142,13 +142,17 @@ def _measured(argv: list[str], usage_file: Path) -> list[str]:
 class _Process:
     """A stack process in a namespace; its exit is collected by a thread, its CPU and peak RSS by GNU time."""
 
-    def __init__(self, ns: str | None, argv: list[str], usage_file: Path, stdout=subprocess.DEVNULL):
+    def __init__(self, ns: str | None, argv: list[str], usage_file: Path, stdout=subprocess.DEVNULL,
+                 gated: bool = False):
         self.usage_file = usage_file
         # stderr to a file, not a pipe: a chatty stack must never block on a full pipe mid-run.
         self.stderr_file = usage_file.with_suffix(".stderr")
+        measured = _measured(argv, usage_file)
+        if gated:  # waits for a line on stdin (release) before it becomes GNU time and the stack
+            measured = ["sh", "-c", 'read -r _; exec "$@" </dev/null', "sh", *measured]
         with open(self.stderr_file, "wb") as stderr:
-            self.popen = subprocess.Popen(_in_ns(ns, _measured(argv, usage_file)), stdout=stdout,
-                                          stderr=stderr, start_new_session=True)
+            self.popen = subprocess.Popen(_in_ns(ns, measured), stdout=stdout, stderr=stderr,
+                                          stdin=subprocess.PIPE if gated else None, start_new_session=True)
         self.started = time.monotonic()
         self.ended: float | None = None
         self.status: int | None = None
@@ -185,6 +189,25 @@ class _Process:
         except ProcessLookupError:
             pass
         self.wait(grace_s)
+
+    def release(self) -> None:
+        """Let a gated process go on (the stack starts now)."""
+        self.popen.stdin.write(b"go\n")
+        self.popen.stdin.close()
+        self.started = time.monotonic()
+
+    def stack_pid(self, timeout_s: float = 2.0) -> int:
+        """The stack's own pid: GNU time's child (``ip netns exec`` execs into GNU time)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not self.wait(0):
+            try:
+                children = Path(f"/proc/{self.popen.pid}/task/{self.popen.pid}/children").read_text().split()
+            except OSError:
+                children = []
+            if children:
+                return int(children[0])
+            time.sleep(0.002)
+        raise RuntimeError("the stack's process was gone before its profiler could attach")
 
     def usage(self) -> tuple[float | None, int | None]:
         """(CPU seconds, peak RSS in KiB) of the stack; None when it was killed before GNU time wrote them."""
@@ -348,16 +371,27 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         row["server_argv"] = json.dumps(server.popen.args)
         client = result = None
         tracing, captured = contextlib.ExitStack(), None
+        profiling = profile.Profiling(workdir) if options.profile else None
         try:
             _wait_listening(server_stack, path.server_ns, port, server)
+            if profiling:  # attached before the client starts, so the server's part is sampled whole
+                profiling.attach("server", server_stack.name, server.stack_pid(), profile.executable_of(server_argv))
             if options.trace:  # started before the client, stopped after it (and the server)
                 captured = tracing.enter_context(trace.capture(path, workdir / "trace.pcapng"))
             before = path.interface_counters()
             drain = _FifoDrain(plan.body_fifo) if plan.body_fifo else None
             stdout_file = open(workdir / "client.stdout", "w+b")
-            client = _Process(path.client_ns, plan.argv, workdir / "client.usage", stdout=stdout_file)
+            gated = bool(profiling) and profile.gated(plan.argv)
+            client = _Process(path.client_ns, plan.argv, workdir / "client.usage", stdout=stdout_file, gated=gated)
             row["client_argv"] = json.dumps(client.popen.args)
+            if profiling:
+                profiling.attach("client", stack.name, client.popen.pid if gated else client.stack_pid(),
+                                 profile.executable_of(plan.argv), gate=gated)
+            if gated:
+                client.release()
             finished, server_gone = _await_client(client, server, options.timeout_s)
+            if profiling:  # the transfer is over: nothing after it is sampled
+                profiling.stop()
             if not finished:
                 client.stop()
             if drain:
@@ -395,6 +429,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             where = traceback.extract_tb(exc.__traceback__)[-1]
             row["status"], row["error"] = "failed", f"{exc} ({Path(where.filename).name}:{where.lineno})"[:400]
         finally:
+            if profiling:
+                profiling.stop()
             if client:
                 client.stop()
                 row["client_cpu_s"], row["client_maxrss_kb"] = client.usage()
@@ -411,6 +447,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             stack.complete_row(row, result)
         if captured is not None:
             row["trace"] = _trace(row, tracing, captured, workdir, path.server_ip, options.qlog_dir)
+        if profiling and row["status"] == "ok":
+            row["profile"] = _profile(row, profiling)
     if row["status"] != "ok":
         row["goodput_mbps"] = None  # a failed run is kept, but never averaged in
     return row
@@ -426,6 +464,21 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
                                                               server_ip), captured, trace.sender_qlog(qlog_dir))
     except ToolError as exc:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), f"no trace: {exc}"])
+        return None
+
+
+def _profile(row: dict, profiling: profile.Profiling) -> tuple[list[dict], list[dict]] | None:
+    """The run's (profiles rows, profile_stacks rows); samples that cannot be read are a warning on the
+    run, not a failed run."""
+    try:
+        profiles, stacks = [], []
+        for endpoint in profiling.results({"client": row.get("client_cpu_s"), "server": row.get("server_cpu_s")}):
+            rows = endpoint.rows(row["run_id"], profile.Sorter(endpoint.library), row["bytes"])
+            profiles += rows[0]
+            stacks += rows[1]
+        return profiles, stacks
+    except ToolError as exc:
+        row["warnings"] = json.dumps([*json.loads(row["warnings"]), f"no profile: {exc}"])
         return None
 
 
@@ -525,6 +578,9 @@ def run_experiment(experiment: Experiment, results: str | Path,
                     if traced := row.pop("trace", None):
                         store.insert(con, "traces", [traced[0]])
                         store.insert(con, "trace_points", traced[1])
+                    if profiled := row.pop("profile", None):
+                        store.insert(con, "profiles", profiled[0])
+                        store.insert(con, "profile_stacks", profiled[1])
                     batch.append(row)
                     if on_run:
                         on_run(row)

@@ -59,6 +59,31 @@ FROM per_condition p LEFT JOIN t975 t ON t.df = p.n - 1
 ORDER BY first_started"""
 
 
+def profile_summary_sql(columns: list[str] | tuple[str, ...] = CONDITIONS) -> str:
+    """SELECT of one row per experiment, condition, endpoint and component of the profiled runs
+    (`qreplay --profile`): how many, the mean share of the endpoint's samples and the mean CPU seconds per
+    GB of payload, with the mean goodput of those runs beside them."""
+    keys = ", ".join(f"r.{c}" for c in columns)
+    return f"""
+SELECT r.experiment_id, {keys}, p.endpoint, p.library, p.component, count(*) AS runs,
+       avg(p.share) AS mean_share, avg(p.cpu_s_per_gb) AS mean_cpu_s_per_gb, avg(p.samples) AS mean_samples,
+       avg(r.goodput_mbps) AS mean_mbps, min(r.started_at) AS first_started
+FROM profiles p JOIN runs r USING (run_id)
+GROUP BY r.experiment_id, {keys}, p.endpoint, p.library, p.component
+ORDER BY first_started, p.endpoint, p.component"""
+
+
+#: the system call each sampled kernel stack was in (its outermost entry frame, __x64_sys_epoll_wait_[k] or,
+#: where that one is folded into the next, __sys_sendmsg_[k] or ksys_write_[k]), samples summed per run and
+#: endpoint
+PROFILE_SYSCALLS_SQL = r"""
+SELECT run_id, endpoint, regexp_extract(folded, '(?:^|;)(?:__x64_sys_|__sys_|ksys_)([a-z0-9_]+?)_\[k\]', 1) AS syscall,
+       sum(samples) AS samples
+FROM profile_stacks
+WHERE regexp_matches(folded, '(?:^|;)(?:__x64_sys_|__sys_|ksys_)[a-z0-9_]+?_\[k\]')
+GROUP BY ALL"""
+
+
 def present_conditions(con: duckdb.DuckDBPyConnection) -> list[str]:
     """The conditions a results file stores (a file of an older qreplay may lack the newest)."""
     columns = {row[0] for row in con.execute("DESCRIBE runs").fetchall()}
@@ -128,6 +153,7 @@ def _word(column: str, value) -> str:
     if column == "server_set_name":
         return f"server set {value}"
     return f"{column} {value}"
+
 
 # --- two conditions against each other (from summary rows) --------------------------------------------
 

@@ -36,6 +36,8 @@ def connect(path: str | Path) -> duckdb.DuckDBPyConnection:
 def create_views(con: duckdb.DuckDBPyConnection) -> None:
     """The views of a results file that are made from replay/statistics.py, not from the schema's DDL."""
     con.execute(f"CREATE OR REPLACE VIEW run_summary AS {statistics.summary_sql()}")
+    con.execute(f"CREATE OR REPLACE VIEW profile_summary AS {statistics.profile_summary_sql()}")
+    con.execute(f"CREATE OR REPLACE VIEW profile_syscalls AS {statistics.PROFILE_SYSCALLS_SQL}")
 
 
 # Until 2026-11-25 runs stored the requested --cc, --autotune and --queue as their conditions. What ran

@@ -9,6 +9,7 @@ APT_PACKAGES=(zmap tshark ngtcp2-client ngtcp2-server caddy iproute2 dnsmasq-bas
               chromium firefox-esr libnss3-tools libcap2-bin procps iperf3 ethtool)
 APT_PACKAGES+=(openjdk-17-jdk-headless maven)  # jvmlab: the lab's Java servers (block below)
 APT_PACKAGES+=(slurm-wlm)  # bench_campaign: a one-node Slurm cluster runs the campaign's array job file
+APT_PACKAGES+=(linux-perf strace)  # qreplay --profile: perf samples the stacks; strace shows their socket calls
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -106,6 +107,18 @@ if [ -f lab/servers/Cargo.toml ]; then
     done
   done
 fi
+# inferno (the Rust port of FlameGraph) draws `qreplay plot --profile`'s flame graphs: pinned, built once
+# into the cache outside the clone, copied into build/bin.
+inferno_version=0.12.8
+inferno_root=${XDG_CACHE_HOME:-$HOME/.cache}/quictp/inferno-$inferno_version
+if [ ! -x "$inferno_root/bin/inferno-flamegraph" ]; then
+  command -v cargo >/dev/null || { echo "setup: cargo is missing (inferno needs it)" >&2; exit 1; }
+  echo "setup: cargo install inferno@$inferno_version"
+  cargo install -q --locked "inferno@$inferno_version" --root "$inferno_root" -j2
+fi
+mkdir -p build/bin
+cmp -s "$inferno_root/bin/inferno-flamegraph" build/bin/inferno-flamegraph \
+  || install -m755 "$inferno_root/bin/inferno-flamegraph" build/bin/
 # ---- jvmlab: the lab's Java servers (lab/servers/<library>/pom.xml) --------------
 # Maven (its cache ~/.m2) builds each into one jar named by the hash of its
 # sources, outside the clone; lab/builds.py finds it by the same hash, so a

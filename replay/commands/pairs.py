@@ -12,7 +12,7 @@ from common.cliapp import output_dir
 from common.terminal import cli_console
 from replay import sets as sets_api
 from replay.commands.run import (
-    LinkOpt, SetOpt, SizeOpt, TimeoutOpt, comma_list, current_command_line, execute, make_link, make_options,
+    LinkOpt, ProfileOpt, SetOpt, SizeOpt, TimeoutOpt, comma_list, current_command_line, execute, make_link, make_options,
 )
 from replay.pairs import matrix, pairs_of, read_pairs, run_pairs, write_pairs_report
 from replay.stacks import all_stacks, get_stack
@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
         = "0,30",
         set_spec: SetOpt = "firefox", size: SizeOpt = "20MB",
         reps: Annotated[int, typer.Option("--reps", min=1, help="Repetitions per pair and delay.")] = 2,
-        link: LinkOpt = "auto", timeout: TimeoutOpt = None,
+        link: LinkOpt = "auto", timeout: TimeoutOpt = None, profile: ProfileOpt = False,
         out_dir: Annotated[Path, typer.Option(
             "--out-dir", callback=output_dir, help="Where results (pairs.duckdb, appended to), pairs.md, pairs.html "
             "and the heat maps go.")] = Path("out/pairs"),
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
             else:
                 chosen = [s for s in all_stacks().values() if not s.unavailable_reason()]
             links = [make_link(d, "0ms", "0ms", "0%", None, None) for d in comma_list(delays, "--delays")]
-            options = make_options(size, False, "cubic", None, timeout)
+            options = make_options(size, False, "cubic", None, timeout, profile=profile)
             client_set = sets_api.resolve_one(set_spec)
             pairs_count = len(pairs_of(chosen))
             console.print(f"pairs: {pairs_count} client x server pairs of {', '.join(s.name for s in chosen)}, "

@@ -175,6 +175,99 @@ def plot_traces(results: Path, out_dir: Path, run_id: str | None = None) -> list
     return [path for _, path in figures] + [page]
 
 
+def profiled_runs(results: Path, run_id: str | None):
+    """(the profiled runs to draw: ``run_id``, a prefix will do, else the newest of each condition; their
+    folded stacks by (run, endpoint); the file's profile_summary)."""
+    import duckdb
+
+    con = store.open_read_only(results)
+    try:
+        conditions = statistics.present_conditions(con)
+        runs = con.sql(f"SELECT run_id, goodput_mbps, started_at, experiment_id, {', '.join(conditions)} "
+                       "FROM runs WHERE run_id IN (SELECT run_id FROM profiles) ORDER BY started_at").pl()
+        if run_id:
+            runs = runs.filter(runs["run_id"].str.starts_with(run_id))
+        if runs.is_empty():
+            raise ToolError(f"{results} has no profiled run{' ' + run_id if run_id else 's (run with --profile)'}")
+        if not run_id:
+            runs = runs.group_by(conditions, maintain_order=True).last()
+        stacks = {(run["run_id"], endpoint): dict(con.execute(
+            "SELECT folded, samples FROM profile_stacks WHERE run_id = ? AND endpoint = ?",
+            [run["run_id"], endpoint]).fetchall()) for run in runs.iter_rows(named=True)
+            for endpoint in ("client", "server")}
+        summary = con.sql(statistics.profile_summary_sql(conditions)).pl()
+    except duckdb.Error as exc:
+        raise ToolError(f"{results} holds no profiles (run with --profile): {str(exc).splitlines()[0]}") from None
+    finally:
+        con.close()
+    return runs, stacks, summary
+
+
+def components_figure(summary, out: Path, title: str) -> Path:
+    """Stacked bars of CPU seconds per GB by component, a client and a server bar per stack pair, one panel
+    per delay (the Kempf thesis's figure 5.1, in CPU time per byte rather than shares)."""
+    import polars as pl
+
+    from replay.profile import COMPONENTS, UNMAPPED
+
+    plt = pyplot()
+    delays = summary["delay_ms"].unique().sort().to_list()
+    fig, axes = plt.subplots(len(delays), 1, figsize=(11, 4.2 * len(delays)), squeeze=False)
+    colours = dict(zip((*COMPONENTS, UNMAPPED), plt.get_cmap("tab10").colors))
+    for ax, delay in zip(axes[:, 0], delays):
+        at = summary.filter(pl.col("delay_ms") == delay)
+        bars = at.select("stack", "server_stack", "endpoint").unique().sort("stack", "server_stack", "endpoint")
+        bottoms = [0.0] * bars.height
+        for component in (*COMPONENTS, UNMAPPED):
+            cells = bars.join(at.filter(pl.col("component") == component).group_by(
+                "stack", "server_stack", "endpoint").agg(pl.col("mean_cpu_s_per_gb").mean()),
+                on=["stack", "server_stack", "endpoint"], how="left", maintain_order="left")
+            heights = cells["mean_cpu_s_per_gb"].fill_null(0.0).to_list()
+            ax.bar(range(bars.height), heights, bottom=bottoms, color=colours[component], label=component)
+            bottoms = [b + h for b, h in zip(bottoms, heights)]
+        # a bar far above the rest (a Python endpoint) is cut at the axis's top, its total written there
+        usual = sorted(bottoms)[len(bottoms) // 2] * 5 or 1.0
+        top = max([b for b in bottoms if b <= usual] or [usual]) * 1.15
+        ax.set_ylim(0, top)
+        for x, total in enumerate(bottoms):
+            if total > top:
+                ax.annotate(f"{total:,.0f}", (x, top), xytext=(0, -12), textcoords="offset points", ha="center",
+                            fontsize="small", color="white", fontweight="bold")
+        labels = [f"{b['stack'] if b['endpoint'] == 'client' else b['server_stack']}\n{b['endpoint']}"
+                  + ("" if b["stack"] == b["server_stack"] else f"\n({b['stack']}-{b['server_stack']})")
+                  for b in bars.iter_rows(named=True)]
+        ax.set_xticks(range(bars.height), labels, fontsize="small")
+        ax.set(ylabel="CPU seconds per GB", title=f"{title}, {delay:g} ms")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0, 0].legend(fontsize="small", ncol=4)
+    return save_png(fig, out)
+
+
+def plot_profiles(results: Path, out_dir: Path, run_id: str | None = None) -> list[Path]:
+    """A flame graph (SVG, drawn by inferno) of each endpoint of the newest profiled run of every condition
+    (or of ``run_id``), and one figure of CPU seconds per GB by component over every profiled condition.
+    Returns the PNG, the SVGs and the HTML page."""
+    from replay.profile import flame_graph
+
+    runs, stacks, summary = profiled_runs(results, run_id)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures = [("Where the cycles go", components_figure(summary, out_dir / "profile_components.png",
+                                                         "CPU per GB of payload by component"))]
+    graphs = []
+    for run in runs.iter_rows(named=True):
+        for endpoint in ("client", "server"):
+            library = run["stack"] if endpoint == "client" else run["server_stack"]
+            if stacks[(run["run_id"], endpoint)]:
+                title = (f"{library} {endpoint}, {run['delay_ms']:g} ms, run {run['run_id'][:12]} "
+                         f"({run['goodput_mbps'] or 0:.0f} Mbit/s)")
+                graphs.append(flame_graph(stacks[(run["run_id"], endpoint)],
+                                          out_dir / f"flame_{run['run_id'][:12]}_{endpoint}.svg", title))
+    page = out_dir / "report.html"
+    links = "".join(f"<li><a href='{g.name}'>{html.escape(g.name)}</a></li>" for g in graphs)
+    page.write_text(_html(results, figures, load_summary(results)) + f"<h2>Flame graphs</h2><ul>{links}</ul>")
+    return [path for _, path in figures] + graphs + [page]
+
+
 def _html(results: Path, figures: list[tuple[str, Path]], summary) -> str:
     """One self-contained page: the figures inline, then the statistics table with every condition that
     differs among its rows."""
@@ -202,17 +295,23 @@ def register(app: typer.Typer) -> None:
     @app.command("plot", epilog="Example: qreplay plot replay.duckdb --out-dir plots")
     def plot(
         results: Annotated[Path, typer.Argument(help="A qreplay results DuckDB file.")],
-        run_id: Annotated[str | None, typer.Argument(help="With --trace: the run to draw (an id prefix); "
-                                                        "default: the newest traced run of each stack.")] = None,
+        run_id: Annotated[str | None, typer.Argument(help="With --trace or --profile: the run to draw (an id "
+                                                        "prefix); default: the newest traced run of each stack, the "
+                                                        "newest profiled run of each condition.")] = None,
         out_dir: Annotated[Optional[Path], typer.Option("--out-dir", callback=output_dir, help="Where to write the "
                                                         "PNGs and report.html (default: <results>-plots).")] = None,
         trace: Annotated[bool, typer.Option("--trace", help="Draw traced runs (qreplay --trace): credit vs sent, "
                                                             "acknowledged, in flight, RTT over time.")] = False,
+        profile: Annotated[bool, typer.Option("--profile", help="Draw profiled runs (qreplay --profile): a flame "
+                                              "graph (SVG) of each endpoint, CPU per GB by component.")] = False,
     ) -> None:
         """Goodput vs delay per set with deviation bands, sweep curves and packet counts (PNG + HTML)."""
         out_dir = out_dir or results.with_name(results.stem + "-plots")
-        if run_id and not trace:
-            raise ToolError("a RUN_ID is for --trace")
-        written = plot_traces(results, out_dir, run_id) if trace else plot_results(results, out_dir)
+        if run_id and not (trace or profile):
+            raise ToolError("a RUN_ID is for --trace or --profile")
+        if trace and profile:
+            raise ToolError("--trace and --profile draw different pages: give one")
+        written = (plot_traces(results, out_dir, run_id) if trace else plot_profiles(results, out_dir, run_id)
+                   if profile else plot_results(results, out_dir))
         for path in written:
             typer.echo(str(path))

@@ -66,6 +66,10 @@ TraceOpt = Annotated[bool, typer.Option("--trace", help="Capture every run (tsha
                                           "segmentation offload off) and store its decrypted time series: bytes "
                                           "sent, acknowledged and in flight, flow-control credit, RTT samples "
                                           "(`qreplay plot --trace`).")]
+ProfileOpt = Annotated[bool, typer.Option("--profile", help="Sample both endpoints with call stacks during the "
+                                            "transfer (perf; py-spy for Python endpoints) and store where the "
+                                            "cycles go, by component (datasets/profile/components.csv), with the "
+                                            "folded stacks (`qreplay plot --profile` draws flame graphs).")]
 OutOpt = Annotated[Path, typer.Option("--out", callback=output_file, help="Results DuckDB file (appended to).")]
 TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Seconds before a run counts as failed "
                                                      "(default: long enough for 5 Mbit/s).")]
@@ -87,11 +91,11 @@ def make_link(delay: str, delay_up: str, jitter: str, loss: str, rate: str | Non
 
 
 def make_options(size: str, autotune: bool, cc: str, qlog: Path | None, timeout: float | None,
-                 trace: bool = False) -> RunOptions:
+                 trace: bool = False, profile: bool = False) -> RunOptions:
     if cc not in ("cubic", "bbr"):
         raise ToolError(f"--cc must be cubic or bbr, not {cc!r}")
     size_bytes = parse_size(size)
-    return RunOptions(size=size_bytes, autotune=autotune, cc=cc, qlog_dir=qlog, trace=trace,
+    return RunOptions(size=size_bytes, autotune=autotune, cc=cc, qlog_dir=qlog, trace=trace, profile=profile,
                       timeout_s=timeout or default_timeout_s(size_bytes))
 
 
@@ -242,7 +246,7 @@ def register(app: typer.Typer) -> None:
         delay: DelayOpt = "0ms", delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", loss: LossOpt = "0%",
         rate: RateOpt = None, queue: QueueOpt = None, size: SizeOpt = "500MB", reps: RepsOpt = 10,
         stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", autotune: AutotuneOpt = False, cc: CcOpt = "cubic",
-        qlog: QlogOpt = None, trace: TraceOpt = False,
+        qlog: QlogOpt = None, trace: TraceOpt = False, profile: ProfileOpt = False,
         out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
         shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
     ) -> None:
@@ -253,7 +257,7 @@ def register(app: typer.Typer) -> None:
         if ctx.invoked_subcommand is not None:
             return
         the_link = make_link(delay, delay_up, jitter, loss, rate, queue)
-        options = make_options(size, autotune, cc, qlog, timeout, trace)
+        options = make_options(size, autotune, cc, qlog, timeout, trace, profile)
         the_stack = get_stack(stack)
         refuse_sets(ctx, [the_stack], "set_spec", client_param)
         clients = ([own_set(the_stack)] if the_stack.own_parameters else
@@ -275,7 +279,7 @@ def register(app: typer.Typer) -> None:
         delay: DelayOpt = "30ms", delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", loss: LossOpt = "0%",
         rate: RateOpt = None, queue: QueueOpt = None, size: SizeOpt = "500MB", reps: RepsOpt = 10,
         stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", autotune: AutotuneOpt = False, cc: CcOpt = "cubic",
-        qlog: QlogOpt = None, trace: TraceOpt = False,
+        qlog: QlogOpt = None, trace: TraceOpt = False, profile: ProfileOpt = False,
         out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
         shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
     ) -> None:
@@ -303,7 +307,7 @@ def register(app: typer.Typer) -> None:
                 conditions.append(Condition(client, sets_api.with_overrides(base, override) if server else base,
                                             make_link(delay, delay_up, jitter, loss, rate, queue), param, swept_value))
         experiment = Experiment("sweep", the_stack, conditions,
-                                make_options(size, autotune, cc, qlog, timeout, trace), reps, link,
+                                make_options(size, autotune, cc, qlog, timeout, trace, profile), reps, link,
                                 current_command_line(),
                                 shallow_idle, parse_size(udp_buffer, "--udp-buffer"),
                                 server_stack=optional_stack(server_stack))
@@ -322,7 +326,7 @@ def register(app: typer.Typer) -> None:
         delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", rate: RateOpt = None, queue: QueueOpt = None,
         size: SizeOpt = "500MB", reps: RepsOpt = 10, stack: StackOpt = "ngtcp2", link: LinkOpt = "auto",
         autotune: AutotuneOpt = False, cc: CcOpt = "cubic", qlog: QlogOpt = None, trace: TraceOpt = False,
-        out: OutOpt = DEFAULT_RESULTS,
+        profile: ProfileOpt = False, out: OutOpt = DEFAULT_RESULTS,
         timeout: TimeoutOpt = None, json_output: JsonOpt = False, shallow_idle: ShallowIdleOpt = True,
         udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
         stacks: Annotated[Optional[str], typer.Option(
@@ -340,7 +344,7 @@ def register(app: typer.Typer) -> None:
         conditions = [Condition(c, server, lk, stack=s if stacks else None) for lk in links for s in chosen
                       for c in ([own_set(s)] if s.own_parameters else clients)]
         experiment = Experiment("matrix", chosen[0], conditions,
-                                make_options(size, autotune, cc, qlog, timeout, trace), reps, link,
+                                make_options(size, autotune, cc, qlog, timeout, trace, profile), reps, link,
                                 current_command_line(),
                                 shallow_idle, parse_size(udp_buffer, "--udp-buffer"),
                                 server_stack=optional_stack(server_stack))

@@ -41,6 +41,8 @@ class RunOptions:
     keylog: Path | None = None
     #: capture and decrypt each run, storing the sender's time series (replay/trace.py)
     trace: bool = False
+    #: sample both endpoints with call stacks during the transfer, storing where the cycles go (replay/profile.py)
+    profile: bool = False
 
 
 def default_timeout_s(size: int) -> float:

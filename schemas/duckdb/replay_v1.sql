@@ -146,3 +146,36 @@ CREATE TABLE IF NOT EXISTS trace_points (
     rtt_ms              DOUBLE,             -- up: ACK arrival - send time of its newly acked largest - ack_delay
     cwnd                BIGINT              -- the sender's congestion window from its qlog, where known
 );
+
+-- `qreplay --profile`: where each endpoint's CPU went during the transfer (replay/profile.py), sampled
+-- with call stacks (perf's cpu-clock for native programs, py-spy for Python ones) from the server's
+-- listening and the client's start until the client finished. Successful runs only.
+-- One row per run, endpoint and component (the Kempf thesis's six, and UNMAPPED: samples whose stack
+-- no row of datasets/profile/components.csv matched), zero-sample components included.
+CREATE TABLE IF NOT EXISTS profiles (
+    run_id        VARCHAR NOT NULL,
+    endpoint      VARCHAR NOT NULL,   -- client | server
+    library       VARCHAR NOT NULL,   -- the endpoint's stack, whose rows of the mapping sorted it
+    profiler      VARCHAR NOT NULL,   -- e.g. "perf cpu-clock 999 Hz, dwarf unwinding", "py-spy 100 Hz"
+    window_s      DOUBLE,             -- how long the endpoint was sampled
+    component     VARCHAR NOT NULL,   -- PACKET_IO | IO | CRYPTO | CONN_MGMT | MARSHALLING | GENERAL | UNMAPPED
+    samples       BIGINT NOT NULL,
+    share         DOUBLE,             -- of the endpoint's samples (the components of an endpoint sum to 1)
+    cpu_s         DOUBLE,             -- CPU seconds the samples stand for (perf: their periods; py-spy:
+                                      -- samples / rate)
+    cpu_s_per_gb  DOUBLE              -- cpu_s per 10^9 bytes of the download's payload (runs.bytes)
+);
+
+-- The folded stacks behind `profiles` (root first, frames joined by ';'; kernel frames end in _[k],
+-- unnamed ones are [library]): what `qreplay plot --profile` draws as flame graphs.
+CREATE TABLE IF NOT EXISTS profile_stacks (
+    run_id     VARCHAR NOT NULL,
+    endpoint   VARCHAR NOT NULL,
+    folded     VARCHAR NOT NULL,
+    samples    BIGINT NOT NULL,
+    component  VARCHAR NOT NULL    -- as sorted when the run was stored
+);
+
+-- The views profile_summary (per experiment, condition, endpoint and component: profiled runs, mean share
+-- and CPU seconds per GB) and profile_syscalls (per run and endpoint: samples under each system call
+-- entry the sampled kernel stacks show) are created by replay/store.py from replay/statistics.py.
