@@ -30,7 +30,7 @@ from lab import netns
 from lab.certs import write_certificate
 from lab.kinds import LabContext, kind_for, runnable
 from lab.probe import Pending, wait_until_ready
-from lab.topology import LAB_DOMAIN, LAB_ZONE, Topology, default_topology
+from lab.topology import IPV6_PREFIXLEN, LAB_DOMAIN, LAB_ZONE, Topology, default_topology, ipv6_of
 
 DEFAULT_INSTANCE = "qlab"
 RESOLVER = "resolver"  # its namespace is <instance>-resolver, so no server may take the name
@@ -55,10 +55,16 @@ class LabServer:
     options: dict[str, Any] = field(default_factory=dict)
     pid: int | None = None
     log: str = ""
+    #: its IPv6 address where its kind listens on IPv6 (lab.kinds.ServerKind.listens_ipv6), else None
+    ip6: str | None = None
 
     @property
     def address(self) -> str:
         return f"{self.ip}:{self.port}"
+
+    @property
+    def address6(self) -> str | None:
+        return None if self.ip6 is None else program_cli.address(self.ip6, self.port)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,7 +185,7 @@ def _bring_up(topology: Topology, instance: str) -> dict[str, Any]:
     write_certificate(
         ctx.cert, ctx.key,
         [LAB_DOMAIN, f"*.{LAB_DOMAIN}", *(s.server_name for s in topology.servers)],
-        [s.ip for s in topology.servers],
+        [ip for s in topology.servers for ip in (s.ip, s.ip6)],
     )
     client_ns, core_ns = f"{instance}-client", f"{instance}-core"
     state: dict[str, Any] = {
@@ -200,26 +206,35 @@ def _bring_up(topology: Topology, instance: str) -> dict[str, Any]:
         netns.create_namespace(name)
         state["namespaces"].append(name)
         _write_state(instance, state)  # a crash from here on leaves a trail for `down`
-        # No IPv6 anywhere: nothing to route, and captures stay free of ND/MLD chatter.
-        netns.set_sysctl(name, "net.ipv6.conf.all.disable_ipv6", 1)
-        netns.set_sysctl(name, "net.ipv6.conf.default.disable_ipv6", 1)
+        # Dual-stack, but static: no duplicate address detection (an address is usable at once, not
+        # "tentative" for a second), no router advertisements or autoconfigured addresses.
+        for conf in ("all", "default"):
+            for key, value in (("accept_dad", 0), ("accept_ra", 0), ("autoconf", 0)):
+                netns.set_sysctl(name, f"net.ipv6.conf.{conf}.{key}", value)
         return name
 
     namespace(core_ns)
     netns.set_sysctl(core_ns, "net.ipv4.ip_forward", 1)
     # Scans probe many closed/absent addresses; rate-limited ICMP would make results depend on timing.
     netns.set_sysctl(core_ns, "net.ipv4.icmp_ratelimit", 0)
+    netns.set_sysctl(core_ns, "net.ipv6.conf.all.forwarding", 1)
+    netns.set_sysctl(core_ns, "net.ipv6.icmp.ratelimit", 0)
     namespace(client_ns)
     netns.add_veth(client_ns, "eth0", core_ns, "client0")
     netns.add_address(client_ns, "eth0", topology.client_ip, topology.client_prefixlen)
     netns.add_address(core_ns, "client0", topology.core_client_ip, topology.client_prefixlen)
     netns.link_up(client_ns, "eth0")
     netns.link_up(core_ns, "client0")
+    netns.add_address(client_ns, "eth0", ipv6_of(topology.client_ip), IPV6_PREFIXLEN)
+    netns.add_address(core_ns, "client0", ipv6_of(topology.core_client_ip), IPV6_PREFIXLEN)
     netns.add_route(client_ns, "default", gateway=topology.core_client_ip)
+    netns.add_route(client_ns, "default", gateway=ipv6_of(topology.core_client_ip))
     netns.add_bridge(core_ns, "lab0")
     netns.add_address(core_ns, "lab0", topology.core_server_ip, topology.server_prefixlen)
+    netns.add_address(core_ns, "lab0", ipv6_of(topology.core_server_ip), IPV6_PREFIXLEN)
     netns.link_up(core_ns, "lab0")
     netns.add_route(core_ns, topology.silent_range, blackhole=True)
+    netns.add_route(core_ns, topology.silent_range6, blackhole=True)
 
     def host(name: str, port: str, ip: str) -> str:
         ns = namespace(name)
@@ -227,14 +242,17 @@ def _bring_up(topology: Topology, instance: str) -> dict[str, Any]:
         netns.set_master(core_ns, port, "lab0")
         netns.link_up(core_ns, port)
         netns.add_address(ns, "eth0", ip, topology.server_prefixlen)
+        netns.add_address(ns, "eth0", ipv6_of(ip), IPV6_PREFIXLEN)
         netns.link_up(ns, "eth0")
-        # Only the lab range, never a default route: a server cannot reach anything else.
+        # Only the lab ranges, never a default route: a server cannot reach anything else.
         netns.add_route(ns, topology.lab_range, gateway=topology.core_server_ip)
+        netns.add_route(ns, topology.lab_range6, gateway=ipv6_of(topology.core_server_ip))
         return ns
 
     for index, ip in enumerate(topology.closed_hosts):
         ns = host(f"{instance}-closed{index}", f"c{index}", ip)
         netns.set_sysctl(ns, "net.ipv4.icmp_ratelimit", 0)
+        netns.set_sysctl(ns, "net.ipv6.icmp.ratelimit", 0)
 
     pending: list[Pending] = []
     if topology.resolver is not None:
@@ -248,7 +266,8 @@ def _bring_up(topology: Topology, instance: str) -> dict[str, Any]:
         log = directory / "logs" / f"{spec.name}.log"
         process = netns.start_process(ns, launch.argv, log, env=launch.env, cwd=launch.cwd)
         server = LabServer(
-            name=spec.name, kind=spec.kind, library=kind.library, namespace=ns, ip=spec.ip, port=spec.port,
+            name=spec.name, kind=spec.kind, library=kind.library, namespace=ns, ip=spec.ip,
+            ip6=spec.ip6 if kind.listens_ipv6 else None, port=spec.port,
             sni=spec.server_name, transport_parameters=kind.transport_parameters(spec),
             serves_tcp=kind.serves_tcp, options=dict(spec.options), pid=process.pid, log=str(log),
         )

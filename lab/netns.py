@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -116,8 +117,11 @@ def add_address(ns: str, ifname: str, address: str, prefixlen: int) -> None:
 
 
 def add_route(ns: str, destination: str, gateway: str | None = None, blackhole: bool = False) -> None:
-    """``destination`` is a CIDR or "default"; ``blackhole`` drops silently (no ICMP)."""
-    spec: dict[str, object] = {"dst": destination}
+    """``destination`` is a CIDR or "default" (IPv6 when it or ``gateway`` is); ``blackhole`` drops
+    silently (no ICMP)."""
+    ipv6 = ":" in destination or ":" in (gateway or "")
+    spec: dict[str, object] = {"dst": "::/0" if ipv6 and destination == "default" else destination,
+                               "family": socket.AF_INET6 if ipv6 else socket.AF_INET}
     if blackhole:
         spec["type"] = "blackhole"
     elif gateway:

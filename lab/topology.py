@@ -1,6 +1,11 @@
 """What the lab looks like: addresses, namespaces and servers, as data.
 
-Layout (all inside 198.18.0.0/15, the benchmarking range; nothing routes out):
+Layout (all inside 198.18.0.0/15 and 2001:2::/48, the benchmarking ranges of RFC 2544 and
+RFC 5180; nothing routes out). The lab is dual-stack: every address below also has an IPv6
+twin, ipv6_of(ip), its last two octets written as the hex digits of two groups
+(198.18.1.10 -> 2001:2:0:1::10, 198.18.0.2 -> 2001:2::2), in 2001:2:0:X::/64 subnets;
+the IPv6 routes are those of IPv4 (the client's default via the core, the servers' only
+route 2001:2::/48), and 2001:2:0:1::240/123 is the silent range's twin.
 
     client ns  eth0 198.18.0.2/24 ── default via 198.18.0.1 (its ONLY route off-link)
        │
@@ -44,6 +49,7 @@ ICMP host unreachable (after about 3 s).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -77,6 +83,17 @@ LAB_ZONE: dict[str, dict[str, list[str]]] = {
 LAB_DOMAINS: tuple[str, ...] = tuple(name.rstrip(".") for name in LAB_ZONE) + (f"missing.{LAB_DOMAIN}",)
 
 
+IPV6_RANGE = "2001:2::/48"
+IPV6_PREFIXLEN = 64
+
+
+def ipv6_of(ipv4: str) -> str:
+    """The lab's IPv6 twin of a lab IPv4 address: 198.18.A.B -> 2001:2:0:A::B, the decimal
+    digits read as hex so that the two stay recognisably the same host."""
+    *_, subnet, host = ipv4.split(".")
+    return str(ipaddress.IPv6Address(f"2001:2:0:{subnet}::{host}"))
+
+
 @dataclass(frozen=True)
 class ServerSpec:
     """One server to run: ``kind`` names a registered ServerKind; ``options``
@@ -91,6 +108,10 @@ class ServerSpec:
     #: a server whose library this machine may lack (an LSQUIC build of the user's, say): the lab runs it
     #: where its kind can run and leaves it out elsewhere (lab.kinds.runnable), instead of refusing to start
     optional: bool = False
+
+    @property
+    def ip6(self) -> str:
+        return ipv6_of(self.ip)
 
     @property
     def server_name(self) -> str:
@@ -108,6 +129,8 @@ class Topology:
     lab_range: str = "198.18.0.0/15"
     closed_hosts: tuple[str, ...] = ("198.18.1.100",)
     silent_range: str = "198.18.1.240/28"
+    silent_range6: str = "2001:2:0:1::240/123"
+    lab_range6: str = IPV6_RANGE
     resolver: str | None = None  # a DNS server for LAB_ZONE at this address (UDP 53), or none
 
     def with_servers(self, *servers: ServerSpec) -> "Topology":
@@ -124,6 +147,10 @@ class Topology:
             "closed_hosts": list(self.closed_hosts),
             "silent_range": self.silent_range,
             "resolver": self.resolver,
+            "client6": ipv6_of(self.client_ip),
+            "core_server_side6": ipv6_of(self.core_server_ip),
+            "lab_range6": self.lab_range6,
+            "silent_range6": self.silent_range6,
         }
 
 

@@ -58,6 +58,9 @@ class ServerKind:
     # A server program of ours: its role in tparams.program_cli, whose command line it takes
     # (tests/test_program_cli.py holds it to that); None for another's program (caddy, ngtcp2).
     role: ClassVar[str | None] = None
+    # The lab is dual-stack: a kind that answers on its server's IPv6 address too (its program
+    # binds the dual-stack wildcard, or both addresses) says True; docs/lab.md lists those that do not.
+    listens_ipv6: ClassVar[bool] = True
 
     def program(self) -> list[str]:
         """A server program of ours: how to start it, before its arguments."""
@@ -103,14 +106,21 @@ def application_choices(spec: ServerSpec, offered: Iterable[str]) -> Mapping[str
 
 def server_arguments(spec: ServerSpec, ctx: LabContext, asked: Mapping[str, int | bool], settable: Iterable[str],
                      offered: Iterable[str]) -> list[str]:
-    """The command line of a lab server of ours (tparams.program_cli, role lab-server): its address,
-    the lab's certificate, the ``settable`` transport parameters of ``asked`` and the application's
+    """The command line of a lab server of ours (tparams.program_cli, role lab-server): the
+    dual-stack wildcard at its port where its kind listens on IPv6 (the namespace holds the server's two
+    addresses only), else its IPv4 address; the lab's certificate, the ``settable`` transport parameters of ``asked`` and the application's
     choices of ``spec``."""
     settable = frozenset(settable)
     return program_cli.arguments("lab-server", {
-        "listen": program_cli.address(spec.ip, spec.port), "cert": ctx.cert, "key": ctx.key,
+        "listen": program_cli.address(DUAL_STACK_WILDCARD if kind_for(spec.kind).listens_ipv6 else spec.ip,
+                                      spec.port), "cert": ctx.cert, "key": ctx.key,
         **{name: value for name, value in asked.items() if name in settable},
         **application_choices(spec, offered)})
+
+
+# One IPv6 socket bound to it receives IPv4 too (as IPv4-mapped addresses; Linux's default
+# net.ipv6.bindv6only=0, which no lab namespace changes).
+DUAL_STACK_WILDCARD = "::"
 
 
 def register_kind(cls: type[ServerKind]) -> type[ServerKind]:

@@ -18,6 +18,8 @@ class BrokenKind(ServerKind):
     name = "broken"
     library = "broken"
     role = "broken-server"
+    # Its garbage mode answers from an IPv4 socket (IP_PKTINFO picks the reply's source): IPv4 only.
+    listens_ipv6 = False
 
     def program(self) -> list[str]:
         return [sys.executable, "-m", "lab.broken_server"]

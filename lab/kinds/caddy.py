@@ -27,8 +27,8 @@ class CaddyKind(ServerKind):
             f"\tstorage file_system {home / 'data'}\n"
             "\tservers {\n\t\tprotocols h1 h2 h3\n\t}\n"
             "}\n"
-            f"https://{spec.server_name}:{spec.port}, https://{spec.ip}:{spec.port} {{\n"
-            f"\tbind {spec.ip}\n"
+            f"https://{spec.server_name}:{spec.port}, https://{spec.ip}:{spec.port}, https://[{spec.ip6}]:{spec.port} {{\n"
+            f"\tbind {spec.ip} {spec.ip6}\n"
             f"\ttls {ctx.cert} {ctx.key}\n"
             f'\trespond "{spec.name}\n" 200\n'
             "}\n"

@@ -65,6 +65,8 @@ class LsquicKind(ServerKind):
 
     name = "lsquic"
     library = "lsquic"
+    # http_server binds the one address of -s (no wildcard dual-stack socket): IPv4 only.
+    listens_ipv6 = False
     # What http_server sends without -o settings (seen on the wire).
     DEFAULTS: ClassVar[dict[str, int]] = {
         "max_idle_timeout": 30000,

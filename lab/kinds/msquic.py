@@ -14,6 +14,9 @@ class MsquicKind(BuiltServerKind):
 
     name = "msquic"
     library = "msquic"
+    # Bound to the dual-stack wildcard it completes IPv6 handshakes but no IPv4 one (seen in the lab,
+    # msquic 2.5.1): bound to its IPv4 address, IPv4 only.
+    listens_ipv6 = False
     # Its connection IDs are 9 bytes, or 14 with the server's address in them (lab/servers/msquic).
     OFFERED = ("alpn", "cid_length", "datagrams")
     # msquic 2.5.1's defaults (quicdef.h; ack_delay_exponent 8, max_ack_delay

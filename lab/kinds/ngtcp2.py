@@ -51,7 +51,8 @@ class Ngtcp2Kind(ServerKind):
         return {name: value for name, value in asked_parameters(spec).items() if name in self.FLAGS}
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
-        return Launch(self.server_argv(spec, ctx, spec.ip))
+        # "*": gtlsserver binds every local address, of both families (the namespace holds the two of this server).
+        return Launch(self.server_argv(spec, ctx, "*"))
 
     def server_argv(self, spec: ServerSpec, ctx: LabContext, address: str) -> list[str]:
         """gtlsserver listening on ``address`` (the wildcard serves a whole range of local addresses)."""
