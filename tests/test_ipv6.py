@@ -3,9 +3,14 @@ listens on IPv6, from the client namespace only."""
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import socket
 import subprocess
+import sys
+from pathlib import Path
 
+import duckdb
 import pytest
 
 from lab import netns
@@ -13,6 +18,8 @@ from lab.kinds import kind_for
 from lab.topology import ipv6_of
 from scanner.engine import ScanSettings, scan_targets
 from scanner.targets import Target
+
+QSCAN = str(Path(sys.executable).parent / "qscan")
 
 
 def _sent(record) -> dict[str, int | bool]:  # type: ignore[no-untyped-def]
@@ -60,3 +67,56 @@ def test_the_silent_range_has_an_ipv6_twin(lab):
         silent.send(b"hello")
         with pytest.raises(socket.timeout):
             silent.recv(100)
+
+
+def _qscan(lab, *args: str, netns: bool = True) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
+    argv = [QSCAN, *args]
+    if netns:
+        return lab.run_in_client(argv, timeout=120)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.lab
+def test_a_hitlist_scan_probes_an_aliased_prefix_once_and_handshakes_with_what_answers(lab, tmp_path):
+    quinn, quiche, alpha = (lab.server(n) for n in ("quinn", "quiche", "ngtcp2-alpha"))
+    closed, silent = ipv6_of(lab.addresses["closed_hosts"][0]), ipv6_of("198.18.1.241")
+    hitlist = tmp_path / "hitlist.txt"
+    full_alpha = ipaddress.IPv6Address(alpha.ip6).exploded  # the service's uncompressed form
+    hitlist.write_text(f"# IPv6 Hitlist\n{full_alpha}\n{quinn.ip6}\n{quiche.ip6}\n{closed}\n{silent}\n"
+                       f"not-an-address\n{alpha.ip}\n{alpha.ip6}\n")
+    aliased = tmp_path / "aliased.txt"
+    aliased.write_text("2001:2:0:1::60/126\n")  # quinn (::60) and quiche (::61): one host behind the prefix
+    out = tmp_path / "scan.duckdb"
+    result = _qscan(lab, "ipv6", "--hitlist", str(hitlist), "--aliased", str(aliased), "--out", str(out),
+                    "--rate", "1000", "--cooldown", "1", "--timeout", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    # Each bad line one warning; the IPv4 one says it is the other family; nothing else lost.
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2 and "line 7" in warnings[0] and "IPv4 address in an IPv6 hitlist" in warnings[1]
+    summary = json.loads(result.stdout)
+    assert (summary["probes_sent"], summary["bad_lines"], summary["folded"], summary["aliased_prefixes"]) == (4, 2, 1, 1)
+    assert summary["answers"] == {"icmp-unreach": 1, "version-negotiation": 2}
+    assert (summary["handshakes"], summary["handshakes_ok"]) == (2, 2)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert sorted(r[0] for r in con.execute("SELECT ip FROM discovery").fetchall()) == sorted([alpha.ip6, quinn.ip6])
+        assert con.execute("SELECT prefix, ip FROM hitlist_aliased").fetchall() == [("2001:2:0:1::60/126", quinn.ip6)]
+        assert con.execute("SELECT targets, bad_lines, blocked, folded FROM hitlist_runs").fetchall() == [(4, 2, 0, 1)]
+        assert sorted(con.execute("SELECT ip, status FROM handshakes").fetchall()) == \
+            sorted([(alpha.ip6, "ok"), (quinn.ip6, "ok")])
+
+
+@pytest.mark.lab
+def test_ipv6_discovery_refuses_addresses_outside_the_lab_without_yes(lab, tmp_path):
+    hitlist = tmp_path / "hitlist.txt"
+    hitlist.write_text("2001:2:0:1::10\n2606:4700::1111\n")
+    out = tmp_path / "scan.duckdb"
+    result = _qscan(lab, "ipv6", "--hitlist", str(hitlist), "--out", str(out), netns=False)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == ("qscan: error: refusing to probe IPv6 addresses outside the "
+                                                      "lab (2001:2::/48) without confirmation: pass --yes (no "
+                                                      "terminal to ask on)")
+    assert not out.exists() and not Path(f"{out}.prober6").exists()
+    # The special-purpose ranges stay out whatever --yes says.
+    hitlist.write_text("fe80::1\n2001:db8::1\n")
+    result = _qscan(lab, "ipv6", "--hitlist", str(hitlist), "--out", str(out), "--yes", netns=False)
+    assert result.returncode != 0 and "nothing to probe" in result.stderr and "2 blocklisted" in result.stderr

@@ -1,4 +1,4 @@
-"""qscan ipv4 | domains | merge: find QUIC servers (ZMap, DNS, Alt-Svc), then handshake with them."""
+"""qscan ipv4 | ipv6 | domains | merge: find QUIC servers (ZMap, DNS, Alt-Svc), then handshake with them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from common.cliapp import output_file
 from tparams.errors import ToolError
 
+from scanner.discovery.hitlist import make_hitlist_plan
 from scanner.discovery.ipv4 import prepare, scan_ipv4
+from scanner.discovery.ipv6 import prepare_ipv6, scan_ipv6
 from scanner.domains import read_domains, refuse_held_scan, scan_domains
 from scanner.discovery.plan import make_plan, parse_shard
 from scanner.discovery.response import format_version
@@ -27,16 +29,17 @@ from common.terminal import cli_console
 _err = cli_console(stderr=True)
 
 
-def confirm_or_refuse(plan_lines: list[str], whole_space: bool, yes: bool) -> None:
-    """Print the plan; a whole-space scan (the Internet) starts only after an
-    interactive yes or --yes, and never without a terminal to ask on."""
+def confirm_or_refuse(plan_lines: list[str], whole_space: bool, yes: bool,
+                      what: str = "scan the whole IPv4 space") -> None:
+    """Print the plan; a scan of the Internet (``whole_space``: the whole IPv4 space, or IPv6
+    addresses outside the lab) starts only after an interactive yes or --yes, and never without
+    a terminal to ask on."""
     for line in plan_lines:
         _err.print(line, highlight=False, markup=False, soft_wrap=True)
     if not whole_space or yes:
         return
     if not sys.stdin.isatty():
-        raise ToolError("refusing to scan the whole IPv4 space without confirmation: pass --yes "
-                        "(no terminal to ask on)")
+        raise ToolError(f"refusing to {what} without confirmation: pass --yes (no terminal to ask on)")
     answer = input("This scan sends to the Internet. Start it? [y/N] ").strip().lower()
     if answer not in ("y", "yes"):
         raise ToolError("scan not started (answered no)")
@@ -110,6 +113,63 @@ def register(app: typer.Typer) -> None:
             answers = ", ".join(f"{k} {v}" for k, v in summary["answers"].items()) or "none"
             typer.echo(f"scan {result.scan_id} in {out}: {summary['probes_sent']} probes, "
                        f"{summary['quic_servers']} QUIC servers (answers: {answers})"
+                       + ("" if discover_only else f"; {result.handshakes_ok}/{result.handshakes_attempted} handshakes ok"))
+
+    @app.command("ipv6", epilog="Example: ip netns exec qlab-client qscan ipv6 --hitlist hitlist.txt "
+                 "--aliased aliased.txt --out scan.duckdb")
+    def ipv6_command(
+        hitlist: str = typer.Option(..., "--hitlist", help="IPv6 Hitlist service addresses, one a line (compressed "
+                                    "or full form), `#` comments; `-` reads stdin. Other lines: one warning each."),
+        out: Path = typer.Option(..., "--out", "-o", callback=output_file,
+                                 help="DuckDB file to write (new; the prober's files go to OUT.prober6/)."),
+        aliased: Path = typer.Option(None, help="The service's aliased prefixes, one a line: each is probed once, "
+                                     "through its first hitlist address, and recorded as aliased."),
+        port: int = typer.Option(443, help="UDP port to probe."),
+        rate: int = typer.Option(10000, help="Probes per second (paced)."),
+        cooldown: int = typer.Option(8, help="Seconds of listening after the last probe."),
+        blocklist: Path = typer.Option(None, help="IPv6 prefixes never probed, one a line (default: datasets/"
+                                       "blocklist/ipv6-default.conf, IANA's special-purpose ranges)."),
+        shard: str = typer.Option("0/1", help="This host's shard I/N of the scan (as ZMap's; needs --seed)."),
+        seed: int = typer.Option(None, help="Permutation seed; the same on every shard of a scan."),
+        netns: Netns = None,
+        discover_only: bool = typer.Option(False, "--discover-only", help="Stop after probing; no handshakes."),
+        yes: bool = typer.Option(False, "--yes", help="Probe addresses outside the lab (2001:2::/48) without asking."),
+        strict: Strict = False,
+        timeout: HandshakeTimeout = 5.0,
+        handshake_rate: HandshakeRate = 100.0,
+        concurrency: Concurrency = 1000,
+        workers: Workers = 1,
+        quiet: Quiet = False,
+        json_output: JsonOutcome = False,
+    ) -> None:
+        """Probe an IPv6 hitlist with the Version Negotiation probe (our own prober: ZMap 2.1.1 has no IPv6),
+        then handshake with each address that answered."""
+        index, total = parse_shard(shard)
+        plan = make_hitlist_plan(hitlist, port, rate, cooldown, aliased, blocklist, index, total, strict)
+        for bad in plan.bad_lines:
+            _err.print(f"warning: {hitlist}: {bad}", highlight=False, markup=False, soft_wrap=True)
+        outside = bool(plan.outside_lab)
+        confirm_or_refuse(plan.lines(), outside, yes, "probe IPv6 addresses outside the lab (2001:2::/48)")
+        prepared = prepare_ipv6(plan, out, netns, seed, aliased, yes=yes or outside)
+        show = not quiet and sys.stderr.isatty()
+        settings = ScanSettings(timeout=timeout, rate=handshake_rate, concurrency=concurrency, workers=workers)
+        result = scan_ipv6(prepared, out, settings, netns, discover_only, shlex.join(sys.argv), progress=show)
+        summary = {
+            "scan_id": result.scan_id, "out": str(out), "probes_sent": result.discovery.probes_sent,
+            "bad_lines": len(plan.bad_lines), "blocked": plan.blocked, "folded": plan.folded,
+            "aliased_prefixes": sum(t.aliased_prefix is not None for t in plan.targets),
+            "quic_servers": len(result.discovery.found), "answers": dict(sorted(result.discovery.answers.items())),
+            "handshakes": result.handshakes_attempted, "handshakes_ok": result.handshakes_ok,
+            "seconds_discovery": round(result.seconds_discovery, 3),
+            "seconds_handshakes": round(result.seconds_handshakes, 3),
+        }
+        if json_output:
+            typer.echo(json.dumps(summary))
+        else:
+            answers = ", ".join(f"{k} {v}" for k, v in summary["answers"].items()) or "none"
+            typer.echo(f"scan {result.scan_id} in {out}: {summary['probes_sent']} probes, "
+                       f"{summary['quic_servers']} QUIC servers (answers: {answers}), {len(plan.bad_lines)} bad "
+                       f"lines, {plan.blocked} blocklisted, {plan.folded} folded into aliased prefixes"
                        + ("" if discover_only else f"; {result.handshakes_ok}/{result.handshakes_attempted} handshakes ok"))
 
     @app.command("merge", epilog="Example: qscan merge census/ --out census.duckdb")

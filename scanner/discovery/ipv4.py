@@ -151,7 +151,7 @@ def scan_ipv4(
         outcome.probes_sent = metadata.get("total_sent")
         finished = dt.datetime.now(dt.timezone.utc)
         with open_discovery_store(out) as store:
-            store.append({"discovery": _discovery_table(scan_id, plan.shard, outcome),
+            store.append({"discovery": discovery_table(scan_id, plan.shard, outcome),
                           "discovery_runs": _run_table(scan_id, prepared, outcome, started, finished)})
     if discover_only:
         with open_discovery_store(out) as store:
@@ -213,7 +213,7 @@ def _discovery_settings(prepared: Prepared) -> dict:
     }
 
 
-def _discovery_table(scan_id: int, shard: int, outcome: Outcome) -> pa.Table:
+def discovery_table(scan_id: int, shard: int, outcome: Outcome) -> pa.Table:
     found = outcome.found
     return pa.Table.from_pydict({
         "scan_id": [scan_id] * len(found), "shard": [shard] * len(found),
@@ -225,14 +225,18 @@ def _discovery_table(scan_id: int, shard: int, outcome: Outcome) -> pa.Table:
 def _run_table(scan_id: int, prepared: Prepared, outcome: Outcome, started: dt.datetime,
                finished: dt.datetime) -> pa.Table:
     plan = prepared.plan
-    answers = sorted(outcome.answers.items())
-    return pa.Table.from_pylist([{
+    return discovery_run_table({
         "scan_id": scan_id, "shard": plan.shard, "shards": plan.shards, "seed": prepared.seed,
         "targets": [str(t) for t in plan.targets], "blocklist": [str(b) for b in plan.blocklist],
         "port": plan.port, "rate": plan.rate, "probe_version": prepared.probe.version,
-        "probe_hex": prepared.probe.hex, "probes_sent": outcome.probes_sent, "answers": answers,
+        "probe_hex": prepared.probe.hex, "probes_sent": outcome.probes_sent, "answers": sorted(outcome.answers.items()),
         "started_at": started, "finished_at": finished, "zmap_command": prepared.command,
-    }], schema=pa.schema([
+    })
+
+
+def discovery_run_table(row: dict) -> pa.Table:
+    """One discovery_runs row (a ZMap run, or our IPv6 prober's) as Arrow."""
+    return pa.Table.from_pylist([row], schema=pa.schema([
         ("scan_id", pa.int32()), ("shard", pa.int32()), ("shards", pa.int32()), ("seed", pa.int64()),
         ("targets", pa.list_(pa.string())), ("blocklist", pa.list_(pa.string())), ("port", pa.int32()),
         ("rate", pa.int32()), ("probe_version", pa.int64()), ("probe_hex", pa.string()),
