@@ -83,20 +83,26 @@ def probe(addresses: Sequence[str], payload: bytes, port: int, rate: int, cooldo
                 select.select([sock], [], [sock], wait)
 
         def send(address: str) -> bool:
-            for _ in range(2):
+            for _ in range(3):
                 try:
                     sock.sendto(payload, (address, port))
                     return True
                 except BlockingIOError:
                     select.select([], [sock], [], 1.0)
-                except OSError:  # an ICMP error about an earlier probe reported on this send, or no route
-                    drain(time.monotonic())
+                except OSError:
+                    # An ICMP error about an earlier probe fails the next send once (the socket's pending
+                    # error, cleared by reporting it; the error itself waits on the queue): send again.
+                    # No route to this address fails every time.
+                    pass
             return False
 
         for index, address in enumerate(addresses):
             due = started + index / rate
-            if due > time.monotonic():
+            now = time.monotonic()
+            if due > now:
                 drain(due)
+            elif index % _DRAIN_BATCH == 0:  # behind the rate: still read what came back, now and then
+                drain(now)
             if send(address):
                 sent += 1
             else:
