@@ -95,6 +95,23 @@ def libraries(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
     return con.sql("SELECT library, targets, share_pct FROM libraries").pl()
 
 
+# The family of a handshakes row, from its address (targets are canonical: an IPv6 one has a colon).
+FAMILY_SQL = "CASE WHEN contains(ip, ':') THEN 'IPv6' ELSE 'IPv4' END"
+
+
+def families(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """The summary per address family (ip_family IPv4 / IPv6), one row each family present."""
+    return con.sql(
+        f"""
+        SELECT {FAMILY_SQL} AS ip_family, count(*) AS attempts,
+               count(DISTINCT (ip, port, sni)) AS targets,
+               count(DISTINCT (ip, port, sni)) FILTER (WHERE status = 'ok') AS reached,
+               count(DISTINCT set_fingerprint) FILTER (WHERE status = 'ok') AS distinct_sets
+        FROM handshakes GROUP BY ip_family ORDER BY ip_family
+        """
+    ).pl()
+
+
 @dataclass
 class Report:
     summary: pl.DataFrame
@@ -102,6 +119,7 @@ class Report:
     sets: pl.DataFrame
     values: pl.DataFrame
     libraries: pl.DataFrame
+    families: pl.DataFrame
 
     def as_dict(self) -> dict:
         return {
@@ -110,6 +128,7 @@ class Report:
             "top_sets": self.sets.to_dicts(),
             "top_values": self.values.to_dicts(),
             "libraries": self.libraries.to_dicts(),
+            "families": self.families.to_dicts(),
         }
 
     def long_rows(self) -> list[dict]:
@@ -137,6 +156,8 @@ class Report:
         ]  # fmt: skip
         rows += [{"section": "library", "value": r["library"], "count": r["targets"], "share_pct": r["share_pct"]}
                  for r in self.libraries.to_dicts()]
+        rows += [{"section": "family", "parameter": key, "value": r["ip_family"], "count": r[key]}
+                 for r in self.families.to_dicts() for key in ("attempts", "targets", "reached", "distinct_sets")]
         return rows
 
 
@@ -144,7 +165,8 @@ def build_report(path: str | Path, top: int = 10) -> Report:
     if top < 1:
         raise ToolError("--top must be >= 1")
     with scan_connection(path) as con:
-        return Report(summary(con), status_counts(con), top_sets(con, top), top_values(con, top), libraries(con))
+        return Report(summary(con), status_counts(con), top_sets(con, top), top_values(con, top), libraries(con),
+                      families(con))
 
 
 def _cell(value: object) -> str:
@@ -181,6 +203,8 @@ def _sections(report: Report) -> list[tuple[str, pl.DataFrame]]:
         ("Most common parameter sets", _sets_transposed(report.sets)),
         ("Most common values per parameter", report.values),
     ]
+    if report.families.height > 1:  # split by family only where both are present
+        sections.insert(1, ("By address family", report.families))
     if report.libraries.height:  # only scans run with --identify have verdicts
         sections.append(("QUIC libraries (qscan targets --identify)", report.libraries))
     return sections

@@ -120,3 +120,16 @@ def test_ipv6_discovery_refuses_addresses_outside_the_lab_without_yes(lab, tmp_p
     hitlist.write_text("fe80::1\n2001:db8::1\n")
     result = _qscan(lab, "ipv6", "--hitlist", str(hitlist), "--out", str(out), "--yes", netns=False)
     assert result.returncode != 0 and "nothing to probe" in result.stderr and "2 blocklisted" in result.stderr
+
+
+@pytest.mark.lab
+def test_qscan_targets_takes_both_families_and_the_report_splits_by_family(lab, tmp_path):
+    alpha, quinn = lab.server("ngtcp2-alpha"), lab.server("quinn")
+    targets = tmp_path / "targets.txt"
+    targets.write_text(f"{alpha.ip},443,{alpha.sni}\n[{alpha.ip6}],443,{alpha.sni}\n{quinn.ip6},443,{quinn.sni}\n")
+    out = tmp_path / "scan.duckdb"
+    result = _qscan(lab, "targets", str(targets), "--out", str(out), "--rate", "0", "--timeout", "3")
+    assert result.returncode == 0 and "3 handshakes (3 ok" in result.stdout, result.stdout + result.stderr
+    report = json.loads(_qscan(lab, "report", str(out), "--format", "json", netns=False).stdout)
+    assert [(f["ip_family"], f["targets"], f["reached"]) for f in report["families"]] == [("IPv4", 1, 1), ("IPv6", 2, 2)]
+    assert "### By address family" in _qscan(lab, "report", str(out), "--format", "markdown", netns=False).stdout
