@@ -133,3 +133,28 @@ def test_qscan_targets_takes_both_families_and_the_report_splits_by_family(lab, 
     report = json.loads(_qscan(lab, "report", str(out), "--format", "json", netns=False).stdout)
     assert [(f["ip_family"], f["targets"], f["reached"]) for f in report["families"]] == [("IPv4", 1, 1), ("IPv6", 2, 2)]
     assert "### By address family" in _qscan(lab, "report", str(out), "--format", "markdown", netns=False).stdout
+
+
+@pytest.mark.lab
+def test_the_shards_of_a_hitlist_scan_merge_into_one_scan_nothing_twice(lab, tmp_path):
+    servers = [lab.server(n) for n in ("ngtcp2-alpha", "quinn", "quiche", "aioquic")]
+    hitlist = tmp_path / "hitlist.txt"
+    hitlist.write_text("".join(f"{s.ip6}\n" for s in servers))
+    aliased = tmp_path / "aliased.txt"
+    aliased.write_text("2001:2:0:1::60/126\n")
+    shards = []
+    for index in range(2):
+        out = tmp_path / f"shard{index}.duckdb"
+        result = _qscan(lab, "ipv6", "--hitlist", str(hitlist), "--aliased", str(aliased), "--out", str(out),
+                        "--shard", f"{index}/2", "--seed", "7", "--cooldown", "1", "--timeout", "3", "--json")
+        assert result.returncode == 0, result.stderr
+        shards.append(str(out))
+    merged = tmp_path / "merged.duckdb"
+    assert _qscan(lab, "merge", *shards, "--out", str(merged), netns=False).returncode == 0
+    with duckdb.connect(str(merged), read_only=True) as con:
+        assert con.execute("SELECT kind, count(*) FROM scans GROUP BY kind").fetchall() == [("ipv6", 1)]
+        probed = {lab.server(n).ip6 for n in ("ngtcp2-alpha", "quinn", "aioquic")}  # quiche folded into quinn's prefix
+        assert sorted(r[0] for r in con.execute("SELECT ip FROM discovery").fetchall()) == sorted(probed)
+        assert sorted(r[0] for r in con.execute("SELECT ip FROM handshakes WHERE status = 'ok'").fetchall()) == \
+            sorted(probed)
+        assert con.execute("SELECT prefix FROM hitlist_aliased").fetchall() == [("2001:2:0:1::60/126",)]

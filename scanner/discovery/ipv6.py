@@ -106,7 +106,8 @@ def scan_ipv6(prepared: Prepared6, out: str | Path, settings: ScanSettings, netn
     outcome = read_results(prepared.files, prepared.probe, plan.port)
     outcome.probes_sent = metadata["total_sent"]
     finished = dt.datetime.now(dt.timezone.utc)
-    aliased = [t for t in plan.targets if t.aliased_prefix is not None]
+    mine = set(order)  # each shard records the aliased prefixes it probed: merged shards hold each once
+    aliased = [t for t in plan.targets if t.aliased_prefix is not None and t.ip in mine]
     with open_discovery_store(out) as store:
         store.append({
             "discovery": discovery_table(scan_id, plan.shard, outcome),
