@@ -133,6 +133,12 @@ def test_qscan_targets_takes_both_families_and_the_report_splits_by_family(lab, 
     report = json.loads(_qscan(lab, "report", str(out), "--format", "json", netns=False).stdout)
     assert [(f["ip_family"], f["targets"], f["reached"]) for f in report["families"]] == [("IPv4", 1, 1), ("IPv6", 2, 2)]
     assert "### By address family" in _qscan(lab, "report", str(out), "--format", "markdown", netns=False).stdout
+    # A campaign shard keeps the family: the campaign's report splits the same way.
+    campaign = tmp_path / "campaign"
+    assert _qscan(lab, "export", str(out), "--parquet", str(campaign), "--campaign", "w48", "--vantage", "lab",
+                  "--shard", "0", netns=False).returncode == 0
+    report = json.loads(_qscan(lab, "report", str(campaign), "--format", "json", netns=False).stdout)
+    assert [(f["ip_family"], f["targets"]) for f in report["families"]] == [("IPv4", 1), ("IPv6", 2)]
 
 
 @pytest.mark.lab
