@@ -8,8 +8,9 @@ campaign on every stack usable here, LSQUIC too where a build is configured
 (`qreplay reproduce --quick`, figures 5.3a, 5.4 and 5.6, with its report
 beside the published numbers), traces one run per stack at the smallest
 connection window, downloads across every pair of those stacks at 30 ms
-(`qreplay pairs`, a heat map), and renders the analysis notebooks over both
-result files.
+(`qreplay pairs`, a heat map), holds both browsers against their own sets
+replayed on two stacks (`qreplay fidelity --quick`, where the browsers are
+installed), and renders the analysis notebooks over both result files.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def run_demo(out: Path | None, fmt: str = "table", html_dir: Path | None = None,
         _reproduce(replay_path, stacks)
         _traces(replay_path, stacks)
         _pairs(replay_path.with_name(f"{replay_path.stem}-pairs"), stacks)
+        _fidelity(replay_path)
     if html_dir is not None:
         from scanner.analysis import render_notebooks
 
@@ -170,3 +172,29 @@ def _pairs(out_dir: Path, stacks: list) -> None:
               execute=lambda experiment, out: execute(experiment, out, False))
     written = write_pairs_report(out_dir / "pairs.duckdb", out_dir)
     _err.print(f"implementation pairs: {written.html} ({', '.join(str(p) for p in written.heatmaps)})")
+
+
+def _fidelity(results: Path) -> None:
+    """`qreplay fidelity --quick` into the replay file (the notebook shows it) and its report beside it: each
+    browser beside the set its own ClientHello sent, replayed on ngtcp2 and quic-go, at 10 and 50 ms."""
+    from replay.commands.run import execute
+    from replay.fidelity import closest, load_fidelity, plan_fidelity, run_fidelity, write_fidelity_report
+
+    try:
+        plan = plan_fidelity(quick=True)
+    except ToolError as exc:
+        _err.print(f"not holding the browsers against their replayed sets: {exc}")
+        return
+    _err.print(f"{', '.join(b.name for b in plan.browsers)} beside their own sets replayed on "
+               f"{', '.join(s.name for s in plan.stacks)} at {' and '.join(f'{l.delay_down_ms:g}' for l in plan.links)} "
+               f"ms, {plan.size // 1_000_000} MB x {plan.reps} ...")
+    run_fidelity(plan, results, command_line="quictp-demo",
+                 execute=lambda experiment, out: execute(experiment, out, False, summary=False))
+    written = write_fidelity_report(results, results.with_name(f"{results.stem}-fidelity"))
+    campaign = load_fidelity(results)
+    for browser in campaign.browsers:
+        ranked = closest(campaign, browser)
+        if ranked:
+            (stack, mode), distance = ranked[0]
+            _err.print(f"closest to {browser}: its set on {stack}, {mode} (ratios {distance:.2f}x from 1 on average)")
+    _err.print(f"browsers against their replayed sets: {written.markdown} and {written.html}")

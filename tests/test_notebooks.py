@@ -56,10 +56,14 @@ def replay_db(tmp_path_factory):
     stack = "lsquic" if get_stack("lsquic").unavailable_reason() is None else "ngtcp2"
     traced = [["sweep", "--stack", name, "--param", "initial_max_data", "--values", "196608", "--delay", "30ms",
                "--size", "500KB", "--reps", "1", "--trace", "--out", str(out)] for name in ("ngtcp2", "quic-go")]
+    # A browser beside its own set replayed, where Firefox is installed (the notebook says so where not).
+    browser = [["fidelity", "--browsers", "firefox", "--stacks", "ngtcp2", "--delays", "10", "--loss", "0", "--size",
+                "1MB", "--reps", "1", "--out", str(out), "--out-dir", str(directory / "fidelity")]] \
+        if get_stack("firefox").unavailable_reason() is None else []
     for command in (["matrix", "--sets", "firefox,chrome", "--delays", "0ms,10ms", "--losses", "0", "--size", "1MB",
                      "--reps", "2", "--out", str(out)], *traced,
                     ["reproduce", "--stack", stack, "--quick", "--figures", "5.6", "--size", "1MB", "--reps", "1",
-                     "--out-dir", str(directory)]):
+                     "--out-dir", str(directory)], *browser):
         result = subprocess.run([str(qreplay), *command], capture_output=True, text=True, timeout=300)
         if result.returncode != 0:
             pytest.skip(f"qreplay could not run here: {result.stderr.strip().splitlines()[-1:]}")
@@ -122,7 +126,8 @@ def test_notebooks_execute_and_put_our_tables_beside_the_published_ones(scans, r
     replay = _text(html["replay_goodput"])
     with duckdb.connect(str(replay_db), read_only=True) as con:
         set_names = [name for (name,) in con.execute(
-            "SELECT DISTINCT set_name FROM runs WHERE status = 'ok' AND sweep_param IS NULL").fetchall()]
+            "SELECT DISTINCT set_name FROM runs JOIN experiments USING (experiment_id) WHERE status = 'ok' "
+            "AND sweep_param IS NULL AND experiments.kind = 'matrix'").fetchall()]
     assert len(set_names) == 2 and all(f"{name} / stack default" in replay for name in set_names)
     assert "1069.48" in replay  # published headline beside our runs
     assert html["replay_goodput"].count("data:image/png") >= 1  # goodput vs delay with bands
@@ -134,3 +139,9 @@ def test_notebooks_execute_and_put_our_tables_beside_the_published_ones(scans, r
     section = replay[replay.index("Why a figure comes out as it does"):replay.index("Ratios beside the thesis")]
     assert "ngtcp2" in section and "quic-go" in section and "196608" in section, section[:2000]
     assert html["replay_goodput"].count("data:image/png") >= 3
+    fidelity = " ".join(replay[replay.index("Do replayed browser sets behave like the browsers?"):].split())
+    if get_stack("firefox").unavailable_reason() is None:
+        assert "beside its set firefox-" in fidelity and "ngtcp2 pinned" in fidelity
+        assert html["replay_goodput"].count("data:image/png") >= 4
+    else:
+        assert "No browser runs beside replayed sets in this file" in fidelity
