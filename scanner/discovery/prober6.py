@@ -9,8 +9,11 @@ it (so the shards of one seed cover the list once), ``cooldown`` seconds of list
 after the last probe. It writes ZMap's CSV (the fields of zmap.OUTPUT_FIELDS, ICMPv6
 errors as ``icmp-unreach`` rows) and metadata, so zmap.read_results judges both alike.
 
-One UDP socket (no raw socket: the kernel's IPv6 stack routes, and the namespace's
-routes decide where a probe may go); ICMPv6 errors come back on its error queue.
+Probes go out of one UDP socket (the kernel's IPv6 stack routes, so the namespace's routes
+decide where a probe may go); ICMPv6 destination-unreachable errors about them are read,
+as ZMap reads ICMP, from a raw ICMPv6 socket (root or CAP_NET_RAW). An error queue on the
+UDP socket would do without the raw socket, but then every error fails the next send once:
+half the sends, measured (bench/bench_ipv6.py).
 """
 
 from __future__ import annotations
@@ -21,14 +24,19 @@ import json
 import random
 import select
 import socket
+import struct
 import time
 from collections.abc import Sequence
 
-from scanner.discovery.zmap import OUTPUT_FIELDS, ZMapFiles
-from scanner.engine import _icmp_errors
+from tparams.errors import ToolError
 
-_IPV6_RECVERR = getattr(socket, "IPV6_RECVERR", 25)
-_DRAIN_BATCH = 256  # datagrams read before the pacing clock is looked at again
+from scanner.discovery.zmap import OUTPUT_FIELDS, ZMapFiles
+
+_DRAIN_BATCH = 256  # datagrams read from a socket before the clock is looked at again
+_ICMP6_FILTER = 1  # linux/icmpv6.h: a bitmap of the ICMPv6 types a raw socket blocks
+_DESTINATION_UNREACHABLE = 1
+# Every type blocked but destination unreachable (bit 1 of the first word).
+_ONLY_UNREACHABLE = struct.pack("=8I", 0xFFFFFFFF & ~(1 << _DESTINATION_UNREACHABLE), *[0xFFFFFFFF] * 7)
 
 
 def shard_order(addresses: Sequence[str], seed: int, shard: int, shards: int) -> list[str]:
@@ -45,68 +53,79 @@ def command_text(rate: int, cooldown: int, seed: int, shard: int, shards: int, p
 
 
 def probe(addresses: Sequence[str], payload: bytes, port: int, rate: int, cooldown: float, files: ZMapFiles) -> dict:
-    """Send ``payload`` to every address in order, paced at ``rate``/s, listen ``cooldown`` s more;
-    write ZMap's CSV and metadata into ``files``; return the metadata."""
+    """Send ``payload`` to every address in order, paced at ``rate``/s (in steps of a millisecond's
+    worth), listen ``cooldown`` s more; write ZMap's CSV and metadata into ``files``; return the metadata."""
     files.directory.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
     seen: set[str] = set()
     sent = failed = 0
-    with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as sock, \
+    try:
+        icmp = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+    except PermissionError:
+        raise ToolError("no permission to open raw sockets (the IPv6 prober reads ICMPv6 errors on one: "
+                        "root or CAP_NET_RAW)") from None
+    with icmp, socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as sock, \
             open(files.results, "w", newline="") as handle:
-        sock.setsockopt(socket.IPPROTO_IPV6, _IPV6_RECVERR, 1)
+        icmp.setsockopt(socket.IPPROTO_ICMPV6, _ICMP6_FILTER, _ONLY_UNREACHABLE)
+        icmp.setblocking(False)
+        sock.bind(("::", 0))
+        source_port = sock.getsockname()[1]
         sock.setblocking(False)
         rows = csv.writer(handle)
         rows.writerow(OUTPUT_FIELDS)
 
-        def record(address: str, sport: str, data: str, classification: str, success: int) -> None:
+        def record(address: str, sport: str, data: str, classification: str, success: int, stamp: str) -> None:
             repeat = int(address in seen)
             seen.add(address)
-            stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f%z")
             rows.writerow((address, sport, data, classification, success, repeat, stamp))
 
         def drain(until: float) -> None:
             while True:
-                for _, error in _icmp_errors(sock):
-                    if error.type == 1:  # destination unreachable: ZMap's udp module records these
-                        record(error.sender, "", "", "icmp-unreach", 0)
+                # One time for what one pass reads (up to _DRAIN_BATCH datagrams a socket).
+                stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f%z")
                 for _ in range(_DRAIN_BATCH):
                     try:
                         data, source = sock.recvfrom(65535)
                     except (BlockingIOError, InterruptedError):
                         break
-                    except OSError:  # a pending ICMP error surfacing here: read from the queue above
-                        continue
-                    record(source[0], str(source[1]), data.hex(), "udp", 1)
+                    record(source[0], str(source[1]), data.hex(), "udp", 1, stamp)
+                for _ in range(_DRAIN_BATCH):
+                    try:
+                        message = icmp.recv(2048)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    # ICMPv6 header (8 bytes), then our datagram: IPv6 header (40), UDP header.
+                    inner = message[8:]
+                    if len(inner) >= 44 and inner[6] == socket.IPPROTO_UDP and \
+                            struct.unpack_from("!HH", inner, 40) == (source_port, port):
+                        record(socket.inet_ntop(socket.AF_INET6, inner[24:40]), "", "", "icmp-unreach", 0, stamp)
                 wait = until - time.monotonic()
                 if wait <= 0:
                     return
-                select.select([sock], [], [sock], wait)
+                select.select([sock, icmp], [], [], wait)
 
-        def send(address: str) -> bool:
-            for _ in range(3):
-                try:
-                    sock.sendto(payload, (address, port))
-                    return True
-                except BlockingIOError:
-                    select.select([], [sock], [], 1.0)
-                except OSError:
-                    # An ICMP error about an earlier probe fails the next send once (the socket's pending
-                    # error, cleared by reporting it; the error itself waits on the queue): send again.
-                    # No route to this address fails every time.
-                    pass
-            return False
-
-        for index, address in enumerate(addresses):
-            due = started + index / rate
+        step = max(1, rate // 1000)
+        sendto = sock.sendto
+        started = time.monotonic()
+        for first in range(0, len(addresses), step):
+            due = started + first / rate
             now = time.monotonic()
             if due > now:
                 drain(due)
-            elif index % _DRAIN_BATCH == 0:  # behind the rate: still read what came back, now and then
+            elif first % _DRAIN_BATCH < step:  # behind the rate: still read what came back, now and then
                 drain(now)
-            if send(address):
-                sent += 1
-            else:
-                failed += 1
+            for address in addresses[first:first + step]:
+                try:
+                    sendto(payload, (address, port))
+                    sent += 1
+                except BlockingIOError:
+                    select.select([], [sock], [], 1.0)
+                    try:
+                        sendto(payload, (address, port))
+                        sent += 1
+                    except OSError:
+                        failed += 1
+                except OSError:  # no route to it from here
+                    failed += 1
         drain(time.monotonic() + cooldown)
     metadata = {"total_sent": sent, "send_failed": failed, "rate": rate, "cooldown": cooldown, "port": port,
                 "seconds": round(time.monotonic() - started, 3)}
