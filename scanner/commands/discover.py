@@ -115,8 +115,8 @@ def register(app: typer.Typer) -> None:
                        f"{summary['quic_servers']} QUIC servers (answers: {answers})"
                        + ("" if discover_only else f"; {result.handshakes_ok}/{result.handshakes_attempted} handshakes ok"))
 
-    @app.command("ipv6", epilog="Example: ip netns exec qlab-client qscan ipv6 --hitlist hitlist.txt "
-                 "--aliased aliased.txt --out scan.duckdb")
+    @app.command("ipv6", epilog="Example: qscan ipv6 --hitlist hitlist.txt --aliased aliased.txt "
+                 "--netns qlab-client --out scan.duckdb")
     def ipv6_command(
         hitlist: str = typer.Option(..., "--hitlist", help="IPv6 Hitlist service addresses, one a line (compressed "
                                     "or full form), `#` comments; `-` reads stdin. Other lines: one warning each."),
