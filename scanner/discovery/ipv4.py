@@ -59,7 +59,7 @@ class Prepared:
 
 
 @dataclass
-class IPv4Result:
+class DiscoveryResult:
     scan_id: int
     discovery: Outcome
     handshakes_attempted: int = 0
@@ -119,7 +119,7 @@ def scan_ipv4(
     on_zmap_progress: Callable[[float], None] | None = None,
     progress: bool = False,
     resume: bool = False,
-) -> IPv4Result:
+) -> DiscoveryResult:
     """Run ZMap, store valid answers in ``discovery``, then handshake with each
     responsive address under the same scan_id.
 
@@ -156,15 +156,21 @@ def scan_ipv4(
     if discover_only:
         with open_discovery_store(out) as store:
             store.finish_scan(scan_id)
-    result = IPv4Result(scan_id, outcome, seconds_discovery=(finished - started).total_seconds())
+    result = DiscoveryResult(scan_id, outcome, seconds_discovery=(finished - started).total_seconds())
     if discover_only:
         return result
-    targets = [Target(d.ip, d.port) for d in outcome.found]
+    return handshake_discovered(out, result, settings, "ipv4", netns, command_line, progress)
+
+
+def handshake_discovered(out: str | Path, result: DiscoveryResult, settings: ScanSettings, kind: str,
+                         netns: str | None, command_line: str | None, progress: bool) -> DiscoveryResult:
+    """The handshakes with what discovery found, into the same scan (ipv4's and ipv6's second phase)."""
+    targets = [Target(d.ip, d.port) for d in result.discovery.found]
     with in_namespace(netns) if netns else contextlib.nullcontext():
-        handshakes = scan_into(out, targets, settings, kind="ipv4", resume=True, command_line=command_line,
+        handshakes = scan_into(out, targets, settings, kind=kind, resume=True, command_line=command_line,
                                progress=progress)
-    if handshakes.scan_id != scan_id:
-        raise AssertionError(f"handshakes went to scan {handshakes.scan_id}, discovery to {scan_id}")
+    if handshakes.scan_id != result.scan_id:
+        raise AssertionError(f"handshakes went to scan {handshakes.scan_id}, discovery to {result.scan_id}")
     result.handshakes_attempted = handshakes.attempted
     result.handshakes_ok = handshakes.ok
     result.seconds_handshakes = handshakes.seconds

@@ -22,13 +22,13 @@ from tparams.probe import Probe, make_probe
 from lab.netns import in_namespace
 from scanner.discovery import prober6
 from scanner.discovery.hitlist import LAB_RANGE6, HitlistPlan
-from scanner.discovery.ipv4 import discovery_run_table, discovery_table, open_discovery_store
+from scanner.discovery.ipv4 import (
+    DiscoveryResult, discovery_run_table, discovery_table, handshake_discovered, open_discovery_store,
+)
 from scanner.discovery.netinfo import refuse_unreachable_lab, require_namespace
-from scanner.discovery.zmap import Outcome, ZMapFiles, read_results
+from scanner.discovery.zmap import ZMapFiles, read_results
 from scanner.engine import ScanSettings
-from scanner.scan import scan_into
 from scanner.store import SCHEMA_DIR
-from scanner.targets import Target
 
 HITLIST_SCHEMA = ("hitlist", 1, SCHEMA_DIR / "hitlist_v1.sql")
 
@@ -45,16 +45,6 @@ class Prepared6:
     def command(self) -> str:
         plan = self.plan
         return prober6.command_text(plan.rate, plan.cooldown, self.seed, plan.shard, plan.shards, plan.port)
-
-
-@dataclass
-class IPv6Result:
-    scan_id: int
-    discovery: Outcome
-    handshakes_attempted: int = 0
-    handshakes_ok: int = 0
-    seconds_discovery: float = 0.0
-    seconds_handshakes: float = 0.0
 
 
 def prober_dir(out: str | Path) -> Path:
@@ -78,7 +68,7 @@ def prepare_ipv6(plan: HitlistPlan, out: str | Path, netns: str | None = None, s
 
 
 def scan_ipv6(prepared: Prepared6, out: str | Path, settings: ScanSettings, netns: str | None = None,
-              discover_only: bool = False, command_line: str | None = None, progress: bool = False) -> IPv6Result:
+              discover_only: bool = False, command_line: str | None = None, progress: bool = False) -> DiscoveryResult:
     """Probe this shard of the hitlist, store the valid answers in ``discovery`` (and the hitlist's
     accounting in ``hitlist_runs``/``hitlist_aliased``), then handshake with each responsive address
     under the same scan_id."""
@@ -128,16 +118,7 @@ def scan_ipv6(prepared: Prepared6, out: str | Path, settings: ScanSettings, netn
         })
         if discover_only:
             store.finish_scan(scan_id)
-    result = IPv6Result(scan_id, outcome, seconds_discovery=(finished - started).total_seconds())
+    result = DiscoveryResult(scan_id, outcome, seconds_discovery=(finished - started).total_seconds())
     if discover_only:
         return result
-    targets = [Target(d.ip, d.port) for d in outcome.found]
-    with in_namespace(netns) if netns else contextlib.nullcontext():
-        handshakes = scan_into(out, targets, settings, kind="ipv6", resume=True, command_line=command_line,
-                               progress=progress)
-    if handshakes.scan_id != scan_id:
-        raise AssertionError(f"handshakes went to scan {handshakes.scan_id}, discovery to {scan_id}")
-    result.handshakes_attempted = handshakes.attempted
-    result.handshakes_ok = handshakes.ok
-    result.seconds_handshakes = handshakes.seconds
-    return result
+    return handshake_discovered(out, result, settings, "ipv6", netns, command_line, progress)
