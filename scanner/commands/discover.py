@@ -45,6 +45,25 @@ def confirm_or_refuse(plan_lines: list[str], whole_space: bool, yes: bool,
         raise ToolError("scan not started (answered no)")
 
 
+def show_discovery(result, out: Path, discover_only: bool, json_output: bool, planned: dict | None = None,
+                   planned_text: str = "") -> None:
+    """The one summary line (or JSON object) of a discovery scan, ``planned`` its plan's own counts."""
+    summary = {
+        "scan_id": result.scan_id, "out": str(out), "probes_sent": result.discovery.probes_sent, **(planned or {}),
+        "quic_servers": len(result.discovery.found), "answers": dict(sorted(result.discovery.answers.items())),
+        "handshakes": result.handshakes_attempted, "handshakes_ok": result.handshakes_ok,
+        "seconds_discovery": round(result.seconds_discovery, 3),
+        "seconds_handshakes": round(result.seconds_handshakes, 3),
+    }
+    if json_output:
+        typer.echo(json.dumps(summary))
+        return
+    answers = ", ".join(f"{k} {v}" for k, v in summary["answers"].items()) or "none"
+    typer.echo(f"scan {result.scan_id} in {out}: {summary['probes_sent']} probes, "
+               f"{summary['quic_servers']} QUIC servers (answers: {answers}){planned_text}"
+               + ("" if discover_only else f"; {result.handshakes_ok}/{result.handshakes_attempted} handshakes ok"))
+
+
 def register(app: typer.Typer) -> None:
     @app.command("ipv4", epilog="Example: qscan ipv4 198.18.1.0/24 --out scan.duckdb")
     def ipv4_command(
@@ -100,20 +119,7 @@ def register(app: typer.Typer) -> None:
             result = scan_ipv4(prepared, out, settings, netns, discover_only, shlex.join(sys.argv),
                                on_zmap_progress=lambda done: bar.update(task, completed=done), progress=show,
                                resume=resume)
-        summary = {
-            "scan_id": result.scan_id, "out": str(out), "probes_sent": result.discovery.probes_sent,
-            "quic_servers": len(result.discovery.found), "answers": dict(sorted(result.discovery.answers.items())),
-            "handshakes": result.handshakes_attempted, "handshakes_ok": result.handshakes_ok,
-            "seconds_discovery": round(result.seconds_discovery, 3),
-            "seconds_handshakes": round(result.seconds_handshakes, 3),
-        }
-        if json_output:
-            typer.echo(json.dumps(summary))
-        else:
-            answers = ", ".join(f"{k} {v}" for k, v in summary["answers"].items()) or "none"
-            typer.echo(f"scan {result.scan_id} in {out}: {summary['probes_sent']} probes, "
-                       f"{summary['quic_servers']} QUIC servers (answers: {answers})"
-                       + ("" if discover_only else f"; {result.handshakes_ok}/{result.handshakes_attempted} handshakes ok"))
+        show_discovery(result, out, discover_only, json_output)
 
     @app.command("ipv6", epilog="Example: qscan ipv6 --hitlist hitlist.txt --aliased aliased.txt "
                  "--netns qlab-client --out scan.duckdb")
@@ -154,23 +160,11 @@ def register(app: typer.Typer) -> None:
         show = not quiet and sys.stderr.isatty()
         settings = ScanSettings(timeout=timeout, rate=handshake_rate, concurrency=concurrency, workers=workers)
         result = scan_ipv6(prepared, out, settings, netns, discover_only, shlex.join(sys.argv), progress=show)
-        summary = {
-            "scan_id": result.scan_id, "out": str(out), "probes_sent": result.discovery.probes_sent,
+        show_discovery(result, out, discover_only, json_output, {
             "bad_lines": len(plan.bad_lines), "blocked": plan.blocked, "folded": plan.folded,
-            "aliased_prefixes": sum(t.aliased_prefix is not None for t in plan.targets),
-            "quic_servers": len(result.discovery.found), "answers": dict(sorted(result.discovery.answers.items())),
-            "handshakes": result.handshakes_attempted, "handshakes_ok": result.handshakes_ok,
-            "seconds_discovery": round(result.seconds_discovery, 3),
-            "seconds_handshakes": round(result.seconds_handshakes, 3),
-        }
-        if json_output:
-            typer.echo(json.dumps(summary))
-        else:
-            answers = ", ".join(f"{k} {v}" for k, v in summary["answers"].items()) or "none"
-            typer.echo(f"scan {result.scan_id} in {out}: {summary['probes_sent']} probes, "
-                       f"{summary['quic_servers']} QUIC servers (answers: {answers}), {len(plan.bad_lines)} bad "
-                       f"lines, {plan.blocked} blocklisted, {plan.folded} folded into aliased prefixes"
-                       + ("" if discover_only else f"; {result.handshakes_ok}/{result.handshakes_attempted} handshakes ok"))
+            "aliased_prefixes": sum(t.aliased_prefix is not None for t in plan.targets)},
+            f", {len(plan.bad_lines)} bad lines, {plan.blocked} blocklisted, {plan.folded} folded into aliased "
+            "prefixes")
 
     @app.command("merge", epilog="Example: qscan merge census/ --out census.duckdb")
     def merge_command(
