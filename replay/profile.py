@@ -1,13 +1,13 @@
 """`qreplay --profile`: where each endpoint's cycles go during the transfer (the Kempf thesis's method).
 
 Each endpoint is sampled with call stacks from the moment it takes part in the download until the
-client has finished: the server once it listens (before the client starts, so nothing of the transfer
-is missed), the client as soon as it exists. A native program is sampled by perf (cpu-clock, the
-software event: a VM offers no hardware counters) attached to its pid, unwinding with DWARF (Rust and C
-are built without frame pointers) except Go's binaries, which keep frame pointers and whose compressed
-DWARF perf cannot unwind; a Python interpreter (aioquic) is sampled by py-spy, which names the Python
-functions. Either way the samples are folded into one line per distinct stack (root first, frames
-joined by ``;``), the form of Brendan Gregg's FlameGraph that inferno draws.
+client has finished: the server from when it listens, the client from its start (a native client waits
+at a gate until perf samples). Native programs are sampled by perf (cpu-clock, the software event: a VM
+offers no hardware counters) on every CPU, their samples picked out by pid, unwinding with DWARF (Rust
+and C are built without frame pointers) except Go's binaries, which keep frame pointers and whose
+compressed DWARF perf cannot unwind; a Python interpreter (aioquic) is sampled by py-spy, which names
+the Python functions. Either way the samples are folded into one line per distinct stack (root first,
+frames joined by ``;``), the form of Brendan Gregg's FlameGraph that inferno draws.
 
 Every sample is then sorted into the thesis's components by the mapping kept as data in
 datasets/profile/components.csv: walking its stack from the innermost frame outwards, the first frame
@@ -39,8 +39,10 @@ from tparams.errors import ToolError
 COMPONENTS = ("PACKET_IO", "IO", "CRYPTO", "CONN_MGMT", "MARSHALLING", "GENERAL")
 UNMAPPED = "UNMAPPED"
 MAPPING_FILE = REPO_ROOT / "datasets" / "profile" / "components.csv"
-#: samples a second of CPU: perf's cpu-clock at 999 Hz (off the kernel's 1000 Hz tick); py-spy's default 100
-PERF_HZ = 999
+#: samples a second of CPU, perf's cpu-clock (off the kernel's tick rate) and py-spy's (its default): a
+#: rate that costs the stacks nothing measurable here (bench/bench_profile.py); enough samples come from
+#: repetitions, as the thesis summed 20.
+PERF_HZ = 99
 PY_SPY_HZ = 100
 #: bytes of user stack perf copies with each sample for DWARF unwinding (perf's default)
 DWARF_STACK_BYTES = 8192
@@ -108,7 +110,7 @@ def is_go(executable: str) -> bool:
         if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit ELF only
             return False
         shoff = int.from_bytes(head[0x28:0x30], "little")
-        shentsize, shnum, shstrndx = (int.from_bytes(head[o:o + 2], "little") for o in (0x3A, 0x3C, 0x3E))
+        shentsize, shstrndx = (int.from_bytes(head[o:o + 2], "little") for o in (0x3A, 0x3E))
         elf.seek(shoff + shstrndx * shentsize)
         names_header = elf.read(shentsize)
         elf.seek(int.from_bytes(names_header[0x18:0x20], "little"))
@@ -125,19 +127,17 @@ def process_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def sampler_argv(pid: int, executable: str, out: Path, control: tuple[Path, Path]) -> tuple[list[str], str]:
-    """(the sampler's command line for ``pid``, running ``executable``, a description of it for the
-    results). perf starts with its events off, until told through the ``control`` FIFOs."""
-    if is_python(executable):
-        py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
-        if not py_spy:
-            raise ToolError("py-spy is not installed: run scripts/setup.sh (it is pinned in requirements.lock)")
-        return ([py_spy, "record", "--pid", str(pid), "--format", "raw", "--nolineno", "--rate", str(PY_SPY_HZ),
-                 "--output", str(out)], f"py-spy {PY_SPY_HZ} Hz")
-    unwind = "fp" if is_go(executable) else f"dwarf,{DWARF_STACK_BYTES}"
-    return (["perf", "record", "-q", "-e", "cpu-clock", "-F", str(PERF_HZ), "--call-graph", unwind,
-             "-D", "-1", "--control", f"fifo:{control[0]},{control[1]}", "-p", str(pid), "-o", str(out)],
-            f"perf cpu-clock {PERF_HZ} Hz, {unwind.split(',')[0]} unwinding")
+def perf_unwinding(executable: str) -> str:
+    """How perf unwinds ``executable``'s user stacks: Go keeps frame pointers (and its compressed DWARF
+    defeats perf); Rust and C are built without them, so their stacks are copied and unwound by DWARF."""
+    return "fp" if is_go(executable) else "dwarf"
+
+
+def unavailable_reason() -> str | None:
+    """Why runs cannot be profiled here (None: they can)."""
+    if not shutil.which("perf"):
+        return "perf is not installed: run scripts/setup.sh (Debian's linux-perf)"
+    return None
 
 
 def executable_of(argv: list[str]) -> str:
@@ -145,10 +145,9 @@ def executable_of(argv: list[str]) -> str:
 
 
 def gated(argv: list[str]) -> bool:
-    """Whether a client of ``argv`` waits at a gate for its sampler: perf follows a process's children,
-    so it attaches to the gate (which then execs GNU time, which starts the stack) and loses nothing of
-    a short transfer to its own start-up (0.1-0.4 s here). py-spy follows no children: it attaches to
-    the interpreter, which imports for longer than py-spy takes to attach."""
+    """Whether a client of ``argv`` waits at a gate until it is sampled: perf must sample before the
+    stack starts (its own start-up takes 0.1-0.4 s here, longer than a short transfer). py-spy attaches
+    to a running interpreter, which imports for longer than py-spy takes to attach."""
     return not is_python(executable_of(argv))
 
 
@@ -185,117 +184,167 @@ class EndpointProfile:
         return profiles, stacks
 
 
-class _Sampler:
-    def __init__(self, endpoint: str, library: str, pid: int, executable: str, workdir: Path, gate: bool):
-        self.endpoint, self.library, self.gate = endpoint, library, gate
-        self.out = workdir / f"{endpoint}.profile"
-        self.control = (workdir / f"{endpoint}.profile.ctl", workdir / f"{endpoint}.profile.ack")
-        argv, self.profiler = sampler_argv(pid, executable, self.out, self.control)
-        self.pid, self.cpu_start, self.cpu_end = pid, None, None
-        self.fifos: list[int] = []
-        if self.profiler.startswith("perf"):
-            for fifo in self.control:
-                os.mkfifo(fifo)
-        self.log = open(workdir / f"{endpoint}.profile.log", "w+b")
+def _stop(popen: subprocess.Popen) -> None:
+    """SIGINT (perf and py-spy write what they have on it), then wait; SIGKILL if one hangs."""
+    if popen.poll() is None:
+        popen.send_signal(signal.SIGINT)
+    try:
+        popen.wait(30)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()
+
+
+class _Recorder:
+    """One `perf record` of every CPU, for the endpoints of one way of unwinding; their samples are told
+    apart by pid afterwards. Per-CPU, not attached to the stacks' tasks: attached, the sampling cost
+    ngtcp2 and quic-go a quarter of their goodput here (0.75-0.77x, 2026-11-25; its timer is re-armed at
+    every context switch of theirs, dear in a VM), per-CPU nothing measurable."""
+
+    def __init__(self, unwind: str, workdir: Path):
+        self.unwind = unwind
+        self.out = workdir / f"perf-{unwind}.data"
+        self.log = open(workdir / f"perf-{unwind}.log", "w+b")
+        control = [workdir / f"perf-{unwind}.{name}" for name in ("ctl", "ack")]
+        for fifo in control:
+            os.mkfifo(fifo)
+        call_graph = "fp" if unwind == "fp" else f"dwarf,{DWARF_STACK_BYTES}"
+        # events off (-D -1) until enabled through the control FIFO, whose acknowledgement says perf samples
+        argv = ["perf", "record", "-q", "-a", "-e", "cpu-clock", "-F", str(PERF_HZ), "--call-graph", call_graph,
+                "-D", "-1", "--control", f"fifo:{control[0]},{control[1]}", "-o", str(self.out)]
         # its own session: a Ctrl-C to qreplay's group must not end it before it has written its file
         self.popen = subprocess.Popen(argv, stdout=self.log, stderr=self.log, start_new_session=True)
-        self.started = time.monotonic()
-        self.stopped: float | None = None
-
-    def ready(self, timeout_s: float = ATTACH_TIMEOUT_S) -> None:
-        """Wait until the sampler samples: perf acknowledges the ``enable`` it is sent, py-spy says so."""
-        self._await_sampling(timeout_s)
-        self.cpu_start = process_cpu_s(self.pid)
-
-    def _await_sampling(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        if self.profiler.startswith("perf"):
-            # (read-write opens: a FIFO opened so never blocks, whenever perf opens its end; both stay
-            # open until perf ends, as it takes a closed control FIFO for an end of its commands)
-            self.fifos = [os.open(fifo, os.O_RDWR | os.O_NONBLOCK) for fifo in self.control]
-            ctl, ack = self.fifos
-            os.write(ctl, b"enable\n")
-            while time.monotonic() < deadline and self.popen.poll() is None:
-                if select.select([ack], [], [], 0.05)[0] and b"ack" in os.read(ack, 64):
-                    return
-        else:
-            while time.monotonic() < deadline and self.popen.poll() is None:
-                if b"Sampling process" in Path(self.log.name).read_bytes():
-                    return
-                time.sleep(0.01)
-        raise RuntimeError(f"the {self.endpoint}'s profiler did not start sampling within {timeout_s:.0f} s: "
+        # (read-write opens never block, whenever perf opens its ends; both stay open until perf ends,
+        # as it takes a closed control FIFO for the end of its commands)
+        self.fifos = [os.open(fifo, os.O_RDWR | os.O_NONBLOCK) for fifo in control]
+        os.write(self.fifos[0], b"enable\n")
+        deadline = time.monotonic() + ATTACH_TIMEOUT_S
+        while time.monotonic() < deadline and self.popen.poll() is None:
+            if select.select([self.fifos[1]], [], [], 0.05)[0] and b"ack" in os.read(self.fifos[1], 64):
+                return
+        self.stop()
+        raise RuntimeError(f"perf did not start sampling within {ATTACH_TIMEOUT_S:.0f} s: "
                            + Path(self.log.name).read_text(errors="replace").strip()[-300:])
 
     def stop(self) -> None:
-        """SIGINT (both write what they have on it), then wait; SIGKILL if either hangs."""
-        if self.stopped is None:
-            self.stopped = time.monotonic()
-            self.cpu_end = process_cpu_s(self.pid)
-        if self.popen.poll() is None and process_cpu_s(self.pid) is None:
-            # its process is gone: the sampler ends by itself once it has written everything (a SIGINT
-            # while it is still setting up would leave its file unfinished)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(ATTACH_TIMEOUT_S)
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGINT)
-        try:
-            self.popen.wait(30)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        _stop(self.popen)
         self.log.close()
         for fd in self.fifos:
             os.close(fd)
         self.fifos = []
 
-    def result(self, total_cpu_s: float | None) -> EndpointProfile:
-        """The folded samples. ``total_cpu_s``: the endpoint's CPU over its whole life, for a py-spy
-        endpoint that had exited by the time sampling stopped."""
-        profile = EndpointProfile(self.endpoint, self.library, self.profiler,
-                                  window_s=(self.stopped or time.monotonic()) - self.started)
+    def samples(self, pids: set[int]) -> dict[int, tuple[Counter, float]]:
+        """{pid: (folded stacks, CPU seconds)} of the processes ``pids``."""
+        script = subprocess.run(["perf", "script", "--no-inline", "-i", str(self.out),
+                                 "--pid", ",".join(map(str, sorted(pids))), "-F", "pid,period,ip,sym,dso"],
+                                capture_output=True, text=True, errors="replace")
+        if script.returncode != 0:
+            raise ToolError(f"perf script failed: {script.stderr.strip()[-300:]}")
+        return {pid: fold_perf_script(script.stdout, pid) for pid in pids}
+
+
+class _PySpy:
+    """py-spy attached to one Python endpoint, without pausing it to sample (--nonblocking: paused 100
+    times a second, aioquic kept 0.78x of its goodput, unpaused 1.00x; a stack read while it changes is
+    dropped). It samples the wall-clock time of threads it judges busy (it misjudges some waits), so their
+    CPU comes from the kernel's accounting of the process."""
+
+    def __init__(self, pid: int, workdir: Path, endpoint: str):
+        self.pid, self.out = pid, workdir / f"{endpoint}.py-spy"
+        self.log = open(workdir / f"{endpoint}.py-spy.log", "w+b")
+        py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+        if not py_spy:
+            raise ToolError("py-spy is not installed: run scripts/setup.sh (it is pinned in requirements.lock)")
+        self.popen = subprocess.Popen([py_spy, "record", "--pid", str(pid), "--format", "raw", "--nolineno",
+                                       "--rate", str(PY_SPY_HZ), "--nonblocking", "--output", str(self.out)],
+                                      stdout=self.log, stderr=self.log, start_new_session=True)
+        deadline = time.monotonic() + ATTACH_TIMEOUT_S
+        while b"Sampling process" not in Path(self.log.name).read_bytes():
+            if time.monotonic() > deadline or self.popen.poll() is not None:
+                self.stop()
+                raise RuntimeError("py-spy did not start sampling: "
+                                   + Path(self.log.name).read_text(errors="replace").strip()[-300:])
+            time.sleep(0.01)
+        self.cpu_start, self.cpu_end = process_cpu_s(pid), None
+
+    def stop(self) -> None:
+        if self.cpu_end is None:
+            self.cpu_end = process_cpu_s(self.pid)
+        if self.popen.poll() is None and process_cpu_s(self.pid) is None:
+            # its process is gone: py-spy ends by itself once it has written everything
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(ATTACH_TIMEOUT_S)
+        _stop(self.popen)
+        self.log.close()
+
+    def samples(self, total_cpu_s: float | None) -> tuple[Counter, float]:
+        """(folded stacks, CPU seconds); ``total_cpu_s``: the process's CPU over its life, for one that had
+        exited by the time sampling stopped."""
         if not self.out.exists():
-            raise ToolError(f"the {self.endpoint}'s profiler wrote nothing: "
-                            + Path(self.log.name).read_text(errors="replace").strip()[-300:])
-        if self.profiler.startswith("py-spy"):
-            # py-spy samples wall-clock time of threads it judges busy (it misjudges some waits), so the
-            # CPU comes from the kernel's accounting of the process over the same window
-            profile.stacks = fold_py_spy(self.out.read_text(errors="replace"))
-            end = self.cpu_end if self.cpu_end is not None else total_cpu_s
-            profile.cpu_s = max(0.0, end - (self.cpu_start or 0.0)) if end is not None else 0.0
-        else:
-            script = subprocess.run(["perf", "script", "--no-inline", "-i", str(self.out), "-F",
-                                     "pid,period,ip,sym,dso"], capture_output=True, text=True, errors="replace")
-            if script.returncode != 0:
-                raise ToolError(f"perf script failed on the {self.endpoint}'s samples: {script.stderr.strip()[-300:]}")
-            # a gate's own samples (the shell, then GNU time, waiting for the stack) are not the stack's
-            profile.stacks, profile.cpu_s = fold_perf_script(script.stdout, exclude_pid=self.pid if self.gate
-                                                             else None)
-        return profile
+            raise ToolError("py-spy wrote nothing: " + Path(self.log.name).read_text(errors="replace").strip()[-300:])
+        end = self.cpu_end if self.cpu_end is not None else total_cpu_s
+        cpu_s = max(0.0, end - (self.cpu_start or 0.0)) if end is not None else 0.0
+        return fold_py_spy(self.out.read_text(errors="replace")), cpu_s
+
+
+@dataclass
+class _Endpoint:
+    library: str
+    executable: str
+    pid: int | None = None
+    sampler: _Recorder | _PySpy | None = None
 
 
 class Profiling:
-    """The samplers of one run: ``attach`` each endpoint, ``stop`` when the client has finished, then
-    ``results``. Stopping twice is harmless (the run's clean-up stops whatever is left)."""
+    """The sampling of one run. ``attach`` each endpoint once it may be sampled (returning once it is):
+    a native one is sampled by a perf recorder of its way of unwinding, started for the first such
+    endpoint; a client waiting at its gate is named by ``identify`` once it runs. ``stop`` when the
+    client has finished, then ``results``. Stopping twice is harmless."""
 
     def __init__(self, workdir: Path):
         self.workdir = workdir
-        self.samplers: list[_Sampler] = []
+        self.endpoints: dict[str, _Endpoint] = {}
+        self.recorders: dict[str, _Recorder] = {}
+        self.started = time.monotonic()
+        self.stopped: float | None = None
 
-    def attach(self, endpoint: str, library: str, pid: int, executable: str, gate: bool = False) -> None:
-        """Sample ``pid`` (running ``executable``; with ``gate``, a gate that will exec into it) from now on,
-        returning once the sampler samples."""
-        sampler = _Sampler(endpoint, library, pid, executable, self.workdir, gate)
-        self.samplers.append(sampler)
-        sampler.ready()
+    def attach(self, endpoint: str, library: str, executable: str, pid: int | None = None) -> None:
+        entry = self.endpoints[endpoint] = _Endpoint(library, executable, pid)
+        if is_python(executable):
+            entry.sampler = _PySpy(pid, self.workdir, endpoint)
+            return
+        unwind = perf_unwinding(executable)
+        if unwind not in self.recorders:
+            self.recorders[unwind] = _Recorder(unwind, self.workdir)
+        entry.sampler = self.recorders[unwind]
+
+    def identify(self, endpoint: str, pid: int) -> None:
+        self.endpoints[endpoint].pid = pid
 
     def stop(self) -> None:
-        for sampler in self.samplers:
+        if self.stopped is None:
+            self.stopped = time.monotonic()
+        for sampler in {id(e.sampler): e.sampler for e in self.endpoints.values() if e.sampler}.values():
             sampler.stop()
 
     def results(self, total_cpu_s: dict[str, float | None]) -> list[EndpointProfile]:
         """Each endpoint's samples; ``total_cpu_s``: each endpoint's CPU seconds over its life (GNU time's)."""
         self.stop()
-        return [sampler.result(total_cpu_s.get(sampler.endpoint)) for sampler in self.samplers]
+        found = []
+        for recorder in self.recorders.values():
+            mine = {name: e for name, e in self.endpoints.items() if e.sampler is recorder and e.pid}
+            per_pid = recorder.samples({e.pid for e in mine.values()}) if mine else {}
+            for name, e in mine.items():
+                profiler = f"perf cpu-clock {PERF_HZ} Hz, {recorder.unwind} unwinding"
+                found.append(EndpointProfile(name, e.library, profiler, *per_pid[e.pid], self._window()))
+        for name, e in self.endpoints.items():
+            if isinstance(e.sampler, _PySpy):
+                found.append(EndpointProfile(name, e.library, f"py-spy {PY_SPY_HZ} Hz",
+                                             *e.sampler.samples(total_cpu_s.get(name)), self._window()))
+        return sorted(found, key=lambda p: p.endpoint != "server")
+
+    def _window(self) -> float:
+        return (self.stopped or time.monotonic()) - self.started
 
 
 # --- folding ---------------------------------------------------------------------------------------
@@ -311,9 +360,9 @@ def frame_name(symbol: str, dso: str) -> str:
     return f"{symbol}_[k]" if dso.startswith("[kernel") else symbol
 
 
-def fold_perf_script(text: str, exclude_pid: int | None = None) -> tuple[Counter, float]:
-    """({folded stack: samples}, CPU seconds) from `perf script -F pid,period,ip,sym,dso` of cpu-clock
-    samples (each sample's period is the CPU nanoseconds it stands for), without ``exclude_pid``'s."""
+def fold_perf_script(text: str, pid: int) -> tuple[Counter, float]:
+    """({folded stack: samples}, CPU seconds) of process ``pid`` from `perf script -F pid,period,ip,sym,dso`
+    of cpu-clock samples (each sample's period is the CPU nanoseconds it stands for)."""
     stacks: Counter = Counter()
     total_ns = 0
     for block in text.split("\n\n"):
@@ -321,10 +370,10 @@ def fold_perf_script(text: str, exclude_pid: int | None = None) -> tuple[Counter
         if not lines:
             continue
         try:
-            pid, period = (int(word) for word in lines[0].split()[:2])
+            sample_pid, period = (int(word) for word in lines[0].split()[:2])
         except ValueError:
             continue
-        if pid == exclude_pid:
+        if sample_pid != pid:
             continue
         frames = [frame_name(*m.groups()) for m in map(_FRAME.match, lines[1:]) if m]
         if frames:

@@ -375,7 +375,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         try:
             _wait_listening(server_stack, path.server_ns, port, server)
             if profiling:  # attached before the client starts, so the server's part is sampled whole
-                profiling.attach("server", server_stack.name, server.stack_pid(), profile.executable_of(server_argv))
+                profiling.attach("server", server_stack.name, profile.executable_of(server_argv), server.stack_pid())
             if options.trace:  # started before the client, stopped after it (and the server)
                 captured = tracing.enter_context(trace.capture(path, workdir / "trace.pcapng"))
             before = path.interface_counters()
@@ -385,10 +385,11 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             client = _Process(path.client_ns, plan.argv, workdir / "client.usage", stdout=stdout_file, gated=gated)
             row["client_argv"] = json.dumps(client.popen.args)
             if profiling:
-                profiling.attach("client", stack.name, client.popen.pid if gated else client.stack_pid(),
-                                 profile.executable_of(plan.argv), gate=gated)
+                profiling.attach("client", stack.name, profile.executable_of(plan.argv),
+                                 None if gated else client.stack_pid())
             if gated:
                 client.release()
+                profiling.identify("client", client.stack_pid())
             finished, server_gone = _await_client(client, server, options.timeout_s)
             if profiling:  # the transfer is over: nothing after it is sampled
                 profiling.stop()

@@ -239,7 +239,7 @@ def components_figure(summary, out: Path, title: str) -> Path:
         ax.set_xticks(range(bars.height), labels, fontsize="small")
         ax.set(ylabel="CPU seconds per GB", title=f"{title}, {delay:g} ms")
         ax.grid(axis="y", alpha=0.3)
-    axes[0, 0].legend(fontsize="small", ncol=4)
+    axes[0, 0].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return save_png(fig, out)
 
 

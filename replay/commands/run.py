@@ -16,6 +16,7 @@ from replay import sets as sets_api
 from replay.sets import own_set
 from replay.link import LinkConfig, parse_duration_ms, parse_percent, parse_rate_bps, parse_size
 from replay import statistics, store
+from replay.profile import unavailable_reason as profile_reason
 from replay.runner import Condition, Experiment, run_experiment
 from replay.commands.link import DoctorRow, register_doctor_rows
 from replay.stacks import every_stack, get_stack
@@ -94,6 +95,8 @@ def make_options(size: str, autotune: bool, cc: str, qlog: Path | None, timeout:
                  trace: bool = False, profile: bool = False) -> RunOptions:
     if cc not in ("cubic", "bbr"):
         raise ToolError(f"--cc must be cubic or bbr, not {cc!r}")
+    if profile and (reason := profile_reason()):
+        raise ToolError(f"--profile: {reason}")
     size_bytes = parse_size(size)
     return RunOptions(size=size_bytes, autotune=autotune, cc=cc, qlog_dir=qlog, trace=trace, profile=profile,
                       timeout_s=timeout or default_timeout_s(size_bytes))
