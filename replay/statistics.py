@@ -123,8 +123,8 @@ def series(frame, x: str) -> list[tuple[str, object]]:
 def shared(frame, exclude: tuple[str, ...] = ()) -> str:
     """The conditions every row of ``frame`` shares (those stored), in words: what a table or figure holds
     fixed."""
-    moving = set(varying(frame)) | set(exclude)
-    fixed = [c for c in CONDITIONS if c in frame.columns and c not in moving and frame[c].null_count() < frame.height]
+    fixed = [c for c in CONDITIONS if c in frame.columns and c not in exclude and frame[c].n_unique() == 1
+             and frame[c].null_count() < frame.height]
     return describe(frame.row(0, named=True), fixed) if frame.height else ""
 
 

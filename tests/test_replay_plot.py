@@ -74,3 +74,15 @@ def test_a_credit_line_above_the_trace_axis_is_named_not_lost():
     assert 2500.0 < top < 15728.6  # the stream credit is drawn, the far connection window named
     assert above == ["connection credit reaches 15,729 kB, above the axis"]
     assert credit_axis(2000.0, {"stream credit": 1000.0})[1] == []
+
+
+def test_a_caption_names_only_what_every_row_shares():
+    """Each stack against its own server: the series name the stack alone, and the caption names no server."""
+    import polars as pl
+
+    from replay.statistics import series, shared
+
+    frame = pl.DataFrame({"stack": ["ngtcp2", "quic-go"], "server_stack": ["ngtcp2", "quic-go"],
+                          "set_name": ["s", "s"], "delay_ms": [0.0, 0.0], "mean_mbps": [1.0, 2.0]})
+    assert [label for label, _ in series(frame, "delay_ms")] == ["ngtcp2", "quic-go"]
+    assert shared(frame, exclude=("delay_ms",)) == "s"
