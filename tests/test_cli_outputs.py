@@ -29,6 +29,7 @@ INPUTS = {
     ("qscan", "ipv4", "--allowlist"), ("qscan", "merge", "inputs"), ("qscan", "domains", "file"),
     ("qscan", "campaign shard", "--allowlist"), ("qscan", "campaign plan", "--measured"),
     ("qscan", "diff", "old"), ("qscan", "diff", "new"), ("qscan", "trends", "directory"),
+    ("qscan", "ipv6", "--aliased"), ("qscan", "ipv6", "--blocklist"),
     ("qreplay", "sets", "--scan"), ("qreplay", "plot", "results"),
 }
 
