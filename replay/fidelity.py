@@ -358,8 +358,9 @@ def why_rows(campaign: FidelityCampaign, browser: str) -> list[list[str]]:
         bound = client_window_bound(sent, slowest, rule_stack, rows[0]["size_bytes"], rules) if slowest else None
         measured = (at.get((slowest, 0.0)) or {}).get("mean_mbps")
         rule = rules.get(rule_stack)
+        drops = _mean([r["client_socket_drop_pct"] for r in rows if not r["loss_pct"]])
         return [name, mode, rows[0]["server_stack"], applied, "-" if cpu is None else f"{cpu:.2f}",
-                "-" if _acks(rows) is None else f"{_acks(rows):.1f}",
+                "-" if drops is None else f"{drops:.2f}%", "-" if _acks(rows) is None else f"{_acks(rows):.1f}",
                 "-" if rule is None else f"{rule.consumed_fraction:.2f}",
                 "-" if bound is None else f"{bound.text()} (measured {measured:.0f})" if measured else bound.text()]
 
@@ -373,7 +374,7 @@ def why_rows(campaign: FidelityCampaign, browser: str) -> list[list[str]]:
 
 
 WHY_HEADER = ["client", "mode", "server", "set applied", "client CPU s a run (smallest delay)",
-              "client packets per 100 server packets", "stream-window update share f (rules.csv, 30 ms)",
+              "client socket drops (mean over the delays)", "client packets per 100 server packets", "stream-window update share f (rules.csv, 30 ms)",
               "window model at the largest delay, Mbit/s"]
 
 
@@ -404,18 +405,25 @@ def thesis_rows(campaign: FidelityCampaign) -> list[list[str]]:
         if diff["difference"] is None:
             continue
         low, high = diff["difference_ci95_low"], diff["difference_ci95_high"]
+        thesis = float(published)
+        if low is None:
+            verdict = "not resolved (fewer than two runs a side)"
+        elif low > thesis:
+            verdict = "holds: Firefox ahead, by more than the thesis's"
+        elif low > 0:
+            verdict = "holds: Firefox ahead" + (f", by less than the thesis's {thesis:+g}" if high < thesis else
+                                                ", as far as in the thesis")
+        else:
+            verdict = "does not hold: Chromium ahead" if high < 0 else "does not hold: no difference beyond the noise"
         interval = "" if low is None else f" ({low:+.0f} to {high:+.0f})"
-        verdict = ("not resolved (fewer than two runs a side)" if low is None else
-                   "holds: Firefox ahead" + ("" if low > 0.5 * float(published) else ", by less than half the thesis's")
-                   if low > 0 else "does not hold: Chromium ahead" if high < 0 else "does not hold: no difference "
-                   "beyond the noise")
         rows.append([link_text(link), goodput_text(firefox), goodput_text(chromium),
-                     f"{diff['difference']:+.0f}{interval}", published, verdict])
+                     f"{diff['difference']:+.0f}{interval}", ratio_text(statistics.ratio_of_means(firefox, chromium)),
+                     published, verdict])
     return rows
 
 
-THESIS_HEADER = ["link", "Firefox (Mbit/s, sd)", "Chromium", "Firefox - Chromium (95% CI)", "thesis (figure 5.3a)",
-                 "verdict"]
+THESIS_HEADER = ["link", "Firefox (Mbit/s, sd)", "Chromium", "Firefox - Chromium (95% CI)", "Firefox / Chromium",
+                 "thesis (figure 5.3a)", "verdict"]
 
 
 # --- the figure and the report ------------------------------------------------------------------------------
@@ -428,45 +436,82 @@ class FidelityReport:
 
 
 def draw_fidelity(campaign: FidelityCampaign, path: Path) -> Path:
-    """Per browser: goodput against delay of the browser and of its set on each replay stack and mode (a band
-    of one standard deviation), and the ratios replayed / real with their 95% intervals; every condition that
-    differs is a series of its own (replay.statistics.series), a link with loss among them."""
+    """Per browser, three panels: goodput against delay of the browser and of its set on each replay stack and
+    mode (a band of one standard deviation; log scale), the ratios replayed / real against delay with their 95%
+    intervals, and the ratios at the lossy link. Every combination of conditions that differs is a series of
+    its own (replay.statistics.series); a series' colour is its client and mode, its marker the link (hollow
+    squares: 0 ms over a plain veth pair, where auto has nothing to emulate)."""
     import polars as pl
-    from matplotlib.ticker import ScalarFormatter
-
-    from replay.figures import draw_band
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
     plt = pyplot()
     browsers = campaign.browsers
-    fig, axes = plt.subplots(len(browsers), 2, figsize=(16, 5.2 * len(browsers)), squeeze=False)
-    for (left, right), browser in zip(axes, browsers):
+    fig, axes = plt.subplots(len(browsers), 3, figsize=(19, 6 * len(browsers)), squeeze=False,
+                             gridspec_kw={"width_ratios": [5, 5, 3]})
+    palette = plt.get_cmap("tab20").colors
+    colours: dict[tuple[str, str], tuple] = {}
+
+    def look(row: dict, browser: str) -> dict:
+        if row["stack"] == browser:
+            return {"color": "black", "linewidth": 3}
+        colour = colours.setdefault((row["stack"], mode_name(row["autotune"])), palette[len(colours) % len(palette)])
+        return {"color": colour, "linewidth": 1.2}
+
+    def label(row: dict, browser: str) -> str:
+        who = f"{browser} itself" if row["stack"] == browser else f"{row['stack']}, {mode_name(row['autotune'])}"
+        return who if row["link_backend"] == "relay" else "_nolegend_"
+
+    def marker(row: dict) -> dict:
+        return {"marker": "o"} if row["link_backend"] == "relay" else {"marker": "s", "fillstyle": "none",
+                                                                           "markersize": 8}
+
+    for (left, middle, right), browser in zip(axes, browsers):
         rows = [r for r in campaign.summary if r["n"] and (r["stack"] == browser
                                                            or r["set_name"] == campaign.sets[browser]["name"])]
-        frame = pl.DataFrame(rows, infer_schema_length=None)
-        for label, part in statistics.series(frame, "delay_ms"):
-            real = part["stack"][0] == browser
-            draw_band(left, part["delay_ms"].to_list(), part["mean_mbps"].to_list(), part["stddev_mbps"].to_list(),
-                      label, **({"color": "black", "linewidth": 3} if real else {"linewidth": 1}))
-        left.set(xlabel="added one-way delay, server to client (ms)", ylabel="goodput (Mbit/s)",
+        plain = pl.DataFrame([r for r in rows if not r["loss_pct"]], infer_schema_length=None)
+        for _, part in statistics.series(plain, "delay_ms") if plain.height else []:
+            first = part.row(0, named=True)
+            x, mean = part["delay_ms"].to_list(), part["mean_mbps"].to_list()
+            sd = [v or 0.0 for v in part["stddev_mbps"].to_list()]
+            left.plot(x, mean, label=label(first, browser), **look(first, browser), **marker(first))
+            left.fill_between(x, [max(m - d, 1.0) for m, d in zip(mean, sd)], [m + d for m, d in zip(mean, sd)],
+                              alpha=0.15, color=look(first, browser)["color"])
+        left.set_yscale("log")
+        left.set(xlabel="added one-way delay, server to client (ms)", ylabel="goodput (Mbit/s, log)",
                  title=f"{browser} {campaign.versions.get(browser, '')} and its set replayed")
-        left.legend(fontsize=6, loc="upper right")
-        ratios = [{**{k: c.replayed[k] for k in statistics.CONDITIONS if k in c.replayed}, **c.ratio}
-                  for c in campaign.replays(browser) if c.ratio["ratio"] is not None]
-        if ratios:
-            for label, part in statistics.series(pl.DataFrame(ratios, infer_schema_length=None), "delay_ms"):
-                x, y = part["delay_ms"].to_list(), part["ratio"].to_list()
-                low = [r - (lo if lo is not None else r) for r, lo in zip(y, part["ratio_ci95_low"].to_list())]
-                high = [(hi if hi is not None else r) - r for r, hi in zip(y, part["ratio_ci95_high"].to_list())]
-                right.errorbar(x, y, yerr=[low, high], marker="o", capsize=3, label=label)
-        right.axhline(1.0, color="black", linewidth=1)
-        right.set_yscale("log")
-        right.yaxis.set_major_formatter(ScalarFormatter())
-        right.yaxis.set_minor_formatter(ScalarFormatter())
-        right.set(xlabel="added one-way delay, server to client (ms)", ylabel=f"replayed / {browser} (ratio of means)",
-                  title="ratio with its 95% interval (delta method)")
-        right.legend(fontsize=6, loc="best")
-        for ax in (left, right):
+        left.legend(fontsize=7, ncol=2, loc="lower left")
+        ratios = [{**{k: c.replayed[k] for k in (*statistics.CONDITIONS, "experiment_id") if k in c.replayed},
+                   **c.ratio} for c in campaign.replays(browser) if c.ratio["ratio"] is not None]
+        frame = pl.DataFrame([r for r in ratios if not r["loss_pct"]], infer_schema_length=None) if ratios else None
+        for _, part in statistics.series(frame, "delay_ms") if frame is not None and frame.height else []:
+            first = part.row(0, named=True)
+            y = part["ratio"].to_list()
+            low = [r - (lo if lo is not None else r) for r, lo in zip(y, part["ratio_ci95_low"].to_list())]
+            high = [(hi if hi is not None else r) - r for r, hi in zip(y, part["ratio_ci95_high"].to_list())]
+            middle.errorbar(part["delay_ms"].to_list(), y, yerr=[low, high], capsize=3,
+                            **look(first, browser), **marker(first))
+        lossy = sorted((r for r in ratios if r["loss_pct"]), key=lambda r: r["ratio"])
+        for i, r in enumerate(lossy):
+            err = [[r["ratio"] - (r["ratio_ci95_low"] or r["ratio"])],
+                   [(r["ratio_ci95_high"] or r["ratio"]) - r["ratio"]]]
+            right.errorbar([r["ratio"]], [i], xerr=err, capsize=3, marker="o", color=look(r, browser)["color"])
+        right.set_yticks(range(len(lossy)), [f"{r['stack']}, {mode_name(r['autotune'])}" for r in lossy], fontsize=7)
+        if lossy:
+            right.set_title(f"ratio at {link_text((lossy[0]['delay_ms'], lossy[0]['loss_pct']))}")
+            right.set_xscale("log")
+        middle.axhline(1.0, color="black", linewidth=1)
+        right.axvline(1.0, color="black", linewidth=1)
+        middle.set_yscale("log")
+        for axis in (middle.yaxis, right.xaxis):
+            axis.set_major_locator(FixedLocator([0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20]))
+            axis.set_major_formatter(ScalarFormatter())
+            axis.set_minor_locator(NullLocator())
+        middle.set(xlabel="added one-way delay, server to client (ms)", ylabel=f"replayed / {browser} (ratio of means)",
+                   title="ratio with its 95% interval (delta method)")
+        for ax in (left, middle, right):
             ax.grid(alpha=0.3)
+    fig.text(0.01, 0.005, "hollow squares: 0 ms over a plain veth pair; dots: through linkem. Servers: ngtcp2's for "
+             "the browser and ngtcp2's client, each stack's own otherwise.", fontsize=8)
     return save_png(fig, path)
 
 
@@ -482,7 +527,9 @@ def report_markdown(campaign: FidelityCampaign, figure: Path) -> str:
         f"{loads} (at the start and end of each part). Downloads of "
         + " and ".join(sorted({f"{r['size_bytes'] / 1e6:g} MB" for r in campaign.summary})) + ", "
         f"{max((r['runs'] for r in campaign.summary), default=0)} runs a condition, interleaved; link "
-        f"{sample.get('link_backend')}, delay on the server-to-client direction, UDP buffers "
+        + ", ".join(f"{backend} at {', '.join(link_text(link) for link in links)}"
+                    for backend, links in _backends(campaign).items())
+        + f" (delay on the server-to-client direction); UDP buffers "
         f"{(sample.get('udp_buffer_bytes') or 0) // 1024} KiB.", "",
         "Clients: " + ", ".join(f"{name} {campaign.versions.get(name, '')}".strip()
                                 for name in [*campaign.browsers, *stacks]) + ". "
@@ -521,7 +568,8 @@ def report_markdown(campaign: FidelityCampaign, figure: Path) -> str:
     parts += ["## Why they differ", "",
               "What this campaign stored about each client: its server; which of the browser's parameters its "
               "command line could not set; its CPU seconds a run at the smallest delay (a browser's whole "
-              "process tree, its start and the page load included); packets it sent per 100 the server sent "
+              "process tree, its start and the page load included); the datagrams its full socket buffer "
+              "dropped (the sender takes them for congestion); packets it sent per 100 the server sent "
               "(ACKs mostly: ACK frequency); its receiver's measured update share f and the window model's "
               "goodput at the largest delay for the browser's windows with that f (replay/flowcontrol.py; "
               "burst bound to a whole window a round trip).", ""]
@@ -547,6 +595,15 @@ def report_markdown(campaign: FidelityCampaign, figure: Path) -> str:
               "Not tested: the campaign needs both browsers at 20 ms or more.", "",
               "## Figure", "", f"![fidelity]({figure.name})", ""]
     return "\n".join(parts)
+
+
+def _backends(campaign: FidelityCampaign) -> dict[str, list[tuple[float, float]]]:
+    """The link backend of each link (auto takes a plain veth pair where nothing is emulated)."""
+    found: dict[str, list[tuple[float, float]]] = {}
+    for link in campaign.links:
+        backend = next(r["link_backend"] for r in campaign.summary if (r["delay_ms"], r["loss_pct"]) == link)
+        found.setdefault(backend, []).append(link)
+    return found
 
 
 def _sent(value) -> str:
