@@ -93,8 +93,10 @@ def present_conditions(con: duckdb.DuckDBPyConnection) -> list[str]:
 def summary(con: duckdb.DuckDBPyConnection, experiment_id: str | None = None):
     """:func:`summary_sql` as a polars DataFrame, of one experiment or of the whole file. An experiment is
     a group of its own: two experiments of the same conditions are two rows (two sweeps, not one)."""
-    frame = con.sql(summary_sql(present_conditions(con))).pl()
-    return frame if experiment_id is None else frame.filter(frame["experiment_id"] == experiment_id)
+    relation = con.sql(summary_sql(present_conditions(con)))
+    if experiment_id is not None:  # DuckDB pushes the filter below the grouping: one experiment is read
+        relation = relation.filter(duckdb.ColumnExpression("experiment_id") == duckdb.ConstantExpression(experiment_id))
+    return relation.pl()
 
 
 def varying(frame, exclude: tuple[str, ...] = ()) -> list[str]:
