@@ -19,6 +19,7 @@ from replay import cpuidle
 from replay.link import LINKEM
 from replay.sets import resolve_alias
 from replay.stacks import get_stack
+from replay.stacks.base import GO_BIN_DIR
 from timing import measure_until
 
 QREPLAY = str(Path(sys.executable).with_name("qreplay"))
@@ -67,7 +68,15 @@ def test_ctrl_c_keeps_the_finished_runs_and_says_so(tmp_path):
     process = subprocess.Popen([QREPLAY, "--set", "firefox", "--stack", "quic-go", "--link", "loopback", "--size",
                                 "100kB", "--reps", "500", "--out", str(out)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    time.sleep(6)
+    # Interrupt once a third client has started, so that at least two runs are finished (a fixed sleep
+    # interrupted a slow start-up on a loaded machine before any run had ended).
+    clients: set[str] = set()
+    deadline = time.monotonic() + 120
+    while len(clients) < 3:
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        clients |= set(subprocess.run(["pgrep", "-f", f"^{GO_BIN_DIR / 'qgclient'} "], capture_output=True,
+                                      text=True).stdout.split())
+        time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130 and "Traceback" not in stderr, stderr
