@@ -156,18 +156,21 @@ class _Process:
         self.started = time.monotonic()
         self.ended: float | None = None
         self.status: int | None = None
-        self._waiter = threading.Thread(target=self._wait, daemon=True)
-        self._waiter.start()
+        # An event, not Thread.join: a KeyboardInterrupt that lands inside join() leaves the thread marked as
+        # ended while it still waits (Python 3.11), and Ctrl-C would then skip the stop and remove a run
+        # directory a browser still writes into.
+        self._exited = threading.Event()
+        threading.Thread(target=self._wait, daemon=True).start()
 
     def _wait(self) -> None:
         _, status = os.waitpid(self.popen.pid, 0)
         self.ended = time.monotonic()
         self.status = os.waitstatus_to_exitcode(status)
         self.popen.returncode = self.status  # keep Popen from waiting on a reaped pid
+        self._exited.set()
 
     def wait(self, timeout: float | None) -> bool:
-        self._waiter.join(timeout)
-        return not self._waiter.is_alive()
+        return self._exited.wait(timeout)
 
     def stop(self, grace_s: float = 3.0) -> None:
         """SIGTERM to the stack alone (GNU time must survive to write the usage), then SIGKILL to all."""
@@ -394,7 +397,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             if profiling:  # the transfer is over: nothing after it is sampled
                 profiling.stop()
             if not finished:
-                client.stop()
+                client.stop(stack.stop_grace_s)
             if drain:
                 drain.finish()
             after = path.interface_counters()
@@ -433,7 +436,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             if profiling:
                 profiling.stop()
             if client:
-                client.stop()
+                client.stop(stack.stop_grace_s)
                 row["client_cpu_s"], row["client_maxrss_kb"] = client.usage()
             server.stop()
             row["server_cpu_s"], row["server_maxrss_kb"] = server.usage()

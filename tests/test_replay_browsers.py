@@ -43,12 +43,18 @@ def _usable(name: str):
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    """No browser process, browser run directory or testbed namespace of this process outlives a test."""
+    """No browser process, browser run directory or testbed namespace of this process outlives a test (a
+    directory left by a process killed before this session began is not this test's)."""
+    before = browser_run_directories()
     yield
     mine = [n for n in netns.list_namespaces(PREFIX) if n.startswith(f"{PREFIX}{os.getpid()}-")]
     assert not mine, mine
-    assert not list(Path("/tmp").glob("qreplay-run-*/browser"))
+    assert not browser_run_directories() - before
     assert not browser_processes()
+
+
+def browser_run_directories() -> set[Path]:
+    return set(Path("/tmp").glob("qreplay-run-*/browser"))
 
 
 def browser_processes() -> list[str]:
@@ -217,6 +223,7 @@ def test_doctor_lists_the_browsers_with_their_versions_and_what_they_cannot_set(
 
 def test_ctrl_c_during_a_browser_run_leaves_no_browser_profile_or_namespace(tmp_path):
     _usable("firefox")
+    before = browser_run_directories()
     process = subprocess.Popen([QREPLAY, "--stack", "firefox", "--delay", "10ms", "--rate", "20mbit", "--size", "20MB",
                                 "--reps", "3", "--out", str(tmp_path / "r.duckdb")], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
@@ -230,4 +237,4 @@ def test_ctrl_c_during_a_browser_run_leaves_no_browser_profile_or_namespace(tmp_
     assert process.returncode == 130 and "Traceback" not in stderr, stderr
     assert not [n for n in netns.list_namespaces(PREFIX) if n.startswith(f"{PREFIX}{process.pid}-")]
     assert not browser_processes()
-    assert not list(Path("/tmp").glob("qreplay-run-*/browser"))
+    assert not browser_run_directories() - before

@@ -110,6 +110,9 @@ class Stack(ABC):
     default_server: str | None = None
     #: whether its server serves the files of ``workdir/htdocs`` too (a browser needs its page served)
     serves_page: bool = False
+    #: how long its client may take to end what it started once told to stop (SIGTERM) before all of it is
+    #: killed: a browser's driver ends the browser's tree and its capture, and only then may its files go
+    stop_grace_s: float = 3.0
 
     def congestion_control(self, requested: str) -> str:
         """The congestion control the stack runs when ``requested`` is asked for."""

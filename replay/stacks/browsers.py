@@ -28,6 +28,8 @@ class Browser(Stack):
     roles = frozenset({"client"})
     own_parameters = True
     settable = {"client": frozenset(), "server": frozenset()}
+    # the driver's own grace for the browser's tree (5 s) and its capture's end (up to 20 s)
+    stop_grace_s = 30.0
 
     def __init__(self, browser: str, transport: str = "quic", trusts_server: bool = True):
         self.browser, self.transport, self.trusts_server = browser, transport, trusts_server
