@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -207,6 +209,30 @@ def test_ctrl_c_during_zmap_says_what_is_kept_and_resume_finishes(lab, tmp_path)
                            "answers") and "the same command with --resume" in said
     summary = json.loads(_qscan(lab, "ipv4", "198.18.1.0/24", "--out", str(out), "--resume", *LAB_SCAN).stdout)
     assert summary["scan_id"] == 1 and summary["quic_servers"] == len(_quic_servers(lab))
+
+
+@pytest.mark.lab
+def test_a_zmap_abort_in_its_permutation_is_run_once_more_and_the_scan_completes(lab, tmp_path):
+    """ZMap 2.1.1 now and then aborts in constraint_lookup_index (zmap/zmap#310); the abort cannot be caused on
+    demand, so a zmap first on PATH aborts the first time as 2.1.1 does, then is the real one."""
+    wrapper, aborted = tmp_path / "bin" / "zmap", tmp_path / "aborted"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f"""#!/bin/sh
+if [ ! -e {aborted} ]; then
+    touch {aborted}
+    echo "zmap: /build/zmap-2.1.1/lib/constraint.c:231: constraint_lookup_index: Assertion \\`index < con->root->count' failed." >&2
+    exit 134
+fi
+exec {shutil.which("zmap")} "$@"
+""")
+    wrapper.chmod(0o755)
+    out = tmp_path / "s.duckdb"
+    done = lab.run_in_client([QSCAN, "ipv4", "198.18.1.0/24", "--out", str(out), *LAB_SCAN], timeout=180,
+                             env={**os.environ, "PATH": f"{wrapper.parent}:{os.environ['PATH']}"})
+    assert done.returncode == 0 and aborted.exists(), done.stderr
+    assert done.stderr.count("a known ZMap 2.1.1 bug") == 1, done.stderr
+    assert json.loads(done.stdout)["quic_servers"] == len(_quic_servers(lab))
+    assert "constraint_lookup_index" in Path(f"{out}.zmap/zmap.aborted.log").read_text()
 
 
 @pytest.mark.lab

@@ -19,6 +19,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +113,11 @@ def command_text(argv: Sequence[str]) -> str:
     return shlex.join(argv)
 
 
+# ZMap 2.1.1 now and then aborts in its address permutation, on a run that would succeed again with the same
+# arguments (zmap/zmap#310; zmap#786 fixed one cause after 2.1.1): once, that run is repeated.
+PERMUTATION_ABORT = "constraint_lookup_index"
+
+
 def run_zmap(
     argv: Sequence[str],
     files: ZMapFiles,
@@ -123,6 +129,22 @@ def run_zmap(
     if shutil.which("zmap") is None:
         raise ToolError("zmap is not installed (Debian package zmap; scripts/setup.sh installs it)")
     full = ns_command(netns, argv) if netns else list(argv)
+    status = _run_once(full, files, on_progress)
+    if status != 0 and PERMUTATION_ABORT in _fatal_line(files.log):
+        print(f"warning: zmap aborted in its address permutation, a known ZMap 2.1.1 bug (zmap/zmap#310): ran "
+              f"it once more with the same arguments (the aborted run's log: {files.log.with_suffix('.aborted.log')})",
+              file=sys.stderr, flush=True)
+        files.log.replace(files.log.with_suffix(".aborted.log"))
+        status = _run_once(full, files, on_progress)
+    if status != 0:
+        raise ToolError(f"zmap failed: {_fatal_line(files.log)} (full log: {files.log})")
+    try:
+        return json.loads(files.metadata.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _run_once(full: list[str], files: ZMapFiles, on_progress: Callable[[float], None] | None) -> int:
     with open(files.log, "w") as log:
         process = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -132,7 +154,7 @@ def run_zmap(
                 match = _PROGRESS.match(line)
                 if match and on_progress:
                     on_progress(int(match.group(1)) / 100)
-            status = process.wait()
+            return process.wait()
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
@@ -141,12 +163,6 @@ def run_zmap(
                 except subprocess.TimeoutExpired:
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
-    if status != 0:
-        raise ToolError(f"zmap failed: {_fatal_line(files.log)} (full log: {files.log})")
-    try:
-        return json.loads(files.metadata.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def read_results(files: ZMapFiles, probe: Probe, port: int) -> Outcome:
