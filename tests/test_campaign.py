@@ -4,6 +4,7 @@ namespace, ZMap shard, handshakes), merged exactly, a killed shard resumed, over
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -85,8 +86,12 @@ def test_four_shards_merge_exactly_into_the_population(campaign):
                                    "unnest(map_values(answers)) AS value FROM discovery_runs) GROUP BY key").fetchall())
     finally:
         con.close()
+    # Where an answer was lost, if ZMap saw it go: each shard's send failures and capture drops.
+    zmap = [json.loads((Path(f"{work_file(directory, 'main', i)}.zmap") / "metadata.json").read_text())
+            for i in range(SHARDS)]
+    losses = [{k: m.get(k) for k in ("send_to_failures", "pcap_drop", "pcap_ifdrop", "success_unique")} for m in zmap]
     assert check == {"discovered": 4096, "duplicates": 0, "handshakes": 4096, "handshake_duplicates": 0,
-                     "expected": 4096, "missing": 0, "unexpected": 0}
+                     "expected": 4096, "missing": 0, "unexpected": 0}, losses
     assert all(r.quic_servers > 0 for r in results.values())  # every shard found a part of the population
     assert sum(r.probes_sent for r in results.values()) == 16384  # ZMap's shards partition the block
     # Every closed address answered ICMP port unreachable, every garbage one with bytes that are not QUIC.

@@ -139,9 +139,14 @@ def run_zmap(
     if status != 0:
         raise ToolError(f"zmap failed: {_fatal_line(files.log)} (full log: {files.log})")
     try:
-        return json.loads(files.metadata.read_text())
+        metadata = json.loads(files.metadata.read_text())
     except (OSError, ValueError):
         return {}
+    dropped = sum(metadata.get(key) or 0 for key in ("pcap_drop", "pcap_ifdrop"))
+    if dropped:
+        print(f"warning: ZMap's capture dropped {dropped:,} packets (pcap_drop + pcap_ifdrop in {files.metadata}): "
+              "answers may be missing; a lower --rate loses fewer", file=sys.stderr, flush=True)
+    return metadata
 
 
 def _run_once(full: list[str], files: ZMapFiles, on_progress: Callable[[float], None] | None) -> int:
