@@ -345,7 +345,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         "rep": rep, "size_bytes": options.size,
         # What ran (the receiver's window growth, the sender's congestion control), what was asked beside it.
         "autotune": stack.autotunes(options.autotune), "autotune_requested": options.autotune,
-        "cc": server_stack.congestion_control(options.cc), "cc_requested": options.cc,
+        "cc": server_stack.congestion_control(options.cc, stack.protocol), "cc_requested": options.cc,
         "udp_buffer_bytes": path.buffer_bytes,
     }
     warnings: list[str] = []

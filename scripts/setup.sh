@@ -140,3 +140,20 @@ for pom in lab/servers/*/pom.xml; do
   fi
 done
 # ---- end jvmlab -------------------------------------------------------------------
+
+# qreplay's TCP reference (curl against caddy) runs --cc cubic or bbr in the server's namespace: a namespace
+# may choose only the host's allowed congestion controls (this machine allows "reno bbr"), so add the
+# missing ones among those the kernel has (adding only; the host's default is left as it is).
+allowed=/proc/sys/net/ipv4/tcp_allowed_congestion_control
+if [ -w "$allowed" ]; then
+  want=$(cat "$allowed")
+  for cc in cubic bbr; do
+    if grep -qw "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control && ! grep -qw "$cc" <<<"$want"; then
+      want="$want $cc"
+    fi
+  done
+  if [ "$want" != "$(cat "$allowed")" ]; then
+    echo "setup: letting network namespaces choose TCP congestion control $want"
+    echo "$want" > "$allowed"
+  fi
+fi

@@ -123,8 +123,8 @@ def given(ctx: typer.Context, parameter: str) -> bool:
 def refuse_sets(ctx: typer.Context, stacks: list[Stack], set_parameter: str, client_param: list[str] | None) -> None:
     """A set or a parameter given where every client is a browser: one line, exit 2."""
     if all(s.own_parameters for s in stacks) and (given(ctx, set_parameter) or client_param):
-        raise ToolError("a browser's parameters are its own: no --set, --sets or --client-param with "
-                        + ", ".join(s.name for s in stacks))
+        raise ToolError("; ".join(dict.fromkeys(s.no_set_reason for s in stacks))
+                        + ": no --set, --sets or --client-param with " + ", ".join(s.name for s in stacks))
 
 
 def optional_stack(name: str | None) -> Stack | None:

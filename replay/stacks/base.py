@@ -107,6 +107,7 @@ class Stack(ABC):
     #: a client whose transport parameters are its own (a browser): it takes no set and each run records what
     #: it sent; being no server, it downloads from ``default_server``'s server unless told another
     own_parameters: bool = False
+    no_set_reason: str = "a browser's parameters are its own"
     default_server: str | None = None
     #: whether its server serves the files of ``workdir/htdocs`` too (a browser needs its page served)
     serves_page: bool = False
@@ -114,8 +115,9 @@ class Stack(ABC):
     #: killed: a browser's driver ends the browser's tree and its capture, and only then may its files go
     stop_grace_s: float = 3.0
 
-    def congestion_control(self, requested: str) -> str:
-        """The congestion control the stack runs when ``requested`` is asked for."""
+    def congestion_control(self, requested: str, protocol: str | None = None) -> str:
+        """The congestion control the stack runs when ``requested`` is asked for, on a connection speaking
+        ``protocol`` (its own by default; a server of two transports may run another on each)."""
         return requested if requested in self.cc_names else self.cc_fallback
 
     def cc_note(self, requested: str) -> list[str]:

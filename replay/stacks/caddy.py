@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 from replay.stacks.base import SERVER_NAME, Applied, Stack, ensure_certificate, which
 from tparams.errors import ToolError
@@ -20,8 +21,22 @@ class Caddy(Stack):
     roles = frozenset({"server"})
     serves_page = True
     settable = {"client": frozenset(), "server": frozenset()}
-    # quic-go's congestion control for h3 (its only one) and the kernel's default, CUBIC, for TCP
+    # quic-go's congestion control for h3 (its only one); for h2 the kernel's, which the server namespace sets
     cc_names = frozenset({"cubic"})
+
+    def congestion_control(self, requested: str, protocol: str | None = None) -> str:
+        if protocol == "h2":
+            default, allowed = kernel_tcp_congestion_control()
+            return requested if requested in allowed else default
+        return super().congestion_control(requested, protocol)
+
+    def tcp_cc_note(self, requested: str) -> list[str]:
+        ran = self.congestion_control(requested, "h2")
+        if ran == requested:
+            return []
+        _, allowed = kernel_tcp_congestion_control()
+        return [f"kernel TCP runs {ran}, not {requested}, over h2: a namespace may choose only "
+                f"{', '.join(sorted(allowed))} (net.ipv4.tcp_allowed_congestion_control on the host)"]
 
     def serves(self, protocol: str) -> bool:
         return protocol in ("h3", "h2")
@@ -34,7 +49,8 @@ class Caddy(Stack):
         return (done.stdout.split() or [None])[0] if done.returncode == 0 else None
 
     def capabilities(self) -> str:
-        return "server only (h3 and h2 on TLS 1.3 from one process): sets none of the 12"
+        return ("server only (h3 and h2 on TLS 1.3 from one process): sets none of the 12; --cc sets kernel TCP's "
+                "(h2), h3 runs quic-go's cubic")
 
     def server_command(self, params, opts, ip, port, workdir):
         key, cert = ensure_certificate(workdir)
@@ -51,13 +67,25 @@ class Caddy(Stack):
             f"https://{SERVER_NAME}:{port} {{\n\tbind {ip}\n"
             f"\ttls {cert} {key} {{\n\t\tprotocols tls1.3\n\t}}\n"
             f"\troot * {htdocs}\n\tfile_server\n}}\n")
-        applied = Applied(not_applied={k: v for k, v in (params.as_sent() if params else {}).items() if v is not None})
+        applied = Applied(not_applied={k: v for k, v in (params.as_sent() if params else {}).items() if v is not None},
+                          notes=self.tcp_cc_note(opts.cc))
         env = [f"HOME={home}", f"XDG_DATA_HOME={home / 'data'}", f"XDG_CONFIG_HOME={home / 'config'}"]
-        return ["env", *env, which("caddy") or "caddy", "run", "--config", str(caddyfile), "--adapter",
-                "caddyfile"], applied
+        # The namespace's TCP congestion control is the h2 sender's (a per-namespace sysctl, set for every run).
+        tcp_cc = f"net.ipv4.tcp_congestion_control={self.congestion_control(opts.cc, 'h2')}"
+        return ["sh", "-c", 'sysctl -qw "$0" && exec "$@"', tcp_cc, "env", *env, which("caddy") or "caddy", "run",
+                "--config", str(caddyfile), "--adapter", "caddyfile"], applied
 
     def client_command(self, params, opts, server_ip, port, workdir):
-        raise ToolError("caddy is a server only here: its client side is a browser (chromium-tcp, firefox-tcp)")
+        raise ToolError("caddy is a server only here: its clients are curl and the browsers (chromium-tcp, "
+                        "firefox-tcp over h2)")
+
+
+def kernel_tcp_congestion_control() -> tuple[str, frozenset[str]]:
+    """(the default a new network namespace starts with, the ones a namespace may choose): the host's
+    tcp_congestion_control and, with it, tcp_allowed_congestion_control (a namespace is refused any other)."""
+    sysctl = Path("/proc/sys/net/ipv4")
+    default = (sysctl / "tcp_congestion_control").read_text().strip()
+    return default, frozenset((sysctl / "tcp_allowed_congestion_control").read_text().split()) | {default}
 
 
 STACK = Caddy()
