@@ -7,8 +7,8 @@ DuckDB (table ``server_library``, schemas/duckdb/library_v2.sql).
 
 The signatures are learned from the lab as configured, never written by
 hand, and the classifier is measured on fresh handshakes with every lab
-server, as configured and in its held-out configuration (``HELD_OUT``: every
-choice the application has made otherwise, never learned from):
+server, as configured and in its held-out configuration (``HELD_OUT``, each library's in
+tparams.libraries: every choice the application has made otherwise, never learned from):
 
     python -m scanner.identify learn      # datasets/library_signatures.json
     python -m scanner.identify evaluate   # datasets/library_evaluation.json (confusion matrix)
@@ -20,21 +20,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import functools
 import importlib.metadata
 import json
 import shlex
-import subprocess
 import sys
-import tomllib
-from xml.etree import ElementTree
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
 
+from common import versions
 from common.markdown import markdown_table
 from tparams.errors import ToolError
+from tparams.libraries import HELD_OUT, described
 from tparams.library import (
     CANDIDATE_SEPARATOR,
     FLOW_CONTROL,
@@ -199,145 +197,16 @@ def read_identifications(db_path: Path | str) -> pl.DataFrame:
 
 # -- learning the signatures from the lab, and measuring the classifier on it ------------
 
-def _dpkg_version(package: str) -> str:
-    result = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True)
-    return result.stdout.strip() or "unknown"
-
-
-def _cargo_version(crate: str) -> str:
-    """The version of ``crate`` that lab/servers/Cargo.lock pins (what setup builds)."""
-    lock = tomllib.loads((ROOT / "lab" / "servers" / "Cargo.lock").read_text())
-    return next((p["version"] for p in lock["package"] if p["name"] == crate), "unknown")
-
-
 # Lab servers that are no library: never learned from, expected to stay unknown.
 NOT_A_LIBRARY = "broken"
-
-# The held-out configuration of every library's lab server: what its application
-# may choose (lab.kinds.APPLICATION_CHOICES, as far as the library lets it), each
-# unlike the learned one and as odd as the library allows, and flow control and
-# idle timeout unlike any default. Never learned from. Kinds whose library lets an
-# application choose nothing of this (caddy) have none and are left out.
-_ALPN = ["hq-interop", "h3", "x-held-out"]  # the scanner offers h3 alone: the server still takes it
-# A port: the server's own address at it (gtlsserver listens there too; the scanner never moves).
-_PREFERRED_ADDRESS = 4433
-_FLOW = {"initial_max_data": 1_234_567, "initial_max_stream_data_bidi_local": 65_537,
-         "initial_max_stream_data_bidi_remote": 300_001, "initial_max_stream_data_uni": 7_777,
-         "initial_max_streams_bidi": 7, "initial_max_streams_uni": 5}
-
-
-def _every_stream_window(size: int) -> dict[str, int]:
-    """_FLOW with one window for all three stream kinds (what a library with one window sends)."""
-    return {**_FLOW, **{name: size for name in _FLOW if name.startswith("initial_max_stream_data_")}}
-
-
-_ONE_WINDOW = _every_stream_window(300_001)
-_POWER_OF_TWO_WINDOWS = _every_stream_window(131_072)  # msquic takes powers of two only
-HELD_OUT: Mapping[str, Mapping[str, object]] = {
-    "quiche": {"application": {"alpn": _ALPN, "cid_length": 16, "datagrams": True, "disable_active_migration": True,
-                               "active_connection_id_limit": 5},
-               "parameters": {**_FLOW, "max_idle_timeout": 0}},
-    "ngtcp2": {"application": {"preferred_address": _PREFERRED_ADDRESS, "retry": True},
-               "parameters": {**_FLOW, "max_idle_timeout": 7_000}},
-    "quinn": {"application": {"alpn": _ALPN, "cid_length": 13, "datagrams": False, "disable_active_migration": True,
-                              "preferred_address": _PREFERRED_ADDRESS, "retry": True},
-              "parameters": {**_ONE_WINDOW, "max_idle_timeout": 0}},
-    "s2n-quic": {"application": {"alpn": _ALPN, "cid_length": 11, "disable_active_migration": True},
-                 "parameters": {**_FLOW, "max_idle_timeout": 12_345}},
-    "tquic": {"application": {"alpn": _ALPN, "cid_length": 5, "active_connection_id_limit": 7, "retry": True},
-              "parameters": {**_FLOW, "max_idle_timeout": 0}},
-    "msquic": {"application": {"alpn": _ALPN, "cid_length": 14, "datagrams": True},
-               "parameters": {**_POWER_OF_TWO_WINDOWS, "max_idle_timeout": 0}},
-    "kwik": {"application": {"alpn": _ALPN, "cid_length": 6, "retry": True},
-             "parameters": {**_FLOW, "max_idle_timeout": 77_000}},
-    "netty": {"application": {"alpn": _ALPN, "cid_length": 12, "datagrams": True, "disable_active_migration": True},
-              "parameters": {**_FLOW, "max_idle_timeout": 0}},
-    "aioquic": {"application": {"alpn": _ALPN, "cid_length": 12, "datagrams": True, "retry": True},
-                "parameters": {**_ONE_WINDOW, "max_idle_timeout": 600_000}},
-    "qh3": {"application": {"alpn": _ALPN, "cid_length": 10, "datagrams": True, "active_connection_id_limit": 3,
-                            "retry": True},
-            "parameters": {**_ONE_WINDOW, "max_idle_timeout": 90_000}},
-    "quic-go": {"application": {"alpn": _ALPN, "cid_length": 17, "datagrams": True, "retry": True},
-                "parameters": {**_ONE_WINDOW, "max_idle_timeout": 45_000}},
-    "x-net-quic": {"application": {"alpn": _ALPN, "retry": True},
-                   "parameters": {**_ONE_WINDOW, "max_idle_timeout": 0}},
-    "picoquic": {"application": {"alpn": _ALPN, "datagrams": False, "retry": True},
-                 "parameters": {**_ONE_WINDOW, "max_idle_timeout": 120_000}},
-}
 CONFIGURATIONS = ("default", "held-out")
 
 
-def _maven_dependencies(kind: str) -> str:
-    """The dependencies lab/servers/<kind>/pom.xml pins, e.g. 'kwik 0.10.8, flupke 0.9.4'."""
-    namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
-    pom = ElementTree.parse(ROOT / "lab" / "servers" / kind / "pom.xml")
-    return ", ".join(f"{d.findtext('m:artifactId', '', namespace)} {d.findtext('m:version', '', namespace)}"
-                     for d in pom.getroot().iterfind("m:dependencies/m:dependency", namespace))
-
-
-def _lsquic() -> str:
-    from lab.kinds.lsquic import server_binary
-
-    binary = server_binary()
-    readme = Path(binary).parents[1] / "README.md" if binary else None
-    title = readme.read_text().splitlines()[0].lstrip("# ") if readme and readme.is_file() else "LSQUIC"
-    return f"{title}: {binary} (example http_server)"
-
-
-# Kinds built from lab/servers (a Cargo workspace): the crates whose versions say what runs.
-CRATES: dict[str, tuple[str, ...]] = {
-    "quinn": ("quinn", "quinn-proto"),
-    "quiche": ("quiche",),
-    "s2n-quic": ("s2n-quic",),
-    "tquic": ("tquic",),
-    "msquic": ("msquic",),
-}
-
-
-def _go_module(module: str) -> str:
-    """The version of ``module`` that go.mod pins (what setup builds the lab's Go servers with)."""
-    for line in (ROOT / "go.mod").read_text().splitlines():
-        words = line.split()
-        if words[:1] == [module] or words[1:2] == [module]:
-            return words[words.index(module) + 1]
-    return "unknown"
-
-
-def _picoquic() -> str:
-    from lab.kinds.picoquic import PYTHON
-
-    installed = PYTHON.parents[1] / ".installed"
-    build = next(PYTHON.parents[1].glob("lib/python3*/site-packages/aiopquic/_build_info.py"), None)
-    picoquic = next((line.split("=")[1].strip(" '\"") for line in (build.read_text().splitlines() if build else [])
-                     if line.startswith("PICOQUIC_VERSION")), "unknown")
-    return f"picoquic {picoquic} in {installed.read_text().strip() if installed.is_file() else 'aiopquic'} " \
-           "(lab/picoquic_server.py)"
-
-
-def _crates(kind: str) -> str:
-    return ", ".join(f"{crate} {_cargo_version(crate)}" for crate in CRATES[kind]) + f" (lab/servers/{kind})"
-
-
-# What runs behind each lab server kind, with its version read from the machine,
-# the lock files or the build, so that the signatures file says exactly what it was learned from.
-SOFTWARE: dict[str, Callable[[], str]] = {
-    "ngtcp2": lambda: f"ngtcp2 gtlsserver, Debian ngtcp2-server {_dpkg_version('ngtcp2-server')}",
-    "caddy": lambda: f"caddy (quic-go), Debian caddy {_dpkg_version('caddy')}",
-    "aioquic": lambda: f"aioquic {importlib.metadata.version('aioquic')} (lab/aioquic_server.py)",
-    "qh3": lambda: f"qh3 {importlib.metadata.version('qh3')} (lab/qh3_server.py)",
-    "kwik": lambda: f"{_maven_dependencies('kwik')} (lab/servers/kwik)",
-    "netty": lambda: f"{_maven_dependencies('netty')} (lab/servers/netty)",
-    "lsquic": _lsquic,
-    "quic-go": lambda: f"quic-go {_go_module('github.com/quic-go/quic-go')} (lab/servers/quic-go)",
-    "x-net-quic": lambda: f"golang.org/x/net {_go_module('golang.org/x/net')} (lab/servers/x-net-quic)",
-    "picoquic": _picoquic,
-    **{kind: functools.partial(_crates, kind) for kind in CRATES},
-}
-
-
 def software(kind: str) -> str:
-    describe = SOFTWARE.get(kind)
-    return describe() if describe is not None else kind
+    """What runs behind a lab server kind, with its versions read from the machine, the lock files or the
+    build, so that the signatures file says exactly what it was learned from."""
+    library = described(kind)
+    return versions.software(library) if library is not None else kind
 
 
 def lab_topology(configuration: str = "default", left_out: Iterable[str] = ()):  # type: ignore[no-untyped-def]

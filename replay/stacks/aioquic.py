@@ -4,7 +4,6 @@ goodput than the C and Go stacks; it is here for parameter coverage, not for spe
 
 from __future__ import annotations
 
-import importlib.metadata
 import sys
 
 from replay.stacks.base import ReplayProgram
@@ -17,7 +16,7 @@ class Aioquic(ReplayProgram):
     cc_names = frozenset({"cubic"})  # (and Reno, aioquic's default, which qreplay does not offer)
 
     def command(self, role) -> list[str]:
-        return [sys.executable, "-m", f"replay.aioquic_endpoints.{role}"]
+        return [sys.executable, "-m", self.library.programs[f"replay-{role}"]]
 
     def unavailable_reason(self) -> str | None:
         try:
@@ -25,12 +24,6 @@ class Aioquic(ReplayProgram):
         except ImportError:
             return "aioquic is not installed: pip install aioquic==1.7.2 into the qreplay environment"
         return None
-
-    def version(self) -> str | None:
-        try:
-            return importlib.metadata.version("aioquic")
-        except importlib.metadata.PackageNotFoundError:
-            return None
 
 
 STACK = Aioquic()

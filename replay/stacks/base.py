@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import tomllib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Literal
 
+from common import versions
 from lab.certs import write_signed_certificate
 from tparams import program_cli
+from tparams.libraries import Library, described
 from tparams.paramset import ParamSet
 
 Role = Literal["client", "server"]
@@ -114,6 +114,12 @@ class Stack(ABC):
     #: how long its client may take to end what it started once told to stop (SIGTERM) before all of it is
     #: killed: a browser's driver ends the browser's tree and its capture, and only then may its files go
     stop_grace_s: float = 3.0
+
+    @property
+    def library(self) -> Library | None:
+        """What it runs (tparams.libraries): its version's source, its fixed values, its programs; None for a
+        browser."""
+        return described(self.name)
 
     def congestion_control(self, requested: str, protocol: str | None = None) -> str:
         """The congestion control the stack runs when ``requested`` is asked for, on a connection speaking
@@ -218,19 +224,17 @@ class ReplayProgram(Stack):
     with ``server``/``client`` subcommands (lab/servers/common/src/replay.rs); ``command`` says otherwise.
 
     A library file says which parameters each role can carry, and what it does with --autotune, --cc and
-    --qlog-dir (``autotune_note``, ``cc_names``, ``writes_qlog``)."""
-
-    #: what the library sends whatever it is told: a request for exactly that value is what the peer sees,
-    #: so it counts as applied (any other as not applied)
-    fixed: dict[str, int] = {}
+    --qlog-dir (``autotune_note``, ``cc_names``, ``writes_qlog``). What the library sends whatever it is told
+    (its descriptor's ``fixed``): a request for exactly that value is what the peer sees, so it counts as applied
+    (any other as not applied)."""
 
     @property
     def binary(self) -> Path:
-        return GO_BIN_DIR / f"replay-{self.name}"
+        return GO_BIN_DIR / self.library.programs["replay-server"]
 
     def version(self) -> str | None:
-        """The library's version the program was built with (the workspace's lock; set-up builds --locked)."""
-        return locked_crate_version(self.name)
+        """The library's version the program was built with (its lock or go.mod; set-up builds --locked)."""
+        return versions.version(self.library.packages[0])
 
     def unavailable_reason(self) -> str | None:
         if not self.binary.is_file():
@@ -246,7 +250,7 @@ class ReplayProgram(Stack):
         and what it applies of the set."""
         settable, not_settable = self.split(params, role)
         out = Applied(applied=dict(settable), not_applied=not_settable)
-        for name, fixed in self.fixed.items():
+        for name, fixed in self.library.fixed_for(role).items():
             if out.not_applied.get(name) == fixed:
                 out.applied[name] = out.not_applied.pop(name)
         values = {**settable, "cc": self.congestion_control(opts.cc)}
@@ -283,12 +287,3 @@ class ReplayProgram(Stack):
             "connect": program_cli.address(server_ip, port), "size": opts.size, "timeout_s": opts.timeout_s}),
             *applied.flags]), applied
 
-
-@cache
-def locked_crate_version(crate: str) -> str | None:
-    """``crate``'s version in lab/servers/Cargo.lock, or None."""
-    lock = REPO_ROOT / "lab" / "servers" / "Cargo.lock"
-    if not lock.is_file():
-        return None
-    packages = tomllib.loads(lock.read_text()).get("package", [])
-    return next((p["version"] for p in packages if p["name"] == crate), None)

@@ -33,18 +33,12 @@ from pathlib import Path
 
 from lab.kinds.lsquic import ENGINE_SETTINGS, MAX_IDLE_TIMEOUT_S, SERVER_ENV, configured_program, idle_timeout_seconds
 from replay.stacks.base import Applied, ClientPlan, RunOptions, Stack, ensure_certificate, free_udp_port
+from tparams.libraries import library
 from tparams.paramset import ParamSet
 
 # Transport parameter -> LSQUIC -o engine setting: the lab's, and the inverted migration switch
 # (allow_migration=0 sends disable_active_migration), which only a client's command line needs.
 SETTINGS = {**ENGINE_SETTINGS, "disable_active_migration": "allow_migration"}
-# What LSQUIC sends whatever it is told. The HTTP client hard-codes its initial_max_streams_uni
-# (lsquic_full_conn_ietf.c); -o init_max_streams_uni only reaches a server's.
-FIXED = {
-    "client": {"ack_delay_exponent": 3, "max_ack_delay": 25, "active_connection_id_limit": 8,
-               "initial_max_streams_uni": 3},
-    "server": {"ack_delay_exponent": 3, "max_ack_delay": 25, "active_connection_id_limit": 8},
-}
 # The largest value each engine setting holds (C unsigned int; max_udp_payload_size_rx is a short).
 MAX_SETTING = {"max_udp_payload_size": 2**16 - 1}
 MAX_UNSIGNED = 2**32 - 1
@@ -53,7 +47,7 @@ AUTOTUNE_MAX_CFCW = 24 << 20
 AUTOTUNE_MAX_SFCW = 16 << 20
 CC_ALGO = {"cubic": 1, "bbr": 2}
 ENV = {"client": "QREPLAY_LSQUIC_CLIENT", "server": SERVER_ENV}
-PROGRAM = {"client": "http_client", "server": "http_server"}
+PROGRAM = {role: library("lsquic").programs[f"replay-{role}"] for role in ("client", "server")}
 HOW_TO = ("build LSQUIC (github.com/litespeedtech/lsquic; docs/qreplay.md says how) and point the two variables at its "
           "bin/http_client and bin/http_server")
 HOST = "qreplay.lab"
@@ -95,8 +89,9 @@ class Lsquic(Stack):
     def _settings(self, params: ParamSet | None, opts: RunOptions, role) -> Applied:
         settable, not_settable = self.split(params, role)
         out = Applied()
+        fixed_values = self.library.fixed_for(role)
         for name, value in not_settable.items():
-            fixed = FIXED[role].get(name)
+            fixed = fixed_values.get(name)
             (out.applied if value == fixed else out.not_applied)[name] = value
         for name, value in settable.items():
             sent = value

@@ -27,8 +27,6 @@ STREAM_WINDOWS = ("initial_max_stream_data_bidi_local", "initial_max_stream_data
                   "initial_max_stream_data_uni")
 BOTH = frozenset({"max_idle_timeout", "initial_max_data", *STREAM_WINDOWS, "initial_max_streams_bidi",
                   "initial_max_streams_uni", "max_ack_delay"})
-# What msquic sends whatever it is told (quicdef.h: QUIC_ACK_DELAY_EXPONENT, QUIC_ACTIVE_CONNECTION_ID_LIMIT).
-FIXED = {"ack_delay_exponent": 8, "active_connection_id_limit": 4}
 LARGEST_STREAM_WINDOW = 1 << 31  # a u32
 
 
@@ -36,7 +34,6 @@ class MsQuic(ReplayProgram):
     name = "msquic"
     settable = {"client": BOTH, "server": BOTH | {"disable_active_migration"}}
     cc_names = frozenset({"cubic", "bbr"})
-    fixed = FIXED
 
     def options(self, params, opts, role) -> tuple[dict, Applied]:
         values, out = super().options(params, opts, role)

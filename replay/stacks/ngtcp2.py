@@ -8,9 +8,9 @@ runner drains and times.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
+from common import versions
 from replay.stacks.base import Applied, ClientPlan, RunOptions, Stack, ensure_certificate, which
 from tparams.paramset import ParamSet
 
@@ -34,18 +34,18 @@ class Ngtcp2(Stack):
     serves_page = True  # --htdocs: a browser's page beside the generated /<N>
     settable = {"client": frozenset(FLAGS), "server": frozenset(FLAGS)}
 
-    def __init__(self, client_binary: str = "gtlsclient", server_binary: str = "gtlsserver"):
-        self.client_binary, self.server_binary = client_binary, server_binary
+    def __init__(self, client_binary: str | None = None, server_binary: str | None = None):
+        self.client_binary = client_binary or self.library.programs["replay-client"]
+        self.server_binary = server_binary or self.library.programs["replay-server"]
 
     def unavailable_reason(self) -> str | None:
         missing = [b for b in (self.client_binary, self.server_binary) if not which(b)]
         return f"{' and '.join(missing)} not found: {INSTALL_HINT}" if missing else None
 
     def version(self) -> str | None:
-        """The Debian package's version of the client (the examples print none of their own)."""
-        done = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "ngtcp2-client"], capture_output=True,
-                              text=True)
-        return (done.stdout.strip() or None) if done.returncode == 0 else None
+        """The Debian package's version (the examples print none of their own; client and server are one
+        source package, one version)."""
+        return versions.version(self.library.packages[0])
 
     def _common(self, params: ParamSet | None, opts: RunOptions, role) -> Applied:
         settable, not_settable = self.split(params, role)

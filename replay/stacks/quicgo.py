@@ -7,10 +7,10 @@ server's bidi_remote) and reports the other two as not applied.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from replay.stacks.base import GO_BIN_DIR, REPO_ROOT, ReplayProgram
+from common import versions
+from replay.stacks.base import GO_BIN_DIR, ReplayProgram
 
 COMMON = ("max_idle_timeout", "initial_max_data", "initial_max_streams_bidi", "initial_max_streams_uni")
 STREAM_WINDOW = {"client": "initial_max_stream_data_bidi_local", "server": "initial_max_stream_data_bidi_remote"}
@@ -23,15 +23,16 @@ class QuicGo(ReplayProgram):
     cc_names = frozenset({"cubic"})  # quic-go's only congestion control
 
     def __init__(self, bin_dir: Path = GO_BIN_DIR):
-        self.client_binary, self.server_binary = bin_dir / "qgclient", bin_dir / "qgserver"
+        self.client_binary, self.server_binary = (bin_dir / self.library.programs[f"replay-{role}"]
+                                                  for role in ("client", "server"))
 
     def command(self, role) -> list[str]:
         return [str(self.client_binary if role == "client" else self.server_binary)]
 
     def version(self) -> str | None:
-        """quic-go's version in go.mod, which set-up builds the programs with."""
-        found = re.search(r"github.com/quic-go/quic-go v(\S+)", (REPO_ROOT / "go.mod").read_text())
-        return found.group(1) if found else None
+        """quic-go's version in go.mod, which set-up builds the programs with (without go.mod's "v")."""
+        found = versions.version(self.library.packages[0])
+        return found.removeprefix("v") if found else None
 
     def unavailable_reason(self) -> str | None:
         missing = [p.name for p in (self.client_binary, self.server_binary) if not p.exists()]

@@ -22,8 +22,6 @@ from replay.stacks.base import ReplayProgram
 COMMON = ("max_idle_timeout", "max_udp_payload_size", "initial_max_data", "initial_max_streams_bidi",
           "initial_max_streams_uni")
 STREAM_WINDOW = {"client": "initial_max_stream_data_bidi_local", "server": "initial_max_stream_data_bidi_remote"}
-# What quinn-proto sends whatever it is told (transport_parameters.rs, cid_queue.rs).
-FIXED = {"ack_delay_exponent": 3, "max_ack_delay": 25, "active_connection_id_limit": 5}
 
 
 class Quinn(ReplayProgram):
@@ -32,7 +30,6 @@ class Quinn(ReplayProgram):
                 "server": frozenset((*COMMON, STREAM_WINDOW["server"], "disable_active_migration"))}
     autotune_note = "quinn 0.11 has no window auto-tuning: its windows stayed at the advertised values"
     writes_qlog = True
-    fixed = FIXED
 
 
 STACK = Quinn()
