@@ -16,6 +16,7 @@ from typing import Any
 
 from aioquic.quic.connection import QuicConnection
 
+from common.aioquic_adapter import transport_parameters_sent
 from tparams import program_cli
 from tparams.codec import decode_transport_parameters
 from tparams.paramset import ParamSet
@@ -99,15 +100,18 @@ def expected_transport_parameters(asked: Mapping[str, int | None] | None = None)
     """The performance parameters this server sends, computed by aioquic itself
     from the same configuration (client and server serialise the same locals)."""
     connection = QuicConnection(configuration=configuration(is_client=True, asked=asked))
-    connection._version = connection._configuration.supported_versions[0]
-    sent = ParamSet.from_decoded(decode_transport_parameters(connection._serialize_transport_parameters()))
+    connection.connect(("127.0.0.1", 443), now=0.0)  # builds the ClientHello in memory; nothing is sent
+    sent = ParamSet.from_decoded(decode_transport_parameters(transport_parameters_sent(connection)))
     return {name: value for name, value in sent.as_sent().items() if value is not None}
 
 
-async def run(host: str, port: int, config: Any, library: str = "aioquic", retry: bool = False) -> None:
-    """Serve until SIGTERM, then return (the lab stops its servers with SIGTERM)."""
+async def run(host: str, port: int, config: Any, library: str = "aioquic", retry: bool = False,
+              protocol: type | None = None) -> None:
+    """Serve until SIGTERM, then return (the lab stops its servers with SIGTERM). ``protocol``:
+    http3_protocol(library) or a subclass of it."""
     serve = importlib.import_module(f"{library}.asyncio").serve
-    server = await serve(host, port, configuration=config, create_protocol=http3_protocol(library), retry=retry)
+    server = await serve(host, port, configuration=config, create_protocol=protocol or http3_protocol(library),
+                         retry=retry)
     print(f"listening on {host}:{port}", flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

@@ -22,12 +22,13 @@ import os
 import random
 import socket
 import struct
+from typing import Any
 
-import aioquic.asyncio.server
 from aioquic import tls
 from aioquic.quic.connection import QuicConnection
 
-from lab.aioquic_server import configuration, run
+from common.aioquic_adapter import replace_tls, rewrite_transport_parameters
+from lab.aioquic_server import configuration, http3_protocol, run
 from tparams import program_cli
 from tparams.codec import decode_transport_parameters, encode_transport_parameters, encode_value
 from tparams.registry import id_for
@@ -52,12 +53,15 @@ def malformed(genuine: bytes, mode: str) -> bytes:
     raise ValueError(f"no such mode {mode!r}")
 
 
-def connection_class(mode: str) -> type[QuicConnection]:
-    class MalformedParametersConnection(QuicConnection):
-        def _serialize_transport_parameters(self) -> bytes:
-            return malformed(super()._serialize_transport_parameters(), mode)
+def malformed_parameters_protocol(mode: str) -> type:
+    """The lab's aioquic HTTP/3 server whose every connection sends its transport parameters damaged as ``mode`` says."""
 
-    return MalformedParametersConnection
+    class MalformedParametersProtocol(http3_protocol()):  # type: ignore[misc]
+        def __init__(self, quic: QuicConnection, *args: Any, **kwargs: Any) -> None:
+            rewrite_transport_parameters(quic, lambda genuine: malformed(genuine, mode))
+            super().__init__(quic, *args, **kwargs)
+
+    return MalformedParametersProtocol
 
 
 # IP_PKTINFO (linux/in.h; Python's socket module does not name it): received, it says which local
@@ -88,13 +92,12 @@ def hello_retry_request(client_hello: bytes, group: int) -> bytes:
     return b"\x02" + len(body).to_bytes(3, "big") + body
 
 
-def hello_retry_class(groups: tuple[int, ...]) -> type[QuicConnection]:
+def hello_retry_protocol(groups: tuple[int, ...]) -> type:
     """aioquic's server connection (its packets, ACKs, retransmissions) without its TLS: each
     ClientHello is answered with a HelloRetryRequest asking for ``groups`` in turn, then with nothing."""
 
-    class HelloRetryConnection(QuicConnection):
-        def _initialize(self, peer_cid: bytes) -> None:
-            super()._initialize(peer_cid)
+    class HelloRetryProtocol(http3_protocol()):  # type: ignore[misc]
+        def __init__(self, quic: QuicConnection, *args: Any, **kwargs: Any) -> None:
             received, hellos = bytearray(), [0]
 
             def handle_message(data: bytes, output: dict[tls.Epoch, tls.Buffer]) -> None:
@@ -106,9 +109,10 @@ def hello_retry_class(groups: tuple[int, ...]) -> type[QuicConnection]:
                         output[tls.Epoch.INITIAL].push_bytes(hello_retry_request(hello, groups[hellos[0]]))
                     hellos[0] += 1
 
-            self.tls.handle_message = handle_message  # type: ignore[method-assign]
+            replace_tls(quic, handle_message)
+            super().__init__(quic, *args, **kwargs)
 
-    return HelloRetryConnection
+    return HelloRetryProtocol
 
 
 def main() -> None:
@@ -119,13 +123,9 @@ def main() -> None:
     if args.mode == "garbage":
         serve_garbage(*args.listen)
         return
-    # aioquic's server builds its connections by this module-level name; this
-    # process exists only to serve the damaged parameters or HelloRetryRequests.
-    if args.mode in HELLO_RETRY_MODES:
-        aioquic.asyncio.server.QuicConnection = hello_retry_class(HELLO_RETRY_MODES[args.mode])
-    else:
-        aioquic.asyncio.server.QuicConnection = connection_class(args.mode)
-    asyncio.run(run(*args.listen, configuration(args.cert, args.key)))
+    protocol = hello_retry_protocol(HELLO_RETRY_MODES[args.mode]) if args.mode in HELLO_RETRY_MODES \
+        else malformed_parameters_protocol(args.mode)
+    asyncio.run(run(*args.listen, configuration(args.cert, args.key), protocol=protocol))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import pytest
 from aioquic import tls
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
+from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted
 from aioquic.quic.packet import QuicPacketType, QuicProtocolVersion, encode_quic_retry, encode_quic_version_negotiation
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
@@ -25,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, mlkem, x25519
 from cryptography.x509.oid import NameOID
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from common.aioquic_adapter import transport_parameters_sent
 from lab.broken_server import HELLO_RETRY_RANDOM
 from lab.certs import write_certificate
 from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, VERSION_NEGOTIATION, _CertificateChecker, handshake_record
@@ -133,9 +135,9 @@ def test_template_is_aioquics_client_hello() -> None:
     _, payload = unprotect(packet, initial_keys(packet.dcid, packet.version, of_client=True))
     theirs = CryptoStream().add_frames(payload)
     assert theirs is not None
-    groups = connection.tls._supported_groups  # aioquic's four, in its order
-    template = HelloTemplate("h3", groups, supported_groups=groups)  # aioquic lists only its shares' groups
     hello = tls.pull_client_hello(tls.Buffer(data=theirs))
+    groups = hello.supported_groups  # aioquic's four, in its order
+    template = HelloTemplate("h3", groups, supported_groups=groups)  # aioquic lists only its shares' groups
     shares = [dict(hello.key_share)[g] for g in groups]
     ours = template.fill(hello.random, shares, packet.scid, "server.lab.test", V1)
     assert ours == theirs
@@ -165,10 +167,13 @@ def test_completes_with_tls_facts(certificate) -> None:
     assert (record.alpn, record.tls_version, record.key_exchange_group, record.quic_version) == ("h3", "TLS 1.3", "x25519", V1)
     assert record.cipher_suite == "AES_256_GCM_SHA384"  # aioquic's first choice, as ours
     assert len(record.certificates) == 1 and record.certificates[0].sans[0] == "server.lab.test"
-    # The server saw our Finished and our polite close.
-    assert pair.server._handshake_complete and pair.server._close_event.error_code == 0
+    # The server saw our Finished and our polite close (told once its draining period is over).
+    pair.server.handle_timer(now=pair.server.get_timer())
+    events = list(iter(pair.server.next_event, None))
+    assert any(isinstance(event, HandshakeCompleted) for event in events)
+    assert [event.error_code for event in events if isinstance(event, ConnectionTerminated)] == [0]
     # The raw parameters are the server's own bytes.
-    assert record.transport_parameters_raw == pair.server._serialize_transport_parameters()
+    assert record.transport_parameters_raw == transport_parameters_sent(pair.server)
 
 
 @pytest.mark.parametrize("groups, expected", [([tls.Group.SECP256R1], "secp256r1"), ([tls.Group.X448, tls.Group.SECP384R1], "x448")])

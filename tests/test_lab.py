@@ -21,6 +21,7 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted
 
 from conftest import lab_instance, lab_unavailable
+from common.aioquic_adapter import transport_parameters_received
 from lab import (Lab, LabContext, LabServer, Launch, ServerKind, ServerSpec, Topology, default_topology, netns,
                  register_kind, status, up)
 from lab.certs import write_certificate
@@ -76,13 +77,11 @@ def qscan(*args: str) -> subprocess.CompletedProcess:
 class _RecordingConnection(QuicConnection):
     """aioquic's client, keeping the raw transport parameters the server sent."""
 
-    captured: bytes | None = None
     completed = False
 
-    def _parse_transport_parameters(self, data: bytes, from_session_ticket: bool = False) -> None:
-        if not from_session_ticket:
-            self.captured = bytes(data)
-        super()._parse_transport_parameters(data, from_session_ticket)
+    @property
+    def captured(self) -> bytes | None:
+        return transport_parameters_received(self)
 
 
 def aioquic_handshake(lab: Lab, server: LabServer, timeout: float = 3.0) -> _RecordingConnection:

@@ -19,6 +19,7 @@ class BulkClient(QuicConnectionProtocol):
     def __init__(self, quic, *a, **kw):
         apply_parameters(quic, self.args)
         super().__init__(quic, *a, **kw)
+        self.connection = quic  # the protocol's own reference is private (_quic)
         self.received = 0
         self.done = asyncio.get_running_loop().create_future()
 
@@ -36,9 +37,9 @@ async def main() -> None:
     BulkClient.args = args
     host, port = args.connect
     async with connect(host, port, configuration=config, create_protocol=BulkClient) as client:
-        stream_id = client._quic.get_next_available_stream_id()
+        stream_id = client.connection.get_next_available_stream_id()
         requested_at = time.monotonic()
-        client._quic.send_stream_data(stream_id, request(args.size), end_stream=True)
+        client.connection.send_stream_data(stream_id, request(args.size), end_stream=True)
         client.transmit()
         last_byte = await asyncio.wait_for(client.done, args.timeout_s or 600)
         if client.received != args.size:

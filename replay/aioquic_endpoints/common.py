@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import types
 from pathlib import Path
 
 from aioquic.buffer import Buffer
@@ -18,6 +17,12 @@ from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.packet import pull_quic_transport_parameters, push_quic_transport_parameters
 
+from common.aioquic_adapter import (
+    LOCAL_PARAMETERS,
+    pin_flow_control_windows,
+    rewrite_transport_parameters,
+    set_local_parameters,
+)
 from tparams import program_cli
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
@@ -66,70 +71,21 @@ def configuration(args: argparse.Namespace, is_client: bool) -> QuicConfiguratio
 def apply_parameters(quic: QuicConnection, args: argparse.Namespace) -> None:
     """Set the advertised values and make the connection behave by them (before the handshake)."""
     values = {name: getattr(args, name) for name in PERFORMANCE_PARAMETERS if getattr(args, name) not in (None, False)}
-    if "initial_max_data" in values:
-        quic._local_max_data.value = values["initial_max_data"]
-    for kind in ("bidi_local", "bidi_remote", "uni"):
-        if f"initial_max_stream_data_{kind}" in values:
-            setattr(quic, f"_local_max_stream_data_{kind}", values[f"initial_max_stream_data_{kind}"])
-    if "initial_max_streams_bidi" in values:
-        quic._local_max_streams_bidi.value = values["initial_max_streams_bidi"]
-    if "initial_max_streams_uni" in values:
-        quic._local_max_streams_uni.value = values["initial_max_streams_uni"]
-    if "ack_delay_exponent" in values:
-        quic._local_ack_delay_exponent = values["ack_delay_exponent"]
-    if "active_connection_id_limit" in values:
-        quic._local_active_connection_id_limit = values["active_connection_id_limit"]
+    set_local_parameters(quic, {name: value for name, value in values.items() if name in LOCAL_PARAMETERS})
     if "max_idle_timeout" in values:
-        quic._configuration.idle_timeout = values["max_idle_timeout"] / 1000.0
+        quic.configuration.idle_timeout = values["max_idle_timeout"] / 1000.0
     # aioquic hard-codes these three in its transport parameters; rewrite them on the way out.
     rewritten = {k: values[k] for k in ("max_ack_delay", "max_udp_payload_size", "disable_active_migration")
                  if k in values}
     if rewritten:
-        serialize = quic._serialize_transport_parameters
-
-        def _serialize(self) -> bytes:
-            params = pull_quic_transport_parameters(Buffer(data=serialize()))
+        def _rewrite(serialized: bytes) -> bytes:
+            params = pull_quic_transport_parameters(Buffer(data=serialized))
             for name, value in rewritten.items():
                 setattr(params, name, value)
             buf = Buffer(capacity=3 * 1024 + 64)
             push_quic_transport_parameters(buf, params)
             return buf.data
 
-        quic._serialize_transport_parameters = types.MethodType(_serialize, quic)
+        rewrite_transport_parameters(quic, _rewrite)
     if not args.autotune:
-        _pin_windows(quic)
-
-
-def _pin_windows(quic: QuicConnection) -> None:
-    """Slide windows instead of doubling them: aioquic raises a limit only by doubling it once half
-    is used, so the window is kept at its advertised size by moving the limit to used + window and
-    hiding the 'used' figure from aioquic's doubling test while it writes its frames."""
-    connection_window = quic._local_max_data.value
-    write_connection_limits, write_stream_limits = quic._write_connection_limits, quic._write_stream_limits
-
-    def _connection(self, builder, space) -> None:
-        limit = self._local_max_data
-        limit.value = max(limit.value, limit.used + connection_window)
-        used, limit.used = limit.used, 0
-        try:
-            write_connection_limits(builder, space)
-        finally:
-            limit.used = used
-
-    def _stream(self, builder, space, stream) -> None:
-        window = getattr(stream, "qreplay_window", None)
-        if window is None:
-            window = stream.qreplay_window = stream.max_stream_data_local
-        if window:
-            received = stream.receiver.highest_offset
-            stream.max_stream_data_local = max(stream.max_stream_data_local, received + window)
-            stream.receiver.highest_offset = 0
-            try:
-                write_stream_limits(builder, space, stream)
-            finally:
-                stream.receiver.highest_offset = received
-        else:
-            write_stream_limits(builder, space, stream)
-
-    quic._write_connection_limits = types.MethodType(_connection, quic)
-    quic._write_stream_limits = types.MethodType(_stream, quic)
+        pin_flow_control_windows(quic)

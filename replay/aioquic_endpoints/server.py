@@ -8,6 +8,7 @@ import asyncio
 from aioquic.asyncio import QuicConnectionProtocol, serve
 from aioquic.quic.events import StreamDataReceived
 
+from common.aioquic_adapter import unacknowledged_bytes
 from replay.aioquic_endpoints.common import apply_parameters, command_line, configuration, requested_size
 
 CHUNK = bytes(1 << 16)
@@ -20,6 +21,7 @@ class BulkServer(QuicConnectionProtocol):
     def __init__(self, quic, *a, **kw):
         apply_parameters(quic, self.args)
         super().__init__(quic, *a, **kw)
+        self.connection = quic  # the protocol's own reference is private (_quic)
         self._requests: dict[int, bytes] = {}
         self._serving: set[int] = set()  # streams whose request was answered (more data may follow it)
 
@@ -30,7 +32,7 @@ class BulkServer(QuicConnectionProtocol):
             try:
                 size = requested_size(data, event.end_stream)
             except ValueError:
-                self._quic.reset_stream(event.stream_id, 0)
+                self.connection.reset_stream(event.stream_id, 0)
                 return
             if size is not None and event.stream_id not in self._serving:
                 self._serving.add(event.stream_id)
@@ -41,10 +43,9 @@ class BulkServer(QuicConnectionProtocol):
         while remaining > 0:
             n = min(remaining, len(CHUNK))
             remaining -= n
-            self._quic.send_stream_data(stream_id, CHUNK[:n], end_stream=remaining == 0)
+            self.connection.send_stream_data(stream_id, CHUNK[:n], end_stream=remaining == 0)
             self.transmit()
-            sender = self._quic._streams[stream_id].sender
-            while len(sender._buffer) > BACKLOG:  # unacknowledged data: let ACKs drain it
+            while unacknowledged_bytes(self.connection, stream_id) > BACKLOG:  # let ACKs drain it
                 await asyncio.sleep(0.001)
             await asyncio.sleep(0)
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 import hmac
 import struct
 
-from aioquic._crypto import AEAD, HeaderProtection
 from aioquic.quic.crypto import (
     CIPHER_SUITES,
     INITIAL_CIPHER_SUITE,
@@ -35,6 +34,7 @@ from aioquic.quic.packet import (
     encode_long_header_first_byte,
 )
 
+from common.aioquic_adapter import packet_protection
 from tparams.varint import decode_varint, encode_varint
 
 # Every version whose client Initials we open, with what reading one takes. Besides RFC 9001's and
@@ -218,17 +218,13 @@ def packet_keys(cipher_suite: int, secret: bytes, version: int) -> CryptoContext
     key_size = _KEY_SIZES[cipher_suite]  # type: ignore[index]
     prefix = b"quicv2 " if version == QuicProtocolVersion.VERSION_2 else b"quic "
     hp_cipher, aead_cipher = CIPHER_SUITES[cipher_suite]  # type: ignore[index]
-    keys = CryptoContext()
-    keys.aead = AEAD(
-        aead_cipher,
-        hkdf_expand_label(hash_name, secret, prefix + b"key", b"", key_size),
-        hkdf_expand_label(hash_name, secret, prefix + b"iv", b"", 12),
+    return packet_protection(
+        cipher_suite, secret, version,
+        key=hkdf_expand_label(hash_name, secret, prefix + b"key", b"", key_size),
+        iv=hkdf_expand_label(hash_name, secret, prefix + b"iv", b"", 12),
+        hp_key=hkdf_expand_label(hash_name, secret, prefix + b"hp", b"", key_size),
+        aead_cipher=aead_cipher, hp_cipher=hp_cipher,
     )
-    keys.hp = HeaderProtection(hp_cipher, hkdf_expand_label(hash_name, secret, prefix + b"hp", b"", key_size))
-    keys.cipher_suite = cipher_suite  # type: ignore[assignment]
-    keys.secret = secret
-    keys.version = version
-    return keys
 
 
 def initial_keys(dcid: bytes, version: int, of_client: bool) -> CryptoContext:
