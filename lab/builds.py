@@ -70,4 +70,4 @@ class JarServerKind(ServerKind):
         return ["java", "-jar", str(built_jar(self.library))]
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
-        return Launch([*self.program(), *server_arguments(spec, ctx, self.asked(spec), self.SETTABLE, self.OFFERED)])
+        return Launch([*self.program(), *server_arguments(spec, ctx, self.asked(spec), self.SETTABLE, self.offered)])

@@ -9,7 +9,7 @@ option keeps its snake_case name: ``timeout_s`` is ``RunOptions.timeout_s`` and 
 
 A program accepts every option of its role and refuses, in one line and with status 2, a value its
 library cannot honour (``quiche lets no application choose --cid-length``); what each library can honour
-is its caller's knowledge (a lab kind's ``OFFERED``, a replay stack's ``settable``). The callers render
+is its caller's knowledge (tparams.libraries' ``offered``, a replay stack's ``settable``). The callers render
 argv with ``arguments``; the Python programs build their parser with ``parser``; the Rust, Go and Java
 programs declare the same names, and tests/test_program_cli.py holds every built program to this module.
 Pure data and functions, no I/O: the picoquic server imports it from its own environment.

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from tparams import program_cli
 from tparams.errors import ToolError
+from tparams.libraries import Library, described
 from tparams.paramset import ParamSet
 
 from lab.topology import ServerSpec, Topology
@@ -49,18 +50,32 @@ class Launch:
 
 class ServerKind:
     name: ClassVar[str]
-    library: ClassVar[str]  # the QUIC implementation, for identification tests
     # Readiness: the lab waits until the server answers a UDP datagram on its
     # port (a Version Negotiation probe) and, if set, accepts TCP on it.
     serves_tcp: ClassVar[bool] = False
-    # The APPLICATION_CHOICES (below) its library lets an application make.
-    OFFERED: ClassVar[tuple[str, ...]] = ()
     # A server program of ours: its role in tparams.program_cli, whose command line it takes
     # (tests/test_program_cli.py holds it to that); None for another's program (caddy, ngtcp2).
     role: ClassVar[str | None] = None
     # The lab is dual-stack: a kind that answers on its server's IPv6 address too (its program
     # binds the dual-stack wildcard, or both addresses) says True; docs/lab.md lists those that do not.
     listens_ipv6: ClassVar[bool] = True
+
+    @property
+    def descriptor(self) -> Library | None:
+        """What it runs (tparams.libraries); None for a server that runs no library (the broken ones). A kind
+        derived from another (the discovery lab's ngtcp2-range) runs its parent's library."""
+        return next((described(kind.name) for kind in type(self).__mro__
+                     if described(getattr(kind, "name", "")) is not None), None)
+
+    @property
+    def library(self) -> str:
+        """The QUIC implementation it runs, as identification names it (a kind of no library says its own)."""
+        return self.descriptor.identified_as
+
+    @property
+    def offered(self) -> tuple[str, ...]:
+        """The APPLICATION_CHOICES (below) its library lets an application make."""
+        return self.descriptor.offered if self.descriptor is not None else ()
 
     def program(self) -> list[str]:
         """A server program of ours: how to start it, before its arguments."""

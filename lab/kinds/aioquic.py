@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from lab.aioquic_server import OFFERED as OFFERED_BY_LIBRARY, SETTABLE, expected_transport_parameters
+from lab.aioquic_server import SETTABLE, expected_transport_parameters
 from lab.kinds import LabContext, Launch, ServerKind, asked_parameters, register_kind, server_arguments
 from lab.topology import ServerSpec
 
@@ -20,16 +20,13 @@ class AioquicKind(ServerKind):
     """
 
     name = "aioquic"
-    library = "aioquic"
-    module = "lab.aioquic_server"
     role = "lab-server"
-    OFFERED = OFFERED_BY_LIBRARY["aioquic"]
 
     def program(self) -> list[str]:
-        return [sys.executable, "-m", self.module]
+        return [sys.executable, "-m", self.descriptor.programs["lab-server"]]
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
-        return Launch([*self.program(), *server_arguments(spec, ctx, asked_parameters(spec), SETTABLE, self.OFFERED)])
+        return Launch([*self.program(), *server_arguments(spec, ctx, asked_parameters(spec), SETTABLE, self.offered)])
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
         return expected_transport_parameters(asked_parameters(spec))

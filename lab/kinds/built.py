@@ -5,8 +5,6 @@ lab-server command line (tparams.program_cli; lab/servers/common, lab/servers/go
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
-
 from tparams.paramset import RFC9000_DEFAULTS
 from tparams.program_cli import FLOW_CONTROL
 
@@ -25,12 +23,9 @@ class BuiltServerKind(ServerKind):
 
     role = "lab-server"
 
-    # What the server sends when given no flags (as sent, absent = not sent).
-    DEFAULTS: ClassVar[dict[str, int | bool]]
-
     @property
     def binary(self) -> str:
-        return f"lab-{self.library}"
+        return self.descriptor.programs["lab-server"]
 
     def unavailable_reason(self) -> str | None:
         if not (BIN_DIR / self.binary).is_file():
@@ -44,10 +39,13 @@ class BuiltServerKind(ServerKind):
         return [str(BIN_DIR / self.binary)]
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
-        return Launch([*self.program(), *server_arguments(spec, ctx, asked_parameters(spec), SETTABLE, self.OFFERED)])
+        return Launch([*self.program(), *server_arguments(spec, ctx, asked_parameters(spec), SETTABLE, self.offered)])
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
-        return {name: value for name, value in {**self.DEFAULTS, **self.configured(spec)}.items()
+        """What the library sends given no flags (its descriptor's defaults and fixed values), under what the
+        spec sets, as far as the library puts it on the wire."""
+        library = self.descriptor
+        return {name: value for name, value in {**library.defaults, **library.fixed, **self.configured(spec)}.items()
                 if self.sends(name, value)}
 
     def sends(self, name: str, value: int | bool) -> bool:

@@ -12,7 +12,6 @@ class CaddyKind(ServerKind):
     advertising h3 in Alt-Svc; its own HOME, admin API off."""
 
     name = "caddy"
-    library = "quic-go"
     serves_tcp = True
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:

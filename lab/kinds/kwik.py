@@ -30,27 +30,17 @@ class KwikKind(JarServerKind):
     """
 
     name = "kwik"
-    library = "kwik"
-    OFFERED = ("alpn", "cid_length", "retry")
     SETTABLE = frozenset({"max_idle_timeout", "initial_max_data", *BIDI_WINDOWS,
                           "initial_max_streams_bidi", "initial_max_streams_uni"})
     ASKED_BY_DEFAULT: ClassVar[dict[str, int]] = {"initial_max_streams_bidi": 100, "initial_max_streams_uni": 3}
-    # What kwik 0.10.8 sends by itself (seen on the wire; 30 s is its idle timeout default).
-    FIXED: ClassVar[dict[str, int | bool]] = {
-        "max_idle_timeout": 30000,
-        "max_udp_payload_size": 1500,
-        "initial_max_stream_data_uni": H3_UNI_WINDOW,
-        "ack_delay_exponent": 3,
-        "max_ack_delay": 25,
-        "disable_active_migration": True,
-        "active_connection_id_limit": 3,
-    }
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
         asked = self.asked(spec)
         bidi = max([MIN_BIDI_WINDOW, *(asked[name] for name in BIDI_WINDOWS if name in asked)])
         return {
-            **self.FIXED,
+            **self.descriptor.defaults,
+            "initial_max_stream_data_uni": H3_UNI_WINDOW,
+            **self.descriptor.fixed,
             **{name: asked[name] for name in ("max_idle_timeout",) if name in asked},
             "initial_max_data": max(asked.get("initial_max_data", 0), bidi, H3_UNI_WINDOW),
             **dict.fromkeys(BIDI_WINDOWS, bidi),

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import ClassVar
+
+from tparams.libraries import library
+from tparams.paramset import RFC9000_DEFAULTS
 
 from lab.kinds import LabContext, Launch, ServerKind, asked_parameters, register_kind
 from lab.topology import ServerSpec
 
-SERVER_ENV = "QREPLAY_LSQUIC_SERVER"
+SERVER_ENV = library("lsquic").packages[0].name  # QREPLAY_LSQUIC_SERVER
 # LSQUIC's engine setting (`-o NAME=VALUE`) for each transport parameter it lets a program set.
 ENGINE_SETTINGS = {
     "initial_max_data": "init_max_data",
@@ -64,19 +66,8 @@ class LsquicKind(ServerKind):
     """
 
     name = "lsquic"
-    library = "lsquic"
     # http_server binds the one address of -s (no wildcard dual-stack socket): IPv4 only.
     listens_ipv6 = False
-    # What http_server sends without -o settings (seen on the wire).
-    DEFAULTS: ClassVar[dict[str, int]] = {
-        "max_idle_timeout": 30000,
-        "initial_max_data": 1572864,
-        "initial_max_stream_data_bidi_remote": 1048576,
-        "initial_max_stream_data_uni": 12288,
-        "initial_max_streams_bidi": 100,
-        "initial_max_streams_uni": 3,
-        "active_connection_id_limit": 8,
-    }
 
     def unavailable_reason(self) -> str | None:
         if server_binary() is None:
@@ -97,8 +88,11 @@ class LsquicKind(ServerKind):
         flags = []
         for name, value in self.requested(spec).items():
             flags += ["-o", f"{ENGINE_SETTINGS[name]}={idle_timeout_seconds(value) if name == 'max_idle_timeout' else value}"]
-        return Launch([server_binary() or "http_server", "-c", f"{spec.server_name},{ctx.cert},{ctx.key}",
+        return Launch([server_binary() or self.descriptor.programs["lab-server"], "-c", f"{spec.server_name},{ctx.cert},{ctx.key}",
                        "-s", f"{spec.ip}:{spec.port}", "-r", str(docroot), "-L", "warn", *flags])
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
-        return {**self.DEFAULTS, **self.requested(spec)}
+        # LSQUIC leaves out what is at the RFC default, its fixed values too.
+        lsquic = self.descriptor
+        fixed = {name: value for name, value in lsquic.fixed.items() if value != RFC9000_DEFAULTS[name]}
+        return {**lsquic.defaults, **fixed, **self.requested(spec)}

@@ -30,8 +30,6 @@ class NettyKind(JarServerKind):
     """
 
     name = "netty"
-    library = "netty"
-    OFFERED = ("alpn", "cid_length", "datagrams", "disable_active_migration")
     SETTABLE = frozenset({"max_idle_timeout", "initial_max_data", "initial_max_stream_data_bidi_local",
                           "initial_max_stream_data_bidi_remote", "initial_max_stream_data_uni",
                           "initial_max_streams_bidi", "initial_max_streams_uni"})
@@ -43,9 +41,7 @@ class NettyKind(JarServerKind):
         "initial_max_streams_bidi": 100,
         "initial_max_streams_uni": 100,
     }
-    # What quiche sends by itself (seen on the wire), ack_delay_exponent although it is the RFC default.
-    FIXED: ClassVar[dict[str, int]] = {"max_udp_payload_size": 65527, "ack_delay_exponent": 3, "max_ack_delay": 25}
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
         asked = self.asked(spec)
-        return {**self.FIXED, **{name: value for name, value in asked.items() if name in self.SETTABLE and value}}
+        return {**self.descriptor.fixed, **{name: value for name, value in asked.items() if name in self.SETTABLE and value}}

@@ -20,11 +20,9 @@ class Ngtcp2Kind(ServerKind):
     """
 
     name = "ngtcp2"
-    library = "ngtcp2"
     # What gtlsserver lets its user choose of lab.kinds.APPLICATION_CHOICES, and how.
     APPLICATION_FLAGS: ClassVar[dict[str, str]] = {"preferred_address": "--preferred-ipv4-addr={}",
                                                    "retry": "--validate-addr"}
-    OFFERED = tuple(APPLICATION_FLAGS)
     FLAGS: ClassVar[dict[str, str]] = {
         "max_idle_timeout": "--timeout={}ms",
         "initial_max_data": "--max-data={}",
@@ -33,18 +31,6 @@ class Ngtcp2Kind(ServerKind):
         "initial_max_stream_data_uni": "--max-stream-data-uni={}",
         "initial_max_streams_bidi": "--max-streams-bidi={}",
         "initial_max_streams_uni": "--max-streams-uni={}",
-    }
-    # What gtlsserver 0.12 sends without flags (its --help defaults, and
-    # active_connection_id_limit seen in gtlsclient's log of the server's parameters).
-    DEFAULTS: ClassVar[dict[str, int]] = {
-        "max_idle_timeout": 30000,
-        "initial_max_data": 1 << 20,
-        "initial_max_stream_data_bidi_local": 256 << 10,
-        "initial_max_stream_data_bidi_remote": 256 << 10,
-        "initial_max_stream_data_uni": 256 << 10,
-        "initial_max_streams_bidi": 100,
-        "initial_max_streams_uni": 3,
-        "active_connection_id_limit": 7,
     }
 
     def configured(self, spec: ServerSpec) -> dict[str, int]:
@@ -61,12 +47,12 @@ class Ngtcp2Kind(ServerKind):
         (htdocs / "index.html").write_text(f"{spec.name}\n")
         flags = [self.FLAGS[name].format(value) for name, value in self.configured(spec).items()]
         flags += [self.APPLICATION_FLAGS[name].format(value)
-                  for name, value in application_choices(spec, self.OFFERED).items() if value is not False]
+                  for name, value in application_choices(spec, self.offered).items() if value is not False]
         if "groups" in spec.options:
             flags.append(f"--groups={spec.options['groups']}")
         # Auto-tuning off: the advertised windows stay the configured ones.
-        return ["gtlsserver", "--quiet", f"--htdocs={htdocs}", "--max-window=0",
+        return [self.descriptor.programs["lab-server"], "--quiet", f"--htdocs={htdocs}", "--max-window=0",
                 "--max-stream-window=0", *flags, address, str(spec.port), str(ctx.key), str(ctx.cert)]
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
-        return {**self.DEFAULTS, **self.configured(spec)}
+        return {**self.descriptor.defaults, **self.configured(spec)}

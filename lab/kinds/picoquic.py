@@ -20,9 +20,7 @@ class PicoquicKind(ServerKind):
     window for every stream, connection IDs of picoquic's own length."""
 
     name = "picoquic"
-    library = "picoquic"
     role = "lab-server"
-    OFFERED = ("alpn", "datagrams", "retry")
 
     def unavailable_reason(self) -> str | None:
         if not PYTHON.is_file():
@@ -34,4 +32,4 @@ class PicoquicKind(ServerKind):
 
     def launch(self, spec: ServerSpec, ctx: LabContext) -> Launch:
         return Launch([*self.program(), *server_arguments(spec, ctx, asked_parameters(spec), FLOW_CONTROL,
-                                                          self.OFFERED)])
+                                                          self.offered)])

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from lab.aioquic_server import OFFERED as OFFERED_BY_LIBRARY, SETTABLE, STREAM_WINDOWS
+from lab.aioquic_server import SETTABLE, STREAM_WINDOWS
 from lab.kinds import asked_parameters, register_kind
 from lab.kinds.aioquic import AioquicKind
 from lab.topology import ServerSpec
@@ -23,22 +21,8 @@ class Qh3Kind(AioquicKind):
     """
 
     name = "qh3"
-    library = "qh3"
-    module = "lab.qh3_server"
-    OFFERED = OFFERED_BY_LIBRARY["qh3"]
-    # What qh3 2.1 sends by default (seen on the wire; its QuicConfiguration defaults).
-    DEFAULTS: ClassVar[dict[str, int]] = {
-        "max_idle_timeout": 30000,
-        "initial_max_data": 15728640,
-        **dict.fromkeys(STREAM_WINDOWS, 6291456),
-        "initial_max_streams_bidi": 100,
-        "initial_max_streams_uni": 103,
-        "ack_delay_exponent": 3,
-        "max_ack_delay": 25,
-        "active_connection_id_limit": 8,
-    }
 
     def transport_parameters(self, spec: ServerSpec) -> dict[str, int | bool]:
         asked = {name: value for name, value in asked_parameters(spec).items() if name in SETTABLE}
         windows = [asked.pop(name) for name in STREAM_WINDOWS if name in asked]
-        return {**self.DEFAULTS, **asked, **(dict.fromkeys(STREAM_WINDOWS, max(windows)) if windows else {})}
+        return {**self.descriptor.defaults, **asked, **(dict.fromkeys(STREAM_WINDOWS, max(windows)) if windows else {})}
