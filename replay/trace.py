@@ -25,12 +25,22 @@ from lab import netns
 from replay.link import PATH_DEVICE
 from scanner.capture.frontend import tshark_path, tshark_version, wait_until_capturing, wait_until_in_capture
 from tparams.errors import ToolError
+from tparams.frames import (
+    FRAME_ACK,
+    FRAME_ACK_ECN,
+    FRAME_DATA_BLOCKED,
+    FRAME_MAX_DATA,
+    FRAME_MAX_STREAM_DATA,
+    FRAME_STREAM_DATA_BLOCKED,
+    FRAME_STREAM_FIRST,
+    FRAME_STREAM_LAST,
+    NON_ACK_ELICITING,
+)
 
 MAX_POINTS = 20_000
 #: RFC 9002 kPacketThreshold: a packet this many numbers below an acknowledged one counts as lost
 PACKET_THRESHOLD = 3
 DEFAULT_ACK_DELAY_EXPONENT = 3  # RFC 9000 18.2
-FRAME_TYPES = {"max_data": 0x10, "max_stream_data": 0x11, "data_blocked": 0x14, "stream_data_blocked": 0x15}
 
 
 @dataclass(frozen=True)
@@ -103,10 +113,6 @@ def _stream(frame: dict) -> StreamFrame:
                        frame.get("quic.stream.fin") in ("1", "True", True))
 
 
-# Frames that elicit no ACK (RFC 9002 2): a packet of only these is not in flight.
-NON_ELICITING = {0x00, 0x02, 0x03, 0x1c, 0x1d}
-
-
 def _short_packet(quic: dict, when: float, down: bool) -> Packet | None:
     header = quic.get("quic.short")
     frames = _list(quic.get("quic.frame"))
@@ -117,19 +123,19 @@ def _short_packet(quic: dict, when: float, down: bool) -> Packet | None:
     eliciting = False
     for frame in frames:
         kind = int(frame["quic.frame_type"])
-        eliciting |= kind not in NON_ELICITING
-        if 0x08 <= kind <= 0x0f:
+        eliciting |= kind not in NON_ACK_ELICITING
+        if FRAME_STREAM_FIRST <= kind <= FRAME_STREAM_LAST:
             parts["streams"].append(_stream(frame))
-        elif kind in (0x02, 0x03):
+        elif kind in (FRAME_ACK, FRAME_ACK_ECN):
             parts["acks"].append(_ack(frame))
-        elif kind == FRAME_TYPES["max_data"]:
+        elif kind == FRAME_MAX_DATA:
             parts["max_data"].append(int(frame["quic.md.maximum_data"]))
-        elif kind == FRAME_TYPES["max_stream_data"]:
+        elif kind == FRAME_MAX_STREAM_DATA:
             parts["max_stream_data"].append((int(frame["quic.msd.stream_id"]),
                                              int(frame["quic.msd.maximum_stream_data"])))
-        elif kind == FRAME_TYPES["data_blocked"]:
+        elif kind == FRAME_DATA_BLOCKED:
             parts["data_blocked"].append(int(frame["quic.sb.stream_data_limit"]))
-        elif kind == FRAME_TYPES["stream_data_blocked"]:
+        elif kind == FRAME_STREAM_DATA_BLOCKED:
             # tshark 4.0 files STREAM_DATA_BLOCKED's limit under DATA_BLOCKED's field name
             parts["stream_data_blocked"].append((int(frame["quic.sdb.stream_id"]),
                                                  int(frame["quic.sb.stream_data_limit"])))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Union
 
 from tparams.registry import ParamType, spec_for
-from tparams.varint import VARINT_MAX, encode_varint
+from tparams.varint import VARINT_MAX, encode_varint, read_varint
 
 Sender = Literal["client", "server"]
 
@@ -108,7 +108,7 @@ _RANGES = {
 def _decode_value(spec_type: ParamType, raw: bytes) -> tuple[Value, str | None, str | None]:
     """(value, finding kind, detail) for one parameter's raw bytes."""
     if spec_type is ParamType.VARINT:
-        read = _read_varint(raw, 0, len(raw))
+        read = read_varint(raw, 0, len(raw))
         if read is None:
             return None, BAD_VARINT, f"value of {len(raw)} bytes holds no whole varint"
         if read[1] != len(raw):
@@ -157,19 +157,6 @@ def _decode_preferred_address(raw: bytes) -> tuple[Value, str | None, str | None
     )
 
 
-def _read_varint(data: bytes, offset: int, size: int) -> tuple[int, int] | None:
-    """decode_varint without the exception: the decoder's hot path runs this per id and length."""
-    if offset >= size:
-        return None
-    first = data[offset]
-    if first < 0x40:
-        return first, offset + 1
-    end = offset + (1 << (first >> 6))
-    if end > size:
-        return None
-    return int.from_bytes(data[offset:end], "big") & ~(0xC0 << ((end - offset - 1) * 8)), end
-
-
 def decode_transport_parameters(data: bytes, sender: Sender | None = None, sixteen_bit: bool = False) -> DecodedParameters:
     """Decode the extension body; never raises.
 
@@ -190,12 +177,12 @@ def decode_transport_parameters(data: bytes, sender: Sender | None = None, sixte
     size = len(data)
     while offset < size:
         position = len(parameters)
-        read = _read_varint(data, offset, size)
+        read = read_varint(data, offset, size)
         if read is None:
             findings.append(Finding(TRUNCATED_ID, f"varint at byte {offset} runs past the end", position))
             break
         param_id, after_id = read
-        read = _read_varint(data, after_id, size)
+        read = read_varint(data, after_id, size)
         if read is None:
             findings.append(
                 Finding(TRUNCATED_LENGTH, f"length at byte {after_id} runs past the end", position, param_id)

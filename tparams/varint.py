@@ -18,20 +18,29 @@ def encode_varint(value: int) -> bytes:
     return (value | 0xC000_0000_0000_0000).to_bytes(8, "big")
 
 
+def read_varint(data: bytes, offset: int, size: int) -> tuple[int, int] | None:
+    """decode_varint without the exception, for the first ``size`` bytes of ``data``: None where
+    the integer does not fit. The codec's hot path runs this per id and length."""
+    if offset >= size:
+        return None
+    first = data[offset]
+    if first < 0x40:
+        return first, offset + 1
+    end = offset + (1 << (first >> 6))
+    if end > size:
+        return None
+    return int.from_bytes(data[offset:end], "big") & ~(0xC0 << ((end - offset - 1) * 8)), end
+
+
 def decode_varint(data: bytes, offset: int = 0) -> tuple[int, int]:
     """Read one varint at ``offset``; return (value, offset after it).
 
     Raises ValueError when the buffer ends inside the integer: callers that
     must never raise (the codec) turn that into a finding.
     """
+    found = read_varint(data, offset, len(data))
+    if found is not None:
+        return found
     if offset >= len(data):
         raise ValueError("varint starts past the end of the buffer")
-    first = data[offset]
-    length = 1 << (first >> 6)
-    end = offset + length
-    if end > len(data):
-        raise ValueError(f"varint needs {length} bytes, {len(data) - offset} left")
-    value = first & 0x3F
-    for byte in data[offset + 1 : end]:
-        value = (value << 8) | byte
-    return value, end
+    raise ValueError(f"varint needs {1 << (data[offset] >> 6)} bytes, {len(data) - offset} left")

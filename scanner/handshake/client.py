@@ -79,12 +79,6 @@ from scanner.handshake.messages import (
     read_server_hello,
 )
 from scanner.handshake.packets import (
-    FRAME_ACK,
-    FRAME_ACK_ECN,
-    FRAME_CONNECTION_CLOSE,
-    FRAME_CRYPTO,
-    FRAME_PADDING,
-    FRAME_PING,
     HASH_NAMES,
     PACKET_NUMBER_LENGTH,
     AEAD_TAG_LENGTH,
@@ -102,30 +96,61 @@ from scanner.handshake.packets import (
     seal_long_packet,
 )
 from tparams.codec import DecodedParameters, decode_transport_parameters
-from tparams.varint import decode_varint, encode_varint
+from tparams.frames import (
+    FRAME_ACK,
+    FRAME_ACK_ECN,
+    FRAME_CONNECTION_CLOSE,
+    FRAME_CONNECTION_CLOSE_APP,
+    FRAME_CRYPTO,
+    FRAME_DATA_BLOCKED,
+    FRAME_DATAGRAM,
+    FRAME_DATAGRAM_WITH_LENGTH,
+    FRAME_HANDSHAKE_DONE,
+    FRAME_MAX_DATA,
+    FRAME_MAX_STREAM_DATA,
+    FRAME_MAX_STREAMS_BIDI,
+    FRAME_MAX_STREAMS_UNI,
+    FRAME_NEW_CONNECTION_ID,
+    FRAME_NEW_TOKEN,
+    FRAME_PADDING,
+    FRAME_PATH_CHALLENGE,
+    FRAME_PATH_RESPONSE,
+    FRAME_PING,
+    FRAME_RESET_STREAM,
+    FRAME_RETIRE_CONNECTION_ID,
+    FRAME_STOP_SENDING,
+    FRAME_STREAM_DATA_BLOCKED,
+    FRAME_STREAM_FIRST,
+    FRAME_STREAM_LAST,
+    FRAME_STREAMS_BLOCKED_BIDI,
+    FRAME_STREAMS_BLOCKED_UNI,
+    STREAM_LEN,
+    STREAM_OFF,
+)
+from tparams.varint import VARINT_MAX, decode_varint, encode_varint
 
 MIN_INITIAL_DATAGRAM = 1200  # RFC 9000 14.1: every datagram carrying a client Initial
 MAX_PENDING_CRYPTO = 524_288  # aioquic's bound on CRYPTO data held out of order
 INITIAL_PTO = 0.3  # seconds before the first retransmission, as aioquic's initial RTT gives
 MIN_PTO = 0.05  # a loaded server answers in milliseconds, not microseconds
 MAX_EARLY_HANDSHAKE_PACKETS = 8  # Handshake packets held until the ServerHello gives their keys
-VARINT_MAX = (1 << 62) - 1
 # How long a handshake that waits for HANDSHAKE_DONE (identification) stays open after our
 # Finished: servers send it, with NEW_TOKEN, in 1-RTT one round trip later (measured on the lab:
 # 1-5 ms; kwik ~50-140 ms under load), so a few hundred ms bound the cost of a silent one.
 HANDSHAKE_DONE_WAIT = 0.3
-FRAME_NEW_TOKEN = 0x07
-FRAME_HANDSHAKE_DONE = 0x1E
 # 1-RTT frames skipped while looking for NEW_TOKEN and HANDSHAKE_DONE (RFC 9000 19, RFC 9221): the
 # number of varints before any bytes. STREAM, ACK, CRYPTO, NEW_CONNECTION_ID and DATAGRAM are read apart.
-_VARINT_FRAMES = {0x01: 0, 0x04: 3, 0x05: 2, 0x10: 1, 0x11: 2, 0x12: 1, 0x13: 1, 0x14: 1, 0x15: 2,
-                  0x16: 1, 0x17: 1, 0x19: 1}
+_VARINT_FRAMES = {FRAME_PING: 0, FRAME_RESET_STREAM: 3, FRAME_STOP_SENDING: 2, FRAME_MAX_DATA: 1,
+                  FRAME_MAX_STREAM_DATA: 2, FRAME_MAX_STREAMS_BIDI: 1, FRAME_MAX_STREAMS_UNI: 1,
+                  FRAME_DATA_BLOCKED: 1, FRAME_STREAM_DATA_BLOCKED: 2, FRAME_STREAMS_BLOCKED_BIDI: 1,
+                  FRAME_STREAMS_BLOCKED_UNI: 1, FRAME_RETIRE_CONNECTION_ID: 1}
 MIN_CRYPTO_PER_PACKET = 256  # ClientHello bytes an Initial carries even behind a long Retry token
 _CRYPTO_FRAME_HEADER = 1 + 4 + 2  # type, offset, length: at most this for a ClientHello
 CRYPTO_ERROR = QuicErrorCode.CRYPTO_ERROR
 _HELLO_RETRY_RANDOM = bytes.fromhex("CF21AD74E59A6111BE1D8C021E65B891C2A211167ABB8C5E079E09E2C8A8339C")
 # Frames Initial and Handshake packets may not carry, but that exist (aioquic: "Unexpected frame type").
-_LATER_FRAMES = (frozenset(range(0x04, 0x1C)) | {0x1D, 0x1E, 0x30, 0x31}) - {FRAME_CRYPTO}
+_LATER_FRAMES = (frozenset(range(FRAME_RESET_STREAM, FRAME_CONNECTION_CLOSE))
+                 | {FRAME_CONNECTION_CLOSE_APP, FRAME_HANDSHAKE_DONE, FRAME_DATAGRAM, FRAME_DATAGRAM_WITH_LENGTH}) - {FRAME_CRYPTO}
 _ADVERTISED_SIGNATURES = frozenset(int(a) for a in SIGNATURE_ALGORITHMS)
 
 # Expecting (the TLS states a client passes).
@@ -399,12 +424,14 @@ class ClientHandshake:
                         _, pos = decode_varint(payload, pos)
                 elif frame_type in (FRAME_ACK, FRAME_ACK_ECN):
                     pos = self._ack(payload, pos, frame_type)
-                elif frame_type in (FRAME_CRYPTO, FRAME_NEW_TOKEN) or 0x08 <= frame_type <= 0x0F or frame_type == 0x31:
-                    if frame_type == FRAME_CRYPTO or 0x08 <= frame_type <= 0x0F:
+                elif (frame_type in (FRAME_CRYPTO, FRAME_NEW_TOKEN, FRAME_DATAGRAM_WITH_LENGTH)
+                      or FRAME_STREAM_FIRST <= frame_type <= FRAME_STREAM_LAST):
+                    stream = FRAME_STREAM_FIRST <= frame_type <= FRAME_STREAM_LAST
+                    if frame_type == FRAME_CRYPTO or stream:
                         _, pos = decode_varint(payload, pos)  # offset, or stream id
-                    if 0x08 <= frame_type <= 0x0F and frame_type & 0x04:
+                    if stream and frame_type & STREAM_OFF:
                         _, pos = decode_varint(payload, pos)  # offset
-                    if 0x08 <= frame_type <= 0x0F and not frame_type & 0x02:
+                    if stream and not frame_type & STREAM_LEN:
                         length = size - pos  # to the end of the packet
                     else:
                         length, pos = decode_varint(payload, pos)
@@ -413,18 +440,18 @@ class ClientHandshake:
                     if frame_type == FRAME_NEW_TOKEN:
                         self.new_tokens.append(payload[pos : pos + length])
                     pos += length
-                elif frame_type == 0x18:  # NEW_CONNECTION_ID: sequence, retire prior to, CID, reset token
+                elif frame_type == FRAME_NEW_CONNECTION_ID:  # sequence, retire prior to, CID, reset token
                     _, pos = decode_varint(payload, pos)
                     _, pos = decode_varint(payload, pos)
                     pos += 1 + payload[pos] + 16
-                elif frame_type in (0x1A, 0x1B):  # PATH_CHALLENGE, PATH_RESPONSE
+                elif frame_type in (FRAME_PATH_CHALLENGE, FRAME_PATH_RESPONSE):
                     pos += 8
                 elif frame_type == FRAME_HANDSHAKE_DONE:
                     self.handshake_done = ended = True
-                elif frame_type == 0x30:  # DATAGRAM to the end of the packet
+                elif frame_type == FRAME_DATAGRAM:  # to the end of the packet
                     break
                 else:  # CONNECTION_CLOSE, or a frame we do not read
-                    ended = ended or frame_type in (FRAME_CONNECTION_CLOSE, FRAME_CONNECTION_CLOSE + 1)
+                    ended = ended or frame_type in (FRAME_CONNECTION_CLOSE, FRAME_CONNECTION_CLOSE_APP)
                     break
         except (ValueError, IndexError, HandshakeFailed):
             pass

@@ -35,6 +35,15 @@ from aioquic.quic.packet import (
 )
 
 from common.aioquic_adapter import packet_protection
+from tparams.frames import (
+    FRAME_ACK,
+    FRAME_ACK_ECN,
+    FRAME_CONNECTION_CLOSE,
+    FRAME_CONNECTION_CLOSE_APP,
+    FRAME_CRYPTO,
+    FRAME_PADDING,
+    FRAME_PING,
+)
 from tparams.varint import decode_varint, encode_varint
 
 # Every version whose client Initials we open, with what reading one takes. Besides RFC 9001's and
@@ -86,13 +95,6 @@ INITIAL_KEY_VERSIONS = tuple(INITIAL_FORMATS)
 # The long-header packet types by version (the type bits mean other types in QUIC v2).
 LONG_TYPES = {version: spec.long_types for version, spec in INITIAL_FORMATS.items()}
 
-FRAME_PADDING = 0x00
-FRAME_PING = 0x01
-FRAME_ACK = 0x02
-FRAME_ACK_ECN = 0x03
-FRAME_CRYPTO = 0x06
-FRAME_CONNECTION_CLOSE = 0x1C
-FRAME_CONNECTION_CLOSE_APP = 0x1D
 GOOGLE_FRAME_PING = 0x07  # Google QUIC's frame types that a T050/T051 Initial may carry besides PADDING
 GOOGLE_FRAME_CRYPTO = 0x08
 
