@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tparams.errors import ToolError
 
-from scanner.discovery.plan import duration, subtract
+from scanner.discovery.plan import Pacing, check_pacing, subtract
 from scanner.targets import BadLine, read_lines
 
 DEFAULT_BLOCKLIST6 = Path(__file__).resolve().parents[2] / "datasets" / "blocklist" / "ipv6-default.conf"
@@ -54,7 +54,7 @@ class HitlistTarget:
 
 
 @dataclass(frozen=True)
-class HitlistPlan:
+class HitlistPlan(Pacing):
     hitlist: str
     targets: tuple[HitlistTarget, ...]  # what is probed (all shards), in file order
     bad_lines: tuple[BadLine, ...]
@@ -75,8 +75,8 @@ class HitlistPlan:
         return [t.ip for t in self.targets if ipaddress.IPv6Address(t.ip) not in LAB_RANGE6]
 
     @property
-    def shard_addresses(self) -> int:
-        return -(-len(self.targets) // self.shards)
+    def addresses(self) -> int:
+        return len(self.targets)
 
     def lines(self) -> list[str]:
         lifted = f" (lifted for this lab scan: {', '.join(map(str, self.lifted))})" if self.lifted else ""
@@ -85,10 +85,7 @@ class HitlistPlan:
             f"hitlist:    {self.hitlist}: {len(self.targets):,} addresses to probe, {len(self.bad_lines)} bad lines, "
             f"{self.blocked:,} blocklisted, {aliased:,} aliased prefixes probed once ({self.folded:,} addresses folded)",
             f"blocklist:  {self.blocklist_source}, {len(self.blocklist)} ranges{lifted}",
-            f"addresses:  {len(self.targets):,} on UDP port {self.port}"
-            + (f"; shard {self.shard}/{self.shards} probes about {self.shard_addresses:,}" if self.shards > 1 else ""),
-            f"rate:       {self.rate:,} probes/s, cooldown {self.cooldown} s",
-            f"duration:   about {duration(self.shard_addresses / self.rate + self.cooldown)}",
+            *self.pacing_lines(f"{len(self.targets):,}"),
         ]
 
 
@@ -114,12 +111,7 @@ def make_hitlist_plan(
 ) -> HitlistPlan:
     """Read and validate every input (one-line ToolError on a bad option or file) and work out what
     will be probed."""
-    if not 0 < port < 65536:
-        raise ToolError(f"port must be 1-65535, not {port}")
-    if rate <= 0:
-        raise ToolError(f"rate must be a positive number of probes per second, not {rate}")
-    if not 0 <= shard < shards:
-        raise ToolError(f"shard must be I/N with 0 <= I < N, not {shard}/{shards}")
+    check_pacing(port, rate, shard, shards)
     addresses, bad = read_lines(hitlist, parse_ipv6, "hitlist", strict)
     prefixes = read_lines(str(aliased), parse_prefix6, "aliased-prefix list", strict=True)[0] if aliased else []
     source = blocklist or DEFAULT_BLOCKLIST6

@@ -69,8 +69,48 @@ def subtract(networks: Iterable[Network], removed: Iterable[Network]) -> list[Ne
     return list(ipaddress.collapse_addresses(remaining))
 
 
+class Pacing:
+    """How a plan of either family (IPv4 ranges, IPv6 hitlist) probes: its port, pace and this host's
+    shard, over ``addresses`` probed by all shards together."""
+
+    port: int
+    rate: int
+    cooldown: int
+    shard: int
+    shards: int
+    addresses: int
+
+    @property
+    def shard_addresses(self) -> int:
+        # ZMap deals the permutation out round-robin, so shards differ by at most one.
+        return -(-self.addresses // self.shards)
+
+    @property
+    def estimated_seconds(self) -> float:
+        return self.shard_addresses / self.rate + self.cooldown
+
+    def pacing_lines(self, addresses: str) -> list[str]:
+        """The plan's last lines: ``addresses`` (how many, as the plan counts them), port, shard, rate, duration."""
+        return [
+            f"addresses:  {addresses} on UDP port {self.port}"
+            + (f"; shard {self.shard}/{self.shards} probes about {self.shard_addresses:,}" if self.shards > 1 else ""),
+            f"rate:       {self.rate:,} probes/s, cooldown {self.cooldown} s",
+            f"duration:   about {duration(self.estimated_seconds)}",
+        ]
+
+
+def check_pacing(port: int, rate: int, shard: int, shards: int) -> None:
+    """A one-line ToolError for a port, rate or shard no plan can probe with."""
+    if not 0 < port < 65536:
+        raise ToolError(f"port must be 1-65535, not {port}")
+    if rate <= 0:
+        raise ToolError(f"rate must be a positive number of probes per second, not {rate}")
+    if not 0 <= shard < shards:
+        raise ToolError(f"shard must be I/N with 0 <= I < N, not {shard}/{shards}")
+
+
 @dataclass(frozen=True)
-class Plan:
+class Plan(Pacing):
     targets: tuple[Network, ...]  # empty = the whole IPv4 space
     blocklist: tuple[Network, ...]  # as applied (after the lab exemption)
     blocklist_source: str
@@ -90,15 +130,6 @@ class Plan:
         """Addresses probed by all shards together."""
         return address_count(subtract(self.targets or [WHOLE_SPACE], self.blocklist))
 
-    @property
-    def shard_addresses(self) -> int:
-        # ZMap deals the permutation out round-robin, so shards differ by at most one.
-        return -(-self.addresses // self.shards)
-
-    @property
-    def estimated_seconds(self) -> float:
-        return self.shard_addresses / self.rate + self.cooldown
-
     def lines(self) -> list[str]:
         ranges = "the whole IPv4 space (0.0.0.0/0)" if self.whole_space else ", ".join(map(str, self.targets))
         lifted = f" (lifted for this lab scan: {', '.join(map(str, self.lifted))})" if self.lifted else ""
@@ -106,10 +137,7 @@ class Plan:
             f"ranges:     {ranges}",
             f"blocklist:  {self.blocklist_source}, {len(self.blocklist)} ranges, "
             f"{address_count(self.blocklist):,} addresses{lifted}",
-            f"addresses:  {self.addresses:,} to probe on UDP port {self.port}"
-            + (f"; shard {self.shard}/{self.shards} probes about {self.shard_addresses:,}" if self.shards > 1 else ""),
-            f"rate:       {self.rate:,} probes/s, cooldown {self.cooldown} s",
-            f"duration:   about {duration(self.estimated_seconds)}",
+            *self.pacing_lines(f"{self.addresses:,} to probe"),
         ]
 
 
@@ -125,12 +153,7 @@ def make_plan(
 ) -> Plan:
     """Validate every input (one-line ToolError on the first bad one) and
     work out what will be probed."""
-    if not 0 < port < 65536:
-        raise ToolError(f"port must be 1-65535, not {port}")
-    if rate <= 0:
-        raise ToolError(f"rate must be a positive number of probes per second, not {rate}")
-    if not 0 <= shard < shards:
-        raise ToolError(f"shard must be I/N with 0 <= I < N, not {shard}/{shards}")
+    check_pacing(port, rate, shard, shards)
     targets = [parse_cidr(c) for c in cidrs]
     if allowlist is not None:
         targets += read_cidr_file(allowlist)
