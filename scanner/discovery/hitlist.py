@@ -61,14 +61,6 @@ class HitlistPlan(Pacing):
     aliased: tuple[ipaddress.IPv6Network, ...]
     folded: int  # hitlist addresses an earlier address of their aliased prefix stands for
     blocked: int  # hitlist addresses inside the blocklist
-    blocklist: tuple[ipaddress.IPv6Network, ...]  # as applied (after the lab exemption)
-    blocklist_source: str
-    lifted: tuple[ipaddress.IPv6Network, ...]
-    port: int
-    rate: int
-    cooldown: int
-    shard: int = 0
-    shards: int = 1
 
     @property
     def outside_lab(self) -> list[str]:
@@ -79,12 +71,11 @@ class HitlistPlan(Pacing):
         return len(self.targets)
 
     def lines(self) -> list[str]:
-        lifted = f" (lifted for this lab scan: {', '.join(map(str, self.lifted))})" if self.lifted else ""
         aliased = sum(t.aliased_prefix is not None for t in self.targets)
         return [
             f"hitlist:    {self.hitlist}: {len(self.targets):,} addresses to probe, {len(self.bad_lines)} bad lines, "
             f"{self.blocked:,} blocklisted, {aliased:,} aliased prefixes probed once ({self.folded:,} addresses folded)",
-            f"blocklist:  {self.blocklist_source}, {len(self.blocklist)} ranges{lifted}",
+            f"blocklist:  {self.blocklist_source}, {len(self.blocklist)} ranges{self.lifted_note}",
             *self.pacing_lines(f"{len(self.targets):,}"),
         ]
 
@@ -143,5 +134,6 @@ def make_hitlist_plan(
     if not targets:
         raise ToolError(f"{hitlist}: nothing to probe ({len(addresses)} addresses, {blocked} blocklisted, "
                         f"{len(bad)} bad lines)")
-    return HitlistPlan(hitlist, tuple(targets), tuple(bad), tuple(prefixes), folded, blocked, tuple(entries),
-                       str(source), lifted, port, rate, cooldown, shard, shards)
+    return HitlistPlan(hitlist, tuple(targets), tuple(bad), tuple(prefixes), folded, blocked,
+                       blocklist=tuple(entries), blocklist_source=str(source), lifted=lifted, port=port, rate=rate,
+                       cooldown=cooldown, shard=shard, shards=shards)

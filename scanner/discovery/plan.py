@@ -69,16 +69,28 @@ def subtract(networks: Iterable[Network], removed: Iterable[Network]) -> list[Ne
     return list(ipaddress.collapse_addresses(remaining))
 
 
+@dataclass(frozen=True, kw_only=True)
 class Pacing:
-    """How a plan of either family (IPv4 ranges, IPv6 hitlist) probes: its port, pace and this host's
-    shard, over ``addresses`` probed by all shards together."""
+    """How a plan of either family (IPv4 ranges, IPv6 hitlist) probes: the blocklist it applies, its
+    port, pace and this host's shard, over ``addresses`` probed by all shards together."""
 
+    blocklist: tuple[Network, ...] | tuple[ipaddress.IPv6Network, ...]  # as applied (after the lab exemption)
+    blocklist_source: str
+    lifted: tuple[Network, ...] | tuple[ipaddress.IPv6Network, ...]  # blocklist entries lifted for a lab scan
     port: int
     rate: int
     cooldown: int
-    shard: int
-    shards: int
-    addresses: int
+    shard: int = 0
+    shards: int = 1
+
+    @property
+    def addresses(self) -> int:
+        """Addresses probed by all shards together, as each family counts them."""
+        raise NotImplementedError
+
+    @property
+    def lifted_note(self) -> str:
+        return f" (lifted for this lab scan: {', '.join(map(str, self.lifted))})" if self.lifted else ""
 
     @property
     def shard_addresses(self) -> int:
@@ -112,14 +124,6 @@ def check_pacing(port: int, rate: int, shard: int, shards: int) -> None:
 @dataclass(frozen=True)
 class Plan(Pacing):
     targets: tuple[Network, ...]  # empty = the whole IPv4 space
-    blocklist: tuple[Network, ...]  # as applied (after the lab exemption)
-    blocklist_source: str
-    lifted: tuple[Network, ...]  # blocklist entries lifted for a lab scan
-    port: int
-    rate: int
-    cooldown: int
-    shard: int = 0
-    shards: int = 1
 
     @property
     def whole_space(self) -> bool:
@@ -132,11 +136,10 @@ class Plan(Pacing):
 
     def lines(self) -> list[str]:
         ranges = "the whole IPv4 space (0.0.0.0/0)" if self.whole_space else ", ".join(map(str, self.targets))
-        lifted = f" (lifted for this lab scan: {', '.join(map(str, self.lifted))})" if self.lifted else ""
         return [
             f"ranges:     {ranges}",
             f"blocklist:  {self.blocklist_source}, {len(self.blocklist)} ranges, "
-            f"{address_count(self.blocklist):,} addresses{lifted}",
+            f"{address_count(self.blocklist):,} addresses{self.lifted_note}",
             *self.pacing_lines(f"{self.addresses:,} to probe"),
         ]
 
@@ -165,8 +168,8 @@ def make_plan(
     if targets and all(t.subnet_of(LAB_RANGE) for t in targets):
         lifted = [e for e in entries if e == LAB_RANGE]
         entries = [e for e in entries if e != LAB_RANGE]
-    plan = Plan(tuple(ipaddress.collapse_addresses(targets)), tuple(entries), str(source), tuple(lifted),
-                port, rate, cooldown, shard, shards)
+    plan = Plan(tuple(ipaddress.collapse_addresses(targets)), blocklist=tuple(entries), blocklist_source=str(source),
+                lifted=tuple(lifted), port=port, rate=rate, cooldown=cooldown, shard=shard, shards=shards)
     if targets and plan.addresses == 0:
         raise ToolError(f"every target range lies inside the blocklist {source}; "
                         "nothing to probe (use --blocklist FILE)")
