@@ -47,15 +47,21 @@ _RATE_UNITS = {"": 1, "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tb
 _SIZE_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2}
 
 
+def _number_and_unit(text: str | float | int, units: str, malformed: str) -> tuple[float, str]:
+    """A number given as one, or as text followed by a unit (``units``: a regex with one group, matched
+    case-insensitively); the unit is "" when none is written. A one-line ToolError ``malformed`` otherwise."""
+    if isinstance(text, (int, float)):
+        return float(text), ""
+    m = re.fullmatch(_NUMBER + r"\s*" + units, str(text).strip().lower())
+    if not m:
+        raise ToolError(malformed)
+    return float(m.group(1)), m.group(2) or ""
+
+
 def parse_duration_ms(text: str | float | int, what: str = "delay") -> float:
     """"30ms", "0.5s", "250us" or a bare number of milliseconds -> milliseconds."""
-    if isinstance(text, (int, float)):
-        value, unit = float(text), ""
-    else:
-        m = re.fullmatch(_NUMBER + r"\s*(ms|s|us|µs)?", str(text).strip().lower())
-        if not m:
-            raise ToolError(f"malformed {what} {text!r}: use e.g. 30ms, 0.5s, 250us or a number of milliseconds")
-        value, unit = float(m.group(1)), m.group(2) or ""
+    value, unit = _number_and_unit(text, r"(ms|s|us|µs)?", f"malformed {what} {text!r}: use e.g. 30ms, 0.5s, "
+                                   "250us or a number of milliseconds")
     if not math.isfinite(value) or value < 0:
         raise ToolError(f"{what} must be a non-negative duration, got {text!r}")
     return value * _DURATION_UNITS_MS[unit]
@@ -63,13 +69,8 @@ def parse_duration_ms(text: str | float | int, what: str = "delay") -> float:
 
 def parse_rate_bps(text: str | int) -> int:
     """"1gbit", "50mbit", "800kbit" or a bare number of bits per second -> bits/s (tc's units)."""
-    if isinstance(text, int):
-        value, unit = float(text), ""
-    else:
-        m = re.fullmatch(_NUMBER + r"\s*([kmgt]?bit)?(?:/s)?", str(text).strip().lower())
-        if not m:
-            raise ToolError(f"malformed rate {text!r}: use e.g. 1gbit, 50mbit, 800kbit or bits per second")
-        value, unit = float(m.group(1)), m.group(2) or ""
+    value, unit = _number_and_unit(text, r"([kmgt]?bit)?(?:/s)?", f"malformed rate {text!r}: use e.g. 1gbit, "
+                                   "50mbit, 800kbit or bits per second")
     bps = int(value * _RATE_UNITS[unit])
     if bps <= 0:
         raise ToolError(f"rate must be positive, got {text!r}")
@@ -78,13 +79,7 @@ def parse_rate_bps(text: str | int) -> int:
 
 def parse_percent(text: str | float | int, what: str = "loss") -> float:
     """"0.5%" or "0.5" -> 0.5 (percent, 0..100)."""
-    if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        m = re.fullmatch(_NUMBER + r"\s*%?", str(text).strip())
-        if not m:
-            raise ToolError(f"malformed {what} {text!r}: use a percentage such as 1% or 0.5")
-        value = float(m.group(1))
+    value, _ = _number_and_unit(text, r"(%)?", f"malformed {what} {text!r}: use a percentage such as 1% or 0.5")
     if not 0 <= value <= 100:
         raise ToolError(f"{what} must be between 0 and 100 percent, got {text!r}")
     return value
