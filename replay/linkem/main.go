@@ -19,29 +19,33 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 )
 
+// commands are linkem's subcommands, in the order its usage lists them.
+var commands = []struct {
+	name string
+	run  func(args []string) error
+}{
+	{"relay", runRelay}, {"echo", runEcho}, {"ping", runPing}, {"blast", runBlast}, {"sink", runSink},
+	{"timer", runTimer},
+}
+
 func main() {
+	names := make([]string, len(commands))
+	for i, command := range commands {
+		names[i] = command.name
+	}
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: linkem relay|echo|ping|blast|sink|timer [flags] (-h for flags)")
+		fmt.Fprintf(os.Stderr, "usage: linkem %s [flags] (-h for flags)\n", strings.Join(names, "|"))
 		os.Exit(2)
 	}
-	var err error
-	switch os.Args[1] {
-	case "relay":
-		err = runRelay(os.Args[2:])
-	case "echo":
-		err = runEcho(os.Args[2:])
-	case "ping":
-		err = runPing(os.Args[2:])
-	case "blast":
-		err = runBlast(os.Args[2:])
-	case "sink":
-		err = runSink(os.Args[2:])
-	case "timer":
-		err = runTimer(os.Args[2:])
-	default:
-		err = fmt.Errorf("unknown command %q: want relay, echo, ping, blast, sink or timer", os.Args[1])
+	err := fmt.Errorf("unknown command %q: want %s or %s", os.Args[1],
+		strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
+	for _, command := range commands {
+		if command.name == os.Args[1] {
+			err = command.run(os.Args[2:])
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "linkem:", err)
