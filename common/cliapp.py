@@ -38,6 +38,14 @@ def make_app(help_text: str, example: str) -> typer.Typer:
     )
 
 
+def add_group(app: typer.Typer, name: str, help_text: str, example: str) -> typer.Typer:
+    """A group of commands under ``app`` (``qscan lab``, ``qscan campaign``): its help, an example,
+    and that help when it is called without a command."""
+    group = typer.Typer(help=help_text, epilog=f"Example: {example}", no_args_is_help=True)
+    app.add_typer(group, name=name)
+    return group
+
+
 def check_writable(path: Path, directory: bool) -> None:
     """Refuse in one line a file or directory this process cannot create or write.
 

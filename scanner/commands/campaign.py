@@ -11,25 +11,24 @@ from pathlib import Path
 
 import typer
 
-from common.cliapp import output_dir, output_file
+from common.cliapp import add_group, output_dir, output_file
 from tparams.errors import ToolError
 
 from scanner.campaign import CampaignSpec, run_local, run_shard, union_check
 from scanner.discovery.plan import parse_shard
 from scanner.engine import ScanSettings
-from scanner.commands.options import Concurrency, HandshakeRate, HandshakeTimeout, JsonOutcome, Quiet, Workers
+from scanner.commands.options import HandshakeTimeout, JsonOutcome, Quiet, handshake_options
 
 VANTAGE_HELP = "Where the campaign measures from (a plain name); shards of one vantage must not overlap."
 
 
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(help="Campaigns: the shards of one census on many hosts, into one Parquet directory.",
-                        epilog="Example: qscan campaign plan --preset hitlist --hosts 4",
-                        no_args_is_help=True)
-    app.add_typer(group, name="campaign")
+    group = add_group(app, "campaign", "Campaigns: the shards of one census on many hosts, into one Parquet "
+                      "directory.", "qscan campaign plan --preset hitlist --hosts 4")
 
     @group.command("shard", epilog="Example: qscan campaign shard 198.18.64.0/18 --campaign lab --out camp "
                    "--shard 0/4 --seed 7")
+    @handshake_options(rate=0.0)
     def shard_command(
         cidrs: list[str] = typer.Argument(None, help="IPv4 ranges of the whole campaign (the same on every host)."),
         allowlist: Path = typer.Option(None, help="Addresses or CIDRs to probe, one a line (a hitlist), added to the ranges."),
@@ -43,10 +42,7 @@ def register(app: typer.Typer) -> None:
         vantage: str = typer.Option("main", help=VANTAGE_HELP),
         rate: int = typer.Option(10000, help="ZMap send rate of this host, probes per second."),
         cooldown: int = typer.Option(8, help="Seconds ZMap keeps listening after the last probe."),
-        handshake_rate: HandshakeRate = 0.0,
-        concurrency: Concurrency = 1000,
-        workers: Workers = 1,
-        timeout: HandshakeTimeout = 5.0,
+        settings: ScanSettings = None,
         quiet: Quiet = False,
         json_output: JsonOutcome = False,
     ) -> None:
@@ -57,7 +53,6 @@ def register(app: typer.Typer) -> None:
             raise ToolError("give the campaign's ranges or --allowlist (the same on every host)")
         if not spec.in_lab and not yes:
             raise ToolError("this campaign sends to the Internet (targets outside 198.18.0.0/15): pass --yes")
-        settings = ScanSettings(timeout=timeout, rate=handshake_rate, concurrency=concurrency, workers=workers)
         result = run_shard(out, spec, index, vantage=vantage, rate=rate, cooldown=cooldown, settings=settings,
                            command_line=shlex.join(["qscan", *sys.argv[1:]]))
         if json_output:

@@ -20,9 +20,7 @@ from scanner.domains import read_domains, refuse_held_scan, scan_domains
 from scanner.discovery.plan import make_plan, parse_shard
 from scanner.discovery.response import format_version
 from scanner.engine import ScanSettings
-from scanner.commands.options import (
-    Concurrency, HandshakeRate, HandshakeTimeout, JsonOutcome, Netns, Quiet, Strict, Workers,
-)
+from scanner.commands.options import HandshakeRate, JsonOutcome, Netns, Quiet, Strict, handshake_options
 from scanner.merge import merge_scans
 from common.terminal import cli_console
 
@@ -66,6 +64,7 @@ def show_discovery(result, out: Path, discover_only: bool, json_output: bool, pl
 
 def register(app: typer.Typer) -> None:
     @app.command("ipv4", epilog="Example: qscan ipv4 198.18.1.0/24 --out scan.duckdb")
+    @handshake_options()
     def ipv4_command(
         cidrs: list[str] = typer.Argument(None, help="IPv4 ranges (CIDR) or addresses; none = the whole IPv4 "
                                           "space minus the blocklist (asks first, see --yes)."),
@@ -89,17 +88,13 @@ def register(app: typer.Typer) -> None:
         yes: bool = typer.Option(False, "--yes", help="Start a whole-space scan without asking."),
         resume: bool = typer.Option(False, "--resume", help="Continue the scan in --out (same ranges and shard): "
                                     "a finished ZMap run is kept, recorded handshakes are skipped."),
-        timeout: HandshakeTimeout = 5.0,
-        handshake_rate: HandshakeRate = 100.0,
-        concurrency: Concurrency = 1000,
-        workers: Workers = 1,
+        settings: ScanSettings = None,
         quiet: Quiet = False,
         json_output: JsonOutcome = False,
     ) -> None:
         """Find QUIC servers with ZMap (a Version Negotiation probe), then handshake with each one found."""
         index, total = parse_shard(shard)
         plan = make_plan(cidrs or [], port, rate, cooldown, blocklist, allowlist, index, total)
-        settings = ScanSettings(timeout=timeout, rate=handshake_rate, concurrency=concurrency, workers=workers)
         if dry_run:
             prepared = prepare(plan, out, netns, interface, source_ip, gateway_mac, seed, dry_run=True)
             for line in plan.lines():
@@ -123,6 +118,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("ipv6", epilog="Example: qscan ipv6 --hitlist hitlist.txt --aliased aliased.txt "
                  "--netns qlab-client --out scan.duckdb")
+    @handshake_options()
     def ipv6_command(
         hitlist: str = typer.Option(..., "--hitlist", help="IPv6 Hitlist service addresses, one a line (compressed "
                                     "or full form), `#` comments; `-` reads stdin. Other lines: one warning each."),
@@ -141,10 +137,7 @@ def register(app: typer.Typer) -> None:
         discover_only: bool = typer.Option(False, "--discover-only", help="Stop after probing; no handshakes."),
         yes: bool = typer.Option(False, "--yes", help="Probe addresses outside the lab (2001:2::/48) without asking."),
         strict: Strict = False,
-        timeout: HandshakeTimeout = 5.0,
-        handshake_rate: HandshakeRate = 100.0,
-        concurrency: Concurrency = 1000,
-        workers: Workers = 1,
+        settings: ScanSettings = None,
         quiet: Quiet = False,
         json_output: JsonOutcome = False,
     ) -> None:
@@ -158,7 +151,6 @@ def register(app: typer.Typer) -> None:
         confirm_or_refuse(plan.lines(), outside, yes, "probe IPv6 addresses outside the lab (2001:2::/48)")
         prepared = prepare_ipv6(plan, out, netns, seed, aliased, yes=yes or outside)
         show = not quiet and sys.stderr.isatty()
-        settings = ScanSettings(timeout=timeout, rate=handshake_rate, concurrency=concurrency, workers=workers)
         result = scan_ipv6(prepared, out, settings, netns, discover_only, shlex.join(sys.argv), progress=show)
         show_discovery(result, out, discover_only, json_output, {
             "bad_lines": len(plan.bad_lines), "blocked": plan.blocked, "folded": plan.folded,

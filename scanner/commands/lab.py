@@ -8,16 +8,15 @@ import typer
 from rich.table import Table
 
 import lab as lab_api
+from common.cliapp import add_group
 from common.terminal import cli_console
 
 INSTANCE_HELP = "Lab instance name: namespaces are called <instance>-*, state lives in /run/<instance>."
 
 
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(help="Bring the lab (QUIC servers in network namespaces on 198.18.0.0/15) up or down.",
-                        epilog="Example: qscan lab up",
-                        no_args_is_help=True)
-    app.add_typer(group, name="lab")
+    group = add_group(app, "lab", "Bring the lab (QUIC servers in network namespaces on 198.18.0.0/15) up or down.",
+                      "qscan lab up")
 
     @group.command("up", epilog="Example: qscan lab up --json")
     def up_command(
