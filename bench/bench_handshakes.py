@@ -69,6 +69,13 @@ def client_cpu_seconds() -> float:
 
 
 @contextlib.contextmanager
+def add_server_arguments(parser: argparse.ArgumentParser, count: int, count_help: str, port: int) -> None:
+    """--count handshakes against --servers gtlsserver processes from --port on: every gtlsservers bench's options."""
+    parser.add_argument("--count", type=int, default=count, help=count_help)
+    parser.add_argument("--servers", type=int, default=2, help="gtlsserver processes (each is single-threaded)")
+    parser.add_argument("--port", type=int, default=port, help="first server port on 127.0.0.1")
+
+
 def gtlsservers(count: int, first_port: int) -> Iterator[list[tuple[str, int]]]:
     """``count`` gtlsserver processes on loopback; always killed, also on Ctrl-C."""
     with tempfile.TemporaryDirectory(prefix="qbench-") as tmp:
@@ -210,9 +217,7 @@ def summarise(name: str, runs: list[dict]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=3000, help="handshakes per run (naive aioquic: a third)")
-    parser.add_argument("--servers", type=int, default=2, help="gtlsserver processes (each is single-threaded)")
-    parser.add_argument("--port", type=int, default=24433, help="first server port on 127.0.0.1")
+    add_server_arguments(parser, 3000, "handshakes per run (naive aioquic: a third)", 24433)
     parser.add_argument("--repeats", type=int, default=2, help="runs of each contender, interleaved")
     parser.add_argument("--concurrency", type=int, default=256, help="engine handshakes in flight")
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="engine worker processes")

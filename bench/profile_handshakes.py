@@ -23,16 +23,14 @@ from types import FrameType
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench_handshakes import gtlsservers  # noqa: E402  (bench/, the script's own directory)
+from bench_handshakes import add_server_arguments, gtlsservers  # noqa: E402  (bench/, the script's own directory)
 from scanner.engine import OK, ScanSettings, scan_targets  # noqa: E402
 from scanner.targets import Target  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=5000, help="handshakes")
-    parser.add_argument("--servers", type=int, default=2, help="gtlsserver processes")
-    parser.add_argument("--port", type=int, default=24533, help="first server port on 127.0.0.1")
+    add_server_arguments(parser, 5000, "handshakes", 24533)
     parser.add_argument("--top", type=int, default=30, help="rows of each table")
     args = parser.parse_args()
     own: collections.Counter[str] = collections.Counter()
