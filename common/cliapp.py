@@ -14,6 +14,7 @@ every command by these callbacks).
 
 from __future__ import annotations
 
+import importlib
 import sys
 import tempfile
 from pathlib import Path
@@ -27,8 +28,10 @@ from tparams.errors import ToolError
 MANUAL = "Manual: docs/overview.md and the pages beside it (make docs builds them as a site: out/docs/index.html)."
 
 
-def make_app(help_text: str, example: str) -> typer.Typer:
-    return typer.Typer(
+def make_app(help_text: str, example: str, commands: str = "", modules: tuple[str, ...] = ()) -> typer.Typer:
+    """A tool's app; each of the ``modules`` of package ``commands`` (one a command group) adds its
+    commands to it through its ``register(app)``."""
+    app = typer.Typer(
         help=help_text,
         epilog=f"Example: {example}\n\n{MANUAL}",
         no_args_is_help=True,
@@ -36,6 +39,9 @@ def make_app(help_text: str, example: str) -> typer.Typer:
         pretty_exceptions_enable=False,
         context_settings={"help_option_names": ["-h", "--help"]},
     )
+    for name in modules:
+        importlib.import_module(f"{commands}.{name}").register(app)
+    return app
 
 
 def add_group(app: typer.Typer, name: str, help_text: str, example: str) -> typer.Typer:
