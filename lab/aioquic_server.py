@@ -19,6 +19,7 @@ from aioquic.quic.connection import QuicConnection
 from common.aioquic_adapter import transport_parameters_sent
 from tparams import program_cli
 from tparams.codec import decode_transport_parameters
+from tparams.libraries import library as library_descriptor
 from tparams.paramset import ParamSet
 
 
@@ -59,9 +60,6 @@ def http3_protocol(library: str = "aioquic") -> type:
 STREAM_WINDOWS = ("initial_max_stream_data_bidi_local", "initial_max_stream_data_bidi_remote",
                   "initial_max_stream_data_uni")
 SETTABLE = ("max_idle_timeout", "initial_max_data", *STREAM_WINDOWS)
-# What each library lets an application choose (lab.kinds.APPLICATION_CHOICES); the rest is refused.
-OFFERED = {"aioquic": ("alpn", "cid_length", "datagrams", "retry"),
-           "qh3": ("alpn", "cid_length", "datagrams", "active_connection_id_limit", "retry")}
 
 
 def apply_parameters(config: Any, asked: Mapping[str, int | None]) -> None:
@@ -122,7 +120,7 @@ async def run(host: str, port: int, config: Any, library: str = "aioquic", retry
 def serve_main(library: str) -> None:
     parser = program_cli.parser("lab-server", f"A small {library} HTTP/3 server for the lab")
     args = vars(parser.parse_args())
-    program_cli.refuse_unsupported(parser, args, library, "lab-server", (*SETTABLE, *OFFERED[library]))
+    program_cli.refuse_unsupported(parser, args, library, "lab-server", (*SETTABLE, *library_descriptor(library).offered))
     config = configuration(args["cert"], args["key"], asked=args, library=library)
     asyncio.run(run(*args["listen"], config, library=library, retry=args["retry"]))
 
