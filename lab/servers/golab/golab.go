@@ -5,6 +5,7 @@
 package golab
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
 	"fmt"
@@ -145,4 +146,16 @@ func (a *Args) TLS() *tls.Config {
 func Refuse(message string) {
 	fmt.Fprintln(os.Stderr, "error: "+message)
 	os.Exit(2)
+}
+
+// Serve accepts connections until the process is stopped, each held open by hold
+// in its own goroutine; a failed accept ends the server in one line.
+func Serve[C any](accept func(context.Context) (C, error), hold func(C)) {
+	for {
+		conn, err := accept(context.Background())
+		if err != nil {
+			Refuse(err.Error())
+		}
+		go hold(conn)
+	}
 }

@@ -4,7 +4,6 @@
 package main
 
 import (
-	"context"
 	"net"
 	"time"
 
@@ -56,11 +55,5 @@ func main() {
 	if err != nil {
 		golab.Refuse(err.Error())
 	}
-	for {
-		conn, err := listener.Accept(context.Background())
-		if err != nil {
-			golab.Refuse(err.Error())
-		}
-		go func() { <-conn.Context().Done() }()
-	}
+	golab.Serve(listener.Accept, func(conn *quic.Conn) { <-conn.Context().Done() })
 }

@@ -41,11 +41,5 @@ func main() {
 	if err != nil {
 		golab.Refuse(err.Error())
 	}
-	for {
-		conn, err := endpoint.Accept(context.Background())
-		if err != nil {
-			golab.Refuse(err.Error())
-		}
-		go func() { conn.Wait(context.Background()) }()
-	}
+	golab.Serve(endpoint.Accept, func(conn *quic.Conn) { conn.Wait(context.Background()) })
 }
