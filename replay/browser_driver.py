@@ -232,7 +232,7 @@ class Capture:
     @classmethod
     def start(cls, device: str, transport: str, server_ip: str, client_ip: str, workdir: Path,
               account: TreeAccount) -> "Capture":
-        from scanner.capture.frontend import tshark_path, wait_until_capturing
+        from common.tshark import tshark_path, wait_until_capturing
 
         path, log = workdir / "run.pcapng", workdir / "tshark.log"
         with open(log, "wb") as out:
@@ -249,7 +249,7 @@ class Capture:
         return cls(path, process)
 
     def stop(self, server_ip: str) -> None:
-        from scanner.capture.frontend import wait_until_in_capture
+        from common.tshark import wait_until_in_capture
 
         try:
             wait_until_in_capture(self.path, server_ip, timeout=10)
@@ -277,7 +277,8 @@ def read_transport(capture: Path, client_ip: str, server_ip: str, server_port: i
     ``tcp_connect_s``: SYN to SYN-ACK."""
     from aioquic.quic.packet import QuicPacketType
 
-    from scanner.capture.frontend import long_header_datagrams, tshark_path
+    from common.tshark import tshark_path
+    from scanner.capture.frontend import long_header_datagrams
     from scanner.handshake.packets import long_packets
 
     fields = ["frame.time_epoch", "ip.src", "udp.dstport", "tcp.len", "tcp.flags.syn", "tcp.stream"]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from lab import netns
 from replay.link import PATH_DEVICE
-from scanner.capture.frontend import tshark_path, tshark_version, wait_until_capturing, wait_until_in_capture
+from common.tshark import tshark_path, tshark_version, wait_until_capturing, wait_until_in_capture
 from tparams.errors import ToolError
 from tparams.frames import (
     FRAME_ACK,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from lab import netns
 from scanner.capture.extract import ClientHelloRecord, read_capture
-from scanner.capture.frontend import TSHARK_NAMED, tshark_client_hellos, wait_until_capturing, wait_until_in_capture
+from common.tshark import wait_until_capturing, wait_until_in_capture
+from scanner.capture.frontend import TSHARK_NAMED, tshark_client_hellos
 from tparams.paramset import ParamSet
 
 

@@ -16,7 +16,8 @@ from hypothesis import given, strategies as st
 
 from capturing import assert_decodes_as_tshark
 from scanner.capture.extract import read_capture
-from scanner.capture.frontend import Datagram, long_header_datagrams, tshark_path, write_udp_pcap
+from common.tshark import tshark_path
+from scanner.capture.frontend import Datagram, long_header_datagrams, write_udp_pcap
 from scanner.handshake.packets import (
     CryptoStream,
     crypto_frame,

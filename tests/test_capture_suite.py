@@ -23,7 +23,7 @@ import duckdb
 import pytest
 
 from scanner import cli
-from scanner.capture.frontend import tshark_path
+from common.tshark import tshark_path
 
 CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
 NAMES = sorted(p.name for p in CAPTURES.glob("*.pcap*")) if CAPTURES.is_dir() else []

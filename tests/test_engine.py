@@ -18,8 +18,7 @@ import duckdb
 import pytest
 
 from interrupting import ctrl_c_when
-from scanner.capture.frontend import wait_until_in_capture
-from scanner.capture.frontend import wait_until_capturing
+from common.tshark import wait_until_capturing, wait_until_in_capture
 from scanner.scan import scan_into
 from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, ScanSettings
 from lab import Lab

@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from common.tshark import tshark_path, wait_until_capturing, wait_until_in_capture
 from lab import netns
 from replay.commands.run import own_set
 from replay.link import PATH_DEVICE, LinkConfig
@@ -22,7 +23,7 @@ from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
 from replay.stacks.browsers import Browser
 from replay.testbed import PREFIX, Testbed
-from scanner.capture.frontend import long_header_datagrams, tshark_path, wait_until_capturing, wait_until_in_capture
+from scanner.capture.frontend import long_header_datagrams
 from tparams.paramset import ParamSet
 
 pytestmark = pytest.mark.lab

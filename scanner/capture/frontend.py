@@ -1,5 +1,5 @@
-"""The capture front end: tshark (found and version-checked through pyshark) yields
-the raw UDP payloads that may hold QUIC long-header packets.
+"""The capture front end: tshark (common/tshark.py) yields the raw UDP payloads that may
+hold QUIC long-header packets.
 
 pyshark's per-packet objects cost about a millisecond each (it parses
 tshark's JSON/PDML in Python), far too slow for 100,000 Initials. So the
@@ -11,17 +11,14 @@ byte, tshark prints only the few fields needed, and Python just reads lines
 from __future__ import annotations
 
 import binascii
-import os
 import socket
 import struct
 import subprocess
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyshark.tshark import tshark as pyshark_tshark
-
+from common.tshark import tshark_path
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
@@ -66,53 +63,6 @@ def write_udp_pcap(path: Path | str, datagrams: Iterable[Datagram]) -> None:
             ip = struct.pack("!BBHHHBBH8s", 0x45, 0, 20 + len(udp), 0, 0, 64, socket.IPPROTO_UDP, 0, addresses) + udp
             seconds, micros = divmod(round(datagram.time * 1_000_000), 1_000_000)
             out.write(struct.pack("<IIII", seconds, micros, len(ip), len(ip)) + ip)
-
-
-def tshark_path() -> str:
-    try:
-        return pyshark_tshark.get_process_path()
-    except pyshark_tshark.TSharkNotFoundException as exc:
-        raise ToolError("tshark is not installed (Debian package 'tshark')") from exc
-
-
-def wait_until_capturing(tshark: subprocess.Popen, log: Path, timeout: float = 20.0) -> None:
-    """Return once ``tshark`` (its stdout and stderr going to ``log``) keeps packets.
-
-    tshark says "Capturing on" before its dumpcap has opened the interface; dumpcap's own
-    "Capture started" comes a few hundred ms later (seconds on a loaded machine), and only
-    packets after it are in the file.
-    """
-    deadline = time.monotonic() + timeout
-    while b"Capture started" not in log.read_bytes():
-        if tshark.poll() is not None:
-            raise ToolError(f"tshark could not capture: {log.read_text(errors='replace').strip()[-300:]}")
-        if time.monotonic() > deadline:
-            raise ToolError(f"tshark did not start capturing within {timeout:.0f} s")
-        time.sleep(0.05)
-
-
-def wait_until_in_capture(pcap: Path, address: str, timeout: float = 30.0) -> None:
-    """Return once every packet sent before this call is in ``pcap``.
-
-    dumpcap writes packets in the order they pass and flushes its file every half second or so
-    (a datagram reached the file 0.7 s after it was sent at load 5), so a fixed wait before
-    stopping it can lose the last packets. Instead a datagram is sent now to a closed port at
-    ``address`` (through the captured interface; call this in the namespace that reaches it) and
-    awaited in the file; once it is there, so is everything before it. Its first byte has the
-    long-header bit set, so captures filtered to QUIC long headers keep it too.
-    """
-    marker = b"\xc0" + os.urandom(15)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.sendto(marker, (address, 9))
-    deadline = time.monotonic() + timeout
-    while marker not in pcap.read_bytes():
-        if time.monotonic() > deadline:
-            raise ToolError(f"{pcap} did not catch up with the wire within {timeout:.0f} s")
-        time.sleep(0.05)
-
-
-def tshark_version() -> str:
-    return str(pyshark_tshark.get_tshark_version(tshark_path()))
 
 
 def tshark_command(path: Path | str, display_filter: str, fields: tuple[str, ...]) -> list[str]:

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from scanner.browser import BrowserCapture
 from scanner.capture.extract import CaptureResult, ClientHelloRecord
-from scanner.capture.frontend import tshark_version
+from common.tshark import tshark_version
 from scanner.columns import LONG_FORM_FIELDS, TIMESTAMP, TRANSPORT_PARAMETER_FIELDS, value_text
 from scanner.store import SCHEMA_DIR, ScanStore
 from tparams.codec import DecodedParameters

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from scanner.browser import BROWSERS, capture_browser
 from scanner.capture.extract import CaptureResult, ClientHelloRecord, read_capture
-from scanner.capture.frontend import tshark_version
+from common.tshark import tshark_version
 from scanner.capture.results import browser_set_document, choose_hello, set_document, store_capture
 from common.cliapp import output_dir, output_file
 from common.setfiles import SETS_DIR
