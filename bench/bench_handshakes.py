@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from procfs import process_cpu_seconds  # noqa: E402  (bench/, the script's own directory)
 from scanner.engine import OK, HandshakeLoop, ScanSettings, scan_targets  # noqa: E402
-from lab.certs import write_certificate  # noqa: E402
+from common.certs import write_certificate  # noqa: E402
 from scanner.columns import HandshakeColumns, handshake_columns  # noqa: E402
 from scanner.targets import Target  # noqa: E402
 

@@ -27,7 +27,7 @@ from tparams import program_cli
 from tparams.errors import ToolError
 
 from lab import netns
-from lab.certs import write_certificate
+from common.certs import write_certificate
 from lab.kinds import LabContext, kind_for, runnable
 from lab.probe import Pending, wait_until_ready
 from lab.topology import IPV6_PREFIXLEN, LAB_DOMAIN, LAB_ZONE, Topology, default_topology, ipv6_of

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from scanner.capture.extract import CaptureResult, read_capture
 from common.tshark import tshark_path, wait_until_capturing
-from lab.certs import write_certificate
+from common.certs import write_certificate
 from lab.netns import teardown_on_signals
 from tparams.errors import ToolError
 

@@ -18,7 +18,7 @@ from aioquic.quic.logger import QuicLogger
 from aioquic.quic.packet import QuicProtocolVersion
 
 from common import aioquic_adapter as adapter
-from lab.certs import write_certificate
+from common.certs import write_certificate
 from tparams.codec import decode_transport_parameters, encode_transport_parameters
 from tparams.paramset import ParamSet
 

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from common.aioquic_adapter import transport_parameters_sent
 from lab.broken_server import HELLO_RETRY_RANDOM
-from lab.certs import write_certificate
+from common.certs import write_certificate
 from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, VERSION_NEGOTIATION, _CertificateChecker, handshake_record
 from scanner.handshake.client import ClientHandshake
 from scanner.handshake.hello import X25519MLKEM768, HelloTemplate, generate_key_share, parse_client_hello, shared_secret

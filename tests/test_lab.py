@@ -24,7 +24,7 @@ from conftest import lab_instance, lab_unavailable
 from common.aioquic_adapter import transport_parameters_received
 from lab import (Lab, LabContext, LabServer, Launch, ServerKind, ServerSpec, Topology, default_topology, netns,
                  register_kind, status, up)
-from lab.certs import write_certificate
+from common.certs import write_certificate
 from lab.kinds import kind_for, runnable
 from tparams.codec import decode_transport_parameters
 from tparams.errors import ToolError

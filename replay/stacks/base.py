@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from common import versions
-from lab.certs import write_signed_certificate
+from common.certs import write_signed_certificate
 from tparams import program_cli
 from tparams.libraries import Library, described
 from tparams.paramset import ParamSet

@@ -1,5 +1,6 @@
-"""The lab's certificates: a self-signed one, made fresh at every `up`, or a leaf signed by a throw-away CA
-(for clients that verify, such as the browsers: Firefox refuses a self-signed certificate used as a leaf)."""
+"""Throw-away certificates for the lab's servers and qreplay's: a self-signed one, made fresh at every lab `up`,
+or a leaf signed by a throw-away CA (for clients that verify, such as the browsers: Firefox refuses a
+self-signed certificate used as a leaf)."""
 
 from __future__ import annotations
 
