@@ -23,6 +23,7 @@ from pathlib import Path
 
 from lab import netns
 from replay.link import PATH_DEVICE
+from common import pcap
 from common.tshark import tshark_path, tshark_version, wait_until_capturing, wait_until_in_capture
 from tparams.errors import ToolError
 from tparams.frames import (
@@ -241,26 +242,17 @@ def split_burst(payload: bytes) -> list[bytes]:
     return [payload]
 
 
-PCAP_HEADER = struct.Struct("<IHHiIII")
-RECORD_HEADER = struct.Struct("<IIII")
-LINK_HEADER = {1: 14, 101: 0, 228: 0}  # Ethernet (veth), raw IP (tun), raw IPv4
-
-
 def split_bursts(data: bytes) -> tuple[bytes, int]:
     """A pcap file (libpcap format, as dumpcap -P writes it) with every IPv4 UDP burst split into its
     datagrams (checksum 0: none, as IPv4 allows); returns the new file and how many bursts it split."""
-    magic, *_, linktype = PCAP_HEADER.unpack_from(data)
-    if magic != 0xA1B2C3D4 or linktype not in LINK_HEADER:
+    link = pcap.LINK_HEADER_BYTES.get(pcap.linktype(data))
+    if link is None:
         return data, 0
-    link = LINK_HEADER[linktype]
-    out, split, at = [data[:PCAP_HEADER.size]], 0, PCAP_HEADER.size
-    while at + RECORD_HEADER.size <= len(data):
-        seconds, micros, caplen, origlen = RECORD_HEADER.unpack_from(data, at)
-        frame = data[at + RECORD_HEADER.size:at + RECORD_HEADER.size + caplen]
-        at += RECORD_HEADER.size + caplen
-        ip = link
-        if len(frame) < ip + 28 or frame[ip] >> 4 != 4 or frame[ip + 9] != 17 or caplen != origlen:
-            out.append(RECORD_HEADER.pack(seconds, micros, caplen, origlen) + frame)
+    out, split = [data[:pcap.FILE_HEADER.size]], 0
+    for rec in pcap.records(data):
+        frame, ip = rec.frame, link
+        if len(frame) < ip + 28 or frame[ip] >> 4 != 4 or frame[ip + 9] != 17 or not rec.whole:
+            out.append(pcap.RECORD_HEADER.pack(rec.seconds, rec.micros, len(frame), rec.original_length) + frame)
             continue
         header = (frame[ip] & 0x0F) * 4
         udp = ip + header
@@ -270,17 +262,10 @@ def split_bursts(data: bytes) -> tuple[bytes, int]:
             ip_header = bytearray(frame[ip:udp])
             struct.pack_into("!H", ip_header, 2, header + 8 + len(part))
             struct.pack_into("!H", ip_header, 10, 0)
-            struct.pack_into("!H", ip_header, 10, _ip_checksum(bytes(ip_header)))
-            packet = frame[:ip] + ip_header + frame[udp:udp + 4] + struct.pack("!HH", 8 + len(part), 0) + part
-            out.append(RECORD_HEADER.pack(seconds, micros, len(packet), len(packet)) + packet)
+            struct.pack_into("!H", ip_header, 10, pcap.ipv4_checksum(bytes(ip_header)))
+            out.append(pcap.record(rec.seconds, rec.micros, frame[:ip] + ip_header + frame[udp:udp + 4]
+                                   + struct.pack("!HH", 8 + len(part), 0) + part))
     return b"".join(out), split
-
-
-def _ip_checksum(header: bytes) -> int:
-    total = sum(struct.unpack(f"!{len(header) // 2}H", header))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
 
 
 # --- the sender's time series ---------------------------------------------------------------------

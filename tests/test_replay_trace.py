@@ -8,6 +8,7 @@ import struct
 import duckdb
 import pytest
 
+from common import pcap as common_pcap
 from replay import sets, trace
 from replay.commands.plot import plot_traces
 from replay.link import LinkConfig
@@ -97,9 +98,9 @@ def test_bursts_are_split_into_their_datagrams():
     assert trace.split_burst(single) == [single]
     udp = struct.pack("!HHHH", 50000, 4433, 8 + len(b"".join(segments)), 0) + b"".join(segments)
     ip = bytes([0x45, 0, 0, 0]) + b"\0" * 5 + bytes([17]) + b"\0" * 10
-    pcap = trace.PCAP_HEADER.pack(0xA1B2C3D4, 2, 4, 0, 0, 65535, 101)
+    pcap = common_pcap.file_header(common_pcap.LINKTYPE_RAW)
     frame = ip + udp
-    pcap += trace.RECORD_HEADER.pack(1, 0, len(frame), len(frame)) + frame
+    pcap += common_pcap.record(1, 0, frame)
     split, count = trace.split_bursts(pcap)
     assert count == 1 and split.count(cid) == 4
 

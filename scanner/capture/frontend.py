@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from common import pcap
 from common.tshark import tshark_path
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS
@@ -49,20 +50,17 @@ class Datagram:
     payload: bytes
 
 
-LINKTYPE_RAW = 101  # bare IPv4 packets, no link-layer header
-
-
 def write_udp_pcap(path: Path | str, datagrams: Iterable[Datagram]) -> None:
     """A classic pcap of IPv4/UDP datagrams (``frame`` is ignored; no checksums, which tshark does not
     check): the captures the project writes itself, from test vectors and for benchmarks."""
-    with open(path, "wb") as out:
-        out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, LINKTYPE_RAW))
+    def frames() -> Iterator[tuple[float, bytes]]:
         for datagram in datagrams:
             udp = struct.pack("!HHHH", datagram.src_port, datagram.dst_port, 8 + len(datagram.payload), 0) + datagram.payload
             addresses = socket.inet_aton(datagram.src_ip) + socket.inet_aton(datagram.dst_ip)
-            ip = struct.pack("!BBHHHBBH8s", 0x45, 0, 20 + len(udp), 0, 0, 64, socket.IPPROTO_UDP, 0, addresses) + udp
-            seconds, micros = divmod(round(datagram.time * 1_000_000), 1_000_000)
-            out.write(struct.pack("<IIII", seconds, micros, len(ip), len(ip)) + ip)
+            yield datagram.time, struct.pack("!BBHHHBBH8s", 0x45, 0, 20 + len(udp), 0, 0, 64, socket.IPPROTO_UDP, 0,
+                                             addresses) + udp
+
+    pcap.write(path, pcap.LINKTYPE_RAW, frames())
 
 
 def tshark_command(path: Path | str, display_filter: str, fields: tuple[str, ...]) -> list[str]:
