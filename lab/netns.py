@@ -2,9 +2,8 @@
 
 Everything here acts on *named* namespaces (``/run/netns/<name>``) so that a
 crashed run leaves something a sweeper can find by name prefix. Links,
-addresses and routes go through pyroute2 (netlink, no fork per call); starting
-processes goes through ``ip netns exec`` because it also gives the process the
-namespace's own /sys and /etc/netns view, which pyroute2 does not.
+addresses and routes go through pyroute2 (netlink, no fork per call); processes
+are started in a namespace by common.process.
 """
 
 from __future__ import annotations
@@ -13,20 +12,17 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
 import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 from pyroute2 import IPRoute
 from pyroute2 import netns as _netns
 
+# Processes are started and ended by common.process; the names stay reachable here for the callers that
+# take them beside the namespace primitives.
+from common.process import STARTED_PIDS, ns_command, pid_alive, start_process, stop_process  # noqa: F401
 from tparams.errors import ToolError
-
-# Processes this Python process started and has not yet reaped; the test suite
-# checks it is empty at the end of a session.
-STARTED_PIDS: set[int] = set()
 
 
 @contextlib.contextmanager
@@ -150,60 +146,6 @@ def in_namespace(ns: str) -> Iterator[None]:
         _netns.popns()
 
 
-def ns_command(ns: str, argv: Sequence[str]) -> list[str]:
-    return ["ip", "netns", "exec", ns, *argv]
-
-
-def start_process(
-    ns: str,
-    argv: Sequence[str],
-    log_path: Path,
-    env: Mapping[str, str] | None = None,
-    cwd: Path | None = None,
-) -> subprocess.Popen:
-    """Start ``argv`` inside ``ns`` in its own session (so Ctrl-C in the
-    caller's terminal does not reach it and a whole group can be signalled),
-    stdout and stderr appended to ``log_path``."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        # `ip netns exec` execs argv in place, so the pid is the server's own.
-        process = subprocess.Popen(
-            ns_command(ns, argv),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=None if env is None else {**os.environ, **env},
-            cwd=cwd,
-            start_new_session=True,
-        )
-    STARTED_PIDS.add(process.pid)
-    return process
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        # A zombie still "exists" to kill(0); it is not alive for us.
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def stop_process(pid: int, grace: float = 2.0) -> None:
-    """SIGTERM to the process group (or the process), SIGKILL after ``grace`` seconds."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        _signal(pid, sig)
-        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 2.0)
-        while time.monotonic() < deadline:
-            _reap(pid)
-            if not pid_alive(pid):
-                STARTED_PIDS.discard(pid)
-                return
-            time.sleep(0.02)
-    _reap(pid)
-    STARTED_PIDS.discard(pid)
-
-
 def sweep(prefix: str) -> list[str]:
     """Kill every process in, then delete, every namespace named ``prefix*``:
     the cleanup after a crash, when no state file says what was there."""
@@ -213,21 +155,6 @@ def sweep(prefix: str) -> list[str]:
     for name in removed:
         delete_namespace(name)
     return removed
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
 
 
 def _index(ipr: IPRoute, ns: str, ifname: str) -> int:

@@ -15,10 +15,7 @@ import datetime
 import fcntl
 import json
 import os
-import re
 import shutil
-import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -29,6 +26,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.process import ExitedEarly, NotListening, Process, wait_listening
 from replay import profile, store, trace
 from replay.cpuidle import ShallowIdle
 from replay.link import LinkConfig, select_backend
@@ -128,121 +126,6 @@ def open_path(backend: str, first: LinkConfig, shallow_idle: bool = True,
 
 # --- one run -------------------------------------------------------------------------------------
 
-def _in_ns(ns: str | None, argv: list[str]) -> list[str]:
-    return ["ip", "netns", "exec", ns, *argv] if ns else argv
-
-
-def _measured(argv: list[str], usage_file: Path) -> list[str]:
-    # GNU time forks the stack from its own small image: a child exec'd straight from this Python
-    # process would inherit its peak RSS (Linux keeps the pre-exec high-water mark), so wait4's
-    # ru_maxrss here would report Python's memory, not the stack's.
-    return ["/usr/bin/time", "-f", "%U %S %M", "-o", str(usage_file), *argv]
-
-
-class _Process:
-    """A stack process in a namespace; its exit is collected by a thread, its CPU and peak RSS by GNU time."""
-
-    def __init__(self, ns: str | None, argv: list[str], usage_file: Path, stdout=subprocess.DEVNULL,
-                 gated: bool = False):
-        self.usage_file = usage_file
-        # stderr to a file, not a pipe: a chatty stack must never block on a full pipe mid-run.
-        self.stderr_file = usage_file.with_suffix(".stderr")
-        measured = _measured(argv, usage_file)
-        if gated:  # waits for a line on stdin (release) before it becomes GNU time and the stack
-            measured = ["sh", "-c", 'read -r _; exec "$@" </dev/null', "sh", *measured]
-        with open(self.stderr_file, "wb") as stderr:
-            self.popen = subprocess.Popen(_in_ns(ns, measured), stdout=stdout, stderr=stderr,
-                                          stdin=subprocess.PIPE if gated else None, start_new_session=True)
-        self.started = time.monotonic()
-        self.ended: float | None = None
-        self.status: int | None = None
-        # An event, not Thread.join: a KeyboardInterrupt that lands inside join() leaves the thread marked as
-        # ended while it still waits (Python 3.11), and Ctrl-C would then skip the stop and remove a run
-        # directory a browser still writes into.
-        self._exited = threading.Event()
-        threading.Thread(target=self._wait, daemon=True).start()
-
-    def _wait(self) -> None:
-        _, status = os.waitpid(self.popen.pid, 0)
-        self.ended = time.monotonic()
-        self.status = os.waitstatus_to_exitcode(status)
-        self.popen.returncode = self.status  # keep Popen from waiting on a reaped pid
-        self._exited.set()
-
-    def wait(self, timeout: float | None) -> bool:
-        return self._exited.wait(timeout)
-
-    def stop(self, grace_s: float = 3.0) -> None:
-        """SIGTERM to the stack alone (GNU time must survive to write the usage), then SIGKILL to all."""
-        if self.wait(0):
-            return
-        try:
-            children = Path(f"/proc/{self.popen.pid}/task/{self.popen.pid}/children").read_text().split()
-        except OSError:
-            children = []
-        for child in children:
-            try:
-                os.kill(int(child), signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        if self.wait(grace_s):
-            return
-        try:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.wait(grace_s)
-
-    def release(self) -> None:
-        """Let a gated process go on (the stack starts now)."""
-        self.popen.stdin.write(b"go\n")
-        self.popen.stdin.close()
-        self.started = time.monotonic()
-
-    def stack_pid(self, timeout_s: float = 2.0) -> int:
-        """The stack's own pid: GNU time's child (``ip netns exec`` execs into GNU time)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not self.wait(0):
-            try:
-                children = Path(f"/proc/{self.popen.pid}/task/{self.popen.pid}/children").read_text().split()
-            except OSError:
-                children = []
-            if children:
-                return int(children[0])
-            time.sleep(0.002)
-        raise RuntimeError("the stack's process was gone before its profiler could attach")
-
-    def usage(self) -> tuple[float | None, int | None]:
-        """(CPU seconds, peak RSS in KiB) of the stack; None when it was killed before GNU time wrote them."""
-        try:
-            fields = self.usage_file.read_text().split("\n")[-2].split()
-            return float(fields[0]) + float(fields[1]), int(fields[2])
-        except (OSError, IndexError, ValueError):
-            return None, None
-
-    def killed_by(self) -> str | None:
-        """The signal that ended the stack (GNU time notes it in the usage file), e.g. 'SIGSEGV'."""
-        try:
-            found = re.search(r"Command terminated by signal (\d+)", self.usage_file.read_text())
-        except OSError:
-            return None
-        if not found:
-            return None
-        try:
-            return signal.Signals(int(found.group(1))).name
-        except ValueError:
-            return f"signal {found.group(1)}"
-
-    def stderr_tail(self) -> str:
-        try:
-            with open(self.stderr_file, "rb") as stderr:
-                stderr.seek(max(0, self.stderr_file.stat().st_size - 4096))
-                text = stderr.read().decode(errors="replace").strip()
-        except OSError:
-            return ""
-        return " | ".join(text.splitlines()[-3:])[-400:]
-
-
 PIPE_BYTES = 1 << 20  # Linux's pipe-max-size default
 
 
@@ -277,7 +160,7 @@ class _FifoDrain:
         self._thread.join(5)
 
 
-def _exit_text(stack: Stack, role: str, process: _Process) -> str:
+def _exit_text(stack: Stack, role: str, process: Process) -> str:
     """How a stack process ended, in words: its status or signal, then its last stderr lines or the
     stack's reading of a silent exit."""
     status, killed_by = process.status, process.killed_by()
@@ -286,16 +169,17 @@ def _exit_text(stack: Stack, role: str, process: _Process) -> str:
     return f"{role} {how}: {stack.explain_exit(role, status, tail) or tail or 'no output'}"
 
 
-def _wait_listening(stack: Stack, ns: str | None, port: int, server: _Process) -> None:
-    deadline = time.monotonic() + SERVER_READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.wait(0):
-            raise RuntimeError(f"{_exit_text(stack, 'server', server)} (before it listened)")
-        out = subprocess.run(_in_ns(ns, ["ss", "-Hnlu", f"sport = :{port}"]), capture_output=True, text=True).stdout
-        if out.strip():
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"server did not listen on UDP port {port} within {SERVER_READY_TIMEOUT_S:.0f} s")
+def _wait_listening(client: Stack, server_stack: Stack, ns: str | None, port: int, server: Process) -> None:
+    """Until the server listens for ``client``: on TCP for an h2 client (a server such as Caddy listens on
+    both, UDP first), else on UDP."""
+    transport = "tcp" if client.protocol == "h2" else "udp"
+    try:
+        wait_listening(ns, port, transport, SERVER_READY_TIMEOUT_S, server)
+    except ExitedEarly:
+        raise RuntimeError(f"{_exit_text(server_stack, 'server', server)} (before it listened)") from None
+    except NotListening:
+        raise RuntimeError(f"server did not listen on {transport.upper()} port {port} "
+                           f"within {SERVER_READY_TIMEOUT_S:.0f} s") from None
 
 
 @contextmanager
@@ -370,29 +254,29 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             warnings += [f"{role}: {note}" for note in applied.notes]
         row["warnings"] = json.dumps(warnings)
         server_stdout = open(workdir / "server.stdout", "w+b")
-        server = _Process(path.server_ns, server_argv, workdir / "server.usage", stdout=server_stdout)
+        server = Process(path.server_ns, server_argv, workdir / "server.usage", stdout=server_stdout)
         row["server_argv"] = json.dumps(server.popen.args)
         client = result = None
         tracing, captured = contextlib.ExitStack(), None
         profiling = profile.Profiling(workdir) if options.profile else None
         try:
-            _wait_listening(server_stack, path.server_ns, port, server)
+            _wait_listening(stack, server_stack, path.server_ns, port, server)
             if profiling:  # attached before the client starts, so the server's part is sampled whole
-                profiling.attach("server", server_stack.name, profile.executable_of(server_argv), server.stack_pid())
+                profiling.attach("server", server_stack.name, profile.executable_of(server_argv), server.program_pid())
             if options.trace:  # started before the client, stopped after it (and the server)
                 captured = tracing.enter_context(trace.capture(path, workdir / "trace.pcapng"))
             before = path.interface_counters()
             drain = _FifoDrain(plan.body_fifo) if plan.body_fifo else None
             stdout_file = open(workdir / "client.stdout", "w+b")
             gated = bool(profiling) and profile.gated(plan.argv)
-            client = _Process(path.client_ns, plan.argv, workdir / "client.usage", stdout=stdout_file, gated=gated)
+            client = Process(path.client_ns, plan.argv, workdir / "client.usage", stdout=stdout_file, gated=gated)
             row["client_argv"] = json.dumps(client.popen.args)
             if profiling:
                 profiling.attach("client", stack.name, profile.executable_of(plan.argv),
-                                 None if gated else client.stack_pid())
+                                 None if gated else client.program_pid())
             if gated:
                 client.release()
-                profiling.identify("client", client.stack_pid())
+                profiling.identify("client", client.program_pid())
             finished, server_gone = _await_client(client, server, options.timeout_s)
             if profiling:  # the transfer is over: nothing after it is sampled
                 profiling.stop()
@@ -486,7 +370,7 @@ def _profile(row: dict, profiling: profile.Profiling) -> tuple[list[dict], list[
         return None
 
 
-def _await_client(client: _Process, server: _Process, timeout_s: float) -> tuple[bool, bool]:
+def _await_client(client: Process, server: Process, timeout_s: float) -> tuple[bool, bool]:
     """(whether the client finished within ``timeout_s``, whether its server exited before it did)."""
     deadline = time.monotonic() + timeout_s
     while not client.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
@@ -497,7 +381,7 @@ def _await_client(client: _Process, server: _Process, timeout_s: float) -> tuple
     return True, False
 
 
-def _client_result(stack: Stack, stdout: str, drain: _FifoDrain | None, client: _Process) -> ClientResult | None:
+def _client_result(stack: Stack, stdout: str, drain: _FifoDrain | None, client: Process) -> ClientResult | None:
     if drain:
         if drain.last_byte is None:
             return ClientResult(drain.bytes, None)
