@@ -43,7 +43,7 @@ import duckdb
 from procfs import process_cpu_seconds  # bench/, the script's own directory
 from replay.link import LINKEM, LinkConfig
 from replay.stacks import all_stacks
-from replay.testbed import IPERF_PORT, Testbed, _wait_udp_or_tcp_listening
+from replay.testbed import IPERF_PORT, Testbed
 from lab import netns
 
 SINK_PORT = 9000
@@ -89,11 +89,11 @@ def blast(tb: Testbed, pps: int, seconds: float, delay_ms: float, load_cpus: set
 def iperf(tb: Testbed, udp: bool, seconds: float) -> float:
     """iperf3 server -> client, the receiver's mean goodput in bits/s without the first second."""
     server = tb.start_server(["iperf3", "-s", "-1", "-B", tb.server_ip, "-p", str(IPERF_PORT)], "iperf3.log")
-    _wait_udp_or_tcp_listening(tb, IPERF_PORT)
+    tb.wait_listening(IPERF_PORT, "tcp")
     mode = ["-u", "-l", "1400", "-b", "0"] if udp else []
     done = tb.run_client(["iperf3", "-c", tb.server_ip, "-p", str(IPERF_PORT), "-R", "-J", "-t", str(seconds), *mode],
                          timeout=seconds + 30)
-    tb._stop(server)
+    tb.stop(server)
     intervals = json.loads(done.stdout)["intervals"][1:]
     return statistics.mean(i["sum"]["bits_per_second"] for i in intervals)
 

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -31,6 +30,7 @@ from pyroute2 import IPRoute
 
 from replay.cpuidle import ShallowIdle
 from replay.link import LINKEM, PATH_DEVICE, LinkBackend, LinkConfig, select_backend
+from common.process import STARTED_PIDS, NotListening, run_to_end, start_process, stop_process, wait_listening
 from lab import netns
 from tparams.errors import ToolError
 
@@ -190,7 +190,7 @@ class Testbed:
             # pyroute2 forks to create namespaces; a child unwinding through
             # our frames must not tear down the parent's testbed.
             return
-        steps = [lambda p=p: self._stop(p) for p in self._processes]
+        steps = [lambda p=p: self.stop(p) for p in self._processes]
         if self._path:
             steps.append(self._path.detach)
         steps += [lambda: netns.delete_namespace(self.client_ns), lambda: netns.delete_namespace(self.server_ns)]
@@ -219,7 +219,7 @@ class Testbed:
         return self._start(self.client_ns, argv, log_name)
 
     def _start(self, ns: str, argv: Sequence[str], log_name: str) -> subprocess.Popen:
-        process = netns.start_process(ns, list(argv), self.workdir / log_name)
+        process = start_process(ns, list(argv), self.workdir / log_name)
         self._processes.append(process)
         return process
 
@@ -228,23 +228,27 @@ class Testbed:
         return self.run_in(self.client_ns, argv, timeout)
 
     def run_in(self, ns: str, argv: Sequence[str], timeout: float = 60.0) -> ProcessResult:
-        full = netns.ns_command(ns, list(argv))
         started = time.monotonic()
         with tempfile.TemporaryFile(dir=self.workdir) as out:
-            process = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-            netns.STARTED_PIDS.add(process.pid)
-            returncode, rusage = _wait4(process, timeout)
+            returncode, rusage = run_to_end(ns, list(argv), out, timeout)
             out.seek(0)
             text = out.read().decode(errors="replace")
         return ProcessResult(list(argv), returncode, text, time.monotonic() - started,
                              rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss)
 
-    def _stop(self, process: subprocess.Popen) -> None:
+    def stop(self, process: subprocess.Popen) -> None:
+        """End a process started here, with its group."""
         if process.poll() is None:
-            netns.stop_process(process.pid)
+            stop_process(process.pid)
         process.poll()
-        netns.STARTED_PIDS.discard(process.pid)
+        STARTED_PIDS.discard(process.pid)
+
+    def wait_listening(self, port: int, transport: str, timeout: float = 5.0) -> None:
+        """Until a ``transport`` ("udp" or "tcp") socket listens on ``port`` in the server namespace."""
+        try:
+            wait_listening(self.server_ns, port, transport, timeout, interval_s=0.02)
+        except NotListening as exc:
+            raise ToolError(f"{exc} in the server namespace") from None
 
     # --- the path -----------------------------------------------------------------------------------
 
@@ -312,26 +316,6 @@ def udp_counters(ns: str) -> dict[str, int]:
     return {UDP_COUNTERS[name]: int(value) for name, value in zip(names, values) if name in UDP_COUNTERS}
 
 
-def _wait4(process: subprocess.Popen, timeout: float):
-    """Wait for ``process`` with its resource usage; kill its group at the timeout."""
-    deadline = time.monotonic() + timeout
-    returncode = None
-    while True:
-        pid, status, rusage = os.wait4(process.pid, os.WNOHANG)
-        if pid:
-            returncode = os.waitstatus_to_exitcode(status)
-            break
-        if time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            _, _, rusage = os.wait4(process.pid, 0)
-            break
-        time.sleep(0.005)
-    process.returncode = returncode if returncode is not None else -9
-    netns.STARTED_PIDS.discard(process.pid)
-    return returncode, rusage
-
-
 # --- calibration ------------------------------------------------------------------------------------
 
 @dataclass
@@ -391,13 +375,13 @@ def measure_rtt(tb: Testbed, count: int = 2000, interval_ms: float = 1.0) -> dic
     """UDP echo round trips from the client to the server namespace (linkem's ping/echo)."""
     echo = tb.start_server([str(LINKEM), "echo", "--listen", f"{tb.server_ip}:{ECHO_PORT}"], "echo.log")
     try:
-        _wait_udp_or_tcp_listening(tb, ECHO_PORT)
+        tb.wait_listening(ECHO_PORT, "udp")
         done = tb.run_client([str(LINKEM), "ping", "--target", f"{tb.server_ip}:{ECHO_PORT}", "--count",
                               str(count), "--interval", f"{interval_ms}ms",
                               "--wait", f"{max(500, 4 * tb.link.rtt_ms):.0f}ms"],
                              timeout=count * interval_ms / 1000 + 30)
     finally:
-        tb._stop(echo)
+        tb.stop(echo)
     if done.returncode != 0:
         raise ToolError(f"linkem ping failed: {done.stdout.strip()[-200:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -412,11 +396,11 @@ def measure_rate(tb: Testbed, seconds: float = 4.0, offered_bps: int | None = No
         offered_bps = int(tb.link.rate_bps * 1.2) if tb.link.rate_bps else 0
     server = tb.start_server(["iperf3", "-s", "-1", "-B", tb.server_ip, "-p", str(IPERF_PORT)], "iperf3.log")
     try:
-        _wait_udp_or_tcp_listening(tb, IPERF_PORT)
+        tb.wait_listening(IPERF_PORT, "tcp")  # iperf3's control connection, before any UDP
         done = tb.run_client(["iperf3", "-c", tb.server_ip, "-p", str(IPERF_PORT), "-u", "-R", "-J",
                               "-l", str(UDP_PAYLOAD), "-b", str(offered_bps), "-t", str(seconds)], timeout=seconds + 30)
     finally:
-        tb._stop(server)
+        tb.stop(server)
     try:
         result = json.loads(done.stdout)
         summary, intervals = result["end"]["sum"], result["intervals"]
@@ -430,17 +414,6 @@ def measure_rate(tb: Testbed, seconds: float = 4.0, offered_bps: int | None = No
             "payload_bits_per_second": payload_bps, "lost_percent": summary["lost_percent"],
             "packets": summary["packets"], "lost_packets": summary["lost_packets"],
             "offered_bps": offered_bps, "seconds": seconds}
-
-
-def _wait_udp_or_tcp_listening(tb: Testbed, port: int, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done = subprocess.run(netns.ns_command(tb.server_ns, ["ss", "-Hltun", f"sport = :{port}"]),
-                              capture_output=True, text=True)
-        if done.stdout.strip():
-            return
-        time.sleep(0.02)
-    raise ToolError(f"nothing listened on port {port} in the server namespace within {timeout:g}s")
 
 
 def calibrate(link: LinkConfig, backend: str = "auto", pings: int = 2000, ping_interval_ms: float = 1.0,

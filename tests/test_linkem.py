@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from replay.link import LINKEM, LinkConfig, RelayBackend
-from replay.testbed import IPERF_PORT, Testbed, _wait_udp_or_tcp_listening, measure_rtt
+from replay.testbed import IPERF_PORT, Testbed, measure_rtt
 from lab import netns
 from timing import measure_until
 
@@ -119,10 +119,10 @@ def test_tcp_bursts_cross_whole_only_under_a_pure_delay(link, whole):
     kernel segments them first, so loss still strikes single wire packets."""
     with Testbed(link=link, backend="relay") as tb:
         server = tb.start_server(["iperf3", "-s", "-1", "-B", tb.server_ip, "-p", str(IPERF_PORT)], "iperf3.log")
-        _wait_udp_or_tcp_listening(tb, IPERF_PORT)
+        tb.wait_listening(IPERF_PORT, "tcp")
         done = tb.run_client(["iperf3", "-c", tb.server_ip, "-p", str(IPERF_PORT), "-R", "-n", "20M", "-J"],
                              timeout=60)
-        tb._stop(server)
+        tb.stop(server)
         down = tb.link_counters()["down"]
     assert done.returncode == 0, done.stdout[-300:]
     assert (down["bursts_in"] > 0) == whole, down
