@@ -164,3 +164,86 @@ def test_the_shards_of_a_hitlist_scan_merge_into_one_scan_nothing_twice(lab, tmp
         assert sorted(r[0] for r in con.execute("SELECT ip FROM handshakes WHERE status = 'ok'").fetchall()) == \
             sorted(probed)
         assert con.execute("SELECT prefix FROM hitlist_aliased").fetchall() == [("2001:2:0:1::60/126",)]
+
+
+def _lab_hitlist(lab, tmp_path, names=("ngtcp2-alpha", "quinn", "quiche", "aioquic")) -> Path:  # type: ignore[no-untyped-def]
+    hitlist = tmp_path / "hitlist.txt"
+    hitlist.write_text("".join(f"{lab.server(n).ip6}\n" for n in names) + f"{ipv6_of(lab.addresses['closed_hosts'][0])}\n")
+    return hitlist
+
+
+@pytest.mark.lab
+def test_dry_run_prints_the_prober_command_and_sends_nothing(lab, tmp_path):
+    hitlist = _lab_hitlist(lab, tmp_path)
+    out = tmp_path / "new" / "dry.duckdb"
+    done = _qscan(lab, "ipv6", "--hitlist", str(hitlist), "--out", str(out), "--seed", "7", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"hitlist:    {hitlist}: 5 addresses to probe")
+    command = next(line for line in lines if line.startswith("command:"))
+    assert "qscan-prober6 --target-port=443 --rate=10000 --cooldown-time=8 --seed=7 --shards=1 --shard=0" in command
+    assert f"--output-file={out}.prober6/results.csv" in command  # where a real run writes it
+    payload = next(line for line in lines if line.startswith("payload:")).split()[1]
+    assert len(bytes.fromhex(payload)) >= 1200
+    assert not out.parent.exists()  # nothing written, no directory made: the prober never started
+    # Nothing is sent, so an address outside the lab needs no --yes to be shown.
+    hitlist.write_text("2001:2:0:1::10\n2606:4700::1111\n")
+    done = _qscan(lab, "ipv6", "--hitlist", str(hitlist), "--out", str(out), "--dry-run", netns=False)
+    assert done.returncode == 0 and "command:    qscan-prober6" in done.stdout, done.stderr
+    assert not out.parent.exists()
+
+
+@pytest.mark.lab
+def test_ctrl_c_while_probing_says_what_is_kept_and_resume_finishes(lab, tmp_path):
+    from interrupting import ctrl_c_when
+
+    hitlist = _lab_hitlist(lab, tmp_path)
+    out = tmp_path / "cut.duckdb"
+    results = Path(f"{out}.prober6") / "results.csv"  # the prober opens it before its first probe
+    # 5 probes at 1 a second: the prober is still sending when Ctrl-C comes.
+    status, stderr = ctrl_c_when(netns.ns_command(lab.client_ns, [QSCAN, "ipv6", "--hitlist", str(hitlist), "--out",
+                                                                  str(out), "--rate", "1", "--quiet"]),
+                                 results.exists, within=30)
+    said = stderr.splitlines()[-1]  # after the plan
+    assert status == 130 and "Traceback" not in stderr, stderr
+    assert said == (f"qscan: error: interrupted during the prober: scan 1 is begun in {out} but holds no answers "
+                    f"(the prober's partial output: {out}.prober6); the same command with --resume runs the prober "
+                    "again, then the handshakes")
+    done = _qscan(lab, "ipv6", "--hitlist", str(hitlist), "--out", str(out), "--resume", "--cooldown", "1",
+                  "--timeout", "3", "--quiet", "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["scan_id"], summary["probes_sent"], summary["quic_servers"]) == (1, 5, 4)
+    assert (summary["handshakes"], summary["handshakes_ok"]) == (4, 4)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM discovery_runs").fetchone() == (1,)
+        assert con.execute("SELECT targets FROM hitlist_runs").fetchall() == [(5,)]
+
+
+@pytest.mark.lab
+def test_resume_keeps_a_finished_probing_run_and_refuses_another_hitlist(lab, tmp_path):
+    hitlist = _lab_hitlist(lab, tmp_path, ("ngtcp2-alpha", "quinn"))
+    out = tmp_path / "s.duckdb"
+    scan = ["ipv6", "--hitlist", str(hitlist), "--out", str(out), "--cooldown", "1", "--timeout", "3", "--json"]
+    found = json.loads(_qscan(lab, *scan, "--discover-only").stdout)
+    assert (found["quic_servers"], found["handshakes"]) == (2, 0)
+    results = Path(f"{out}.prober6") / "results.csv"
+    probed_at = results.stat().st_mtime_ns
+    done = _qscan(lab, *scan, "--resume")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["scan_id"], summary["probes_sent"], summary["quic_servers"]) == (1, 3, 2)
+    assert (summary["handshakes"], summary["handshakes_ok"]) == (2, 2)
+    assert results.stat().st_mtime_ns == probed_at  # not probed again
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM discovery_runs").fetchone() == (1,)
+        assert con.execute("SELECT count(*) FROM hitlist_runs").fetchone() == (1,)
+    # Without --resume the file is refused; with it, another hitlist is too.
+    again = _qscan(lab, *scan)
+    assert again.returncode == 2 and again.stderr.strip().splitlines()[-1].endswith("or --resume"), again.stderr
+    other = tmp_path / "other.txt"
+    other.write_text(f"{lab.server('quinn').ip6}\n")
+    refused = _qscan(lab, *scan[:2], str(other), *scan[3:], "--resume")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"qscan: error: {out} holds another scan: hitlist {hitlist} (asked {other}); refusing to resume it with this one")

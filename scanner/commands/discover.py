@@ -62,6 +62,15 @@ def show_discovery(result, out: Path, discover_only: bool, json_output: bool, pl
                + ("" if discover_only else f"; {result.handshakes_ok}/{result.handshakes_attempted} handshakes ok"))
 
 
+def show_dry_run(plan_lines: list[str], prepared) -> None:
+    """What a --dry-run prints (on stdout): the plan, the probe, its payload hex and the exact command."""
+    for line in plan_lines:
+        typer.echo(line)
+    typer.echo(f"probe:      version {format_version(prepared.probe.version)}, {len(prepared.probe.payload)} bytes")
+    typer.echo(f"payload:    {prepared.probe.hex}")
+    typer.echo(f"command:    {prepared.command}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("ipv4", epilog="Example: qscan ipv4 198.18.1.0/24 --out scan.duckdb")
     @handshake_options()
@@ -96,13 +105,8 @@ def register(app: typer.Typer) -> None:
         index, total = parse_shard(shard)
         plan = make_plan(cidrs or [], port, rate, cooldown, blocklist, allowlist, index, total)
         if dry_run:
-            prepared = prepare(plan, out, netns, interface, source_ip, gateway_mac, seed, dry_run=True)
-            for line in plan.lines():
-                typer.echo(line)
-            typer.echo(f"probe:      version {format_version(prepared.probe.version)}, "
-                       f"{len(prepared.probe.payload)} bytes")
-            typer.echo(f"payload:    {prepared.probe.hex}")
-            typer.echo(f"command:    {prepared.command}")
+            show_dry_run(plan.lines(), prepare(plan, out, netns, interface, source_ip, gateway_mac, seed,
+                                               dry_run=True))
             return
         # Before anything is resolved or sent: only the plan has been computed so far.
         confirm_or_refuse(plan.lines(), plan.whole_space, yes)
@@ -135,7 +139,12 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(None, help="Permutation seed; the same on every shard of a scan."),
         netns: Netns = None,
         discover_only: bool = typer.Option(False, "--discover-only", help="Stop after probing; no handshakes."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, the exact prober command and the "
+                                     "payload hex; send and write nothing."),
         yes: bool = typer.Option(False, "--yes", help="Probe addresses outside the lab (2001:2::/48) without asking."),
+        resume: bool = typer.Option(False, "--resume", help="Continue the scan in --out (same hitlist, aliased "
+                                    "prefixes and shard): a finished probing run is kept, recorded handshakes "
+                                    "are skipped."),
         strict: Strict = False,
         settings: ScanSettings = None,
         quiet: Quiet = False,
@@ -147,11 +156,15 @@ def register(app: typer.Typer) -> None:
         plan = make_hitlist_plan(hitlist, port, rate, cooldown, aliased, blocklist, index, total, strict)
         for bad in plan.bad_lines:
             _err.print(f"warning: {hitlist}: {bad}", highlight=False, markup=False, soft_wrap=True)
+        if dry_run:
+            show_dry_run(plan.lines(), prepare_ipv6(plan, out, netns, seed, aliased, dry_run=True))
+            return
         outside = bool(plan.outside_lab)
         confirm_or_refuse(plan.lines(), outside, yes, "probe IPv6 addresses outside the lab (2001:2::/48)")
         prepared = prepare_ipv6(plan, out, netns, seed, aliased, yes=yes or outside)
         show = not quiet and sys.stderr.isatty()
-        result = scan_ipv6(prepared, out, settings, netns, discover_only, shlex.join(sys.argv), progress=show)
+        result = scan_ipv6(prepared, out, settings, netns, discover_only, shlex.join(sys.argv), progress=show,
+                           resume=resume)
         show_discovery(result, out, discover_only, json_output, {
             "bad_lines": len(plan.bad_lines), "blocked": plan.blocked, "folded": plan.folded,
             "aliased_prefixes": sum(t.aliased_prefix is not None for t in plan.targets)},

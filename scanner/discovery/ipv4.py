@@ -3,6 +3,7 @@
 ``netns`` runs the whole scan inside a named network namespace (ZMap through
 ``ip netns exec``, the handshake sockets created inside it); without it the
 scan runs wherever the process already is (e.g. under ``ip netns exec``).
+``run_discovery_scan`` is the scan both families share (`qscan ipv6` sends with its own prober).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -25,7 +27,7 @@ from scanner.scan import scan_into
 from scanner.discovery.netinfo import (
     Route, check_raw_socket_permission, detect_route, refuse_unreachable_lab, require_namespace,
 )
-from scanner.discovery.plan import WHOLE_SPACE, Plan, subtract
+from scanner.discovery.plan import WHOLE_SPACE, Pacing, Plan, subtract
 from tparams.probe import Probe, make_probe
 from scanner.discovery.zmap import Discovered, Outcome, ZMapFiles, command_text, read_results, run_zmap, write_inputs, zmap_command
 from scanner.engine import ScanSettings
@@ -126,40 +128,82 @@ def scan_ipv4(
     With ``resume`` the scan already in ``out`` (the same targets, port and
     shard) continues: a finished ZMap run is not repeated (its stored answers
     are the targets), and handshakes already recorded are skipped."""
+    step = DiscoveryStep("ipv4", "ZMap", _discovery_settings(prepared), [str(t) for t in prepared.plan.targets],
+                         lambda: run_zmap(prepared.argv, prepared.files, netns, on_zmap_progress))
+    return run_discovery_scan(step, prepared, out, settings, netns, discover_only, command_line, progress, resume)
+
+
+class Preparation(Protocol):
+    """What ``run_discovery_scan`` reads of a prepared scan (ipv4's Prepared, ipv6's Prepared6)."""
+
+    @property
+    def plan(self) -> Pacing: ...
+    @property
+    def probe(self) -> Probe: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def files(self) -> ZMapFiles: ...
+    @property
+    def command(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class DiscoveryStep:
+    """How one family finds its targets, the rest of a discovery scan being the same for both."""
+
+    kind: str  # scans.kind
+    sender: str  # what sends the probes, as messages name it: "ZMap", "the prober"
+    settings: dict  # scans.settings' "discovery"; the keys of _SCAN_IDENTITY decide what --resume may continue
+    targets: list[str]  # discovery_runs.targets
+    send: Callable[[], dict]  # sends every probe into the files, returns the sender's metadata (total_sent)
+    extra_tables: Callable[[int], dict[str, pa.Table]] = lambda scan_id: {}  # appended with discovery's
+    schemas: tuple[tuple[str, int, Path], ...] = ()  # components beside discovery's
+
+
+def run_discovery_scan(step: DiscoveryStep, prepared: Preparation, out: str | Path, settings: ScanSettings,
+                       netns: str | None, discover_only: bool, command_line: str | None, progress: bool,
+                       resume: bool) -> DiscoveryResult:
+    """Begin (or with ``resume`` continue) the scan in ``out``, send the probes unless a finished run is
+    stored, store the valid answers, then handshake with them (ipv4's and ipv6's scan)."""
     plan = prepared.plan
-    scan_settings = {"discovery": _discovery_settings(prepared), "handshake": dataclasses.asdict(settings)}
+    scan_settings = {"discovery": step.settings, "handshake": dataclasses.asdict(settings)}
     outcome = None
     with open_discovery_store(out) as store:
-        scan_id = _resumable_scan(store, out, scan_settings["discovery"]) if resume else None
+        for name, version, path in step.schemas:
+            store.apply_schema(name, version, path.read_text())
+        scan_id = _resumable_scan(store, out, step.kind, step.settings) if resume else None
         if scan_id is not None:
-            store.begin_scan("ipv4", scan_settings, command_line, resume=True)
+            store.begin_scan(step.kind, scan_settings, command_line, resume=True)
             outcome = _stored_outcome(store, scan_id)
         elif store.handshake_count() or store.con.execute("SELECT count(*) FROM discovery").fetchone()[0]:
             raise ToolError(f"{out} already holds a scan; use a new --out (shards go to separate files, "
                             "then `qscan merge`) or --resume")
         else:
-            scan_id = store.begin_scan("ipv4", scan_settings, command_line)
+            scan_id = store.begin_scan(step.kind, scan_settings, command_line)
     started = finished = dt.datetime.now(dt.timezone.utc)
     if outcome is None:
         try:
-            metadata = run_zmap(prepared.argv, prepared.files, netns, on_zmap_progress)
+            metadata = step.send()
             outcome = read_results(prepared.files, prepared.probe, plan.port)
         except KeyboardInterrupt:
-            raise ToolError(f"interrupted during ZMap: scan {scan_id} is begun in {out} but holds no answers "
-                            f"(ZMap's partial output: {prepared.files.directory}); the same command with --resume "
-                            "runs ZMap again, then the handshakes", exit_code=130) from None
+            raise ToolError(f"interrupted during {step.sender}: scan {scan_id} is begun in {out} but holds no "
+                            f"answers ({step.sender}'s partial output: {prepared.files.directory}); the same "
+                            f"command with --resume runs {step.sender} again, then the handshakes",
+                            exit_code=130) from None
         outcome.probes_sent = metadata.get("total_sent")
         finished = dt.datetime.now(dt.timezone.utc)
         with open_discovery_store(out) as store:
             store.append({"discovery": discovery_table(scan_id, plan.shard, outcome),
-                          "discovery_runs": _run_table(scan_id, prepared, outcome, started, finished)})
+                          "discovery_runs": _run_table(scan_id, prepared, step.targets, outcome, started, finished),
+                          **step.extra_tables(scan_id)})
     if discover_only:
         with open_discovery_store(out) as store:
             store.finish_scan(scan_id)
     result = DiscoveryResult(scan_id, outcome, seconds_discovery=(finished - started).total_seconds())
     if discover_only:
         return result
-    return handshake_discovered(out, result, settings, "ipv4", netns, command_line, progress)
+    return handshake_discovered(out, result, settings, step.kind, netns, command_line, progress)
 
 
 def handshake_discovered(out: str | Path, result: DiscoveryResult, settings: ScanSettings, kind: str,
@@ -177,18 +221,20 @@ def handshake_discovered(out: str | Path, result: DiscoveryResult, settings: Sca
     return result
 
 
-# What makes two runs the same scan (the rest, e.g. the probe's random version, may differ).
-_SCAN_IDENTITY = ("targets", "port", "shard", "shards", "seed")
+# What makes two runs the same scan (the rest, e.g. the probe's random version, may differ): ipv4's
+# targets, ipv6's hitlist and aliased prefixes (each kind's settings hold only its own).
+_SCAN_IDENTITY = ("targets", "hitlist", "aliased", "port", "shard", "shards", "seed")
 
 
-def _resumable_scan(store: ScanStore, out: str | Path, asked: dict) -> int | None:
-    """The latest ipv4 scan in ``out`` if it is the one ``asked`` describes; None if there is none."""
-    row = store.con.execute("SELECT scan_id, settings FROM scans WHERE kind = 'ipv4' "
-                            "ORDER BY scan_id DESC LIMIT 1").fetchone()
+def _resumable_scan(store: ScanStore, out: str | Path, kind: str, asked: dict) -> int | None:
+    """The latest ``kind`` scan in ``out`` if it is the one ``asked`` describes; None if there is none."""
+    row = store.con.execute("SELECT scan_id, settings FROM scans WHERE kind = ? "
+                            "ORDER BY scan_id DESC LIMIT 1", [kind]).fetchone()
     if row is None:
         return None
     held = json.loads(row[1]).get("discovery", {})
-    keys = _SCAN_IDENTITY if asked["shards"] > 1 else _SCAN_IDENTITY[:-1]  # one shard: any seed walks all
+    # One shard: any seed walks all.
+    keys = [key for key in _SCAN_IDENTITY if key in asked and (key != "seed" or asked["shards"] > 1)]
     differs = [f"{key} {held.get(key)} (asked {asked[key]})" for key in keys if held.get(key) != asked[key]]
     if differs:
         raise ToolError(f"{out} holds another scan: {', '.join(differs)}; refusing to resume it with this one")
@@ -228,21 +274,17 @@ def discovery_table(scan_id: int, shard: int, outcome: Outcome) -> pa.Table:
     }, schema=DISCOVERY_ARROW)
 
 
-def _run_table(scan_id: int, prepared: Prepared, outcome: Outcome, started: dt.datetime,
+def _run_table(scan_id: int, prepared: Preparation, targets: list[str], outcome: Outcome, started: dt.datetime,
                finished: dt.datetime) -> pa.Table:
+    """One discovery_runs row (a ZMap run, or our IPv6 prober's) as Arrow."""
     plan = prepared.plan
-    return discovery_run_table({
+    return pa.Table.from_pylist([{
         "scan_id": scan_id, "shard": plan.shard, "shards": plan.shards, "seed": prepared.seed,
-        "targets": [str(t) for t in plan.targets], "blocklist": [str(b) for b in plan.blocklist],
+        "targets": targets, "blocklist": [str(b) for b in plan.blocklist],
         "port": plan.port, "rate": plan.rate, "probe_version": prepared.probe.version,
         "probe_hex": prepared.probe.hex, "probes_sent": outcome.probes_sent, "answers": sorted(outcome.answers.items()),
         "started_at": started, "finished_at": finished, "zmap_command": prepared.command,
-    })
-
-
-def discovery_run_table(row: dict) -> pa.Table:
-    """One discovery_runs row (a ZMap run, or our IPv6 prober's) as Arrow."""
-    return pa.Table.from_pylist([row], schema=pa.schema([
+    }], schema=pa.schema([
         ("scan_id", pa.int32()), ("shard", pa.int32()), ("shards", pa.int32()), ("seed", pa.int64()),
         ("targets", pa.list_(pa.string())), ("blocklist", pa.list_(pa.string())), ("port", pa.int32()),
         ("rate", pa.int32()), ("probe_version", pa.int64()), ("probe_hex", pa.string()),

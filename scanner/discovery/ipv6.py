@@ -8,8 +8,6 @@ handshakes' sockets are created inside it).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import datetime as dt
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +20,9 @@ from tparams.probe import Probe, make_probe
 from lab.netns import in_namespace
 from scanner.discovery import prober6
 from scanner.discovery.hitlist import LAB_RANGE6, HitlistPlan
-from scanner.discovery.ipv4 import (
-    DiscoveryResult, discovery_run_table, discovery_table, handshake_discovered, open_discovery_store,
-)
+from scanner.discovery.ipv4 import DiscoveryResult, DiscoveryStep, run_discovery_scan
 from scanner.discovery.netinfo import refuse_unreachable_lab, require_namespace
-from scanner.discovery.zmap import ZMapFiles, read_results
+from scanner.discovery.zmap import ZMapFiles
 from scanner.engine import ScanSettings
 from scanner.store import SCHEMA_DIR
 
@@ -44,7 +40,8 @@ class Prepared6:
     @property
     def command(self) -> str:
         plan = self.plan
-        return prober6.command_text(plan.rate, plan.cooldown, self.seed, plan.shard, plan.shards, plan.port)
+        return prober6.command_text(plan.rate, plan.cooldown, self.seed, plan.shard, plan.shards, plan.port,
+                                    self.files)
 
 
 def prober_dir(out: str | Path) -> Path:
@@ -52,61 +49,44 @@ def prober_dir(out: str | Path) -> Path:
 
 
 def prepare_ipv6(plan: HitlistPlan, out: str | Path, netns: str | None = None, seed: int | None = None,
-                 aliased: Path | None = None, yes: bool = False) -> Prepared6:
+                 aliased: Path | None = None, yes: bool = False, dry_run: bool = False) -> Prepared6:
     """Check where the probes would go: an address outside the lab (2001:2::/48) only with ``yes``,
-    a lab address only from where the lab is reached (its client namespace)."""
+    a lab address only from where the lab is reached (its client namespace). A dry run, which
+    sends and writes nothing, is not refused for where its probes would go."""
     if plan.shards > 1 and seed is None:
         raise ToolError("--shard needs --seed: every shard must walk the same address permutation")
     require_namespace(netns)
     outside = plan.outside_lab
-    if outside and not yes:
-        raise ToolError(f"{len(outside):,} hitlist addresses lie outside the lab ({LAB_RANGE6}), first "
-                        f"{outside[0]}: probing them sends to the Internet; refusing without --yes")
-    refuse_unreachable_lab([t.ip for t in plan.targets], netns)
+    if not dry_run:
+        if outside and not yes:
+            raise ToolError(f"{len(outside):,} hitlist addresses lie outside the lab ({LAB_RANGE6}), first "
+                            f"{outside[0]}: probing them sends to the Internet; refusing without --yes")
+        refuse_unreachable_lab([t.ip for t in plan.targets], netns)
     seed = secrets.randbits(31) if seed is None else seed
     return Prepared6(plan, None if aliased is None else str(aliased), make_probe(), seed, ZMapFiles(prober_dir(out)))
 
 
 def scan_ipv6(prepared: Prepared6, out: str | Path, settings: ScanSettings, netns: str | None = None,
-              discover_only: bool = False, command_line: str | None = None, progress: bool = False) -> DiscoveryResult:
+              discover_only: bool = False, command_line: str | None = None, progress: bool = False,
+              resume: bool = False) -> DiscoveryResult:
     """Probe this shard of the hitlist, store the valid answers in ``discovery`` (and the hitlist's
     accounting in ``hitlist_runs``/``hitlist_aliased``), then handshake with each responsive address
-    under the same scan_id."""
+    under the same scan_id.
+
+    With ``resume`` the scan already in ``out`` (the same hitlist, aliased prefixes, port and shard)
+    continues: a finished probing run is not repeated (its stored answers are the targets), and
+    handshakes already recorded are skipped."""
     plan = prepared.plan
-    settings_row = {"discovery": {"hitlist": plan.hitlist, "aliased": prepared.aliased_source, "port": plan.port,
-                                  "rate": plan.rate, "cooldown": plan.cooldown, "shard": plan.shard,
-                                  "shards": plan.shards, "seed": prepared.seed, "blocklist": plan.blocklist_source,
-                                  "probe_version": f"0x{prepared.probe.version:08x}", "family": 6},
-                    "handshake": dataclasses.asdict(settings)}
-    with open_discovery_store(out) as store:
-        store.apply_schema(HITLIST_SCHEMA[0], HITLIST_SCHEMA[1], HITLIST_SCHEMA[2].read_text())
-        if store.handshake_count() or store.con.execute("SELECT count(*) FROM discovery").fetchone()[0]:
-            raise ToolError(f"{out} already holds a scan; use a new --out (shards go to separate files, "
-                            "then `qscan merge`)")
-        scan_id = store.begin_scan("ipv6", settings_row, command_line)
     order = prober6.shard_order([t.ip for t in plan.targets], prepared.seed, plan.shard, plan.shards)
-    started = dt.datetime.now(dt.timezone.utc)
-    try:
+
+    def send() -> dict:
         with in_namespace(netns) if netns else contextlib.nullcontext():
-            metadata = prober6.probe(order, prepared.probe.payload, plan.port, plan.rate, plan.cooldown,
-                                     prepared.files)
-    except KeyboardInterrupt:
-        raise ToolError(f"interrupted while probing: scan {scan_id} is begun in {out} but holds no answers "
-                        f"(the prober's partial output: {prepared.files.directory})", exit_code=130) from None
-    outcome = read_results(prepared.files, prepared.probe, plan.port)
-    outcome.probes_sent = metadata["total_sent"]
-    finished = dt.datetime.now(dt.timezone.utc)
-    mine = set(order)  # each shard records the aliased prefixes it probed: merged shards hold each once
-    aliased = [t for t in plan.targets if t.aliased_prefix is not None and t.ip in mine]
-    with open_discovery_store(out) as store:
-        store.append({
-            "discovery": discovery_table(scan_id, plan.shard, outcome),
-            "discovery_runs": discovery_run_table({
-                "scan_id": scan_id, "shard": plan.shard, "shards": plan.shards, "seed": prepared.seed,
-                "targets": [plan.hitlist], "blocklist": [str(b) for b in plan.blocklist], "port": plan.port,
-                "rate": plan.rate, "probe_version": prepared.probe.version, "probe_hex": prepared.probe.hex,
-                "probes_sent": outcome.probes_sent, "answers": sorted(outcome.answers.items()),
-                "started_at": started, "finished_at": finished, "zmap_command": prepared.command}),
+            return prober6.probe(order, prepared.probe.payload, plan.port, plan.rate, plan.cooldown, prepared.files)
+
+    def hitlist_tables(scan_id: int) -> dict[str, pa.Table]:
+        mine = set(order)  # each shard records the aliased prefixes it probed: merged shards hold each once
+        aliased = [t for t in plan.targets if t.aliased_prefix is not None and t.ip in mine]
+        return {
             "hitlist_runs": pa.Table.from_pylist([{
                 "scan_id": scan_id, "shard": plan.shard, "hitlist": plan.hitlist, "aliased": prepared.aliased_source,
                 "targets": len(plan.targets), "bad_lines": len(plan.bad_lines), "blocked": plan.blocked,
@@ -115,10 +95,12 @@ def scan_ipv6(prepared: Prepared6, out: str | Path, settings: ScanSettings, netn
                 "scan_id": [scan_id] * len(aliased), "prefix": [t.aliased_prefix for t in aliased],
                 "ip": [t.ip for t in aliased]}, schema=pa.schema([
                     ("scan_id", pa.int32()), ("prefix", pa.string()), ("ip", pa.string())])),
-        })
-        if discover_only:
-            store.finish_scan(scan_id)
-    result = DiscoveryResult(scan_id, outcome, seconds_discovery=(finished - started).total_seconds())
-    if discover_only:
-        return result
-    return handshake_discovered(out, result, settings, "ipv6", netns, command_line, progress)
+        }
+
+    discovery_settings = {"hitlist": plan.hitlist, "aliased": prepared.aliased_source, "port": plan.port,
+                          "rate": plan.rate, "cooldown": plan.cooldown, "shard": plan.shard, "shards": plan.shards,
+                          "seed": prepared.seed, "blocklist": plan.blocklist_source,
+                          "probe_version": f"0x{prepared.probe.version:08x}", "family": 6}
+    step = DiscoveryStep("ipv6", "the prober", discovery_settings, [plan.hitlist], send, hitlist_tables,
+                         (HITLIST_SCHEMA,))
+    return run_discovery_scan(step, prepared, out, settings, netns, discover_only, command_line, progress, resume)

@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import random
 import select
+import shlex
 import socket
 import struct
 import time
@@ -46,10 +47,11 @@ def shard_order(addresses: Sequence[str], seed: int, shard: int, shards: int) ->
     return order[shard::shards]
 
 
-def command_text(rate: int, cooldown: int, seed: int, shard: int, shards: int, port: int) -> str:
-    """The prober's settings in ZMap's spelling (discovery_runs.zmap_command)."""
-    return (f"qscan-prober6 --target-port={port} --rate={rate} --cooldown-time={cooldown} --seed={seed} "
-            f"--shards={shards} --shard={shard}")
+def command_text(rate: int, cooldown: int, seed: int, shard: int, shards: int, port: int, files: ZMapFiles) -> str:
+    """The prober's settings and files in ZMap's spelling (discovery_runs.zmap_command, a dry run's command)."""
+    return shlex.join(["qscan-prober6", f"--target-port={port}", f"--rate={rate}", f"--cooldown-time={cooldown}",
+                       f"--seed={seed}", f"--shards={shards}", f"--shard={shard}", f"--output-file={files.results}",
+                       f"--metadata-file={files.metadata}"])
 
 
 def probe(addresses: Sequence[str], payload: bytes, port: int, rate: int, cooldown: float, files: ZMapFiles) -> dict:
