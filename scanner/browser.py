@@ -27,6 +27,7 @@ from pathlib import Path
 from scanner.capture.extract import CaptureResult, read_capture
 from common.tshark import tshark_path, wait_until_capturing
 from common.certs import write_certificate
+from common.process import Starter, process_groups
 from lab.netns import teardown_on_signals
 from tparams.errors import ToolError
 
@@ -104,9 +105,6 @@ def capture_browser(
     )
 
 
-Starter = Callable[..., subprocess.Popen]
-
-
 @dataclass(frozen=True)
 class LabCapture:
     """A QUIC server on loopback with tshark capturing its port; ``start`` runs a client beside them."""
@@ -129,7 +127,9 @@ def lab_capture(workdir: Path, name: str) -> Iterator[LabCapture]:
     port = _free_udp_port()
     key_file, cert_file = workdir / "server.key", workdir / "server.crt"
     write_certificate(cert_file, key_file, [LAB_HOST], [])
-    with _process_groups() as start:
+    # SIGTERM is turned into an exception meanwhile, so that a killed qscan still ends the groups
+    # instead of leaving a browser behind.
+    with teardown_on_signals(), process_groups() as start:
         start([SERVER_EXECUTABLE, "-q", LOOPBACK, str(port), str(key_file), str(cert_file)], workdir / f"{name}-server.log")
         _start_tshark(start, port, capture_file, workdir / f"{name}-tshark.log")
         yield LabCapture(port, capture_file, keylog_file, start)
@@ -202,52 +202,10 @@ def _free_udp_port() -> int:
         return probe.getsockname()[1]
 
 
-@contextlib.contextmanager
-def _process_groups() -> Iterator[Starter]:
-    """Start processes in their own groups; end every group on the way out, whatever happens.
-
-    SIGTERM is turned into an exception meanwhile, so that a killed qscan
-    still runs the clean-up instead of leaving a browser behind.
-    """
-    processes: list[subprocess.Popen] = []
-    logs = []
-
-    def start(command: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-        handle = open(log, "wb")
-        logs.append(handle)
-        process = subprocess.Popen(
-            command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
-        )
-        processes.append(process)
-        return process
-
-    with teardown_on_signals():
-        try:
-            yield start
-        finally:
-            # Newest first: the browser, then tshark (SIGINT lets it finish the file), then the server.
-            for process in reversed(processes):
-                _end_group(process, signal.SIGINT if process.args[0] == tshark_path() else signal.SIGTERM)
-            for handle in logs:
-                handle.close()
-
-
-def _end_group(process: subprocess.Popen, first_signal: int) -> None:
-    for sig, grace in ((first_signal, 5.0), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        try:
-            process.wait(grace)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    # Children that outlived the leader (browser helpers) are still in the group.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
 def _start_tshark(start: Starter, port: int, capture_file: Path, log: Path) -> None:
-    tshark = start([tshark_path(), "-i", "lo", "-f", f"udp port {port}", "-w", str(capture_file)], log)
+    # SIGINT lets tshark finish the file.
+    tshark = start([tshark_path(), "-i", "lo", "-f", f"udp port {port}", "-w", str(capture_file)], log,
+                   first_signal=signal.SIGINT)
     wait_until_capturing(tshark, log)
 
 
