@@ -28,6 +28,7 @@ from tparams.errors import ToolError
 
 from lab import netns
 from common.certs import write_certificate
+from common.process import ns_command, pid_alive, start_process, stop_process
 from lab.kinds import LabContext, kind_for, runnable
 from lab.probe import Pending, wait_until_ready
 from lab.topology import IPV6_PREFIXLEN, LAB_DOMAIN, LAB_ZONE, Topology, default_topology, ipv6_of
@@ -122,7 +123,7 @@ class Lab:
         """Run a command in the client namespace; output captured as text unless told otherwise."""
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
-        return subprocess.run(netns.ns_command(self.client_ns, argv), timeout=timeout, **kwargs)
+        return subprocess.run(ns_command(self.client_ns, argv), timeout=timeout, **kwargs)
 
     def in_client(self) -> contextlib.AbstractContextManager[None]:
         """Sockets created inside this block belong to the client namespace."""
@@ -168,7 +169,7 @@ def status(instance: str = DEFAULT_INSTANCE) -> dict[str, Any] | None:
     present = set(netns.list_namespaces(f"{instance}-"))
     processes = [*state["servers"], *([state["resolver"]] if state.get("resolver") else [])]
     for process in processes:
-        process["alive"] = process["pid"] is not None and netns.pid_alive(process["pid"]) \
+        process["alive"] = process["pid"] is not None and pid_alive(process["pid"]) \
             and process["namespace"] in present
     state["up"] = all(p["alive"] for p in processes)
     return state
@@ -264,7 +265,7 @@ def _bring_up(topology: Topology, instance: str) -> dict[str, Any]:
         ns = host(f"{instance}-{spec.name}", f"s{index}", spec.ip)
         launch = kind.launch(spec, ctx)
         log = directory / "logs" / f"{spec.name}.log"
-        process = netns.start_process(ns, launch.argv, log, env=launch.env, cwd=launch.cwd)
+        process = start_process(ns, launch.argv, log, env=launch.env, cwd=launch.cwd)
         server = LabServer(
             name=spec.name, kind=spec.kind, library=kind.library, namespace=ns, ip=spec.ip,
             ip6=spec.ip6 if kind.listens_ipv6 else None, port=spec.port,
@@ -283,7 +284,7 @@ def _start_resolver(ns: str, ip: str, directory: Path, state: dict[str, Any]) ->
     readiness probe's datagram with FORMERR."""
     zone, log = directory / "zone.json", directory / "logs" / f"{RESOLVER}.log"
     zone.write_text(json.dumps(LAB_ZONE))
-    process = netns.start_process(ns, [sys.executable, "-m", "lab.dns_server", *program_cli.arguments(
+    process = start_process(ns, [sys.executable, "-m", "lab.dns_server", *program_cli.arguments(
         "resolver", {"listen": program_cli.address(ip, 53), "zone": zone})], log)
     state["resolver"] = {"namespace": ns, "ip": ip, "port": 53, "pid": process.pid, "log": str(log)}
     return Pending(RESOLVER, ip, 53, False, process, log)
@@ -293,7 +294,7 @@ def _tear_down(instance: str) -> list[str]:
     state = _read_state(instance)
     for process in [*(state or {}).get("servers", []), (state or {}).get("resolver") or {}]:
         if process.get("pid"):
-            netns.stop_process(process["pid"])
+            stop_process(process["pid"])
     removed = netns.sweep(f"{instance}-")
     shutil.rmtree(state_dir(instance), ignore_errors=True)
     return removed
