@@ -41,10 +41,10 @@ from pathlib import Path
 import duckdb
 
 from procfs import process_cpu_seconds  # bench/, the script's own directory
+from common.process import STARTED_PIDS, ns_command
 from replay.link import LINKEM, LinkConfig
 from replay.stacks import all_stacks
 from replay.testbed import IPERF_PORT, Testbed
-from lab import netns
 
 SINK_PORT = 9000
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def _pin(pid: int, cpus: set[int]) -> None:
 
 
 def _udp_counter(tb: Testbed, name: str) -> int:
-    out = subprocess.run(netns.ns_command(tb.client_ns, ["nstat", "-az", name]), capture_output=True, text=True)
+    out = subprocess.run(ns_command(tb.client_ns, ["nstat", "-az", name]), capture_output=True, text=True)
     return int(out.stdout.split()[-2]) if name in out.stdout else 0
 
 
@@ -65,10 +65,10 @@ def blast(tb: Testbed, pps: int, seconds: float, delay_ms: float, load_cpus: set
     """One blast/sink run server -> client; the sink's summary plus what the generator offered."""
     taskset = ["taskset", "-c", ",".join(map(str, sorted(load_cpus)))]
     overflow_before = _udp_counter(tb, "UdpRcvbufErrors")
-    sink = subprocess.Popen(netns.ns_command(tb.client_ns, [*taskset, str(LINKEM), "sink", "--listen",
+    sink = subprocess.Popen(ns_command(tb.client_ns, [*taskset, str(LINKEM), "sink", "--listen",
                                                             f"{tb.client_ip}:{SINK_PORT}", "--delay", f"{delay_ms}ms"]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    netns.STARTED_PIDS.add(sink.pid)
+    STARTED_PIDS.add(sink.pid)
     try:
         sink.stderr.readline()  # "listening"
         sent = tb.run_in(tb.server_ns, [*taskset, str(LINKEM), "blast", "--target", f"{tb.client_ip}:{SINK_PORT}",
@@ -79,7 +79,7 @@ def blast(tb: Testbed, pps: int, seconds: float, delay_ms: float, load_cpus: set
         if sink.poll() is None:
             sink.kill()
             sink.wait()
-        netns.STARTED_PIDS.discard(sink.pid)
+        STARTED_PIDS.discard(sink.pid)
     result = json.loads(out)
     result["offered_pps"] = json.loads(sent.stdout)["offered_pps"]
     result["sink_overflow"] = _udp_counter(tb, "UdpRcvbufErrors") - overflow_before

@@ -19,9 +19,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 from pyroute2 import netns as _netns
 
-# Processes are started and ended by common.process; the names stay reachable here for the callers that
-# take them beside the namespace primitives.
-from common.process import STARTED_PIDS, ns_command, pid_alive, start_process, stop_process  # noqa: F401
+from common.process import stop_process
 from tparams.errors import ToolError
 
 

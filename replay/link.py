@@ -26,6 +26,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
+from common.process import STARTED_PIDS, ns_command, stop_process
 from lab import netns
 from tparams.errors import ToolError
 
@@ -273,7 +274,7 @@ class NetemBackend(LinkBackend):
                 (["tc", "qdisc", "add", "dev", "probe1", "root", "tbf", "rate", "1gbit", "burst", "64k",
                   "latency", "10ms"], "sch_tbf"),
             ):
-                done = subprocess.run(netns.ns_command(scratch, argv), capture_output=True, text=True)
+                done = subprocess.run(ns_command(scratch, argv), capture_output=True, text=True)
                 if done.returncode:
                     return Availability(False, f"kernel has no {what} ({done.stderr.strip() or 'tc failed'})")
         finally:
@@ -316,11 +317,11 @@ class NetemBackend(LinkBackend):
             self._tc(self.server_ns, ["tc", "qdisc", "replace", "dev", PATH_DEVICE, "root", "tbf", "rate",
                                       str(config.rate_bps), "burst", "64k", "limit", str(size or packets * MTU)])
         else:
-            subprocess.run(netns.ns_command(self.server_ns, ["tc", "qdisc", "del", "dev", PATH_DEVICE, "root"]),
+            subprocess.run(ns_command(self.server_ns, ["tc", "qdisc", "del", "dev", PATH_DEVICE, "root"]),
                            capture_output=True)
 
     def _tc(self, ns: str, argv: list[str]) -> None:
-        _run(netns.ns_command(ns, argv))
+        _run(ns_command(ns, argv))
 
 
 class RelayBackend(LinkBackend):
@@ -369,7 +370,7 @@ class RelayBackend(LinkBackend):
             self.process = subprocess.Popen(
                 [str(LINKEM), "relay", *self.flags(config), "--stats-file", str(self.stats_file)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
-        netns.STARTED_PIDS.add(self.process.pid)
+        STARTED_PIDS.add(self.process.pid)
         deadline = time.monotonic() + 5
         while not self.stats_file.exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -410,7 +411,7 @@ class RelayBackend(LinkBackend):
     def detach(self) -> None:
         if self.process is None:
             return
-        netns.stop_process(self.process.pid)
+        stop_process(self.process.pid)
         self.process.wait()
         out = (self.workdir / "linkem.out").read_text().strip().splitlines()
         if out:

@@ -30,7 +30,8 @@ from pyroute2 import IPRoute
 
 from replay.cpuidle import ShallowIdle
 from replay.link import LINKEM, PATH_DEVICE, LinkBackend, LinkConfig, select_backend
-from common.process import STARTED_PIDS, NotListening, run_to_end, start_process, stop_process, wait_listening
+from common.process import (STARTED_PIDS, NotListening, ns_command, pid_alive, run_to_end, start_process, stop_process,
+                            wait_listening)
 from lab import netns
 from tparams.errors import ToolError
 
@@ -50,7 +51,7 @@ def sweep_stale() -> list[str]:
     removed = []
     for name in netns.list_namespaces(PREFIX):
         m = re.match(rf"{PREFIX}(\d+)-", name)
-        if m and not netns.pid_alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             netns.delete_namespace(name)
             removed.append(name)
     return removed
@@ -96,7 +97,7 @@ class SocketBuffers:
                 state = json.loads(SYSCTL_STATE.read_text())
             except (FileNotFoundError, ValueError):
                 state = {}
-            state["holders"] = [p for p in state.get("holders", []) if netns.pid_alive(p)]
+            state["holders"] = [p for p in state.get("holders", []) if pid_alive(p)]
             yield state
             if state["holders"] or state.get("saved"):
                 SYSCTL_STATE.write_text(json.dumps(state))
@@ -311,7 +312,7 @@ def udp_counters(ns: str) -> dict[str, int]:
     because the receiving socket's buffer was full: the Kempf thesis's
     finding that the UDP receive buffer decides QUIC goodput shows here, and
     nowhere on the path."""
-    done = subprocess.run(netns.ns_command(ns, ["cat", "/proc/net/snmp"]), capture_output=True, text=True)
+    done = subprocess.run(ns_command(ns, ["cat", "/proc/net/snmp"]), capture_output=True, text=True)
     names, values = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("Udp:")]
     return {UDP_COUNTERS[name]: int(value) for name, value in zip(names, values) if name in UDP_COUNTERS}
 

@@ -21,10 +21,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common import pcap
+from common.process import ns_command, start_process, stop_process
+from common.tshark import tshark_path, tshark_version, wait_until_capturing, wait_until_in_capture
 from lab import netns
 from replay.link import PATH_DEVICE
-from common import pcap
-from common.tshark import tshark_path, tshark_version, wait_until_capturing, wait_until_in_capture
 from tparams.errors import ToolError
 from tparams.frames import (
     FRAME_ACK,
@@ -488,7 +489,7 @@ def flow_control_rule(points: list[dict], window: int, which: str, rtt_ms: float
 # --- capture and decryption (I/O) -------------------------------------------------------------------
 
 def _ethtool(ns: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(netns.ns_command(ns, ["ethtool", *args]), capture_output=True, text=True, check=False)
+    return subprocess.run(ns_command(ns, ["ethtool", *args]), capture_output=True, text=True, check=False)
 
 
 def segmentation_off(namespaces: Iterable[str]) -> dict[str, str]:
@@ -513,7 +514,7 @@ def capture(path, pcap: Path) -> Iterator[dict]:
         raise ToolError("--trace needs the testbed's namespaces; --link loopback has none")
     offload = segmentation_off((path.client_ns, path.server_ns))
     log = pcap.with_suffix(".log")
-    tshark = netns.start_process(path.server_ns, [tshark_path(), "-i", PATH_DEVICE, "-q", "-s", "0", "-f", "udp",
+    tshark = start_process(path.server_ns, [tshark_path(), "-i", PATH_DEVICE, "-q", "-s", "0", "-f", "udp",
                                                   "-F", "pcap", "-w", str(pcap)], log)
     try:
         wait_until_capturing(tshark, log)
@@ -523,7 +524,7 @@ def capture(path, pcap: Path) -> Iterator[dict]:
         with netns.in_namespace(path.server_ns):
             wait_until_in_capture(pcap, path.client_ip)
     finally:
-        netns.stop_process(tshark.pid)
+        stop_process(tshark.pid)
 
 
 def decrypt(pcap: Path, keylog: Path, server_ip: str) -> Decoded:

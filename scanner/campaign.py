@@ -25,9 +25,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from common.process import STARTED_PIDS, ns_command
 from tparams.errors import ToolError
 
-from lab.netns import STARTED_PIDS, ns_command
+
 from scanner.campaign_store import export_shard
 from scanner.discovery.ipv4 import prepare, scan_ipv4
 from scanner.discovery.plan import LAB_RANGE, make_plan, parse_cidr

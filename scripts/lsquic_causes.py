@@ -25,6 +25,7 @@ import time
 import sys
 from pathlib import Path
 
+from common.process import ns_command
 from lab import netns
 from replay.link import LinkConfig, parse_size
 from replay import statistics, store
@@ -190,7 +191,7 @@ class BacklogSampler:
         mine = f"{PREFIX}{os.getpid()}-"
         while not self._stop.wait(0.05):
             for ns in (n for n in netns.list_namespaces(mine) if n.endswith("-c")):
-                out = subprocess.run(netns.ns_command(ns, ["ss", "-Hnua"]), capture_output=True, text=True).stdout
+                out = subprocess.run(ns_command(ns, ["ss", "-Hnua"]), capture_output=True, text=True).stdout
                 queued = [int(line.split()[1]) for line in out.splitlines() if len(line.split()) > 2]
                 if queued:
                     self.samples.append((time.time(), max(queued)))

@@ -7,6 +7,7 @@ import json
 from contextlib import contextmanager
 from pathlib import Path
 
+from common.process import start_process, stop_process
 from lab import netns
 from scanner.capture.extract import ClientHelloRecord, read_capture
 from common.tshark import wait_until_capturing, wait_until_in_capture
@@ -18,7 +19,7 @@ from tparams.paramset import ParamSet
 def captured_handshakes(ns: str, pcap: Path, log: Path):
     """tshark in ``ns`` for the block's duration; long-header packets only (the handshake), so the
     capture stays small whatever the download's size."""
-    tshark = netns.start_process(ns, ["tshark", "-i", "any", "-q", "-w", str(pcap), "-f", "udp and udp[8] & 0x80 != 0"],
+    tshark = start_process(ns, ["tshark", "-i", "any", "-q", "-w", str(pcap), "-f", "udp and udp[8] & 0x80 != 0"],
                                  log)
     try:
         wait_until_capturing(tshark, log)
@@ -26,7 +27,7 @@ def captured_handshakes(ns: str, pcap: Path, log: Path):
         with netns.in_namespace(ns):
             wait_until_in_capture(pcap, "127.0.0.1")
     finally:
-        netns.stop_process(tshark.pid)
+        stop_process(tshark.pid)
 
 
 def assert_applied_is_on_the_wire(row: dict, pcap: Path, keylog: Path, asks: dict[str, list[str]]) -> None:

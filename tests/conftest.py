@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from common.process import STARTED_PIDS, pid_alive, stop_process
 from lab import Lab, default_topology, netns
 from lab.kinds import kind_for, runnable
 
@@ -50,11 +51,11 @@ def _no_lab_leftovers():
     if str(os.getpid()) != SESSION_TAG:
         return  # a forked helper unwinding through pytest: the session is not its to judge
     leaked = [name for name in netns.list_namespaces("qlab") if _SESSION_NAMESPACE.match(name)]
-    alive = sorted(pid for pid in netns.STARTED_PIDS if netns.pid_alive(pid))
+    alive = sorted(pid for pid in STARTED_PIDS if pid_alive(pid))
     for name in leaked:  # clean up first, so one leak does not poison the next run
         netns.delete_namespace(name)
     for pid in alive:
-        netns.stop_process(pid)
+        stop_process(pid)
     if leaked or alive:
         pytest.fail(f"the tests leaked lab namespaces {leaked} and/or processes {alive}", pytrace=False)
 

@@ -19,6 +19,7 @@ from aioquic.quic.packet import QuicPacketType, encode_quic_version_negotiation,
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.process import ns_command
 from interrupting import ctrl_c_when
 from scanner.discovery.plan import LAB_RANGE, make_plan, parse_shard
 from tparams.probe import is_reserved_version, make_probe
@@ -123,8 +124,6 @@ def test_whole_space_scan_refused_without_terminal_or_yes(tmp_path):
 # -- ZMap in the lab -----------------------------------------------------------------------------
 
 def lab_command(lab, argv):
-    from lab.netns import ns_command
-
     return ns_command(lab.client_ns, argv)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from lab import netns
+from common.process import ns_command
 from lab.kinds import kind_for
 from lab.topology import ipv6_of
 from scanner.engine import ScanSettings, scan_targets
@@ -52,7 +52,7 @@ def test_no_ipv6_route_out_of_the_lab(lab):
     routes = lab.run_in_client(["ip", "-6", "route", "show", "default"]).stdout
     assert routes.split()[:3] == ["default", "via", ipv6_of(lab.state["addresses"]["core_client_side"])], routes
     for namespace in [lab.core_ns, *(s.namespace for s in lab.servers)]:
-        result = subprocess.run(netns.ns_command(namespace, ["ip", "-6", "route", "get", "2001:db8::1"]),
+        result = subprocess.run(ns_command(namespace, ["ip", "-6", "route", "get", "2001:db8::1"]),
                                 capture_output=True, text=True)
         assert result.returncode != 0 and "unreachable" in result.stderr, (namespace, result)
 
@@ -201,7 +201,7 @@ def test_ctrl_c_while_probing_says_what_is_kept_and_resume_finishes(lab, tmp_pat
     out = tmp_path / "cut.duckdb"
     results = Path(f"{out}.prober6") / "results.csv"  # the prober opens it before its first probe
     # 5 probes at 1 a second: the prober is still sending when Ctrl-C comes.
-    status, stderr = ctrl_c_when(netns.ns_command(lab.client_ns, [QSCAN, "ipv6", "--hitlist", str(hitlist), "--out",
+    status, stderr = ctrl_c_when(ns_command(lab.client_ns, [QSCAN, "ipv6", "--hitlist", str(hitlist), "--out",
                                                                   str(out), "--rate", "1", "--quiet"]),
                                  results.exists, within=30)
     said = stderr.splitlines()[-1]  # after the plan

@@ -21,6 +21,7 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted
 
 from conftest import lab_instance, lab_unavailable
+from common.process import ns_command, pid_alive
 from common.aioquic_adapter import transport_parameters_received
 from lab import (Lab, LabContext, LabServer, Launch, ServerKind, ServerSpec, Topology, default_topology, netns,
                  register_kind, status, up)
@@ -315,10 +316,10 @@ def test_no_route_out_of_the_lab(lab):
     assert [r for r in routes if "scope link" not in r] == ["default via 198.18.0.1 dev eth0 proto static "] \
         or [r.strip() for r in routes if "scope link" not in r] == ["default via 198.18.0.1 dev eth0 proto static"]
     for namespace in [lab.core_ns, *(s.namespace for s in lab.servers)]:
-        result = subprocess.run(netns.ns_command(namespace, ["ip", "-4", "route", "get", "8.8.8.8"]),
+        result = subprocess.run(ns_command(namespace, ["ip", "-4", "route", "get", "8.8.8.8"]),
                                 capture_output=True, text=True)
         assert result.returncode != 0 and "unreachable" in result.stderr, (namespace, result)
-        assert "default" not in subprocess.run(netns.ns_command(namespace, ["ip", "-4", "route", "show"]),
+        assert "default" not in subprocess.run(ns_command(namespace, ["ip", "-4", "route", "show"]),
                                                capture_output=True, text=True).stdout
 
 
@@ -364,7 +365,7 @@ def test_cli_up_status_down(needs_lab):
         stopped = qscan("down", "--instance", instance)
     assert stopped.returncode == 0, stopped.stderr
     assert netns.list_namespaces(f"{instance}-") == []
-    assert not any(netns.pid_alive(s["pid"]) for s in state["servers"])
+    assert not any(pid_alive(s["pid"]) for s in state["servers"])
     assert json.loads(qscan("status", "--instance", instance, "--json").stdout) is None
     assert qscan("down", "--instance", instance).returncode == 0  # idempotent
 
@@ -376,10 +377,10 @@ def test_teardown_after_an_exception_inside_the_context(needs_lab):
     with pytest.raises(RuntimeError, match="boom"):
         with Lab.up(SMALL, instance=lab_instance("exc")) as lab:
             namespaces, pids = lab.namespaces, [s.pid for s in lab.servers]
-            assert netns.pid_alive(pids[0])
+            assert pid_alive(pids[0])
             raise RuntimeError("boom")
     assert netns.list_namespaces(f"{lab_instance('exc')}-") == []
-    assert not netns.pid_alive(pids[0]) and namespaces
+    assert not pid_alive(pids[0]) and namespaces
 
 
 @register_kind

@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
+from common.process import ns_command
 from replay.link import LINKEM, LinkConfig, RelayBackend
 from replay.testbed import IPERF_PORT, Testbed, measure_rtt
-from lab import netns
 from timing import measure_until
 
 REPO = LINKEM.parents[2]
@@ -81,7 +81,7 @@ def test_reconfigure_changes_the_delay_in_place():
 
 def _blast(tb: Testbed, pps: int, seconds: float, delay_ms: float) -> dict:
     """linkem blast (server) -> linkem sink (client): one-way latency from payload and kernel time stamps."""
-    sink = subprocess.Popen(netns.ns_command(tb.client_ns, [str(LINKEM), "sink", "--listen", f"{tb.client_ip}:9000",
+    sink = subprocess.Popen(ns_command(tb.client_ns, [str(LINKEM), "sink", "--listen", f"{tb.client_ip}:9000",
                                                             "--delay", f"{delay_ms}ms"]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

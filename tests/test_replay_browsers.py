@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from common.process import start_process, stop_process
 from common.tshark import tshark_path, wait_until_capturing, wait_until_in_capture
 from lab import netns
 from replay.commands.run import own_set
@@ -152,7 +153,7 @@ def _server_capture_counts(pcap: Path) -> dict[str, int]:
 def _captured_run(tb: Testbed, name: str, pcap: Path) -> tuple[dict, dict[str, int]]:
     stack = _usable(name)
     log = pcap.with_suffix(".log")
-    tshark = netns.start_process(tb.server_ns, [tshark_path(), "-n", "-i", PATH_DEVICE, "-s", "128", "-f",
+    tshark = start_process(tb.server_ns, [tshark_path(), "-n", "-i", PATH_DEVICE, "-s", "128", "-f",
                                                 "udp or tcp", "-w", str(pcap)], log)
     try:
         wait_until_capturing(tshark, log)
@@ -161,7 +162,7 @@ def _captured_run(tb: Testbed, name: str, pcap: Path) -> tuple[dict, dict[str, i
         with netns.in_namespace(tb.server_ns):
             wait_until_in_capture(pcap, tb.client_ip)
     finally:
-        netns.stop_process(tshark.pid)
+        stop_process(tshark.pid)
     return row, _server_capture_counts(pcap)
 
 

@@ -9,6 +9,7 @@ import struct
 
 import pytest
 
+from common.process import pid_alive
 from replay import cpuidle
 from replay.cpuidle import CPU_LATENCY_QOS
 from replay.link import GilbertElliott, LinkConfig, NetemBackend, RelayBackend, parse_duration_ms, \
@@ -136,4 +137,4 @@ def test_exception_inside_tears_everything_down():
             server = tb.start_server(["sleep", "60"])
             raise RuntimeError("boom")
     assert not names & set(netns.list_namespaces(PREFIX))
-    assert not netns.pid_alive(server.pid)
+    assert not pid_alive(server.pid)

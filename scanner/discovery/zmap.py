@@ -24,13 +24,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.process import ns_command
 from tparams.errors import ToolError
 
 from scanner.discovery.netinfo import Route
 from scanner.discovery.plan import Plan
 from tparams.probe import Probe
 from scanner.discovery.response import judge_response
-from lab.netns import ns_command
+
 
 OUTPUT_FIELDS = ("saddr", "sport", "data", "classification", "success", "repeat", "timestamp-str")
 # Every response, not only ZMap's "successes", so ICMP port-unreachable is counted too.
