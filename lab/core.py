@@ -26,7 +26,7 @@ from typing import Any
 from tparams import program_cli
 from tparams.errors import ToolError
 
-from lab import netns
+from common import netns
 from common.certs import write_certificate
 from common.process import ns_command, pid_alive, start_process, stop_process
 from lab.kinds import LabContext, kind_for, runnable

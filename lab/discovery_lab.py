@@ -14,7 +14,7 @@ from pyroute2 import IPRoute
 from lab.core import Lab
 from lab.kinds import LabContext, Launch, register_kind
 from lab.kinds.ngtcp2 import Ngtcp2Kind
-from lab.netns import add_route
+from common.netns import add_route
 from lab.topology import ServerSpec
 
 RANGE_SERVER_IP = "198.18.1.80"  # clear of the default servers (.10-.74) and the resolver; _check_topology refuses a clash

@@ -36,7 +36,7 @@ from common.setfiles import builtin_set
 from tparams.errors import ToolError
 from tparams.program_cli import address
 
-from lab import netns
+from common import netns
 from lab.core import Lab, state_dir, up
 from lab.discovery_lab import range_argv, route_range
 from lab.kinds import LabContext, Launch, ServerKind, register_kind

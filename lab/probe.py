@@ -12,7 +12,7 @@ from subprocess import Popen
 from tparams.errors import ToolError
 
 from tparams.probe import make_probe
-from lab.netns import in_namespace
+from common.netns import in_namespace
 
 
 @dataclass

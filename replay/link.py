@@ -27,7 +27,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from common.process import STARTED_PIDS, ns_command, stop_process
-from lab import netns
+from common import netns
 from tparams.errors import ToolError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

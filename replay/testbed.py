@@ -32,7 +32,7 @@ from replay.cpuidle import ShallowIdle
 from replay.link import LINKEM, PATH_DEVICE, LinkBackend, LinkConfig, select_backend
 from common.process import (STARTED_PIDS, NotListening, ns_command, pid_alive, run_to_end, start_process, stop_process,
                             wait_listening)
-from lab import netns
+from common import netns
 from tparams.errors import ToolError
 
 PREFIX = "qrep-"

@@ -24,7 +24,7 @@ from pathlib import Path
 from common import pcap
 from common.process import ns_command, start_process, stop_process
 from common.tshark import tshark_path, tshark_version, wait_until_capturing, wait_until_in_capture
-from lab import netns
+from common import netns
 from replay.link import PATH_DEVICE
 from tparams.errors import ToolError
 from tparams.frames import (

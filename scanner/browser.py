@@ -28,7 +28,7 @@ from scanner.capture.extract import CaptureResult, read_capture
 from common.tshark import tshark_path, wait_until_capturing
 from common.certs import write_certificate
 from common.process import Starter, process_groups
-from lab.netns import teardown_on_signals
+from common.netns import teardown_on_signals
 from tparams.errors import ToolError
 
 LAB_HOST = "lab.test"

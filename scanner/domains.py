@@ -32,7 +32,7 @@ from scanner.scan import scan_into
 from scanner.discovery.ipv4 import open_discovery_store
 from scanner.discovery.netinfo import require_namespace
 from scanner.engine import ScanSettings
-from lab.netns import in_namespace
+from common.netns import in_namespace
 from scanner.store import ScanStore
 from scanner.targets import BadLine, Target, read_lines
 

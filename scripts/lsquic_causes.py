@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from common.process import ns_command
-from lab import netns
+from common import netns
 from replay.link import LinkConfig, parse_size
 from replay import statistics, store
 from replay.runner import Condition, Experiment, run_experiment

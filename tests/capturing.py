@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from common.process import start_process, stop_process
-from lab import netns
+from common import netns
 from scanner.capture.extract import ClientHelloRecord, read_capture
 from common.tshark import wait_until_capturing, wait_until_in_capture
 from scanner.capture.frontend import TSHARK_NAMED, tshark_client_hellos

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from common.process import STARTED_PIDS, pid_alive, stop_process
-from lab import Lab, default_topology, netns
+from common import netns
+from lab import Lab, default_topology
 from lab.kinds import kind_for, runnable
 
 # LSQUIC runs only where the user names a build of their own (QREPLAY_LSQUIC_CLIENT/_SERVER); the

@@ -16,7 +16,7 @@ import duckdb
 import pytest
 
 from conftest import lab_instance, lab_unavailable
-from lab.netns import namespace_pids
+from common.netns import namespace_pids
 from lab.population import Part, Population, population_lab, shard_namespace
 from scanner.campaign import CampaignSpec, start_local, union_check, wait_local, work_file
 from scanner.campaign_store import open_campaign

@@ -270,7 +270,7 @@ def test_no_raw_socket_permission_is_one_line(lab, tmp_path):
 
 
 def test_unknown_namespace_is_one_line_and_not_created(tmp_path):
-    from lab.netns import list_namespaces
+    from common.netns import list_namespaces
 
     for command in (["ipv4", "198.18.1.0/24"], ["ipv4", "198.18.1.0/24", "--dry-run"]):
         done = subprocess.run([QSCAN, *command, "--netns", "qdisc-absent", "--out", str(tmp_path / "x.duckdb")],

@@ -23,7 +23,8 @@ from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted
 from conftest import lab_instance, lab_unavailable
 from common.process import ns_command, pid_alive
 from common.aioquic_adapter import transport_parameters_received
-from lab import (Lab, LabContext, LabServer, Launch, ServerKind, ServerSpec, Topology, default_topology, netns,
+from common import netns
+from lab import (Lab, LabContext, LabServer, Launch, ServerKind, ServerSpec, Topology, default_topology,
                  register_kind, status, up)
 from common.certs import write_certificate
 from lab.kinds import kind_for, runnable

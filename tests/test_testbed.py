@@ -16,7 +16,7 @@ from replay.link import GilbertElliott, LinkConfig, NetemBackend, RelayBackend, 
     parse_percent, parse_queue, parse_rate_bps, select_backend
 from replay.testbed import BUFFER_BYTES, BUFFER_SYSCTLS, PREFIX, Testbed, _read_sysctl, calibrate, measure_rate, \
     measure_rtt
-from lab import netns
+from common import netns
 from timing import measure_until
 from tparams.errors import ToolError
 

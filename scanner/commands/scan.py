@@ -16,7 +16,7 @@ from tparams.errors import ToolError
 from scanner import identify as identify_api
 from scanner.campaign_store import export_shard
 from scanner.engine import ScanSettings
-from lab.netns import in_namespace
+from common.netns import in_namespace
 from scanner.commands.options import JsonOutcome, Netns, Strict
 from scanner.discovery.netinfo import require_namespace
 from scanner.report import FORMATS, build_report, export_parquet, render

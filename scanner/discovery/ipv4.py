@@ -31,7 +31,7 @@ from scanner.discovery.plan import WHOLE_SPACE, Pacing, Plan, subtract
 from tparams.probe import Probe, make_probe
 from scanner.discovery.zmap import Discovered, Outcome, ZMapFiles, command_text, read_results, run_zmap, write_inputs, zmap_command
 from scanner.engine import ScanSettings
-from lab.netns import in_namespace
+from common.netns import in_namespace
 from scanner.columns import TIMESTAMP
 from scanner.store import SCHEMA_DIR, ScanStore
 from scanner.targets import Target

@@ -17,7 +17,7 @@ import pyarrow as pa
 from tparams.errors import ToolError
 from tparams.probe import Probe, make_probe
 
-from lab.netns import in_namespace
+from common.netns import in_namespace
 from scanner.discovery import prober6
 from scanner.discovery.hitlist import LAB_RANGE6, HitlistPlan
 from scanner.discovery.ipv4 import DiscoveryResult, DiscoveryStep, run_discovery_scan

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from lab.netns import in_namespace, list_namespaces
+from common.netns import in_namespace, list_namespaces
 from scanner.discovery.plan import LAB_RANGE
 from tparams.errors import ToolError
 
