@@ -68,7 +68,6 @@ def client_cpu_seconds() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-@contextlib.contextmanager
 def add_server_arguments(parser: argparse.ArgumentParser, count: int, count_help: str, port: int) -> None:
     """--count handshakes against --servers gtlsserver processes from --port on: every gtlsservers bench's options."""
     parser.add_argument("--count", type=int, default=count, help=count_help)
@@ -76,6 +75,7 @@ def add_server_arguments(parser: argparse.ArgumentParser, count: int, count_help
     parser.add_argument("--port", type=int, default=port, help="first server port on 127.0.0.1")
 
 
+@contextlib.contextmanager
 def gtlsservers(count: int, first_port: int) -> Iterator[list[tuple[str, int]]]:
     """``count`` gtlsserver processes on loopback; always killed, also on Ctrl-C."""
     with tempfile.TemporaryDirectory(prefix="qbench-") as tmp:
