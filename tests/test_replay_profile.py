@@ -52,6 +52,13 @@ def _profiles(results, run_id):
         con.close()
 
 
+def _softirq_share(results, run_id, endpoint) -> float:
+    with duckdb.connect(str(results), read_only=True) as con:
+        return con.execute("SELECT sum(samples) FILTER (folded LIKE '%handle_softirqs%' OR folded LIKE '%do_softirq%') "
+                           "/ sum(samples) FROM profile_stacks WHERE run_id = ? AND endpoint = ?",
+                           [run_id, endpoint]).fetchone()[0] or 0.0
+
+
 @pytest.mark.parametrize("stack", ["ngtcp2", "quic-go"])
 def test_native_endpoints_are_sorted_into_components(profiled, stack):
     results, rows = profiled
@@ -62,10 +69,13 @@ def test_native_endpoints_are_sorted_into_components(profiled, stack):
         assert sum(p["share"] for p in mine.values()) == pytest.approx(1.0)
         assert mine["CRYPTO"]["samples"] > 0 and mine["PACKET_IO"]["samples"] > 0
         assert mine["PACKET_IO"]["profiler"].startswith("perf cpu-clock")
-        # the samples' CPU (their periods) is the endpoint's, as GNU time counted it over its whole life
-        # (the server's included its start-up and idle wait, unsampled)
+        # the samples' CPU (their periods) is the endpoint's, as GNU time counted it over its whole life (the
+        # server's included its start-up and idle wait, unsampled), less the softirqs perf caught it running: on
+        # the veth the receiver's delivery runs in the sender's context, which the kernel counts as softirq
+        # time, not the task's (measured: 53 of an ngtcp2 server's 158 samples, 0.158 s against GNU time's 0.09)
         cpu = sum(p["cpu_s"] for p in mine.values())
-        assert 0 < cpu <= rows[stack][f"{endpoint}_cpu_s"] + 0.05
+        assert 0 < cpu * (1 - _softirq_share(results, rows[stack]["run_id"], endpoint)) \
+            <= rows[stack][f"{endpoint}_cpu_s"] + 0.05
         assert mine["CRYPTO"]["cpu_s_per_gb"] == pytest.approx(mine["CRYPTO"]["cpu_s"] / 0.05)
     assert any(p["profiler"].endswith("fp unwinding") for p in found) == (stack == "quic-go")
 

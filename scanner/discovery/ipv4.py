@@ -54,6 +54,7 @@ class Prepared:
     seed: int
     files: ZMapFiles
     argv: list[str]
+    seed_chosen: bool = False  # qscan's own choice, not --seed's: ZMap may run with another (see run_zmap)
 
     @property
     def command(self) -> str:
@@ -104,11 +105,12 @@ def prepare(
         refuse_unreachable_lab([str(first)], netns)  # ZMap would send by the default route
     route = detect_route(str(first), netns, interface, source_ip, gateway_mac, resolve=not dry_run)
     probe = make_probe()
-    seed = secrets.randbits(31) if seed is None else seed
+    chosen = seed is None
+    seed = secrets.randbits(31) if chosen else seed
     files = ZMapFiles(zmap_dir(out))
     if not dry_run:  # a dry run writes nothing either
         write_inputs(plan, probe, files)
-    return Prepared(plan, route, probe, seed, files, zmap_command(plan, route, files, seed))
+    return Prepared(plan, route, probe, seed, files, zmap_command(plan, route, files, seed), chosen)
 
 
 def scan_ipv4(
@@ -128,8 +130,12 @@ def scan_ipv4(
     With ``resume`` the scan already in ``out`` (the same targets, port and
     shard) continues: a finished ZMap run is not repeated (its stored answers
     are the targets), and handshakes already recorded are skipped."""
+    def another_seed() -> list[str]:
+        return zmap_command(prepared.plan, prepared.route, prepared.files, secrets.randbits(31))
+
     step = DiscoveryStep("ipv4", "ZMap", _discovery_settings(prepared), [str(t) for t in prepared.plan.targets],
-                         lambda: run_zmap(prepared.argv, prepared.files, netns, on_zmap_progress))
+                         lambda: run_zmap(prepared.argv, prepared.files, netns, on_zmap_progress,
+                                          reseed=another_seed if prepared.seed_chosen else None))
     return run_discovery_scan(step, prepared, out, settings, netns, discover_only, command_line, progress, resume)
 
 
@@ -193,6 +199,12 @@ def run_discovery_scan(step: DiscoveryStep, prepared: Preparation, out: str | Pa
                             exit_code=130) from None
         outcome.probes_sent = metadata.get("total_sent")
         finished = dt.datetime.now(dt.timezone.utc)
+        if metadata.get("seed") not in (None, prepared.seed):  # ZMap ran with another seed of qscan's choice
+            prepared = dataclasses.replace(prepared, seed=metadata["seed"])
+            step.settings["seed"] = prepared.seed
+            with open_discovery_store(out) as store:
+                store.con.execute("UPDATE scans SET settings = ? WHERE scan_id = ?",
+                                  [json.dumps({**scan_settings, "discovery": step.settings}, default=str), scan_id])
         with open_discovery_store(out) as store:
             store.append({"discovery": discovery_table(scan_id, plan.shard, outcome),
                           "discovery_runs": _run_table(scan_id, prepared, step.targets, outcome, started, finished),

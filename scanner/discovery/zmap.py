@@ -114,9 +114,10 @@ def command_text(argv: Sequence[str]) -> str:
     return shlex.join(argv)
 
 
-# ZMap 2.1.1 now and then aborts in its address permutation, on a run that would succeed again with the same
-# arguments (zmap/zmap#310; zmap#786 fixed one cause after 2.1.1): once, that run is repeated.
+# ZMap 2.1.1 aborts in its address permutation for some seeds (zmap/zmap#310; measured here: seed 251 of 1-300
+# for a /24, every time), at the start of its sending, before any probe leaves.
 PERMUTATION_ABORT = "constraint_lookup_index"
+RESEEDS = 3
 
 
 def run_zmap(
@@ -124,19 +125,27 @@ def run_zmap(
     files: ZMapFiles,
     netns: str | None = None,
     on_progress: Callable[[float], None] | None = None,
+    reseed: Callable[[], Sequence[str]] | None = None,
 ) -> dict:
-    """Run ZMap to the end (killing it on Ctrl-C or error); returns its metadata.
-    A failure becomes a ToolError with ZMap's own FATAL line."""
+    """Run ZMap to the end (killing it on Ctrl-C or error); returns its metadata (its ``seed`` the one that
+    ran). A failure becomes a ToolError with ZMap's own FATAL line. ``reseed``, where the seed is qscan's own
+    choice, gives the command with another seed when ZMap cannot walk the targets with this one."""
     if shutil.which("zmap") is None:
         raise ToolError("zmap is not installed (Debian package zmap; scripts/setup.sh installs it)")
-    full = ns_command(netns, argv) if netns else list(argv)
-    status = _run_once(full, files, on_progress)
-    if status != 0 and PERMUTATION_ABORT in _fatal_line(files.log):
-        print(f"warning: zmap aborted in its address permutation, a known ZMap 2.1.1 bug (zmap/zmap#310): ran "
-              f"it once more with the same arguments (the aborted run's log: {files.log.with_suffix('.aborted.log')})",
-              file=sys.stderr, flush=True)
+    status = _run_once(ns_command(netns, argv), files, on_progress)
+    for _ in range(RESEEDS if reseed else 0):
+        if status == 0 or PERMUTATION_ABORT not in _fatal_line(files.log):
+            break
         files.log.replace(files.log.with_suffix(".aborted.log"))
-        status = _run_once(full, files, on_progress)
+        argv = reseed()
+        print(f"warning: zmap aborted in its address permutation before sending (a ZMap 2.1.1 bug with some seeds, "
+              f"zmap/zmap#310): ran it with another seed (the aborted run's log: "
+              f"{files.log.with_suffix('.aborted.log')})", file=sys.stderr, flush=True)
+        status = _run_once(ns_command(netns, argv), files, on_progress)
+    if status != 0 and PERMUTATION_ABORT in _fatal_line(files.log):
+        raise ToolError("zmap aborted in its address permutation before sending: ZMap 2.1.1 cannot walk these "
+                        "targets with this seed (zmap/zmap#310); give another --seed (the same on every shard) "
+                        f"(full log: {files.log})")
     if status != 0:
         raise ToolError(f"zmap failed: {_fatal_line(files.log)} (full log: {files.log})")
     try:
