@@ -238,9 +238,10 @@ exec {shutil.which("zmap")} "$@"
     assert "constraint_lookup_index" in Path(f"{out}.zmap/zmap.aborted.log").read_text()
     ran = int(calls.read_text().splitlines()[1].split("--seed=")[1].split()[0])
     with duckdb.connect(str(out), read_only=True) as con:
-        stored = con.execute("SELECT seed FROM discovery_runs").fetchall()
+        stored = con.execute("SELECT seed, zmap_command FROM discovery_runs").fetchall()
         settings = json.loads(con.execute("SELECT settings FROM scans").fetchone()[0])
-    assert stored == [(ran,)] and settings["discovery"]["seed"] == ran != ABORTING_SEED
+    assert [seed for seed, _ in stored] == [ran] and settings["discovery"]["seed"] == ran != ABORTING_SEED
+    assert f"--seed={ran} " in stored[0][1], stored
 
     given = _qscan(lab, "ipv4", "198.18.1.0/24", "--out", str(tmp_path / "g.duckdb"), "--seed", str(ABORTING_SEED),
                    *LAB_SCAN, check=False)

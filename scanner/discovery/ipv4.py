@@ -53,8 +53,11 @@ class Prepared:
     probe: Probe
     seed: int
     files: ZMapFiles
-    argv: list[str]
     seed_chosen: bool = False  # qscan's own choice, not --seed's: ZMap may run with another (see run_zmap)
+
+    @property
+    def argv(self) -> list[str]:
+        return zmap_command(self.plan, self.route, self.files, self.seed)
 
     @property
     def command(self) -> str:
@@ -110,7 +113,7 @@ def prepare(
     files = ZMapFiles(zmap_dir(out))
     if not dry_run:  # a dry run writes nothing either
         write_inputs(plan, probe, files)
-    return Prepared(plan, route, probe, seed, files, zmap_command(plan, route, files, seed), chosen)
+    return Prepared(plan, route, probe, seed, files, chosen)
 
 
 def scan_ipv4(
@@ -131,7 +134,7 @@ def scan_ipv4(
     shard) continues: a finished ZMap run is not repeated (its stored answers
     are the targets), and handshakes already recorded are skipped."""
     def another_seed() -> list[str]:
-        return zmap_command(prepared.plan, prepared.route, prepared.files, secrets.randbits(31))
+        return dataclasses.replace(prepared, seed=secrets.randbits(31)).argv
 
     step = DiscoveryStep("ipv4", "ZMap", _discovery_settings(prepared), [str(t) for t in prepared.plan.targets],
                          lambda: run_zmap(prepared.argv, prepared.files, netns, on_zmap_progress,
