@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from tparams.knobs import KNOBS
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
 Kind = Literal["address", "path", "integer", "seconds", "switch", "boolean", "list", "choice", "text"]
@@ -60,13 +61,16 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
     Option("connect", "address", "the server's UDP address, ip:port", required=True),
     Option("cert", "path", "PEM certificate chain", required=True),
     Option("key", "path", "PEM private key (PKCS#8)", required=True),
-    # a download (qreplay's clients)
-    Option("size", "integer", "bytes to download", required=True),
+    # a qreplay client's request
+    Option("size", "integer", "bytes each request moves (a GET's response body, a PUT's body)", required=True),
     Option("timeout_s", "seconds", "give up (exit 1) after this many seconds (default 600)"),
-    # what both ends of a qreplay run take besides the transport parameters
-    Option("cc", "choice", "congestion control of this endpoint's sender (default cubic)", choices=("cubic", "bbr")),
-    Option("autotune", "switch", "let the library grow its flow-control windows; without it they stay at "
-                                 "the advertised values"),
+    # a qreplay client's workload (tparams.workloads: the replay protocol)
+    Option("direction", "choice", "down: GET, the server sends (default); up: PUT, the client sends",
+           choices=("down", "up")),
+    Option("requests", "integer", "requests on the one connection, each of --size bytes (default 1)"),
+    Option("concurrency", "integer", "requests open at once, each on its own stream (default 1)"),
+    # what both ends of a qreplay run take besides the transport parameters: the knobs (tparams.knobs)
+    *(Option(knob.name, knob.kind, knob.help, choices=knob.choices) for knob in KNOBS.values()),
     Option("keylog", "path", "append the TLS secrets in NSS key log format (what tshark reads) to this file"),
     Option("qlog_dir", "path", "write qlog files into this directory"),
     # what a lab server's application chooses beside flow control (lab.kinds.APPLICATION_CHOICES)
@@ -85,7 +89,7 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
 FLOW_CONTROL = ("max_idle_timeout", *(name for name in PERFORMANCE_PARAMETERS if name.startswith("initial_max_")))
 APPLICATION = ("alpn", "cid_length", "datagrams", "disable_active_migration", "active_connection_id_limit",
                "preferred_address", "retry")
-REPLAY = ("cc", "autotune", "keylog", "qlog_dir", *PERFORMANCE_PARAMETERS)
+REPLAY = (*KNOBS, "keylog", "qlog_dir", *PERFORMANCE_PARAMETERS)
 
 Role = Literal["lab-server", "replay-server", "replay-client", "broken-server", "resolver"]
 #: each role's options, the address first
@@ -94,7 +98,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "lab-server": ("listen", "cert", "key", *FLOW_CONTROL, *APPLICATION),
     # lab/servers/common/src/replay.rs, replay/quicgo/bulk, replay/aioquic_endpoints
     "replay-server": ("listen", "cert", "key", *REPLAY),
-    "replay-client": ("connect", "size", "timeout_s", *REPLAY),
+    "replay-client": ("connect", "size", "timeout_s", "direction", "requests", "concurrency", *REPLAY),
     "broken-server": ("listen", "cert", "key", "mode"),
     "resolver": ("listen", "zone"),
 }

@@ -1,0 +1,127 @@
+"""Knobs: what a qreplay run sets besides the transport parameters, each declared once.
+
+A knob's declaration is everything about it: its name (``RunOptions.knobs``' key, the runs column of what
+ran, ``<name>_requested`` beside it for what was asked, the CLI's ``--<name with dashes>``, and our programs'
+option of the same spelling, tparams.program_cli), its values, which end's stack decides what ran, and which
+stacks can set it and how each renders it. A stack it does not name is refused in one line (exit 2) when
+the knob is asked for, before any run.
+
+``cc`` and ``autotune`` predate the declarations: each stack's own code says what it runs of them
+(Stack.congestion_control, Stack.autotunes), so their ``stacks`` is None (every stack; none refused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Role = Literal["client", "server"]
+Kind = Literal["choice", "switch", "boolean"]
+
+CIPHER_SUITES = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256")
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """How one stack's programs take a knob's value. With nothing given: our programs' own option
+    (``--<name>=<value>``), on both ends."""
+
+    #: the values the stack can run (None: every value of the knob); others are refused
+    values: tuple | None = None
+    #: the options of our programs (tparams.program_cli) carrying ``value`` for ``role``
+    options: Callable[[object, Role], dict[str, object]] | None = None
+    #: words a program not of ours takes (appended to its command line)
+    argv: Callable[[object, Role], list[str]] | None = None
+    #: environment variables the program reads
+    env: Callable[[object, Role], dict[str, str]] | None = None
+
+    def program_options(self, name: str, value: object, role: Role) -> dict[str, object]:
+        if self.options:
+            return self.options(value, role)
+        return {} if self.argv or self.env else {name: value}
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str  # snake_case; the CLI's --<name with dashes>
+    help: str
+    kind: Kind = "choice"
+    choices: tuple[str, ...] = ()
+    #: what is asked when the command line says nothing; None: each stack's own choice (no option rendered)
+    default: object = None
+    #: whose stack decides what ran: the client's (the receiver of a download) or the server's (its sender)
+    decided_by: Role = "server"
+    #: stack name -> how it renders the knob; None: every stack, through its own code (cc, autotune)
+    stacks: Mapping[str, Rendering] | None = field(default_factory=dict)
+    #: stack name -> why it cannot set the knob (the refusal's reason; otherwise a generic one)
+    cannot: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def sql_type(self) -> str:
+        return "VARCHAR" if self.kind == "choice" else "BOOLEAN"
+
+    @property
+    def columns(self) -> tuple[str, str]:
+        """The runs columns: what ran, what was asked."""
+        return self.name, f"{self.name}_requested"
+
+    def parse(self, text: str) -> object:
+        """A command line's value, ValueError (one line) if it is none of the knob's."""
+        if self.kind == "choice":
+            if text not in self.choices:
+                raise ValueError(f"{self.option} takes {', '.join(self.choices)}, not {text!r}")
+            return text
+        if text not in ("on", "off", "true", "false"):
+            raise ValueError(f"{self.option} takes on or off, not {text!r}")
+        return text in ("on", "true")
+
+    def refusal(self, stack: str, value: object) -> str | None:
+        """Why ``stack`` cannot run ``value`` (one line), or None when it can (or nothing is asked)."""
+        if value is None or value == self.default or self.stacks is None:
+            return None
+        rendering = self.stacks.get(stack)
+        if rendering is None:
+            reason = self.cannot.get(stack, "it has no way to set it here")
+            return f"{stack} cannot set {self.option}: {reason}"
+        if rendering.values is not None and value not in rendering.values:
+            shown = ", ".join(map(_text, rendering.values))
+            return f"{stack} cannot set {self.option}={_text(value)}, only {shown}"
+        return None
+
+
+def _text(value: object) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
+def _ngtcp2_cipher(value: object, role: Role) -> list[str]:
+    # a GnuTLS priority string (gtlsclient/gtlsserver --ciphers): TLS 1.3 with the one AEAD alone
+    aead = {"TLS_AES_128_GCM_SHA256": "AES-128-GCM", "TLS_AES_256_GCM_SHA384": "AES-256-GCM",
+            "TLS_CHACHA20_POLY1305_SHA256": "CHACHA20-POLY1305"}[str(value)]
+    return [f"--ciphers=NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+{aead}"]
+
+
+CC = Knob("cc", "congestion control of the sender (the server of a download)", choices=("cubic", "bbr"),
+          default="cubic", stacks=None)
+AUTOTUNE = Knob("autotune", "let flow-control windows grow; off: they stay at the advertised values",
+                kind="switch", default=False, decided_by="client", stacks=None)
+CIPHER = Knob(
+    "cipher", "the TLS 1.3 cipher suite: the client offers only this one (default: each stack's own list)",
+    choices=CIPHER_SUITES, decided_by="client",
+    stacks={"aioquic": Rendering(), "quinn": Rendering(), "msquic": Rendering(),
+            "ngtcp2": Rendering(argv=_ngtcp2_cipher),
+            "curl": Rendering(argv=lambda value, role: [f"--tls13-ciphers={value}"] if role == "client" else [])},
+    cannot={"quic-go": "Go's crypto/tls chooses the TLS 1.3 suite itself (tls.Config.CipherSuites is TLS 1.2's)",
+            "chromium": "a browser's TLS offer is its own", "firefox": "a browser's TLS offer is its own",
+            "chromium-tcp": "a browser's TLS offer is its own", "firefox-tcp": "a browser's TLS offer is its own"})
+GSO = Knob(
+    "gso", "UDP generic segmentation offload of the sender's sends, on or off (default: each stack's own)",
+    kind="boolean",
+    stacks={"quic-go": Rendering(), "quinn": Rendering()},
+    cannot={"aioquic": "aioquic sends one datagram a system call"})
+
+KNOBS: dict[str, Knob] = {knob.name: knob for knob in (CC, AUTOTUNE, CIPHER, GSO)}

@@ -1,0 +1,84 @@
+"""Workloads: what a qreplay run asks of the connection, declared once, and the one protocol our programs speak.
+
+The replay protocol is hq-interop's HTTP/0.9 GET with an upload beside it, spoken by every replay client and
+server of ours (Rust lab/servers/common/src/replay.rs and its libraries, Go replay/quicgo/bulk, Python
+replay/aioquic_endpoints); tests/test_workloads.py runs each client against each server:
+
+- Every request is a client-initiated bidirectional stream of its own.
+- ``GET /<size>\\r\\n`` and FIN: the server sends ``<size>`` bytes and FIN (a download).
+- ``PUT /<size>\\r\\n``, then ``<size>`` bytes, then FIN: the server, once it has read the whole body, sends the
+  number of body bytes it received in decimal ASCII and FIN (an upload).
+- A client makes ``--requests`` requests (default 1) on one connection, at most ``--concurrency`` of them
+  open at once (default 1), each of ``--size`` bytes, GET for ``--direction=down`` (the default), PUT for
+  ``up``. It prints one JSON line::
+
+    {"bytes": payload moved (down: received; up: the server's counts summed), "duration_s": first request
+     sent to last response finished, "handshake_s": ..., "requests": requests completed, "ttfb_s": the first
+     request sent to the first byte of its response, "latencies_s": [each request sent to its response
+     finished, in completion order]}
+
+  and exits 0 when every request completed, 1 otherwise.
+
+A workload is a combination of those primitives with its own success test and metrics; adding one is one
+declaration here (or in the caller's own file: the runner takes the object).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+Direction = Literal["down", "up"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One workload: its name (the runs' ``workload`` column, ``--workload``), how its client is asked, what
+    counts as success and which metrics its runs store."""
+
+    name: str
+    help: str
+    direction: Direction = "down"
+    #: how many requests: a number, or None for --requests to choose
+    requests: int | None = 1
+    #: how many open at once: a number, or None for --concurrency to choose
+    concurrency: int | None = 1
+    #: the runs columns it fills beside goodput (statistics.WORKLOAD_METRICS defines each)
+    metrics: tuple[str, ...] = ()
+
+    def asked(self, requests: int, concurrency: int) -> tuple[int, int]:
+        """(requests, concurrency) of a run, the workload's own where it fixes them, else the command line's."""
+        return (self.requests or requests, self.concurrency or concurrency)
+
+    def client_options(self, size: int, requests: int, concurrency: int) -> dict[str, object]:
+        """The replay client's options (tparams.program_cli) asking for this workload; a download's are none
+        besides --size, so every client speaks it, the old ones too."""
+        requests, concurrency = self.asked(requests, concurrency)
+        options: dict[str, object] = {}
+        if self.direction != "down":
+            options["direction"] = self.direction
+        if requests != 1:
+            options["requests"] = requests
+        if concurrency != 1:
+            options["concurrency"] = concurrency
+        return options
+
+    def expected_bytes(self, size: int, requests: int, concurrency: int) -> int:
+        return size * self.asked(requests, concurrency)[0]
+
+    def succeeded(self, result: Mapping[str, object], size: int, requests: int, concurrency: int) -> bool:
+        """Whether a client's result is the whole workload: every request completed, every byte moved."""
+        wanted = self.asked(requests, concurrency)[0]
+        return (result.get("bytes") == self.expected_bytes(size, requests, concurrency)
+                and int(result.get("requests", 1)) == wanted)
+
+
+DOWNLOAD = Workload("download", "one GET of --size bytes: the thesis's bulk download")
+UPLOAD = Workload("upload", "one PUT of --size bytes: the client sends (QuicSand's upload)", direction="up")
+REQUESTS = Workload("requests", "--requests GETs of --size bytes each on one connection, --concurrency at once "
+                    "(QuicSand's request-response): requests per second, time to first byte, latency percentiles",
+                    requests=None, concurrency=None,
+                    metrics=("requests_per_s", "ttfb_ms", "latency_p50_ms", "latency_p90_ms", "latency_p99_ms"))
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (DOWNLOAD, UPLOAD, REQUESTS)}
