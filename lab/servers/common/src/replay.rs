@@ -1,17 +1,21 @@
 //! What every qreplay program shares: its command line (one subcommand per
-//! role, the twelve transport parameters by their RFC 9000 names with dashes),
-//! the bulk download it speaks, and the one JSON line it prints.
+//! role, the twelve transport parameters by their RFC 9000 names with dashes,
+//! the knobs of tparams/knobs.py), the replay protocol it speaks, and the one
+//! JSON line its client prints.
 //!
-//! The download is hq-interop (HTTP/0.9 over QUIC, as the Interop Runner's
-//! goodput test): the client opens one bidirectional stream, sends
-//! `GET /<size>\r\n` and a FIN, and the server answers with `<size>` bytes and
-//! a FIN. Every replay program speaks it, so any client can download from any
-//! server.
+//! The replay protocol (tparams/workloads.py) is hq-interop (HTTP/0.9 over
+//! QUIC, as the Interop Runner's goodput test) with an upload beside it: each
+//! request is a client-initiated bidirectional stream of its own; `GET /<size>\r\n`
+//! and a FIN asks the server for `<size>` bytes and a FIN (a download);
+//! `PUT /<size>\r\n`, `<size>` bytes and a FIN is answered, once the whole body
+//! is read, with the count of body bytes received in decimal and a FIN (an
+//! upload). A client makes `--requests` of them on one connection, at most
+//! `--concurrency` open at once.
 
 use std::fs::{File, OpenOptions};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -29,9 +33,10 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Role {
-    /// Serve `GET /<size>` with <size> bytes, to any number of connections.
+    /// Serve `GET /<size>` and `PUT /<size>` on any number of streams and connections.
     Server(ServerArgs),
-    /// Download <size> bytes once, then print {"bytes", "duration_s", ...} as one JSON line.
+    /// Make --requests requests of --size bytes on one connection, then print {"bytes", "duration_s", ...}
+    /// as one JSON line.
     Client(ClientArgs),
 }
 
@@ -47,14 +52,60 @@ pub struct ServerArgs {
 pub struct ClientArgs {
     /// The server's UDP address, ip:port.
     pub connect: SocketAddr,
-    /// Bytes to download.
+    /// Bytes each request moves (a GET's response body, a PUT's body).
     #[arg(long)]
     pub size: u64,
     /// Give up (exit 1) after this many seconds.
     #[arg(long, default_value_t = 600.0)]
     pub timeout_s: f64,
+    /// down: GET, the server sends; up: PUT, the client sends.
+    #[arg(long, value_enum, default_value_t = Direction::Down)]
+    pub direction: Direction,
+    /// Requests on the one connection, each of --size bytes.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub requests: u64,
+    /// Requests open at once, each on its own stream.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub concurrency: u64,
     #[command(flatten)]
     pub options: Options,
+}
+
+impl ClientArgs {
+    /// The request of this client's workload.
+    pub fn request(&self) -> Request {
+        Request { direction: self.direction, size: self.size }
+    }
+
+    /// Refuses every workload but one download a connection, for a client (of `library`) that speaks
+    /// only that.
+    pub fn refuse_workloads(&self, library: &str) {
+        if self.direction != Direction::Down || self.requests != 1 || self.concurrency != 1 {
+            crate::refuse(&format!(
+                "the {library} client makes one download a connection: no --direction=up, --requests or --concurrency"
+            ));
+        }
+    }
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// GET: the server sends.
+    Down,
+    /// PUT: the client sends.
+    Up,
+}
+
+/// The TLS 1.3 cipher suites, by their IANA names (tparams/knobs.py's CIPHER_SUITES).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)]
+pub enum CipherSuite {
+    #[value(name = "TLS_AES_128_GCM_SHA256")]
+    Aes128GcmSha256,
+    #[value(name = "TLS_AES_256_GCM_SHA384")]
+    Aes256GcmSha384,
+    #[value(name = "TLS_CHACHA20_POLY1305_SHA256")]
+    Chacha20Poly1305Sha256,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +123,12 @@ pub struct Options {
     /// Let the library grow its flow-control windows; without it they stay at the advertised values.
     #[arg(long)]
     pub autotune: bool,
+    /// The one TLS 1.3 cipher suite offered (client) and accepted (server); absent: the library's own list.
+    #[arg(long, value_enum)]
+    pub cipher: Option<CipherSuite>,
+    /// true or false: UDP generic segmentation offload of this endpoint's sends; absent: the library's own.
+    #[arg(long)]
+    pub gso: Option<bool>,
     /// Append the TLS secrets in NSS key log format (what tshark reads) to this file.
     #[arg(long)]
     pub keylog: Option<PathBuf>,
@@ -100,6 +157,22 @@ pub struct ReplayParameters {
     pub active_connection_id_limit: Option<u64>,
 }
 
+impl Options {
+    /// Refuses the knobs given here (`cipher`, `gso`) that the library cannot set, each with its reason.
+    pub fn refuse_knobs(&self, library: &str, cannot: &[(&str, &str)]) {
+        for (name, reason) in cannot {
+            let asked = match *name {
+                "cipher" => self.cipher.is_some(),
+                "gso" => self.gso.is_some(),
+                other => panic!("no knob {other}"),
+            };
+            if asked {
+                crate::refuse(&format!("{library} cannot set --{name}: {reason}"));
+            }
+        }
+    }
+}
+
 /// The parsed command line, with SIGTERM and SIGINT ending the process at once (status 0).
 pub fn start() -> Cli {
     let cli = Cli::parse();
@@ -107,24 +180,66 @@ pub fn start() -> Cli {
     cli
 }
 
-/// The request line for a download of `size` bytes.
-pub fn request(size: u64) -> Vec<u8> {
-    format!("GET /{size}\r\n").into_bytes()
+/// One request of the replay protocol: its direction and the bytes it moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub direction: Direction,
+    pub size: u64,
 }
 
-/// The size a request asks for: `Ok(None)` while the line is incomplete, `Err` for anything that is
-/// not `GET /<digits>` (HTTP/0.9 clients may end the line with `\n` alone, or end the stream instead).
-pub fn requested_size(received: &[u8], finished: bool) -> Result<Option<u64>, String> {
-    let end = received.iter().position(|b| *b == b'\n').or(finished.then_some(received.len()));
-    let Some(end) = end else {
-        return if received.len() > MAX_REQUEST { Err("request line too long".into()) } else { Ok(None) };
-    };
-    let line = String::from_utf8_lossy(&received[..end]);
-    line.trim_end()
-        .strip_prefix("GET /")
-        .and_then(|size| size.parse::<u64>().ok())
-        .map(Some)
-        .ok_or_else(|| format!("not a request for /<size>: {:?}", line.trim_end()))
+impl Request {
+    /// The request line: `GET /<size>\r\n` or `PUT /<size>\r\n` (a PUT's body follows it).
+    pub fn line(&self) -> Vec<u8> {
+        let method = match self.direction {
+            Direction::Down => "GET",
+            Direction::Up => "PUT",
+        };
+        format!("{method} /{}\r\n", self.size).into_bytes()
+    }
+
+    /// The request at the start of a stream and the length of its line, after which a PUT's body begins:
+    /// `Ok(None)` while the line is incomplete, `Err` for anything that is not `GET /<digits>` or
+    /// `PUT /<digits>` (HTTP/0.9 clients may end the line with `\n` alone, or end the stream instead).
+    pub fn parse(received: &[u8], finished: bool) -> Result<Option<(Request, usize)>, String> {
+        let newline = received.iter().position(|b| *b == b'\n');
+        let Some(end) = newline.or(finished.then_some(received.len())) else {
+            return if received.len() > MAX_REQUEST { Err("request line too long".into()) } else { Ok(None) };
+        };
+        let line = String::from_utf8_lossy(&received[..end]);
+        let line = line.trim_end();
+        let (direction, size) = if let Some(size) = line.strip_prefix("GET /") {
+            (Direction::Down, size)
+        } else if let Some(size) = line.strip_prefix("PUT /") {
+            (Direction::Up, size)
+        } else {
+            return Err(format!("not GET or PUT /<size>: {line:?}"));
+        };
+        let size = size.parse::<u64>().map_err(|_| format!("not a request for /<size>: {line:?}"))?;
+        Ok(Some((Request { direction, size }, newline.map_or(end, |at| at + 1))))
+    }
+}
+
+/// The size a download asks for, for a server (of `library`) that serves only downloads: as
+/// `Request::parse`, with a PUT an error.
+pub fn requested_size(received: &[u8], finished: bool, library: &str) -> Result<Option<u64>, String> {
+    match Request::parse(received, finished)? {
+        None => Ok(None),
+        Some((Request { direction: Direction::Down, size }, _)) => Ok(Some(size)),
+        Some((Request { direction: Direction::Up, .. }, _)) => Err(format!("the {library} server takes no PUT")),
+    }
+}
+
+/// A server's answer to an upload: the count of body bytes it received, in decimal.
+pub fn upload_answer(received: u64) -> Vec<u8> {
+    received.to_string().into_bytes()
+}
+
+/// The count in an upload's answer, or an error naming what came instead.
+pub fn uploaded(answer: &[u8]) -> Result<u64, String> {
+    std::str::from_utf8(answer)
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .ok_or_else(|| format!("not a byte count in the upload's answer: {:?}", String::from_utf8_lossy(answer)))
 }
 
 /// A buffer of body bytes to send from; the content is not part of any measurement.
@@ -141,14 +256,42 @@ pub fn keylog_file(path: &Path) -> File {
         .unwrap_or_else(|e| crate::refuse(&format!("key log {}: {e}", path.display())))
 }
 
-/// The client's result, as qreplay reads it: the last JSON line on stdout. `duration` runs from the
-/// request to the last byte of the body.
-pub fn print_client_result(bytes: u64, duration: Duration, handshake: Duration) {
-    println!(
-        "{{\"bytes\": {bytes}, \"duration_s\": {:.6}, \"handshake_s\": {:.6}}}",
+/// One completed request, as the client saw it.
+#[derive(Clone, Copy, Debug)]
+pub struct Exchange {
+    /// When its request began to go out.
+    pub sent: Instant,
+    /// When the first byte of its response arrived (for an upload: of the server's count).
+    pub first_byte: Instant,
+    /// When its response was complete.
+    pub finished: Instant,
+    /// Payload it moved: a download's body bytes received, the byte count an upload's server answered.
+    pub bytes: u64,
+}
+
+/// The client's result, as qreplay reads it: the last JSON line on stdout (tparams/workloads.py), of the
+/// exchanges in the order they completed.
+pub fn print_client_result(handshake: Duration, exchanges: &[Exchange]) {
+    println!("{}", client_result(handshake, exchanges));
+}
+
+fn client_result(handshake: Duration, exchanges: &[Exchange]) -> String {
+    let first = exchanges.iter().min_by_key(|exchange| exchange.sent);
+    let start = first.map(|first| first.sent);
+    let end = exchanges.iter().map(|exchange| exchange.finished).max();
+    let duration = start.zip(end).map_or(Duration::ZERO, |(start, end)| end - start);
+    let ttfb = first.map_or(Duration::ZERO, |first| first.first_byte - first.sent);
+    let latencies: Vec<String> =
+        exchanges.iter().map(|exchange| format!("{:.6}", (exchange.finished - exchange.sent).as_secs_f64())).collect();
+    format!(
+        "{{\"bytes\": {}, \"duration_s\": {:.6}, \"handshake_s\": {:.6}, \"requests\": {}, \"ttfb_s\": {:.6}, \"latencies_s\": [{}]}}",
+        exchanges.iter().map(|exchange| exchange.bytes).sum::<u64>(),
         duration.as_secs_f64(),
-        handshake.as_secs_f64()
-    );
+        handshake.as_secs_f64(),
+        exchanges.len(),
+        ttfb.as_secs_f64(),
+        latencies.join(", ")
+    )
 }
 
 /// The sender's statistics of a finished connection, for qreplay's counters: one JSON line of
@@ -170,11 +313,36 @@ mod tests {
 
     #[test]
     fn request_round_trip() {
-        assert_eq!(requested_size(&request(3_000_000), false), Ok(Some(3_000_000)));
-        assert_eq!(requested_size(b"GET /12", false), Ok(None));
-        assert_eq!(requested_size(b"GET /12", true), Ok(Some(12)));
-        assert_eq!(requested_size(b"GET /12\n", false), Ok(Some(12)));
-        assert!(requested_size(b"GET /index.html\r\n", false).is_err());
-        assert!(requested_size(&[b'x'; 100], false).is_err());
+        let get = Request { direction: Direction::Down, size: 3_000_000 };
+        assert_eq!(Request::parse(&get.line(), false), Ok(Some((get, 14))));
+        let put = Request { direction: Direction::Up, size: 12 };
+        let mut stream = put.line();
+        stream.extend_from_slice(b"body");
+        assert_eq!(Request::parse(&stream, false), Ok(Some((put, 9))));
+        assert_eq!(Request::parse(b"GET /12", false), Ok(None));
+        assert_eq!(requested_size(b"GET /12", true, "x"), Ok(Some(12)));
+        assert_eq!(requested_size(b"GET /12\n", false, "x"), Ok(Some(12)));
+        assert!(requested_size(b"PUT /12\n", false, "x").is_err());
+        assert!(Request::parse(b"GET /index.html\r\n", false).is_err());
+        assert!(Request::parse(b"POST /12\r\n", false).is_err());
+        assert!(Request::parse(&[b'x'; 100], false).is_err());
+        assert_eq!(uploaded(&upload_answer(123)), Ok(123));
+        assert!(uploaded(b"12x").is_err());
+    }
+
+    #[test]
+    fn result_of_concurrent_exchanges() {
+        let t = Instant::now();
+        let ms = |n| t + Duration::from_millis(n);
+        // the second request sent completes first
+        let exchanges = [
+            Exchange { sent: ms(1), first_byte: ms(3), finished: ms(4), bytes: 10 },
+            Exchange { sent: ms(0), first_byte: ms(2), finished: ms(6), bytes: 10 },
+        ];
+        assert_eq!(
+            client_result(Duration::from_millis(5), &exchanges),
+            "{\"bytes\": 20, \"duration_s\": 0.006000, \"handshake_s\": 0.005000, \"requests\": 2, \
+             \"ttfb_s\": 0.002000, \"latencies_s\": [0.003000, 0.006000]}"
+        );
     }
 }

@@ -5,7 +5,7 @@ use std::mem::size_of;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use lab_server_common::replay::{self, fail, ClientArgs};
+use lab_server_common::replay::{self, fail, ClientArgs, Exchange, Request};
 use msquic::ffi::QUIC_PARAM_CONN_REMOTE_ADDRESS;
 use msquic::{
     Addr, Api, BufferRef, Connection, ConnectionEvent, ConnectionRef, ConnectionShutdownFlags, CredentialConfig,
@@ -18,9 +18,10 @@ use crate::{Endpoint, Keylog, Side};
 enum Progress {
     /// The handshake is done and the request went out at this instant.
     Requested(Instant),
-    /// The body's FIN arrived after this many bytes.
+    /// The body's FIN arrived after this many bytes, the first of them at `first_byte`.
     Finished {
         bytes: u64,
+        first_byte: Option<Instant>,
         at: Instant,
     },
     Failed(String),
@@ -28,20 +29,21 @@ enum Progress {
 }
 
 pub fn run(args: ClientArgs) {
+    args.refuse_workloads("msquic");
     match download(&args) {
-        Ok((bytes, duration, handshake)) => replay::print_client_result(bytes, duration, handshake),
+        Ok((handshake, exchange)) => replay::print_client_result(handshake, &[exchange]),
         Err(message) => fail(&message),
     }
 }
 
-/// The bytes received, the time from request to FIN and the handshake's. msquic's handles are closed on
-/// return: libmsquic's exit handler waits for every connection to be gone.
-fn download(args: &ClientArgs) -> Result<(u64, Duration, Duration), String> {
+/// The handshake's time and the download. msquic's handles are closed on return: libmsquic's exit handler
+/// waits for every connection to be gone.
+fn download(args: &ClientArgs) -> Result<(Duration, Exchange), String> {
     let endpoint = Endpoint::new(&args.options, Side::Client);
     let registration = crate::registration();
     // The lab's certificates are self-signed.
     let credential = CredentialConfig::new_client().set_credential_flags(CredentialFlags::NO_CERTIFICATE_VALIDATION);
-    let configuration = endpoint.configuration(&registration, &credential);
+    let configuration = endpoint.configuration(&registration, credential);
     let keylog = args.options.keylog.as_deref().map(Keylog::open);
 
     let (report, events) = mpsc::channel();
@@ -49,7 +51,7 @@ fn download(args: &ClientArgs) -> Result<(u64, Duration, Duration), String> {
     let connection =
         Connection::open(&registration, |_, _| Ok(())).map_err(|e| format!("opening a connection: {e:?}"))?;
     let secrets = keylog.as_ref().map(|_| Keylog::capture(&connection));
-    let size = args.size;
+    let (size, request) = (args.size, args.request());
     connection.set_callback_handler(move |connection: ConnectionRef, event: ConnectionEvent| {
         let _ = report.send(match event {
             ConnectionEvent::Connected { .. } => {
@@ -57,7 +59,10 @@ fn download(args: &ClientArgs) -> Result<(u64, Duration, Duration), String> {
                     keylog.record(secrets);
                 }
                 let requested = Instant::now();
-                match endpoint.bound_window_growth(&connection).and_then(|()| request(&connection, size, &report)) {
+                match endpoint
+                    .bound_window_growth(&connection)
+                    .and_then(|()| send_request(&connection, request, &report))
+                {
                     Ok(()) => Progress::Requested(requested),
                     Err(status) => Progress::Failed(format!("sending the request: {status:?}")),
                 }
@@ -94,9 +99,9 @@ fn download(args: &ClientArgs) -> Result<(u64, Duration, Duration), String> {
     let result = loop {
         match events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(Progress::Requested(at)) => requested = Some(at),
-            Ok(Progress::Finished { bytes, at }) if bytes == size => {
-                let requested = requested.expect("a body without a request");
-                break (bytes, at - requested, requested - started);
+            Ok(Progress::Finished { bytes, first_byte, at }) if bytes == size => {
+                let sent = requested.expect("a body without a request");
+                break (sent - started, Exchange { sent, first_byte: first_byte.unwrap_or(at), finished: at, bytes });
             }
             Ok(Progress::Finished { bytes, .. }) => {
                 return Err(format!("the stream ended after {bytes} of {size} bytes"))
@@ -119,11 +124,11 @@ fn download(args: &ClientArgs) -> Result<(u64, Duration, Duration), String> {
 }
 
 /// Opens the stream and sends `GET /<size>` with its FIN; the stream reports the body's end to `report`.
-fn request(connection: &Connection, size: u64, report: &Sender<Progress>) -> Result<(), Status> {
+fn send_request(connection: &Connection, request: Request, report: &Sender<Progress>) -> Result<(), Status> {
     let stream = Stream::open(connection, StreamOpenFlags::NONE, receive_body(report.clone()))?;
     stream.start(StreamStartFlags::NONE)?;
     // msquic reads these until SendComplete; the client sends once, so they may live as long as the process.
-    let request: &'static [u8] = Box::leak(replay::request(size).into_boxed_slice());
+    let request: &'static [u8] = Box::leak(request.line().into_boxed_slice());
     let buffers: &'static [BufferRef; 1] = Box::leak(Box::new([BufferRef::from(request)]));
     unsafe { stream.send(buffers, SendFlags::FIN, std::ptr::null()) }?;
     // Its callback closes it.
@@ -133,13 +138,17 @@ fn request(connection: &Connection, size: u64, report: &Sender<Progress>) -> Res
 
 fn receive_body(report: Sender<Progress>) -> impl FnMut(StreamRef, StreamEvent) -> Result<(), Status> {
     let mut bytes = 0;
+    let mut first_byte = None;
     move |stream, event| {
         match event {
             // Leaving total_buffer_length as it is consumes all of it.
-            StreamEvent::Receive { total_buffer_length, .. } => bytes += *total_buffer_length,
+            StreamEvent::Receive { total_buffer_length, .. } => {
+                first_byte.get_or_insert_with(Instant::now);
+                bytes += *total_buffer_length;
+            }
             // msquic tells this once the application has taken every byte up to the FIN.
             StreamEvent::PeerSendShutdown => {
-                let _ = report.send(Progress::Finished { bytes, at: Instant::now() });
+                let _ = report.send(Progress::Finished { bytes, first_byte, at: Instant::now() });
             }
             StreamEvent::PeerSendAborted { error_code } => {
                 let _ = report.send(Progress::Failed(format!("the server reset the stream (error code {error_code})")));

@@ -12,15 +12,15 @@ use std::mem::size_of;
 use std::path::Path;
 
 use lab_server_common::refuse;
-use lab_server_common::replay::{self, CongestionControl, Options, Role};
+use lab_server_common::replay::{self, CipherSuite, CongestionControl, Options, Role};
 use msquic::ffi::{
     QUIC_CONGESTION_CONTROL_ALGORITHM_QUIC_CONGESTION_CONTROL_ALGORITHM_BBR as BBR,
     QUIC_CONGESTION_CONTROL_ALGORITHM_QUIC_CONGESTION_CONTROL_ALGORITHM_CUBIC as CUBIC, QUIC_PARAM_CONN_SETTINGS,
     QUIC_PARAM_CONN_TLS_SECRETS, QUIC_SETTINGS,
 };
 use msquic::{
-    Api, BufferRef, Configuration, Connection, CredentialConfig, QuicTlsSecrets, Registration, RegistrationConfig,
-    Settings, Status, PARAM_CONFIGURATION_SETTINGS,
+    AllowedCipherSuiteFlags, Api, BufferRef, Configuration, Connection, CredentialConfig, QuicTlsSecrets, Registration,
+    RegistrationConfig, Settings, Status, PARAM_CONFIGURATION_SETTINGS,
 };
 
 /// msquic's defaults for the windows a command line leaves out (quicdef.h).
@@ -54,10 +54,16 @@ struct Endpoint {
     /// starts and is only a ceiling afterwards, so setting it once the handshake is done bounds the growth
     /// without touching the advertised windows.
     stream_window_ceiling: u32,
+    /// --cipher: the one TLS 1.3 suite this end allows (the client offers, the server accepts).
+    cipher: Option<CipherSuite>,
 }
 
 impl Endpoint {
     fn new(options: &Options, side: Side) -> Endpoint {
+        options.refuse_knobs(
+            "msquic",
+            &[("gso", "msquic 2.5 has no setting for it (its Linux datapath uses UDP GSO wherever the kernel has it)")],
+        );
         let p = &options.parameters;
         let unsupported = [
             (
@@ -127,10 +133,19 @@ impl Endpoint {
         } else {
             download_window.min(connection_window)
         };
-        Endpoint { settings, stream_window_ceiling }
+        Endpoint { settings, stream_window_ceiling, cipher: options.cipher }
     }
 
-    fn configuration(&self, registration: &Registration, credential: &CredentialConfig) -> Configuration {
+    fn configuration(&self, registration: &Registration, credential: CredentialConfig) -> Configuration {
+        // QUIC_CREDENTIAL_FLAG_SET_ALLOWED_CIPHER_SUITES: quictls then offers or accepts only these.
+        let credential = match self.cipher {
+            None => credential,
+            Some(cipher) => credential.set_allowed_cipher_suites(match cipher {
+                CipherSuite::Aes128GcmSha256 => AllowedCipherSuiteFlags::AES_128_GCM_SHA256,
+                CipherSuite::Aes256GcmSha384 => AllowedCipherSuiteFlags::AES_256_GCM_SHA384,
+                CipherSuite::Chacha20Poly1305Sha256 => AllowedCipherSuiteFlags::CHACHA20_POLY1305_SHA256,
+            }),
+        };
         let alpn = [BufferRef::from(replay::ALPN)];
         let configuration =
             Configuration::open(registration, &alpn, None).unwrap_or_else(|e| msquic_refused("configuration", e));
@@ -143,7 +158,7 @@ impl Endpoint {
             )
         }
         .unwrap_or_else(|e| msquic_refused("these settings", e));
-        configuration.load_credential(credential).unwrap_or_else(|e| msquic_refused("the credential", e));
+        configuration.load_credential(&credential).unwrap_or_else(|e| msquic_refused("the credential", e));
         configuration
     }
 

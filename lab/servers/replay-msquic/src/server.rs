@@ -22,7 +22,7 @@ pub fn run(args: ServerArgs) {
     let key_and_cert =
         CertificateFile::new(args.listener.key.display().to_string(), args.listener.cert.display().to_string());
     let credential = CredentialConfig::new().set_credential(Credential::CertificateFile(key_and_cert));
-    let configuration = Arc::new(endpoint.configuration(&registration, &credential));
+    let configuration = Arc::new(endpoint.configuration(&registration, credential));
     let keylog = args.options.keylog.as_deref().map(|path| Arc::new(Keylog::open(path)));
     let body: &'static [u8] = replay::body_chunk().repeat(CHUNKS_PER_SEND).leak();
 
@@ -89,7 +89,7 @@ fn answer(body: &'static [u8]) -> impl FnMut(StreamRef, StreamEvent) -> Result<(
         if answered {
             return Ok(());
         }
-        match replay::requested_size(&request, finished) {
+        match replay::requested_size(&request, finished, "msquic") {
             Ok(None) => {}
             Ok(Some(size)) => {
                 answered = true;

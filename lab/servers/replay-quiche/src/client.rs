@@ -1,11 +1,11 @@
-//! The client: one connection, one request, the body counted and dropped.
+//! The client: one connection, one download, the body counted and dropped.
 
 use std::collections::hash_map::RandomState;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lab_server_common::replay::{self, fail, ClientArgs};
+use lab_server_common::replay::{self, fail, ClientArgs, Exchange};
 
 /// The name the server's certificate is issued for; the client does not verify it.
 const SERVER_NAME: &str = "qreplay.lab";
@@ -13,6 +13,7 @@ const SERVER_NAME: &str = "qreplay.lab";
 const STREAM: u64 = 0;
 
 pub fn run(args: ClientArgs) {
+    args.refuse_workloads("quiche");
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(args.timeout_s);
     let mut config =
@@ -31,6 +32,7 @@ pub fn run(args: ClientArgs) {
     let (mut buf, mut out) = (vec![0u8; 65535], vec![0u8; 65535]);
     let mut requested: Option<(Instant, Duration)> = None;
     let mut received = 0u64;
+    let mut first_byte = None;
     loop {
         let release = super::flush(&socket, &mut connection, &mut out);
         if connection.is_closed() {
@@ -60,7 +62,7 @@ pub fn run(args: ClientArgs) {
             connection.on_timeout();
         }
         if requested.is_none() && connection.is_established() {
-            if let Err(e) = connection.stream_send(STREAM, &replay::request(args.size), true) {
+            if let Err(e) = connection.stream_send(STREAM, &args.request().line(), true) {
                 fail(&format!("request: {e}"));
             }
             requested = Some((Instant::now(), now - started));
@@ -72,15 +74,20 @@ pub fn run(args: ClientArgs) {
                 Err(quiche::Error::Done) => break,
                 Err(e) => fail(&format!("response stream: {e} after {received} of {} bytes", args.size)),
             };
+            first_byte.get_or_insert_with(Instant::now);
             received += len as u64;
             if fin {
-                let duration = request_sent.elapsed();
+                let finished = Instant::now();
                 if received != args.size {
                     fail(&format!("the server sent {received} of {} bytes", args.size));
                 }
                 let _ = connection.close(true, 0x0, b"");
                 super::flush(&socket, &mut connection, &mut out);
-                replay::print_client_result(received, duration, handshake);
+                let first_byte = first_byte.unwrap_or(finished);
+                replay::print_client_result(
+                    handshake,
+                    &[Exchange { sent: request_sent, first_byte, finished, bytes: received }],
+                );
                 return;
             }
         }

@@ -41,6 +41,13 @@ fn main() {
 /// stream this endpoint receives on (the client's bidi_local, the server's bidi_remote): quiche
 /// has one stream-window ceiling for all streams, and pinning means that ceiling is this window.
 fn config(options: &Options, download_window: Option<u64>) -> quiche::Config {
+    options.refuse_knobs(
+        "quiche",
+        &[
+            ("cipher", "its TLS, BoringSSL, offers its own TLS 1.3 suites and lets no application choose them"),
+            ("gso", "this program hands quiche's packets to the kernel one datagram a send_to, with no GSO to switch"),
+        ],
+    );
     let parameters = &options.parameters;
     let flow = &parameters.flow_control;
     let numbers = [

@@ -119,7 +119,7 @@ impl Client {
                 let transfer = self.streams.entry(stream_id).or_insert_with(|| Transfer::Request(Vec::new()));
                 let Transfer::Request(received) = transfer else { continue };
                 received.extend_from_slice(&request[..len]);
-                match replay::requested_size(received, fin) {
+                match replay::requested_size(received, fin, "quiche") {
                     Ok(Some(size)) => *transfer = Transfer::Body(size),
                     Ok(None) => {}
                     Err(reason) => {

@@ -1,32 +1,39 @@
-//! The download: one bidirectional stream, the request, then the body in the chunks quinn hands over.
+//! The client: --requests requests on one connection, each on a bidirectional stream of its own, at most
+//! --concurrency open at once; a download's body and an upload's answer read in the chunks quinn hands over.
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lab_server_common::replay::{fail, print_client_result, request, ClientArgs, ALPN};
+use bytes::Bytes;
+use lab_server_common::replay::{
+    body_chunk, fail, print_client_result, uploaded, ClientArgs, Direction, Exchange, Request, ALPN,
+};
 use quinn::crypto::rustls::QuicClientConfig;
-use quinn::ConnectionId;
+use quinn::{Connection, ConnectionId};
+use tokio::task::JoinSet;
 
 use crate::config::{self, AnyCertificate, KeyLogFile, QlogFile, Side};
 
 /// The name the client asks for; the lab's certificates are not verified anyway.
 const SERVER_NAME: &str = "qreplay.lab";
+/// The longest upload answer read: a byte count in decimal.
+const MAX_ANSWER: usize = 32;
 
 pub async fn run(args: ClientArgs) {
     config::check(&args.options, &Side::Client);
     let timeout = Duration::try_from_secs_f64(args.timeout_s).unwrap_or_else(|e| fail(&format!("--timeout-s: {e}")));
-    match tokio::time::timeout(timeout, download(&args)).await {
+    match tokio::time::timeout(timeout, connect_and_request(&args)).await {
         Ok(Ok(())) => {}
         Ok(Err(message)) => fail(&message),
-        Err(_) => fail(&format!("no complete download within {} s", args.timeout_s)),
+        Err(_) => fail(&format!("{} requests not complete within {} s", args.requests, args.timeout_s)),
     }
 }
 
-async fn download(args: &ClientArgs) -> Result<(), String> {
+async fn connect_and_request(args: &ClientArgs) -> Result<(), String> {
     let options = &args.options;
-    let provider = config::crypto_provider();
+    let provider = config::crypto_provider(options.cipher);
     let mut tls = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| e.to_string())?
@@ -37,7 +44,7 @@ async fn download(args: &ClientArgs) -> Result<(), String> {
     if let Some(path) = &options.keylog {
         tls.key_log = KeyLogFile::open(path);
     }
-    let crypto = QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?;
+    let crypto = QuicClientConfig::with_initial(Arc::new(tls), config::initial_suite()).map_err(|e| e.to_string())?;
     // Chosen here rather than by quinn, to name the qlog file as the server names its: by the
     // connection's original destination connection ID.
     let mut original_cid = [0u8; 20];
@@ -59,15 +66,18 @@ async fn download(args: &ClientArgs) -> Result<(), String> {
         .map_err(|e| format!("handshake with {}: {e}", args.connect))?;
     let handshake = start.elapsed();
 
-    let (mut send, mut recv) = connection.open_bi().await.map_err(|e| format!("open stream: {e}"))?;
-    let requested = Instant::now();
-    send.write_all(&request(args.size)).await.map_err(|e| format!("send request: {e}"))?;
-    send.finish().map_err(|e| format!("send request: {e}"))?;
-    let mut bytes = 0u64;
-    while let Some(chunk) = recv.read_chunk(usize::MAX, true).await.map_err(|e| format!("after {bytes} bytes: {e}"))? {
-        bytes += chunk.bytes.len() as u64;
+    let body = Bytes::from(body_chunk());
+    let mut running = JoinSet::new();
+    let mut issued = 0;
+    let mut exchanges = Vec::new();
+    while exchanges.len() < args.requests as usize {
+        while issued < args.requests && (running.len() as u64) < args.concurrency {
+            running.spawn(exchange(connection.clone(), args.request(), body.clone()));
+            issued += 1;
+        }
+        let done = running.join_next().await.expect("a request running");
+        exchanges.push(done.map_err(|e| format!("request task: {e}"))??);
     }
-    let duration = requested.elapsed();
 
     // Closing at once, and waiting for the close to go out, ends the server's connection now, so
     // that it prints its sender statistics before qreplay stops it.
@@ -76,9 +86,49 @@ async fn download(args: &ClientArgs) -> Result<(), String> {
     if let Some(mut qlog) = qlog {
         let _ = qlog.flush();
     }
-    if bytes != args.size {
-        return Err(format!("received {bytes} of {} bytes", args.size));
-    }
-    print_client_result(bytes, duration, handshake);
+    print_client_result(handshake, &exchanges);
     Ok(())
+}
+
+/// One request on a stream of its own, timed from before the stream opens, so that a wait for the
+/// server's stream credit (initial_max_streams_bidi) counts in its latency.
+async fn exchange(connection: Connection, request: Request, body: Bytes) -> Result<Exchange, String> {
+    let sent = Instant::now();
+    let (mut send, mut recv) = connection.open_bi().await.map_err(|e| format!("open stream: {e}"))?;
+    send.write_all(&request.line()).await.map_err(|e| format!("send request: {e}"))?;
+    if request.direction == Direction::Up {
+        let mut remaining = request.size;
+        while remaining > 0 {
+            let length = remaining.min(body.len() as u64) as usize;
+            send.write_chunk(body.slice(..length))
+                .await
+                .map_err(|e| format!("after {} of {} bytes sent: {e}", request.size - remaining, request.size))?;
+            remaining -= length as u64;
+        }
+    }
+    send.finish().map_err(|e| format!("send request: {e}"))?;
+    let mut first_byte = None;
+    let mut received = 0u64;
+    let mut answer = Vec::new();
+    while let Some(chunk) =
+        recv.read_chunk(usize::MAX, true).await.map_err(|e| format!("after {received} bytes received: {e}"))?
+    {
+        first_byte.get_or_insert_with(Instant::now);
+        received += chunk.bytes.len() as u64;
+        if request.direction == Direction::Up {
+            answer.extend_from_slice(&chunk.bytes);
+            if answer.len() > MAX_ANSWER {
+                return Err("the upload's answer is longer than a byte count".into());
+            }
+        }
+    }
+    let finished = Instant::now();
+    let bytes = match request.direction {
+        Direction::Down => received,
+        Direction::Up => uploaded(&answer)?,
+    };
+    if bytes != request.size {
+        return Err(format!("{bytes} of {} bytes moved", request.size));
+    }
+    Ok(Exchange { sent, first_byte: first_byte.unwrap_or(finished), finished, bytes })
 }

@@ -1,5 +1,5 @@
 //! The command line's options as quinn configuration: what quinn lets an application set, refusals
-//! for what it does not, TLS (rustls with ring), the key log and qlog files.
+//! for what it does not, TLS (rustls with ring, limited to --cipher's suite), the key log and qlog files.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use lab_server_common::refuse;
-use lab_server_common::replay::{keylog_file, CongestionControl, Options, ReplayParameters};
+use lab_server_common::replay::{keylog_file, CipherSuite, CongestionControl, Options, ReplayParameters};
 use quinn::congestion::{BbrConfig, CubicConfig};
 use quinn::{EndpointConfig, IdleTimeout, QlogConfig, QlogStream, TransportConfig, VarInt};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -92,6 +92,10 @@ pub fn transport(options: &Options, qlog: Option<QlogStream>) -> TransportConfig
         CongestionControl::Cubic => transport.congestion_controller_factory(Arc::new(CubicConfig::default())),
         CongestionControl::Bbr => transport.congestion_controller_factory(Arc::new(BbrConfig::default())),
     };
+    // Off: quinn hands the socket one datagram a transmit (quinn-proto's poll_transmit), never a GSO batch.
+    if let Some(gso) = options.gso {
+        transport.enable_segmentation_offload(gso);
+    }
     transport.qlog_stream(qlog);
     transport
 }
@@ -118,8 +122,30 @@ pub fn endpoint(
         .unwrap_or_else(|e| refuse(&format!("endpoint on {addr}: {e}")))
 }
 
-pub fn crypto_provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+/// ring's provider, with --cipher's suite as its only cipher suite when one is given: the client then
+/// offers only that suite and the server accepts only that one.
+pub fn crypto_provider(cipher: Option<CipherSuite>) -> Arc<CryptoProvider> {
+    use rustls::crypto::ring::cipher_suite::{
+        TLS13_AES_128_GCM_SHA256, TLS13_AES_256_GCM_SHA384, TLS13_CHACHA20_POLY1305_SHA256,
+    };
+    let mut provider = rustls::crypto::ring::default_provider();
+    if let Some(cipher) = cipher {
+        provider.cipher_suites = vec![match cipher {
+            CipherSuite::Aes128GcmSha256 => TLS13_AES_128_GCM_SHA256,
+            CipherSuite::Aes256GcmSha384 => TLS13_AES_256_GCM_SHA384,
+            CipherSuite::Chacha20Poly1305Sha256 => TLS13_CHACHA20_POLY1305_SHA256,
+        }];
+    }
+    Arc::new(provider)
+}
+
+/// The suite of the Initial packets, AES-128-GCM whatever the handshake negotiates (RFC 9001, 5.2):
+/// given to quinn apart, since it looks for it among the provider's suites, which --cipher may leave out.
+pub fn initial_suite() -> rustls::quic::Suite {
+    rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256
+        .tls13()
+        .and_then(|suite| suite.quic_suite())
+        .expect("ring's AES-128-GCM suite serves QUIC")
 }
 
 /// A qlog file that the application can flush while quinn still holds it (quinn flushes only when a

@@ -1,5 +1,5 @@
-//! qreplay's quinn 0.11 client and server (lab_server_common::replay): the hq-interop bulk download
-//! over quinn's tokio runtime, with rustls (ring) for TLS.
+//! qreplay's quinn 0.11 client and server (lab_server_common::replay): the replay protocol (downloads,
+//! uploads, many requests on one connection) over quinn's tokio runtime, with rustls (ring) for TLS.
 
 mod client;
 mod config;

@@ -1,11 +1,13 @@
-//! Serves `GET /<size>` on every bidirectional stream of any number of concurrent connections.
+//! Serves `GET /<size>` and `PUT /<size>` on every bidirectional stream of any number of concurrent connections.
 
 use std::io::Write;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use lab_server_common::refuse;
-use lab_server_common::replay::{body_chunk, print_sender_stats, requested_size, ServerArgs, ALPN, MAX_REQUEST};
+use lab_server_common::replay::{
+    body_chunk, print_sender_stats, upload_answer, Direction, Request, ServerArgs, ALPN, MAX_REQUEST,
+};
 use quinn::crypto::rustls::QuicServerConfig;
 use quinn::{Connecting, Connection, ConnectionError, QlogStream, RecvStream, SendStream, VarInt};
 use rustls::pki_types::pem::PemObject;
@@ -13,7 +15,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::config::{self, KeyLogFile, QlogFile, Side};
 
-/// The application error code that resets a stream whose request is not `GET /<size>`.
+/// The application error code that resets a stream whose request is not `GET /<size>` or `PUT /<size>`.
 const BAD_REQUEST: u32 = 1;
 
 pub async fn run(args: ServerArgs) {
@@ -24,7 +26,7 @@ pub async fn run(args: ServerArgs) {
         .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.listener.cert.display())));
     let key = PrivateKeyDer::from_pem_file(&args.listener.key)
         .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.listener.key.display())));
-    let mut tls = rustls::ServerConfig::builder_with_provider(config::crypto_provider())
+    let mut tls = rustls::ServerConfig::builder_with_provider(config::crypto_provider(options.cipher))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .and_then(|builder| builder.with_no_client_auth().with_single_cert(certs, key))
         .unwrap_or_else(|e| refuse(&e.to_string()));
@@ -32,8 +34,10 @@ pub async fn run(args: ServerArgs) {
     if let Some(path) = &options.keylog {
         tls.key_log = KeyLogFile::open(path);
     }
-    let crypto: Arc<QuicServerConfig> =
-        Arc::new(QuicServerConfig::try_from(tls).unwrap_or_else(|e| refuse(&e.to_string())));
+    let crypto: Arc<QuicServerConfig> = Arc::new(
+        QuicServerConfig::with_initial(Arc::new(tls), config::initial_suite())
+            .unwrap_or_else(|e| refuse(&e.to_string())),
+    );
     let server_config = |qlog: Option<QlogStream>| {
         let mut server_config = quinn::ServerConfig::with_crypto(crypto.clone());
         server_config.transport_config(Arc::new(config::transport(&options, qlog)));
@@ -69,16 +73,16 @@ async fn serve(connecting: Result<Connecting, ConnectionError>, body: Bytes, qlo
 }
 
 async fn answer(mut send: SendStream, mut recv: RecvStream, body: Bytes) {
-    let mut request = Vec::new();
-    let size = loop {
+    let mut received = Vec::new();
+    let ((request, line), mut finished) = loop {
         let chunk = match recv.read_chunk(MAX_REQUEST, true).await {
             Ok(chunk) => chunk,
             Err(_) => return,
         };
         let finished = chunk.is_none();
-        request.extend_from_slice(chunk.map(|chunk| chunk.bytes).as_deref().unwrap_or_default());
-        match requested_size(&request, finished) {
-            Ok(Some(size)) => break size,
+        received.extend_from_slice(chunk.map(|chunk| chunk.bytes).as_deref().unwrap_or_default());
+        match Request::parse(&received, finished) {
+            Ok(Some(request)) => break (request, finished),
             Ok(None) => {}
             Err(_) => {
                 let _ = send.reset(VarInt::from_u32(BAD_REQUEST));
@@ -86,13 +90,31 @@ async fn answer(mut send: SendStream, mut recv: RecvStream, body: Bytes) {
             }
         }
     };
-    let mut remaining = size;
-    while remaining > 0 {
-        let length = remaining.min(body.len() as u64) as usize;
-        if send.write_chunk(body.slice(..length)).await.is_err() {
-            return;
+    match request.direction {
+        Direction::Down => {
+            let mut remaining = request.size;
+            while remaining > 0 {
+                let length = remaining.min(body.len() as u64) as usize;
+                if send.write_chunk(body.slice(..length)).await.is_err() {
+                    return;
+                }
+                remaining -= length as u64;
+            }
         }
-        remaining -= length as u64;
+        Direction::Up => {
+            // The body so far is what came after the request line; the rest is read to the FIN.
+            let mut uploaded = (received.len() - line) as u64;
+            while !finished {
+                match recv.read_chunk(usize::MAX, false).await {
+                    Ok(Some(chunk)) => uploaded += chunk.bytes.len() as u64,
+                    Ok(None) => finished = true,
+                    Err(_) => return,
+                }
+            }
+            if send.write_all(&upload_answer(uploaded)).await.is_err() {
+                return;
+            }
+        }
     }
     let _ = send.finish();
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lab_server_common::refuse;
-use lab_server_common::replay::{self, ClientArgs, CongestionControl, Options, Role, ServerArgs, ALPN};
+use lab_server_common::replay::{self, ClientArgs, CongestionControl, Exchange, Options, Role, ServerArgs, ALPN};
 use s2n_quic::client::Connect;
 use s2n_quic::provider::congestion_controller::{self, Bbr, Cubic};
 use s2n_quic::provider::limits::Limits;
@@ -69,6 +69,21 @@ fn refuse_what_s2n_quic_cannot_do(options: &Options) {
     if options.qlog_dir.is_some() {
         refuse("s2n-quic 1.91 writes no qlog");
     }
+    options.refuse_knobs(
+        "s2n-quic",
+        &[("cipher", "s2n-quic 1.91's TLS builders take no cipher suite list (s2n-tls's security policy is theirs)")],
+    );
+}
+
+/// The endpoint's socket at `address`, with UDP GSO as --gso asks (absent: s2n-quic's own, on where the
+/// kernel has it).
+fn io(address: std::net::SocketAddr, gso: Option<bool>) -> Result<s2n_quic::provider::io::Default> {
+    let builder = s2n_quic::provider::io::Default::builder().with_receive_address(address)?;
+    Ok(match gso {
+        Some(gso) => builder.with_gso(gso)?,
+        None => builder,
+    }
+    .build()?)
 }
 
 fn limits(options: &Options) -> Result<Limits> {
@@ -124,7 +139,7 @@ async fn server<C: congestion_controller::Provider>(args: ServerArgs, limits: Li
             .with_limits(limits)?
             .with_congestion_controller(cc)?
             .with_event(sender_stats::PrintSenderStats)?
-            .with_io(args.listener.listen)?
+            .with_io(io(args.listener.listen, args.options.gso)?)?
             .start()?;
         let body = Bytes::from(replay::body_chunk().repeat(SEND_CHUNK / replay::body_chunk().len()));
         while let Some(mut connection) = server.accept().await {
@@ -155,7 +170,7 @@ async fn answer(mut stream: BidirectionalStream, body: Bytes) -> Result<()> {
         if let Some(chunk) = &chunk {
             request.extend_from_slice(chunk);
         }
-        if let Some(size) = replay::requested_size(&request, chunk.is_none())? {
+        if let Some(size) = replay::requested_size(&request, chunk.is_none(), "s2n-quic")? {
             break size;
         }
     };
@@ -170,6 +185,7 @@ async fn answer(mut stream: BidirectionalStream, body: Bytes) -> Result<()> {
 }
 
 async fn client<C: congestion_controller::Provider>(args: ClientArgs, limits: Limits, cc: C) {
+    args.refuse_workloads("s2n-quic");
     let timeout = Duration::from_secs_f64(args.timeout_s);
     match tokio::time::timeout(timeout, download(&args, limits, cc)).await {
         Ok(Ok(())) => {}
@@ -192,7 +208,7 @@ async fn download<C: congestion_controller::Provider>(args: &ClientArgs, limits:
         .with_tls(tls.build()?)?
         .with_limits(limits)?
         .with_congestion_controller(cc)?
-        .with_io(local)?
+        .with_io(io(local, args.options.gso)?)?
         .start()?;
 
     let started = Instant::now();
@@ -200,23 +216,28 @@ async fn download<C: congestion_controller::Provider>(args: &ClientArgs, limits:
     let handshake = started.elapsed();
     let mut stream = connection.open_bidirectional_stream().await?;
     let requested = Instant::now();
-    stream.send(Bytes::from(replay::request(args.size))).await?;
+    stream.send(Bytes::from(args.request().line())).await?;
     stream.finish()?;
     let mut received = 0u64;
+    let mut first_byte = None;
     let mut chunks = vec![Bytes::new(); 64];
     loop {
         let (count, open) = stream.receive_vectored(&mut chunks).await?;
+        if count > 0 {
+            first_byte.get_or_insert_with(Instant::now);
+        }
         // Taken, not just counted: s2n-quic receives only into empty placeholders.
         received += chunks[..count].iter_mut().map(|chunk| std::mem::take(chunk).len() as u64).sum::<u64>();
         if !open {
             break;
         }
     }
-    let duration = requested.elapsed();
+    let finished = Instant::now();
     if received != args.size {
         return Err(format!("received {received} of {} bytes", args.size).into());
     }
-    replay::print_client_result(received, duration, handshake);
+    let first_byte = first_byte.unwrap_or(finished);
+    replay::print_client_result(handshake, &[Exchange { sent: requested, first_byte, finished, bytes: received }]);
     connection.close(0u8.into());
     drop((stream, connection));
     let _ = tokio::time::timeout(CLOSE_GRACE, client.wait_idle()).await;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lab_server_common::refuse;
-use lab_server_common::replay::{fail, print_client_result, request, ClientArgs, Options};
+use lab_server_common::replay::{fail, print_client_result, ClientArgs, Exchange, Options, Request};
 use tquic::{Connection, Endpoint, TlsConfig, TransportHandler};
 
 use crate::net;
@@ -16,10 +16,12 @@ const SERVER_NAME: &str = "qreplay.lab";
 
 #[derive(Default)]
 struct Download {
+    request: Option<Request>,
     size: u64,
     received: u64,
     established: Option<Instant>,
     requested: Option<Instant>,
+    first_byte: Option<Instant>,
     finished: Option<Instant>,
     error: Option<String>,
 }
@@ -45,7 +47,7 @@ impl TransportHandler for Client {
     fn on_conn_established(&mut self, conn: &mut Connection) {
         let mut download = self.download.borrow_mut();
         download.established = Some(Instant::now());
-        let request = Bytes::from(request(download.size));
+        let request = Bytes::from(download.request.expect("the client's request").line());
         let sent = conn.stream_bidi_new(0, false).and_then(|stream| {
             let len = conn.stream_write(stream, request.clone(), true)?;
             // Whole, with its FIN: nothing more to write, so no more writable events.
@@ -69,6 +71,7 @@ impl TransportHandler for Client {
                 Err(e) => return self.give_up(conn, format!("stream {stream_id}: {e:?}")),
             };
             let mut download = self.download.borrow_mut();
+            download.first_byte.get_or_insert_with(Instant::now);
             download.received += len as u64;
             if fin {
                 let (received, size) = (download.received, download.size);
@@ -104,6 +107,7 @@ impl TransportHandler for Client {
 }
 
 pub fn run(args: ClientArgs) {
+    args.refuse_workloads("tquic");
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(args.timeout_s);
     let any: SocketAddr = match args.connect {
@@ -115,7 +119,8 @@ pub fn run(args: ClientArgs) {
         .unwrap_or_else(|e| refuse(&e.to_string()));
     tls.set_verify(false);
     let config = crate::config(&args.options, tls, false);
-    let download = Rc::new(RefCell::new(Download { size: args.size, ..Default::default() }));
+    let download =
+        Rc::new(RefCell::new(Download { request: Some(args.request()), size: args.size, ..Default::default() }));
     let client = Client { options: args.options, download: download.clone(), buffer: vec![0; 1 << 20] };
     let mut endpoint = Endpoint::new(Box::new(config), false, Box::new(client), Rc::new(net::Sender(socket.clone())));
     endpoint
@@ -133,9 +138,15 @@ pub fn run(args: ClientArgs) {
         fail(error);
     }
     match (download.established, download.requested, download.finished) {
-        (Some(established), Some(requested), Some(finished)) => {
-            print_client_result(download.received, finished - requested, established - started)
-        }
+        (Some(established), Some(sent), Some(finished)) => print_client_result(
+            established - started,
+            &[Exchange {
+                sent,
+                first_byte: download.first_byte.unwrap_or(finished),
+                finished,
+                bytes: download.received,
+            }],
+        ),
         _ => {
             fail(&format!("timed out after {} s with {} of {} bytes", args.timeout_s, download.received, download.size))
         }

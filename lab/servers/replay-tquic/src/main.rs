@@ -31,6 +31,13 @@ fn main() {
 
 /// The library's configuration for one role; a value tquic cannot put on the wire is refused.
 fn config(options: &Options, tls: TlsConfig, is_server: bool) -> Config {
+    options.refuse_knobs(
+        "tquic",
+        &[
+            ("cipher", "its TLS, BoringSSL, offers its own TLS 1.3 suites and lets no application choose them"),
+            ("gso", "this program hands tquic's packets to the kernel one datagram a send_to, with no GSO to switch"),
+        ],
+    );
     let p = &options.parameters;
     let flow = &p.flow_control;
     let mut config = Config::new().unwrap_or_else(|e| refuse(&e.to_string()));

@@ -95,7 +95,7 @@ impl TransportHandler for Server {
             let request = match exchange(conn, stream_id) {
                 Some(Exchange::Request(received)) => {
                     received.extend_from_slice(&buffer[..len]);
-                    requested_size(received, fin)
+                    requested_size(received, fin, "tquic")
                 }
                 _ => Ok(None),
             };
