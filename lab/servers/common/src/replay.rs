@@ -13,8 +13,11 @@
 //! `--concurrency` open at once.
 
 use std::fs::{File, OpenOptions};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -75,6 +78,39 @@ impl ClientArgs {
     /// The request of this client's workload.
     pub fn request(&self) -> Request {
         Request { direction: self.direction, size: self.size }
+    }
+
+    /// The workload's exchanges, in the order they complete: `start` makes one request's future, which is
+    /// started --requests times, at most --concurrency of them running at once; the first error ends it.
+    /// For an async client of any runtime: the futures run in the caller's task.
+    pub async fn exchanges<F: Future<Output = Result<Exchange, String>>>(
+        &self,
+        mut start: impl FnMut() -> F,
+    ) -> Result<Vec<Exchange>, String> {
+        let mut running: Vec<Pin<Box<F>>> = Vec::new();
+        let (mut issued, mut completed) = (0, Vec::new());
+        while (completed.len() as u64) < self.requests {
+            while issued < self.requests && (running.len() as u64) < self.concurrency {
+                running.push(Box::pin(start()));
+                issued += 1;
+            }
+            let exchange = std::future::poll_fn(|cx| {
+                let ready = running.iter_mut().enumerate().find_map(|(at, request)| match request.as_mut().poll(cx) {
+                    Poll::Ready(outcome) => Some((at, outcome)),
+                    Poll::Pending => None,
+                });
+                match ready {
+                    Some((at, outcome)) => {
+                        drop(running.swap_remove(at));
+                        Poll::Ready(outcome)
+                    }
+                    None => Poll::Pending,
+                }
+            })
+            .await?;
+            completed.push(exchange);
+        }
+        Ok(completed)
     }
 
     /// Refuses every workload but one download a connection, for a client (of `library`) that speaks
@@ -247,6 +283,12 @@ pub fn body_chunk() -> Vec<u8> {
     vec![b'q'; 64 * 1024]
 }
 
+/// The lengths of the pieces in which `size` bytes go out from a buffer of `chunk` bytes.
+pub fn pieces(size: u64, chunk: usize) -> impl Iterator<Item = usize> {
+    let chunk = chunk as u64;
+    (0..size.div_ceil(chunk)).map(move |i| (size - i * chunk).min(chunk) as usize)
+}
+
 /// The key log file, opened for appending (created if needed), or a one-line refusal.
 pub fn keylog_file(path: &Path) -> File {
     OpenOptions::new()
@@ -267,6 +309,61 @@ pub struct Exchange {
     pub finished: Instant,
     /// Payload it moved: a download's body bytes received, the byte count an upload's server answered.
     pub bytes: u64,
+}
+
+/// The longest upload answer a client reads: a byte count in decimal.
+const MAX_ANSWER: usize = 32;
+
+/// A response as the client reads it: a download's body counted, an upload's answer kept, the first byte's
+/// time noted; `finished` makes it the request's `Exchange`.
+#[derive(Debug)]
+pub struct Response {
+    request: Request,
+    sent: Instant,
+    first_byte: Option<Instant>,
+    received: u64,
+    answer: Vec<u8>,
+}
+
+impl Response {
+    /// The response to `request`, issued at `sent`.
+    pub fn new(request: Request, sent: Instant) -> Self {
+        Response { request, sent, first_byte: None, received: 0, answer: Vec::new() }
+    }
+
+    /// Takes the next `bytes` of the response (none: nothing arrived).
+    pub fn take(&mut self, bytes: &[u8]) -> Result<(), String> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.first_byte.get_or_insert_with(Instant::now);
+        self.received += bytes.len() as u64;
+        if self.request.direction == Direction::Up {
+            self.answer.extend_from_slice(bytes);
+            if self.answer.len() > MAX_ANSWER {
+                return Err("the upload's answer is longer than a byte count".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of the response so far.
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// The exchange, at the response's end (its FIN): an error unless it moved the request's size.
+    pub fn finished(self) -> Result<Exchange, String> {
+        let finished = Instant::now();
+        let bytes = match self.request.direction {
+            Direction::Down => self.received,
+            Direction::Up => uploaded(&self.answer)?,
+        };
+        if bytes != self.request.size {
+            return Err(format!("{bytes} of {} bytes moved", self.request.size));
+        }
+        Ok(Exchange { sent: self.sent, first_byte: self.first_byte.unwrap_or(finished), finished, bytes })
+    }
 }
 
 /// The client's result, as qreplay reads it: the last JSON line on stdout (tparams/workloads.py), of the
@@ -328,6 +425,25 @@ mod tests {
         assert!(Request::parse(&[b'x'; 100], false).is_err());
         assert_eq!(uploaded(&upload_answer(123)), Ok(123));
         assert!(uploaded(b"12x").is_err());
+        assert_eq!(pieces(10, 4).collect::<Vec<_>>(), [4, 4, 2]);
+        assert_eq!(pieces(0, 4).count(), 0);
+    }
+
+    #[test]
+    fn responses() {
+        let down = Request { direction: Direction::Down, size: 5 };
+        let mut response = Response::new(down, Instant::now());
+        response.take(b"abc").unwrap();
+        response.take(b"de").unwrap();
+        assert_eq!(response.finished().map(|exchange| exchange.bytes), Ok(5));
+        let short = Response::new(down, Instant::now());
+        assert!(short.finished().is_err());
+        let mut up = Response::new(Request { direction: Direction::Up, size: 1000 }, Instant::now());
+        up.take(b"10").unwrap();
+        up.take(b"00").unwrap();
+        assert_eq!(up.finished().map(|exchange| exchange.bytes), Ok(1000));
+        let mut long = Response::new(Request { direction: Direction::Up, size: 1 }, Instant::now());
+        assert!(long.take(&[b'1'; 40]).is_err());
     }
 
     #[test]

@@ -8,18 +8,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lab_server_common::replay::{
-    body_chunk, fail, print_client_result, uploaded, ClientArgs, Direction, Exchange, Request, ALPN,
+    body_chunk, fail, pieces, print_client_result, ClientArgs, Direction, Exchange, Request, Response, ALPN,
 };
 use quinn::crypto::rustls::QuicClientConfig;
 use quinn::{Connection, ConnectionId};
-use tokio::task::JoinSet;
 
 use crate::config::{self, AnyCertificate, KeyLogFile, QlogFile, Side};
 
 /// The name the client asks for; the lab's certificates are not verified anyway.
 const SERVER_NAME: &str = "qreplay.lab";
-/// The longest upload answer read: a byte count in decimal.
-const MAX_ANSWER: usize = 32;
 
 pub async fn run(args: ClientArgs) {
     config::check(&args.options, &Side::Client);
@@ -67,17 +64,7 @@ async fn connect_and_request(args: &ClientArgs) -> Result<(), String> {
     let handshake = start.elapsed();
 
     let body = Bytes::from(body_chunk());
-    let mut running = JoinSet::new();
-    let mut issued = 0;
-    let mut exchanges = Vec::new();
-    while exchanges.len() < args.requests as usize {
-        while issued < args.requests && (running.len() as u64) < args.concurrency {
-            running.spawn(exchange(connection.clone(), args.request(), body.clone()));
-            issued += 1;
-        }
-        let done = running.join_next().await.expect("a request running");
-        exchanges.push(done.map_err(|e| format!("request task: {e}"))??);
-    }
+    let exchanges = args.exchanges(|| exchange(connection.clone(), args.request(), body.clone())).await?;
 
     // Closing at once, and waiting for the close to go out, ends the server's connection now, so
     // that it prints its sender statistics before qreplay stops it.
@@ -97,38 +84,18 @@ async fn exchange(connection: Connection, request: Request, body: Bytes) -> Resu
     let (mut send, mut recv) = connection.open_bi().await.map_err(|e| format!("open stream: {e}"))?;
     send.write_all(&request.line()).await.map_err(|e| format!("send request: {e}"))?;
     if request.direction == Direction::Up {
-        let mut remaining = request.size;
-        while remaining > 0 {
-            let length = remaining.min(body.len() as u64) as usize;
-            send.write_chunk(body.slice(..length))
-                .await
-                .map_err(|e| format!("after {} of {} bytes sent: {e}", request.size - remaining, request.size))?;
-            remaining -= length as u64;
+        for length in pieces(request.size, body.len()) {
+            send.write_chunk(body.slice(..length)).await.map_err(|e| format!("send body: {e}"))?;
         }
     }
     send.finish().map_err(|e| format!("send request: {e}"))?;
-    let mut first_byte = None;
-    let mut received = 0u64;
-    let mut answer = Vec::new();
-    while let Some(chunk) =
-        recv.read_chunk(usize::MAX, true).await.map_err(|e| format!("after {received} bytes received: {e}"))?
+    let mut response = Response::new(request, sent);
+    while let Some(chunk) = recv
+        .read_chunk(usize::MAX, true)
+        .await
+        .map_err(|e| format!("after {} bytes received: {e}", response.received()))?
     {
-        first_byte.get_or_insert_with(Instant::now);
-        received += chunk.bytes.len() as u64;
-        if request.direction == Direction::Up {
-            answer.extend_from_slice(&chunk.bytes);
-            if answer.len() > MAX_ANSWER {
-                return Err("the upload's answer is longer than a byte count".into());
-            }
-        }
+        response.take(&chunk.bytes)?;
     }
-    let finished = Instant::now();
-    let bytes = match request.direction {
-        Direction::Down => received,
-        Direction::Up => uploaded(&answer)?,
-    };
-    if bytes != request.size {
-        return Err(format!("{bytes} of {} bytes moved", request.size));
-    }
-    Ok(Exchange { sent, first_byte: first_byte.unwrap_or(finished), finished, bytes })
+    response.finished()
 }

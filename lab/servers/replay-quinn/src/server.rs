@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use lab_server_common::refuse;
 use lab_server_common::replay::{
-    body_chunk, print_sender_stats, upload_answer, Direction, Request, ServerArgs, ALPN, MAX_REQUEST,
+    body_chunk, pieces, print_sender_stats, upload_answer, Direction, Request, ServerArgs, ALPN, MAX_REQUEST,
 };
 use quinn::crypto::rustls::QuicServerConfig;
 use quinn::{Connecting, Connection, ConnectionError, QlogStream, RecvStream, SendStream, VarInt};
@@ -92,13 +92,10 @@ async fn answer(mut send: SendStream, mut recv: RecvStream, body: Bytes) {
     };
     match request.direction {
         Direction::Down => {
-            let mut remaining = request.size;
-            while remaining > 0 {
-                let length = remaining.min(body.len() as u64) as usize;
+            for length in pieces(request.size, body.len()) {
                 if send.write_chunk(body.slice(..length)).await.is_err() {
                     return;
                 }
-                remaining -= length as u64;
             }
         }
         Direction::Up => {

@@ -1,5 +1,5 @@
-//! qreplay's s2n-quic client and server (lab_server_common::replay), s2n-quic 1.91 with its default
-//! TLS (s2n-tls). Transport parameters go through `Limits`; s2n-quic sends neither
+//! qreplay's s2n-quic client and server (lab_server_common::replay): the replay protocol (downloads, uploads,
+//! many requests on one connection) on s2n-quic 1.91 with its default TLS (s2n-tls). Transport parameters go through `Limits`; s2n-quic sends neither
 //! max_udp_payload_size nor a chosen ack_delay_exponent or active_connection_id_limit, has no window
 //! auto-tuning and no qlog, so those options are refused.
 
@@ -10,8 +10,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lab_server_common::refuse;
-use lab_server_common::replay::{self, ClientArgs, CongestionControl, Exchange, Options, Role, ServerArgs, ALPN};
+use lab_server_common::replay::{
+    self, ClientArgs, CongestionControl, Direction, Exchange, Options, Request, Response, Role, ServerArgs, ALPN,
+};
 use s2n_quic::client::Connect;
+use s2n_quic::connection::Handle;
 use s2n_quic::provider::congestion_controller::{self, Bbr, Cubic};
 use s2n_quic::provider::limits::Limits;
 use s2n_quic::provider::tls::default as tls;
@@ -162,39 +165,56 @@ async fn server<C: congestion_controller::Provider>(args: ServerArgs, limits: Li
     }
 }
 
-/// Reads `GET /<size>` and sends <size> bytes and a FIN.
+/// Reads a request and answers it: `GET /<size>` with <size> bytes, `PUT /<size>` with the count of the body
+/// bytes that came, each then a FIN.
 async fn answer(mut stream: BidirectionalStream, body: Bytes) -> Result<()> {
-    let mut request = Vec::new();
-    let size = loop {
+    let mut received = Vec::new();
+    let ((request, line), mut finished) = loop {
         let chunk = stream.receive().await?;
         if let Some(chunk) = &chunk {
-            request.extend_from_slice(chunk);
+            received.extend_from_slice(chunk);
         }
-        if let Some(size) = replay::requested_size(&request, chunk.is_none(), "s2n-quic")? {
-            break size;
+        if let Some(request) = Request::parse(&received, chunk.is_none())? {
+            break (request, chunk.is_none());
         }
     };
-    let mut remaining = size;
-    while remaining > 0 {
-        let n = remaining.min(body.len() as u64) as usize;
-        stream.send(body.slice(..n)).await?;
-        remaining -= n as u64;
+    match request.direction {
+        Direction::Down => {
+            for length in replay::pieces(request.size, body.len()) {
+                stream.send(body.slice(..length)).await?;
+            }
+        }
+        Direction::Up => {
+            // The body so far is what came after the request line; the rest is read to the FIN.
+            let mut uploaded = (received.len() - line) as u64;
+            while !finished {
+                match stream.receive().await? {
+                    Some(chunk) => uploaded += chunk.len() as u64,
+                    None => finished = true,
+                }
+            }
+            stream.send(Bytes::from(replay::upload_answer(uploaded))).await?;
+        }
     }
     stream.finish()?;
     Ok(())
 }
 
 async fn client<C: congestion_controller::Provider>(args: ClientArgs, limits: Limits, cc: C) {
-    args.refuse_workloads("s2n-quic");
     let timeout = Duration::from_secs_f64(args.timeout_s);
-    match tokio::time::timeout(timeout, download(&args, limits, cc)).await {
+    match tokio::time::timeout(timeout, connect_and_request(&args, limits, cc)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => replay::fail(&e.to_string()),
-        Err(_) => replay::fail(&format!("no complete download within {} s", args.timeout_s)),
+        Err(_) => replay::fail(&format!("{} requests not complete within {} s", args.requests, args.timeout_s)),
     }
 }
 
-async fn download<C: congestion_controller::Provider>(args: &ClientArgs, limits: Limits, cc: C) -> Result<()> {
+/// --requests requests on one connection, each on a bidirectional stream of its own, at most --concurrency open.
+async fn connect_and_request<C: congestion_controller::Provider>(
+    args: &ClientArgs,
+    limits: Limits,
+    cc: C,
+) -> Result<()> {
     let mut tls = tls::Client::builder().with_application_protocols([ALPN])?;
     // SAFETY: the lab's servers have throw-away self-signed certificates; nothing here is secret.
     unsafe {
@@ -212,34 +232,42 @@ async fn download<C: congestion_controller::Provider>(args: &ClientArgs, limits:
         .start()?;
 
     let started = Instant::now();
-    let mut connection = client.connect(Connect::new(args.connect).with_server_name(SERVER_NAME)).await?;
+    let connection = client.connect(Connect::new(args.connect).with_server_name(SERVER_NAME)).await?;
     let handshake = started.elapsed();
-    let mut stream = connection.open_bidirectional_stream().await?;
-    let requested = Instant::now();
-    stream.send(Bytes::from(args.request().line())).await?;
-    stream.finish()?;
-    let mut received = 0u64;
-    let mut first_byte = None;
-    let mut chunks = vec![Bytes::new(); 64];
-    loop {
-        let (count, open) = stream.receive_vectored(&mut chunks).await?;
-        if count > 0 {
-            first_byte.get_or_insert_with(Instant::now);
-        }
-        // Taken, not just counted: s2n-quic receives only into empty placeholders.
-        received += chunks[..count].iter_mut().map(|chunk| std::mem::take(chunk).len() as u64).sum::<u64>();
-        if !open {
-            break;
-        }
-    }
-    let finished = Instant::now();
-    if received != args.size {
-        return Err(format!("received {received} of {} bytes", args.size).into());
-    }
-    let first_byte = first_byte.unwrap_or(finished);
-    replay::print_client_result(handshake, &[Exchange { sent: requested, first_byte, finished, bytes: received }]);
+    let body = Bytes::from(replay::body_chunk().repeat(SEND_CHUNK / replay::body_chunk().len()));
+    let exchanges = args.exchanges(|| exchange(connection.handle(), args.request(), body.clone())).await?;
+    replay::print_client_result(handshake, &exchanges);
     connection.close(0u8.into());
-    drop((stream, connection));
+    drop(connection);
     let _ = tokio::time::timeout(CLOSE_GRACE, client.wait_idle()).await;
     Ok(())
+}
+
+/// One request on a stream of its own, timed from before the stream opens, so that a wait for the
+/// server's stream credit (initial_max_streams_bidi) counts in its latency.
+async fn exchange(mut connection: Handle, request: Request, body: Bytes) -> std::result::Result<Exchange, String> {
+    let sent = Instant::now();
+    let mut stream = connection.open_bidirectional_stream().await.map_err(|e| format!("open stream: {e}"))?;
+    stream.send(Bytes::from(request.line())).await.map_err(|e| format!("send request: {e}"))?;
+    if request.direction == Direction::Up {
+        for length in replay::pieces(request.size, body.len()) {
+            stream.send(body.slice(..length)).await.map_err(|e| format!("send body: {e}"))?;
+        }
+    }
+    stream.finish().map_err(|e| format!("send request: {e}"))?;
+    let mut response = Response::new(request, sent);
+    let mut chunks = vec![Bytes::new(); 64];
+    loop {
+        let (count, open) = stream
+            .receive_vectored(&mut chunks)
+            .await
+            .map_err(|e| format!("after {} bytes received: {e}", response.received()))?;
+        // Taken, not just looked at: s2n-quic receives only into empty placeholders.
+        for chunk in &mut chunks[..count] {
+            response.take(&std::mem::take(chunk))?;
+        }
+        if !open {
+            return response.finished();
+        }
+    }
 }
