@@ -14,8 +14,11 @@ every command by these callbacks).
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import sys
+from collections.abc import Callable, Mapping
 import tempfile
 from pathlib import Path
 
@@ -113,3 +116,30 @@ def run(app: typer.Typer, prog_name: str) -> None:
             raise
         print(f"{prog_name}: error: cannot use {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         sys.exit(1)
+
+
+def options_in_place_of(parameter: str, options: Mapping[str, tuple[object, object]],
+                        build: Callable[..., object]) -> Callable[[Callable], Callable]:
+    """A decorator giving a command the ``options`` (name -> (typer annotation, default)) in place of its
+    parameter ``parameter``, which receives ``build(**their values)``: options several commands share,
+    declared once."""
+
+    def decorate(command: Callable) -> Callable:
+        @functools.wraps(command)
+        def with_options(**given):
+            built = build(**{name: given.pop(name) for name in options})
+            return command(**given, **{parameter: built})
+
+        # typer reads the options from the signature: the command's own, these in place of ``parameter``
+        params = []
+        for param in inspect.signature(command, eval_str=True).parameters.values():
+            if param.name != parameter:
+                params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+                continue
+            params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default)
+                       for name, (kind, default) in options.items()]
+        with_options.__signature__ = inspect.Signature(params)
+        with_options.__annotations__ = {p.name: p.annotation for p in params}
+        return with_options
+
+    return decorate

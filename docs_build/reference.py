@@ -55,8 +55,9 @@ def schema_reference() -> str:
         for path in _in_dependency_order(con, sorted(SCHEMAS.glob("*.sql"))):
             made = []
             if path.name.startswith("replay_"):
-                from replay.store import create_views
+                from replay.store import add_knob_columns, create_views
 
+                add_knob_columns(con)  # each knob's two columns come from its declaration (tparams/knobs.py)
                 create_views(con)  # run_summary is defined where every statistic is (replay/statistics.py)
                 made = [("VIEW", "run_summary", "One row per experiment and condition (every stored condition, "
                          "`replay/statistics.py`): runs, failed, n, mean, standard deviation and 95% CI of the "

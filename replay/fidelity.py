@@ -147,7 +147,7 @@ def fidelity_conditions(plan: FidelityPlan, links: tuple[LinkConfig, ...], sets:
     """Per link, each browser and its set on every replay stack in every mode."""
     return [condition for link in links for browser in plan.browsers
             for condition in [Condition(own_set(browser), None, link, stack=browser),
-                              *(Condition(sets[browser.name], None, link, stack=stack, autotune=autotune)
+                              *(Condition(sets[browser.name], None, link, stack=stack, knobs={"autotune": autotune})
                                 for stack in plan.stacks for autotune in modes(stack))]]
 
 
@@ -250,7 +250,7 @@ def load_fidelity(results: str | Path, campaign: str | None = None) -> FidelityC
         raise ToolError(f"{results} is not a qreplay results file: {str(exc).splitlines()[0]}") from None
     finally:
         con.close()
-    keys = ["experiment_id", *(c for c in statistics.CONDITIONS if c in frame.columns)]
+    keys = ["experiment_id", *(c for c in statistics.conditions() if c in frame.columns)]
     summary = frame.join(extra, on=keys, how="left", nulls_equal=True).to_dicts()
     configs = {e[0]: e[4] for e in chosen}
     config = configs[ids[0]]
@@ -480,7 +480,7 @@ def draw_fidelity(campaign: FidelityCampaign, path: Path) -> Path:
         left.set(xlabel="added one-way delay, server to client (ms)", ylabel="goodput (Mbit/s, log)",
                  title=f"{browser} {campaign.versions.get(browser, '')} and its set replayed")
         left.legend(fontsize=7, ncol=2, loc="lower left")
-        ratios = [{**{k: c.replayed[k] for k in (*statistics.CONDITIONS, "experiment_id") if k in c.replayed},
+        ratios = [{**{k: c.replayed[k] for k in (*statistics.conditions(), "experiment_id") if k in c.replayed},
                    **c.ratio} for c in campaign.replays(browser) if c.ratio["ratio"] is not None]
         frame = pl.DataFrame([r for r in ratios if not r["loss_pct"]], infer_schema_length=None) if ratios else None
         for _, part in statistics.series(frame, "delay_ms") if frame is not None and frame.height else []:

@@ -21,7 +21,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +34,8 @@ from replay.sets import NamedSet
 from replay.stacks import get_stack
 from replay.stacks.base import ClientResult, RunOptions, Stack, free_udp_port
 from tparams.errors import ToolError
+from tparams.knobs import KNOBS
+from tparams.workloads import workload_metrics
 
 SERVER_PORT = 4433
 SERVER_READY_TIMEOUT_S = 10.0
@@ -50,7 +52,8 @@ class Condition:
     sweep_param: str | None = None
     sweep_value: int | None = None
     stack: Stack | None = None  # the client's stack where conditions differ in it (matrix --stacks), else None
-    autotune: bool | None = None  # --autotune where conditions differ in it (qreplay fidelity), else the options'
+    #: knobs where conditions differ in them (qreplay fidelity's autotune), beside the options'
+    knobs: Mapping[str, object] = field(default_factory=dict, hash=False)
 
 
 @dataclass
@@ -75,6 +78,14 @@ class Experiment:
                                 f"{server.protocol}: no download between them")
             if client.own_parameters and not server.serves_page:
                 raise ToolError(f"{server.name}'s server serves no page for {client.name} to load")
+        refused = [line for c in self.conditions or [None] for client, server in [self.stacks(c)]
+                   for options in [self.options.asking(c.knobs if c else {})]
+                   for line in (*client.refusals(options, "client"), *server.refusals(options, "server"))]
+        if self.options.trace and self.options.workload.direction != "down":
+            refused.append(f"--trace reads a download (the server the sender), not the {self.options.workload.name} "
+                           "workload")
+        if refused:
+            raise ToolError("; ".join(dict.fromkeys(refused)))
 
     def stacks(self, condition: Condition | None) -> tuple[Stack, Stack]:
         """(client, server) of a condition: a browser, being no server, downloads from its default server."""
@@ -213,8 +224,9 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
     """One download from ``server_stack``'s server (default: ``stack``'s) by ``stack``'s client; always
     returns a row, with status ok | timeout | failed."""
     server_stack = server_stack or stack
-    if condition.autotune is not None:
-        options = dataclasses.replace(options, autotune=condition.autotune)
+    options = options.asking(condition.knobs)
+    workload = options.workload
+    requests, concurrency = workload.asked(options.requests, options.concurrency)
     row: dict = {
         "experiment_id": experiment_id, "run_id": uuid.uuid4().hex,
         "started_at": datetime.datetime.now(), "set_name": condition.client.name,
@@ -226,12 +238,13 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         "rate_bps": condition.link.rate_bps, "queue": path.queue_applied(condition.link),
         "queue_requested": condition.link.queue,
         "sweep_param": condition.sweep_param, "sweep_value": condition.sweep_value,
-        "rep": rep, "size_bytes": options.size,
-        # What ran (the receiver's window growth, the sender's congestion control), what was asked beside it.
-        "autotune": stack.autotunes(options.autotune), "autotune_requested": options.autotune,
-        "cc": server_stack.congestion_control(options.cc, stack.protocol), "cc_requested": options.cc,
-        "udp_buffer_bytes": path.buffer_bytes,
+        "rep": rep, "size_bytes": options.size, "workload": workload.name, "requests": requests,
+        "concurrency": concurrency, "udp_buffer_bytes": path.buffer_bytes,
     }
+    for knob in KNOBS.values():  # what ran, decided by the end the knob names; what was asked beside it
+        asked = options.knob(knob.name)
+        decider = stack if knob.decided_by == "client" else server_stack
+        row.update(zip(knob.columns, (decider.knob_ran(knob, asked, stack.protocol), asked)))
     warnings: list[str] = []
     port = SERVER_PORT if path.server_ns else free_udp_port()
     with _run_workdir() as workdir:
@@ -299,9 +312,11 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                 row["timing"] = result.extra.get("timing", "request to last byte (client)")
                 if result.duration_s and result.duration_s > 0:
                     row["goodput_mbps"] = result.bytes * 8 / result.duration_s / 1e6
-            received = f"received {result.bytes if result else 0} of {options.size} bytes"
+                row.update(workload_metrics({**result.extra, "duration_s": result.duration_s}))
+            received = f"moved {result.bytes if result else 0} of {options.expected_bytes} bytes"
             # A server that exits just after the last byte still served a whole download.
-            if finished and client.status == 0 and result and result.bytes == options.size:
+            if finished and client.status == 0 and result and workload.succeeded(
+                    {**result.extra, "bytes": result.bytes}, options.size, options.requests, options.concurrency):
                 row["status"] = "ok"
             elif server_gone:
                 row["status"] = "failed"
@@ -426,7 +441,8 @@ def run_experiment(experiment: Experiment, results: str | Path,
         "experiment_id": experiment.experiment_id, "kind": experiment.kind,
         "started_at": datetime.datetime.now(), "stack": experiment.stack.name,
         "link_backend": experiment.link_backend, "size_bytes": experiment.options.size,
-        "reps": experiment.reps, "autotune": experiment.options.autotune, "cc": experiment.options.cc,
+        "reps": experiment.reps, "workload": experiment.options.workload.name,
+        "knobs": json.dumps({name: experiment.options.knob(name) for name in KNOBS}),
         "command_line": experiment.command_line,
     }
     config = {**experiment.tags, "conditions": [_describe(c) for c in experiment.conditions],
@@ -434,7 +450,8 @@ def run_experiment(experiment: Experiment, results: str | Path,
               "server_stack_version": server_stack.version(),
               **({"stack_versions": {name: s.version() for name, s in used.items()}}
                  if len(used) > 2 else {}),
-              "timeout_s": experiment.options.timeout_s, "qlog_dir": str(experiment.options.qlog_dir or "")}
+              "timeout_s": experiment.options.timeout_s, "qlog_dir": str(experiment.options.qlog_dir or ""),
+              "requests": experiment.options.requests, "concurrency": experiment.options.concurrency}
     record["config"] = json.dumps(config)
     store.upsert_experiment(con, record)
     rows: list[dict] = []
@@ -492,4 +509,4 @@ def _describe(condition: Condition) -> dict:
     return {"set": condition.client.name, "server_set": condition.server.name if condition.server else None,
             "link": condition.link.describe(), "sweep_param": condition.sweep_param,
             "sweep_value": condition.sweep_value,
-            **({"autotune": condition.autotune} if condition.autotune is not None else {})}
+            **({"knobs": dict(condition.knobs)} if condition.knobs else {})}

@@ -14,10 +14,19 @@ import math
 
 import duckdb
 
+from tparams.knobs import KNOBS
+
 #: Every condition a run is stored under, as ran (requested values sit beside them in `runs`).
-CONDITIONS = ("stack", "server_stack", "set_name", "server_set_name", "link_backend", "delay_ms", "delay_up_ms",
-              "jitter_ms", "loss_pct", "rate_bps", "queue", "sweep_param", "sweep_value", "size_bytes",
-              "autotune", "cc", "udp_buffer_bytes")
+#: the conditions every run stores besides its knobs (tparams.knobs), in the order figures name them
+BASE_CONDITIONS = ("stack", "server_stack", "set_name", "server_set_name", "link_backend", "delay_ms", "delay_up_ms",
+                   "jitter_ms", "loss_pct", "rate_bps", "queue", "sweep_param", "sweep_value", "workload", "requests",
+                   "concurrency", "size_bytes", "udp_buffer_bytes")
+
+
+def conditions() -> tuple[str, ...]:
+    """Every condition a run stores: the base ones and what ran of each knob declared now."""
+    return (*BASE_CONDITIONS, *KNOBS)
+
 
 # Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then the normal 1.96).
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
@@ -25,13 +34,13 @@ T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
         2.045, 2.042)
 
 
-def summary_sql(columns: list[str] | tuple[str, ...] = CONDITIONS) -> str:
+def summary_sql(columns: list[str] | tuple[str, ...] | None = None) -> str:
     """SELECT of one row per condition over ``runs`` (``columns`` those present in the file): runs, failed,
     n, mean, sample standard deviation and the 95% confidence interval of the mean goodput over the
     successful runs (Student's t; its low end held at 0, as no goodput is negative), mean packets and the
-    client's socket drop share. ``first_started`` orders conditions as they ran."""
+    client's socket drop share, the request metrics' means. ``first_started`` orders conditions as they ran."""
     t_values = ", ".join(f"({df}, {t})" for df, t in enumerate(T975, start=1))
-    keys = ", ".join(columns)
+    keys = ", ".join(columns or conditions())
     ok = "FILTER (WHERE status = 'ok')"
     return f"""
 WITH t975(df, t) AS (VALUES {t_values}),
@@ -41,6 +50,9 @@ per_condition AS (
          avg(goodput_mbps) {ok} AS mean_mbps, stddev_samp(goodput_mbps) {ok} AS stddev_mbps,
          avg(client_tx_packets) {ok} AS mean_client_tx_packets,
          avg(server_tx_packets) {ok} AS mean_server_tx_packets,
+         -- the request metrics (tparams.workloads), means over the successful runs
+         avg(requests_per_s) {ok} AS mean_requests_per_s, avg(ttfb_ms) {ok} AS mean_ttfb_ms,
+         avg(latency_p50_ms) {ok} AS mean_latency_p50_ms, avg(latency_p99_ms) {ok} AS mean_latency_p99_ms,
          -- CPU seconds per second of the client's life, each end
          avg(client_cpu_s / nullif(wall_s, 0)) {ok} AS mean_client_cpu_share,
          avg(server_cpu_s / nullif(wall_s, 0)) {ok} AS mean_server_cpu_share,
@@ -59,11 +71,11 @@ FROM per_condition p LEFT JOIN t975 t ON t.df = p.n - 1
 ORDER BY first_started"""
 
 
-def profile_summary_sql(columns: list[str] | tuple[str, ...] = CONDITIONS) -> str:
+def profile_summary_sql(columns: list[str] | tuple[str, ...] | None = None) -> str:
     """SELECT of one row per experiment, condition, endpoint and component of the profiled runs
     (`qreplay --profile`): how many, the mean share of the endpoint's samples and the mean CPU seconds per
     GB of payload, with the mean goodput of those runs beside them."""
-    keys = ", ".join(f"r.{c}" for c in columns)
+    keys = ", ".join(f"r.{c}" for c in columns or conditions())
     return f"""
 SELECT r.experiment_id, {keys}, p.endpoint, p.library, p.component, count(*) AS runs,
        avg(p.share) AS mean_share, avg(p.cpu_s_per_gb) AS mean_cpu_s_per_gb, avg(p.samples) AS mean_samples,
@@ -87,7 +99,7 @@ GROUP BY ALL"""
 def present_conditions(con: duckdb.DuckDBPyConnection) -> list[str]:
     """The conditions a results file stores (a file of an older qreplay may lack the newest)."""
     columns = {row[0] for row in con.execute("DESCRIBE runs").fetchall()}
-    return [c for c in CONDITIONS if c in columns]
+    return [c for c in conditions() if c in columns]
 
 
 def summary(con: duckdb.DuckDBPyConnection, experiment_id: str | None = None):
@@ -104,11 +116,11 @@ def varying(frame, exclude: tuple[str, ...] = ()) -> list[str]:
     a figure that draws ``frame`` must tell them apart. Where one condition was run by several experiments
     (the same sweep twice), the experiment is one of them: what this file does not store (a stack's
     version, the machine's load) may differ between them, so they are drawn apart, never pooled."""
-    conditions = [c for c in CONDITIONS if c in frame.columns]
-    found = [c for c in conditions if c not in exclude and frame[c].n_unique() > 1]
+    stored = [c for c in conditions() if c in frame.columns]
+    found = [c for c in stored if c not in exclude and frame[c].n_unique() > 1]
     if "server_stack" in found and (frame["server_stack"] == frame["stack"]).all():
         found.remove("server_stack")  # each stack's own server: the stack names both
-    if "experiment_id" in frame.columns and frame.select(conditions).is_duplicated().any():
+    if "experiment_id" in frame.columns and frame.select(stored).is_duplicated().any():
         found.append("experiment_id")
     return found
 
@@ -125,7 +137,7 @@ def series(frame, x: str) -> list[tuple[str, object]]:
 def shared(frame, exclude: tuple[str, ...] = ()) -> str:
     """The conditions every row of ``frame`` shares (those stored), in words: what a table or figure holds
     fixed."""
-    fixed = [c for c in CONDITIONS if c in frame.columns and c not in exclude and frame[c].n_unique() == 1
+    fixed = [c for c in conditions() if c in frame.columns and c not in exclude and frame[c].n_unique() == 1
              and frame[c].null_count() < frame.height]
     return describe(frame.row(0, named=True), fixed) if frame.height else ""
 
@@ -138,9 +150,9 @@ def describe(row: dict, columns: list[str]) -> str:
 def _word(column: str, value) -> str:
     if value is None:
         return f"{column} -"
-    if column in ("stack", "set_name", "link_backend", "queue", "sweep_param"):
+    if column in ("stack", "set_name", "link_backend", "queue", "sweep_param", "workload", "cipher"):
         return str(value)
-    units = {"delay_ms": ("delay ", " ms"), "delay_up_ms": ("delay up ", " ms"), "jitter_ms": ("jitter ", " ms"),
+    units = {"requests": ("", " requests"), "concurrency": ("", " at once"), "delay_ms": ("delay ", " ms"), "delay_up_ms": ("delay up ", " ms"), "jitter_ms": ("jitter ", " ms"),
              "loss_pct": ("loss ", "%"), "size_bytes": ("", " B"), "rate_bps": ("rate ", " bit/s"),
              "udp_buffer_bytes": ("UDP buffer ", " B")}
     if column in units:
@@ -150,6 +162,8 @@ def _word(column: str, value) -> str:
         return f"experiment {value[:8]}"
     if column == "autotune":
         return "autotune" if value else "pinned"
+    if isinstance(value, bool):
+        return f"{column} {'on' if value else 'off'}"
     if column == "server_stack":
         return f"server {value}"
     if column == "server_set_name":

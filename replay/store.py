@@ -1,4 +1,4 @@
-"""The qreplay results file: DuckDB, schema schemas/duckdb/replay_v1.sql, written in batches."""
+"""The qreplay results file: DuckDB, schema schemas/duckdb/replay_v2.sql, written in batches."""
 
 from __future__ import annotations
 
@@ -12,25 +12,63 @@ import pyarrow as pa
 from replay import statistics
 from replay.stacks.base import REPO_ROOT
 from tparams.errors import ToolError
+from tparams.knobs import KNOBS
 
-SCHEMA_FILE = REPO_ROOT / "schemas" / "duckdb" / "replay_v1.sql"
-SCHEMA_VERSION = 1
+SCHEMA_FILE = REPO_ROOT / "schemas" / "duckdb" / "replay_v2.sql"
+SCHEMA_VERSION = 2
+#: what makes a file of each older version the next one (each in one transaction)
+MIGRATIONS = {1: REPO_ROOT / "schemas" / "duckdb" / "migrations" / "replay_1_to_2.sql"}
 DEFAULT_RESULTS = Path("qreplay-results.duckdb")
 
 
 def connect(path: str | Path) -> duckdb.DuckDBPyConnection:
-    """Open (creating if needed) a results file with the current schema."""
+    """Open (creating if needed) a results file with the current schema; a file of an older version is
+    migrated first (nothing it holds is lost), one of a newer version refused in one line."""
     try:
         con = duckdb.connect(str(path))
     except duckdb.Error as exc:
         raise ToolError(f"cannot open results file {path}: {exc}") from None
+    found = version(con)
+    if found is not None and found > SCHEMA_VERSION:
+        con.close()
+        raise ToolError(f"{path} has replay schema version {found}, newer than this qreplay's {SCHEMA_VERSION}: "
+                        "open it with a newer qreplay")
+    while found is not None and found < SCHEMA_VERSION:
+        _migrate(con, path, found)
+        found = version(con)
     con.execute(SCHEMA_FILE.read_text())
-    found = con.execute("SELECT version FROM schema_version WHERE name = 'replay'").fetchone()[0]
-    if found != SCHEMA_VERSION:
-        raise ToolError(f"{path} has replay schema version {found}, this qreplay writes {SCHEMA_VERSION}")
-    _store_what_ran(con)
+    add_knob_columns(con)
     create_views(con)
     return con
+
+
+def version(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The file's replay schema version; None for a new file."""
+    # fetchall: a result left unfinished would refuse the connection's next relation (con.sql)
+    if not con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+                       ).fetchall()[0][0]:
+        return None
+    rows = con.execute("SELECT version FROM schema_version WHERE name = 'replay'").fetchall()
+    return rows[0][0] if rows else None
+
+
+def _migrate(con: duckdb.DuckDBPyConnection, path: str | Path, found: int) -> None:
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(MIGRATIONS[found].read_text())
+        con.execute("COMMIT")
+    except duckdb.Error as exc:
+        con.execute("ROLLBACK")
+        con.close()
+        raise ToolError(f"cannot migrate {path} from replay schema version {found}: {str(exc).splitlines()[0]} "
+                        "(the file is as it was)") from None
+
+
+def add_knob_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """Each knob's two runs columns (tparams.knobs: what ran, what was asked), where the file lacks them."""
+    for knob in KNOBS.values():
+        for column in knob.columns:
+            con.execute(f"ALTER TABLE runs ADD COLUMN IF NOT EXISTS {column} {knob.sql_type}")
 
 
 def create_views(con: duckdb.DuckDBPyConnection) -> None:
@@ -40,37 +78,18 @@ def create_views(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"CREATE OR REPLACE VIEW profile_syscalls AS {statistics.PROFILE_SYSCALLS_SQL}")
 
 
-# Until 2026-11-25 runs stored the requested --cc, --autotune and --queue as their conditions. What ran
-# instead: aioquic's endpoints never named a congestion control, so aioquic ran its default, Reno; quic-go
-# has only CUBIC; quinn and s2n-quic cannot grow their windows; a rate limit without --queue held the larger
-# of 1000 packets and one bandwidth-delay product of 1500-byte packets.
-_RAN_BEFORE_REQUESTED_WAS_STORED = """
-UPDATE runs SET cc_requested = cc, autotune_requested = autotune, queue_requested = queue,
-    cc = CASE coalesce(server_stack, stack) WHEN 'aioquic' THEN 'reno' WHEN 'quic-go' THEN 'cubic' ELSE cc END,
-    autotune = autotune AND stack NOT IN ('quinn', 's2n-quic'),
-    queue = CASE WHEN queue IS NULL AND rate_bps IS NOT NULL AND link_backend IN ('relay', 'netem')
-                 THEN greatest(1000, ceil(rate_bps / 8 * greatest(delay_ms + delay_up_ms, 1) / 1000 / 1500))::BIGINT
-                      || 'p'
-                 ELSE queue END
-WHERE cc_requested IS NULL;
-UPDATE runs SET udp_buffer_bytes = json_extract(e.config, '$.udp_buffer_bytes')::BIGINT
-FROM experiments e
-WHERE runs.experiment_id = e.experiment_id AND runs.udp_buffer_bytes IS NULL AND runs.link_backend != 'loopback';
-"""
-
-
-def _store_what_ran(con: duckdb.DuckDBPyConnection) -> None:
-    """Give the runs of a file written before runs stored what ran their conditions as ran (once)."""
-    if con.execute("SELECT count(*) FROM runs WHERE cc_requested IS NULL").fetchone()[0]:
-        con.execute(_RAN_BEFORE_REQUESTED_WAS_STORED)
-
-
 def open_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
-    """An existing results file for reading; ToolError (one line) when it is missing or no database."""
+    """An existing results file for reading (one of an older schema version migrated first); ToolError (one
+    line) when it is missing or no database."""
     if not Path(path).exists():
         raise ToolError(f"results file {path} does not exist")
     try:
-        return duckdb.connect(str(path), read_only=True)
+        con = duckdb.connect(str(path), read_only=True)
+        if (found := version(con)) is not None and found < SCHEMA_VERSION:
+            con.close()  # a file of an older qreplay is migrated once, then read
+            connect(path).close()
+            con = duckdb.connect(str(path), read_only=True)
+        return con
     except duckdb.Error as exc:
         raise ToolError(f"cannot open {path}: {str(exc).splitlines()[0]}") from None
 

@@ -27,6 +27,7 @@ from common.tshark import tshark_path, tshark_version, wait_until_capturing, wai
 from common import netns
 from replay.link import PATH_DEVICE
 from tparams.errors import ToolError
+from tparams.knobs import CIPHER_SUITE_NAMES
 from tparams.frames import (
     FRAME_ACK,
     FRAME_ACK_ECN,
@@ -85,6 +86,7 @@ class Decoded:
     client_params: dict[str, int] = field(default_factory=dict)
     undecrypted: int = 0  # short-header packets tshark could not decrypt
     bursts_split: int = 0  # datagrams that reached the capture as one GSO burst (split_bursts)
+    cipher: str | None = None  # the TLS 1.3 cipher suite of the server's ServerHello (IANA name)
 
 
 # --- from tshark's JSON to packets ---------------------------------------------------------------------
@@ -172,6 +174,20 @@ def decode_datagram(layers: dict, server_ip: str, decoded: Decoded) -> None:
                 decoded.packets.append(packet)
         elif not down and not decoded.client_params:
             _transport_parameters(quic, decoded.client_params)
+        elif down and decoded.cipher is None and (code := _first(quic, "tls.handshake.ciphersuite")):
+            decoded.cipher = CIPHER_SUITE_NAMES.get(int(code, 16), code)
+
+
+def _first(tree, key: str) -> str | None:
+    """The first value of field ``key`` anywhere under ``tree`` (the server's Initial holds one ServerHello)."""
+    if isinstance(tree, dict):
+        for name, value in tree.items():
+            found = value if name == key and isinstance(value, str) else _first(value, key)
+            if found:
+                return found
+    elif isinstance(tree, list):
+        return next((found for item in tree if (found := _first(item, key))), None)
+    return None
 
 
 def packets_from_tshark(lines: Iterable[str], server_ip: str) -> Decoded:
@@ -565,6 +581,7 @@ def build_trace(run_id: str, decoded: Decoded, captured: dict,
     captured = {**captured, "cwnd_from_qlog": attach_congestion_window(points, *qlog_events(qlog_lines or []))}
     kept = downsample(points)
     row = {"run_id": run_id, **summary, "packets": len(points), "points": len(kept),
-           "undecrypted": decoded.undecrypted, "bursts_split": decoded.bursts_split, "capture": json.dumps(captured),
+           "undecrypted": decoded.undecrypted, "bursts_split": decoded.bursts_split, "cipher": decoded.cipher,
+           "capture": json.dumps(captured),
            "client_params": json.dumps(decoded.client_params)}
     return row, [{"run_id": run_id, "seq": i, **p} for i, p in enumerate(kept)]

@@ -99,7 +99,7 @@ def test_window_limited_goodput_is_what_the_window_allows(lsquic, tmp_path):
     pinned = run_experiment(Experiment("test", lsquic, [Condition(base, None, link)],
                                        RunOptions(size=size, timeout_s=60), 2), tmp_path / "r.duckdb")
     grown = run_experiment(Experiment("test", lsquic, [Condition(base, None, link)],
-                                      RunOptions(size=size, timeout_s=60, autotune=True), 1), tmp_path / "r.duckdb")
+                                      RunOptions(size=size, timeout_s=60, knobs={"autotune": True}), 1), tmp_path / "r.duckdb")
     assert [r["status"] for r in pinned + grown] == ["ok"] * 3, [r.get("error") for r in pinned + grown]
     # The burst bound of the report's window model: half a window per RTT, the download's start charged.
     predicted_mbps = window_bound(window, rtt_s * 1000, UPDATE_RULES["lsquic"], size).low_mbps  # 16.6 Mbit/s
@@ -161,7 +161,7 @@ def test_cc_reaches_the_sender(lsquic, tmp_path, monkeypatch, cc, other):
                                                 f'exec {real} "$@"')
     monkeypatch.setenv("QREPLAY_LSQUIC_SERVER", str(logging))
     rows = run_experiment(Experiment("test", lsquic, [Condition(resolve_one("firefox-109"), None, LinkConfig())],
-                                     RunOptions(size=1_000_000, timeout_s=30, cc=cc), 1), tmp_path / "r.duckdb")
+                                     RunOptions(size=1_000_000, timeout_s=30, knobs={"cc": cc}), 1), tmp_path / "r.duckdb")
     assert rows[0]["status"] == "ok", rows[0].get("error")
     text = log.read_text(errors="replace")
     assert f"] {cc}: " in text and f"] {other}: " not in text and "adaptive-cc" not in text
@@ -180,7 +180,7 @@ def test_values_lsquic_cannot_carry_are_sent_as_near_as_it_can_and_reported_not_
     assert set(client.flags[1::2]) == {"idle_timeout=2", "max_udp_payload_size_rx=65535", "init_max_data=4294967295",
                                        "init_max_stream_data_bidi_local=4294967295", "allow_migration=0",
                                        "max_cfcw=0", "max_sfcw=0", "cc_algo=1"}
-    server = LSQUIC._settings(ParamSet.from_mapping({"initial_max_streams_uni": 7}), RunOptions(size=1, cc="bbr",
-                                                                                               autotune=True), "server")
+    server = LSQUIC._settings(ParamSet.from_mapping({"initial_max_streams_uni": 7}), RunOptions(size=1, knobs={
+        "cc": "bbr", "autotune": True}), "server")
     assert server.applied == {"initial_max_streams_uni": 7}
     assert server.flags[1::2] == ["init_max_streams_uni=7", f"max_cfcw={24 << 20}", f"max_sfcw={16 << 20}", "cc_algo=2"]

@@ -24,7 +24,7 @@ from tparams import program_cli
 # A value of each kind that every program's parser takes (a switch is given bare).
 SAMPLES = {"address": "127.0.0.1:9", "path": "/dev/null", "integer": 7, "seconds": 1.5, "switch": True,
            "boolean": True, "list": ["h3", "hq-interop"], "text": "x"}
-OWN_SAMPLES = {"preferred_address": "127.0.0.1:4434", "mode": "garbage", "cc": "cubic"}
+OWN_SAMPLES = {"preferred_address": "127.0.0.1:4434", "mode": "garbage"}
 
 
 def programs() -> list:
@@ -54,7 +54,8 @@ def run(argv: list[str]) -> subprocess.CompletedProcess:
 
 
 def sample(role: str, names) -> dict:
-    return {name: OWN_SAMPLES[name] if name in OWN_SAMPLES else SAMPLES[program_cli.OPTIONS[name].kind]
+    return {name: OWN_SAMPLES[name] if name in OWN_SAMPLES else program_cli.OPTIONS[name].choices[0]
+            if program_cli.OPTIONS[name].kind == "choice" else SAMPLES[program_cli.OPTIONS[name].kind]
             for name in names}
 
 

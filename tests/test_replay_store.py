@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import datetime
+import json
 
+import duckdb
 import pytest
 
 from replay import store
 from replay import statistics
+from replay.stacks.base import REPO_ROOT
+from tparams.errors import ToolError
 
 
 def test_schema_version_and_batch_insert(tmp_path):
     con = store.connect(tmp_path / "r.duckdb")
-    assert con.execute("SELECT version FROM schema_version WHERE name = 'replay'").fetchone() == (1,)
+    assert con.execute("SELECT version FROM schema_version WHERE name = 'replay'").fetchone() == (2,)
     now = datetime.datetime.now()
     rows = [{"experiment_id": "e", "run_id": f"r{i}", "started_at": now, "set_name": "firefox-109",
              "stack": "ngtcp2", "delay_ms": 30.0, "delay_up_ms": 0.0, "jitter_ms": 0.0, "loss_pct": 0.0,
@@ -48,13 +52,55 @@ def test_summary_statistics(tmp_path):
     assert s["two"]["ci95_low"] == 0.0 and s["two"]["ci95_high"] > 1000
 
 
-def test_a_file_of_requested_conditions_is_given_what_ran(tmp_path):
-    """Runs stored before 2026-11-25 held the requested --cc and --autotune as their conditions: reopened,
+def version_1_file(path, monkeypatch):
+    """A results file as qreplay wrote it before knobs and workloads (schema version 1): tests/data/replay_v1 is
+    such a file exported with DuckDB's EXPORT DATABASE (a loopback download by ngtcp2, and a matrix of aioquic and
+    quic-go asked for --cc bbr --autotune at 5 ms, 2026-11-26)."""
+
+    monkeypatch.chdir(REPO_ROOT)  # its load.sql names its CSV files from the checkout
+    con = duckdb.connect(str(path))
+    con.execute("IMPORT DATABASE 'tests/data/replay_v1'")
+    return con
+
+
+def test_a_version_1_file_is_migrated_whole(tmp_path, monkeypatch):
+    path = tmp_path / "v1.duckdb"
+    con = version_1_file(path, monkeypatch)
+    tables = ("experiments", "runs", "traces", "trace_points", "profiles", "profile_stacks")
+    before = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
+    asked = dict(con.execute("SELECT experiment_id, (cc, autotune)::VARCHAR FROM experiments").fetchall())
+    ran = con.execute("SELECT run_id, cc, autotune, cc_requested, autotune_requested, goodput_mbps FROM runs "
+                      "ORDER BY run_id").fetchall()
+    con.close()
+    con = store.connect(path)
+    assert store.version(con) == 2
+    assert {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables} == before
+    assert before["runs"] == 4
+    knobs = {e: json.loads(k) for e, k in con.execute("SELECT experiment_id, knobs FROM experiments").fetchall()}
+    assert {e: str((k["cc"], k["autotune"])).replace("'", "").replace("True", "true").replace("False", "false")
+            for e, k in knobs.items()} == asked
+    assert con.execute("SELECT run_id, cc, autotune, cc_requested, autotune_requested, goodput_mbps FROM runs "
+                       "ORDER BY run_id").fetchall() == ran
+    assert con.execute("SELECT DISTINCT workload, requests, concurrency, cipher, gso FROM runs").fetchall() == [
+        ("download", 1, 1, None, None)]
+    assert sorted(con.execute("SELECT stack, n FROM run_summary").fetchall()) == [("aioquic", 1), ("ngtcp2", 2),
+                                                                                  ("quic-go", 1)]
+    con.close()
+    store.connect(path).close()  # once migrated, opening changes nothing
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE schema_version SET version = 3")
+    con.close()
+    with pytest.raises(ToolError, match="version 3, newer than this qreplay's 2"):
+        store.connect(path)
+
+
+def test_a_file_of_requested_conditions_is_given_what_ran(tmp_path, monkeypatch):
+    """Runs stored before 2026-11-25 held the requested --cc and --autotune as their conditions: migrated,
     each gets what its stacks ran, with the request beside it."""
-    import duckdb
 
     path = tmp_path / "old.duckdb"
-    con = store.connect(path)
+    con = version_1_file(path, monkeypatch)
+    con.execute("DELETE FROM runs")
     for column in ("autotune_requested", "cc_requested", "udp_buffer_bytes", "queue_requested"):
         con.execute(f"ALTER TABLE runs DROP COLUMN {column}")  # as such a file was written
     now = datetime.datetime.now()
@@ -75,3 +121,12 @@ def test_a_file_of_requested_conditions_is_given_what_ran(tmp_path):
     # 1 Gbit/s x 30 ms is 3.75 MB, 2500 packets of 1500 bytes: more than netem's 1000
     assert duckdb.connect(str(path)).execute("SELECT DISTINCT queue, queue_requested FROM runs").fetchall() == [
         ("2500p", None)]
+
+
+def test_reading_a_version_1_file_migrates_it(tmp_path, monkeypatch):
+    """`qreplay plot` and the notebooks read results files: one of version 1 is read as version 2."""
+    path = tmp_path / "v1.duckdb"
+    version_1_file(path, monkeypatch).close()
+    con = store.open_read_only(path)
+    assert store.version(con) == 2
+    assert statistics.summary(con)["workload"].to_list() == ["download"] * 3

@@ -39,7 +39,7 @@ def test_curl_downloads_over_h2_from_caddy_and_stores_the_congestion_control_the
     size = 3_000_000
     rows = run_experiment(Experiment("single", curl, [Condition(own_set(curl), None,
                                                                 LinkConfig(delay_down_ms=10, rate_bps=100_000_000))],
-                                     RunOptions(size=size, timeout_s=60, cc=cc), 1), tmp_path / "r.duckdb")
+                                     RunOptions(size=size, timeout_s=60, knobs={"cc": cc}), 1), tmp_path / "r.duckdb")
     assert [r["status"] for r in rows] == ["ok"], rows[0].get("error")
     with duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True) as con:
         stored = con.execute("SELECT stack, server_stack, cc, cc_requested, autotune, bytes, goodput_mbps, "

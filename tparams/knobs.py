@@ -20,6 +20,9 @@ Role = Literal["client", "server"]
 Kind = Literal["choice", "switch", "boolean"]
 
 CIPHER_SUITES = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256")
+#: their codes on the wire (RFC 8446, B.4)
+CIPHER_SUITE_NAMES = {0x1301: "TLS_AES_128_GCM_SHA256", 0x1302: "TLS_AES_256_GCM_SHA384",
+                      0x1303: "TLS_CHACHA20_POLY1305_SHA256"}
 
 
 @dataclass(frozen=True)
@@ -52,8 +55,10 @@ class Knob:
     default: object = None
     #: whose stack decides what ran: the client's (the receiver of a download) or the server's (its sender)
     decided_by: Role = "server"
-    #: stack name -> how it renders the knob; None: every stack, through its own code (cc, autotune)
+    #: stack name -> how it renders the knob; None: every stack, through its own code (cc, autotune), whose
+    #: method ``ran_by`` says what it runs when a value is asked
     stacks: Mapping[str, Rendering] | None = field(default_factory=dict)
+    ran_by: str | None = None
     #: stack name -> why it cannot set the knob (the refusal's reason; otherwise a generic one)
     cannot: Mapping[str, str] = field(default_factory=dict)
 
@@ -106,9 +111,9 @@ def _ngtcp2_cipher(value: object, role: Role) -> list[str]:
 
 
 CC = Knob("cc", "congestion control of the sender (the server of a download)", choices=("cubic", "bbr"),
-          default="cubic", stacks=None)
+          default="cubic", stacks=None, ran_by="congestion_control")
 AUTOTUNE = Knob("autotune", "let flow-control windows grow; off: they stay at the advertised values",
-                kind="switch", default=False, decided_by="client", stacks=None)
+                kind="switch", default=False, decided_by="client", stacks=None, ran_by="autotunes")
 CIPHER = Knob(
     "cipher", "the TLS 1.3 cipher suite: the client offers only this one (default: each stack's own list)",
     choices=CIPHER_SUITES, decided_by="client",
@@ -116,12 +121,16 @@ CIPHER = Knob(
             "ngtcp2": Rendering(argv=_ngtcp2_cipher),
             "curl": Rendering(argv=lambda value, role: [f"--tls13-ciphers={value}"] if role == "client" else [])},
     cannot={"quic-go": "Go's crypto/tls chooses the TLS 1.3 suite itself (tls.Config.CipherSuites is TLS 1.2's)",
+            "quiche": "BoringSSL has no setting for TLS 1.3 suites", "tquic": "BoringSSL has no setting for TLS 1.3 "
+            "suites", "s2n-quic": "its rustls provider is not given a suite list by our program",
             "chromium": "a browser's TLS offer is its own", "firefox": "a browser's TLS offer is its own",
             "chromium-tcp": "a browser's TLS offer is its own", "firefox-tcp": "a browser's TLS offer is its own"})
 GSO = Knob(
     "gso", "UDP generic segmentation offload of the sender's sends, on or off (default: each stack's own)",
     kind="boolean",
-    stacks={"quic-go": Rendering(), "quinn": Rendering()},
-    cannot={"aioquic": "aioquic sends one datagram a system call"})
+    stacks={"quic-go": Rendering(), "quinn": Rendering(), "s2n-quic": Rendering()},
+    cannot={"aioquic": "aioquic sends one datagram a system call",
+            "quiche": "our quiche program sends one datagram a send_to", "tquic": "our tquic program sends one "
+            "datagram a send_to", "msquic": "msquic 2.5 has no setting for it"})
 
 KNOBS: dict[str, Knob] = {knob.name: knob for knob in (CC, AUTOTUNE, CIPHER, GSO)}

@@ -25,6 +25,7 @@ declaration here (or in the caller's own file: the runner takes the object).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -82,3 +83,24 @@ REQUESTS = Workload("requests", "--requests GETs of --size bytes each on one con
                     metrics=("requests_per_s", "ttfb_ms", "latency_p50_ms", "latency_p90_ms", "latency_p99_ms"))
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (DOWNLOAD, UPLOAD, REQUESTS)}
+
+
+def percentile(ordered: list[float], pct: float) -> float:
+    """The nearest-rank percentile of sorted values (each one a value that occurred)."""
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def workload_metrics(result: Mapping[str, object]) -> dict[str, float]:
+    """A run's request metrics from its client's result (the replay protocol's JSON line): requests per second
+    over duration_s, the first response's time to first byte, latency percentiles; only those it reports."""
+    metrics: dict[str, float] = {}
+    requests, duration = result.get("requests"), result.get("duration_s")
+    if requests and duration:
+        metrics["requests_per_s"] = int(requests) / float(duration)  # type: ignore[arg-type]
+    if result.get("ttfb_s") is not None:
+        metrics["ttfb_ms"] = float(result["ttfb_s"]) * 1000  # type: ignore[arg-type]
+    latencies = sorted(float(x) for x in result.get("latencies_s") or [])  # type: ignore[union-attr]
+    for pct in (50, 90, 99) if latencies else ():
+        metrics[f"latency_p{pct}_ms"] = percentile(latencies, pct) * 1000
+    return metrics

@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
             else:
                 chosen = [s for s in all_stacks().values() if not s.unavailable_reason()]
             links = [make_link(d, "0ms", "0ms", "0%", None, None) for d in comma_list(delays, "--delays")]
-            options = make_options(size, False, "cubic", None, timeout, profile=profile)
+            options = make_options(size, None, timeout, profile=profile)
             client_set = sets_api.resolve_one(set_spec)
             pairs_count = len(pairs_of(chosen))
             console.print(f"pairs: {pairs_count} client x server pairs of {', '.join(s.name for s in chosen)}, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -22,9 +23,11 @@ from replay.commands.link import DoctorRow, register_doctor_rows
 from replay.stacks import every_stack, get_stack
 from replay.stacks.base import RunOptions, Stack, default_timeout_s
 from replay.store import DEFAULT_RESULTS
-from common.cliapp import output_dir, output_file
+from common.cliapp import options_in_place_of, output_dir, output_file
 from common.terminal import cli_console
 from tparams.errors import ToolError
+from tparams.knobs import KNOBS, Knob
+from tparams.workloads import WORKLOADS
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
 # Options shared by every experiment command (declared once, used in each signature).
@@ -45,7 +48,8 @@ RateOpt = Annotated[Optional[str], typer.Option("--rate", help="Rate limit serve
                                                                "(default: unlimited).")]
 QueueOpt = Annotated[Optional[str], typer.Option("--queue", help="Queue limit of the rate limit, in packets or bytes "
                                                                  "(default: the testbed's, at least one BDP).")]
-SizeOpt = Annotated[str, typer.Option("--size", help="Download size, e.g. 500MB (decimal) or 64MiB.")]
+SizeOpt = Annotated[str, typer.Option("--size", help="Bytes each request moves (a download's size), e.g. 500MB "
+                                                     "(decimal) or 64MiB.")]
 RepsOpt = Annotated[int, typer.Option("--reps", min=1, help="Repetitions per condition.")]
 StackOpt = Annotated[str, typer.Option("--stack", help="QUIC stack, by its library's name: ngtcp2, quic-go, "
                                                        "aioquic, quinn, quiche, s2n-quic, tquic, msquic or lsquic; "
@@ -58,9 +62,6 @@ ServerStackOpt = Annotated[Optional[str], typer.Option(
 LinkOpt = Annotated[str, typer.Option("--link", help="Link backend: auto, netem (kernel), relay (linkem), veth "
                                                      "(the namespaces, no emulation: the baseline) or loopback "
                                                      "(no namespaces, 127.0.0.1).")]
-AutotuneOpt = Annotated[bool, typer.Option("--autotune/--no-autotune", help="Let flow-control windows grow; "
-                                           "default off: windows stay at the advertised values.")]
-CcOpt = Annotated[str, typer.Option("--cc", help="Congestion control: cubic or bbr.")]
 QlogOpt = Annotated[Optional[Path], typer.Option("--qlog", callback=output_dir,
                                                   help="Write qlog files of every run into this directory.")]
 TraceOpt = Annotated[bool, typer.Option("--trace", help="Capture every run (tshark in the server's namespace, UDP "
@@ -91,15 +92,61 @@ def make_link(delay: str, delay_up: str, jitter: str, loss: str, rate: str | Non
                       rate_bps=parse_rate_bps(rate) if rate else None, queue=queue)
 
 
-def make_options(size: str, autotune: bool, cc: str, qlog: Path | None, timeout: float | None,
-                 trace: bool = False, profile: bool = False) -> RunOptions:
-    if cc not in ("cubic", "bbr"):
-        raise ToolError(f"--cc must be cubic or bbr, not {cc!r}")
+WorkloadOpt = Annotated[str, typer.Option("--workload", help="What each run asks of the connection: " + "; ".join(
+    f"{w.name}: {w.help}" for w in WORKLOADS.values()) + ".")]
+RequestsOpt = Annotated[int, typer.Option("--requests", min=1, help="Requests on the one connection (--workload "
+                                                                   "requests).")]
+ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Requests open at once, each on its own "
+                                                                         "stream (--workload requests).")]
+
+
+def make_options(size: str, qlog: Path | None, timeout: float | None, trace: bool = False, profile: bool = False,
+                 knobs: dict[str, object] | None = None, workload: str = "download", requests: int = 1,
+                 concurrency: int = 1) -> RunOptions:
     if profile and (reason := profile_reason()):
         raise ToolError(f"--profile: {reason}")
+    if workload not in WORKLOADS:
+        raise ToolError(f"--workload takes {', '.join(WORKLOADS)}, not {workload!r}")
     size_bytes = parse_size(size)
-    return RunOptions(size=size_bytes, autotune=autotune, cc=cc, qlog_dir=qlog, trace=trace, profile=profile,
-                      timeout_s=timeout or default_timeout_s(size_bytes))
+    chosen = WORKLOADS[workload]
+    moved = chosen.expected_bytes(size_bytes, requests, concurrency)
+    return RunOptions(size=size_bytes, knobs=knobs or {}, workload=chosen, requests=requests,
+                      concurrency=concurrency, qlog_dir=qlog, trace=trace, profile=profile,
+                      timeout_s=timeout or default_timeout_s(moved))
+
+
+def _knob_option(knob: Knob) -> tuple[object, object]:
+    """(the typer annotation, the default) of a knob's command-line option."""
+    if knob.kind == "switch":
+        return Annotated[bool, typer.Option(f"{knob.option}/--no-{knob.option[2:]}", help=f"{knob.help}.")], \
+            bool(knob.default)
+    shown = "|".join(knob.choices) if knob.kind == "choice" else "on|off"
+    default = f" Default: {knob.default}." if knob.default is not None else ""
+    return Annotated[Optional[str], typer.Option(knob.option, metavar=shown, help=f"{knob.help}.{default} "
+                                                 "Refused in one line by a stack that cannot set it "
+                                                 "(`qreplay doctor` lists who sets what).")], knob.default
+
+
+def run_options(size: str = "500MB") -> Callable[[Callable], Callable]:
+    """Give a command the options of a run (--size, --workload, --requests, --concurrency, --qlog, --timeout,
+    --trace, --profile and every knob of tparams.knobs) in place of its parameter ``options``, which receives
+    them as one RunOptions."""
+
+    def build(**chosen) -> RunOptions:
+        knobs = {}
+        for knob in KNOBS.values():
+            value = chosen.pop(knob.name)
+            try:
+                knobs[knob.name] = value if isinstance(value, bool) or value is None else knob.parse(value)
+            except ValueError as error:
+                raise ToolError(str(error)) from None
+        return make_options(knobs=knobs, **chosen)
+
+    return options_in_place_of("options", {
+        "size": (SizeOpt, size), "workload": (WorkloadOpt, "download"), "requests": (RequestsOpt, 1),
+        "concurrency": (ConcurrencyOpt, 1), "qlog": (QlogOpt, None), "timeout": (TimeoutOpt, None),
+        "trace": (TraceOpt, False), "profile": (ProfileOpt, False),
+        **{knob.name: _knob_option(knob) for knob in KNOBS.values()}}, build)
 
 
 def server_set(spec: str | None, overrides: list[str] | None) -> sets_api.NamedSet | None:
@@ -224,12 +271,21 @@ def comma_list(text: str, what: str) -> list[str]:
     return items
 
 
+def what_it_runs(stack: Stack) -> str:
+    """The knobs a stack sets (tparams.knobs declaring it) and the workloads its client runs, in words."""
+    knobs = [knob.option for knob in KNOBS.values() if knob.stacks and stack.name in knob.stacks]
+    workloads = [w.name for w in WORKLOADS.values()
+                 if "client" in stack.roles and stack.workload_refusal(RunOptions(1, workload=w, requests=2)) is None]
+    return (f"knobs: {', '.join(knobs) or 'none'} (besides --cc, --autotune); "
+            f"workloads: {', '.join(workloads) or 'none (a server)'}")
+
+
 def stack_doctor_rows() -> list[DoctorRow]:
     """One `qreplay doctor` row per stack: usable here, and which parameters each side can set."""
     rows = []
     for name, stack in every_stack().items():
         reason = stack.unavailable_reason()
-        detail = reason or stack.capabilities()
+        detail = reason or f"{stack.capabilities()}; {what_it_runs(stack)}"
         version = None if reason else stack.version()
         if version:
             detail = f"version {version}; {detail}"
@@ -242,15 +298,15 @@ register_doctor_rows(stack_doctor_rows)
 
 def register(app: typer.Typer) -> None:
     @app.callback(invoke_without_command=True)
+    @run_options()
     def replay(
         ctx: typer.Context,
         set_spec: SetOpt = "firefox", server_set_spec: ServerSetOpt = None,
         client_param: ClientParamOpt = None, server_param: ServerParamOpt = None,
         delay: DelayOpt = "0ms", delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", loss: LossOpt = "0%",
-        rate: RateOpt = None, queue: QueueOpt = None, size: SizeOpt = "500MB", reps: RepsOpt = 10,
-        stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", autotune: AutotuneOpt = False, cc: CcOpt = "cubic",
-        qlog: QlogOpt = None, trace: TraceOpt = False, profile: ProfileOpt = False,
-        out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
+        rate: RateOpt = None, queue: QueueOpt = None, reps: RepsOpt = 10,
+        stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", options: RunOptions = None,
+        out: OutOpt = DEFAULT_RESULTS, json_output: JsonOpt = False,
         shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
     ) -> None:
         """Download through a QUIC stack over an emulated link with a client parameter set, REPS times.
@@ -260,7 +316,6 @@ def register(app: typer.Typer) -> None:
         if ctx.invoked_subcommand is not None:
             return
         the_link = make_link(delay, delay_up, jitter, loss, rate, queue)
-        options = make_options(size, autotune, cc, qlog, timeout, trace, profile)
         the_stack = get_stack(stack)
         refuse_sets(ctx, [the_stack], "set_spec", client_param)
         clients = ([own_set(the_stack)] if the_stack.own_parameters else
@@ -272,6 +327,7 @@ def register(app: typer.Typer) -> None:
         execute(experiment, out, json_output)
 
     @app.command("sweep", epilog="Example: qreplay sweep --param initial_max_data --values 196608,1048576,15728640 --delay 30ms")
+    @run_options()
     def sweep(
         ctx: typer.Context,
         param: Annotated[str, typer.Option("--param", help="The parameter to vary, e.g. initial_max_data.")],
@@ -280,10 +336,9 @@ def register(app: typer.Typer) -> None:
         set_spec: SetOpt = "lsquic-client-default", server_set_spec: ServerSetOpt = None,
         client_param: ClientParamOpt = None, server_param: ServerParamOpt = None,
         delay: DelayOpt = "30ms", delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", loss: LossOpt = "0%",
-        rate: RateOpt = None, queue: QueueOpt = None, size: SizeOpt = "500MB", reps: RepsOpt = 10,
-        stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", autotune: AutotuneOpt = False, cc: CcOpt = "cubic",
-        qlog: QlogOpt = None, trace: TraceOpt = False, profile: ProfileOpt = False,
-        out: OutOpt = DEFAULT_RESULTS, timeout: TimeoutOpt = None, json_output: JsonOpt = False,
+        rate: RateOpt = None, queue: QueueOpt = None, reps: RepsOpt = 10,
+        stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", options: RunOptions = None,
+        out: OutOpt = DEFAULT_RESULTS, json_output: JsonOpt = False,
         shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
     ) -> None:
         """Vary one parameter, all else fixed (the thesis's figures 5.4 and 5.6); default 30 ms, LSQUIC client set."""
@@ -309,8 +364,7 @@ def register(app: typer.Typer) -> None:
                 base = server or server_set(None, override)
                 conditions.append(Condition(client, sets_api.with_overrides(base, override) if server else base,
                                             make_link(delay, delay_up, jitter, loss, rate, queue), param, swept_value))
-        experiment = Experiment("sweep", the_stack, conditions,
-                                make_options(size, autotune, cc, qlog, timeout, trace, profile), reps, link,
+        experiment = Experiment("sweep", the_stack, conditions, options, reps, link,
                                 current_command_line(),
                                 shallow_idle, parse_size(udp_buffer, "--udp-buffer"),
                                 server_stack=optional_stack(server_stack))
@@ -318,6 +372,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("matrix", epilog="Example: qreplay matrix --stacks chromium,firefox,ngtcp2 --sets firefox,chrome "
                                   "--delays 10,30 --size 20MB")
+    @run_options()
     def matrix(
         ctx: typer.Context,
         sets: Annotated[str, typer.Option("--sets", help="Comma-separated client sets (any --set form).")]
@@ -327,10 +382,8 @@ def register(app: typer.Typer) -> None:
         losses: Annotated[str, typer.Option("--losses", help="Comma-separated loss percentages.")] = "0",
         server_set_spec: ServerSetOpt = None, client_param: ClientParamOpt = None, server_param: ServerParamOpt = None,
         delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", rate: RateOpt = None, queue: QueueOpt = None,
-        size: SizeOpt = "500MB", reps: RepsOpt = 10, stack: StackOpt = "ngtcp2", link: LinkOpt = "auto",
-        autotune: AutotuneOpt = False, cc: CcOpt = "cubic", qlog: QlogOpt = None, trace: TraceOpt = False,
-        profile: ProfileOpt = False, out: OutOpt = DEFAULT_RESULTS,
-        timeout: TimeoutOpt = None, json_output: JsonOpt = False, shallow_idle: ShallowIdleOpt = True,
+        reps: RepsOpt = 10, stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", options: RunOptions = None,
+        out: OutOpt = DEFAULT_RESULTS, json_output: JsonOpt = False, shallow_idle: ShallowIdleOpt = True,
         udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
         stacks: Annotated[Optional[str], typer.Option(
             "--stacks", help="Comma-separated client stacks instead of --stack, their runs interleaved round by "
@@ -346,8 +399,7 @@ def register(app: typer.Typer) -> None:
                  for d in comma_list(delays, "--delays") for x in comma_list(losses, "--losses")]
         conditions = [Condition(c, server, lk, stack=s if stacks else None) for lk in links for s in chosen
                       for c in ([own_set(s)] if s.own_parameters else clients)]
-        experiment = Experiment("matrix", chosen[0], conditions,
-                                make_options(size, autotune, cc, qlog, timeout, trace, profile), reps, link,
+        experiment = Experiment("matrix", chosen[0], conditions, options, reps, link,
                                 current_command_line(),
                                 shallow_idle, parse_size(udp_buffer, "--udp-buffer"),
                                 server_stack=optional_stack(server_stack))

@@ -12,6 +12,7 @@ from tparams.paramset import PERFORMANCE_PARAMETERS
 
 class Aioquic(ReplayProgram):
     name = "aioquic"
+    replay_protocol = frozenset({"down", "up", "many"})
     settable = {"client": frozenset(PERFORMANCE_PARAMETERS), "server": frozenset(PERFORMANCE_PARAMETERS)}
     cc_names = frozenset({"cubic"})  # (and Reno, aioquic's default, which qreplay does not offer)
 

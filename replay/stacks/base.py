@@ -9,10 +9,12 @@ alone owns timing, CPU/RSS accounting and clean-up.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import socket
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -20,8 +22,10 @@ from typing import Literal
 from common import versions
 from common.certs import write_signed_certificate
 from tparams import program_cli
+from tparams.knobs import KNOBS, Knob
 from tparams.libraries import Library, described
 from tparams.paramset import ParamSet
+from tparams.workloads import DOWNLOAD, Workload
 
 Role = Literal["client", "server"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -32,9 +36,12 @@ GO_BIN_DIR = REPO_ROOT / "build" / "bin"
 class RunOptions:
     """Everything about one run that is not a transport parameter."""
 
-    size: int
-    autotune: bool = False
-    cc: Literal["cubic", "bbr"] = "cubic"
+    size: int  # bytes each request moves
+    #: the knobs asked for (tparams.knobs), by name; a knob absent is asked at its default
+    knobs: Mapping[str, object] = field(default_factory=dict, hash=False)
+    workload: Workload = DOWNLOAD
+    requests: int = 1  # for a workload that leaves the number of requests to the command line
+    concurrency: int = 1  # likewise, how many are open at once
     qlog_dir: Path | None = None
     timeout_s: float = 600.0
     #: where the client appends its TLS secrets (NSS key log format), for decrypting a capture
@@ -43,6 +50,26 @@ class RunOptions:
     trace: bool = False
     #: sample both endpoints with call stacks during the transfer, storing where the cycles go (replay/profile.py)
     profile: bool = False
+
+    def knob(self, name: str) -> object:
+        """The value asked of knob ``name``."""
+        return self.knobs.get(name, KNOBS[name].default)
+
+    @property
+    def cc(self) -> str:
+        return str(self.knob("cc"))
+
+    @property
+    def autotune(self) -> bool:
+        return bool(self.knob("autotune"))
+
+    def asking(self, knobs: Mapping[str, object]) -> "RunOptions":
+        """These options with ``knobs`` asked besides (a condition's own)."""
+        return dataclasses.replace(self, knobs={**self.knobs, **knobs}) if knobs else self
+
+    @property
+    def expected_bytes(self) -> int:
+        return self.workload.expected_bytes(self.size, self.requests, self.concurrency)
 
 
 def default_timeout_s(size: int) -> float:
@@ -131,9 +158,49 @@ class Stack(ABC):
         ran = self.congestion_control(requested)
         return [] if ran == requested else [f"{self.name} has no {requested}: it ran {ran}"]
 
-    def autotunes(self, requested: bool) -> bool:
+    def autotunes(self, requested: bool, protocol: str | None = None) -> bool:
         """Whether the stack's windows may grow when --autotune is ``requested``."""
         return requested and self.autotune_note is None
+
+    def knob_ran(self, knob: Knob, value: object, protocol: str | None = None) -> object:
+        """What this stack runs of ``knob`` when ``value`` is asked, on a connection speaking ``protocol``
+        (a refusal is the experiment's, before any run): the asked value where it renders the knob; None (its
+        own choice) where it does not."""
+        if knob.ran_by:
+            return getattr(self, knob.ran_by)(value, protocol)
+        return value if knob.stacks and self.name in knob.stacks else None
+
+    def knob_renderings(self, opts: RunOptions, role: Role) -> tuple[dict[str, object], list[str], dict[str, str]]:
+        """The knobs asked in ``opts`` that this stack renders (tparams.knobs), for ``role``: (our programs'
+        options, words for a program not of ours, environment variables)."""
+        options: dict[str, object] = {}
+        words: list[str] = []
+        env: dict[str, str] = {}
+        for knob in KNOBS.values():
+            value = opts.knob(knob.name)
+            rendering = knob.stacks.get(self.name) if knob.stacks else None
+            if rendering is None or value is None or value == knob.default:
+                continue
+            options |= rendering.program_options(knob.name, value, role)
+            words += rendering.argv(value, role) if rendering.argv else []
+            env |= rendering.env(value, role) if rendering.env else {}
+        return options, words, env
+
+    def refusals(self, opts: RunOptions, role: Role) -> list[str]:
+        """Why this stack, as ``role``, cannot run what ``opts`` asks (one line each): a knob it decides and
+        cannot set, a workload its client does not speak."""
+        lines = [line for knob in KNOBS.values() if knob.decided_by == role
+                 if (line := knob.refusal(self.name, opts.knob(knob.name)))]
+        if role == "client" and (line := self.workload_refusal(opts)):
+            lines.append(line)
+        return lines
+
+    def workload_refusal(self, opts: RunOptions) -> str | None:
+        """Why its client cannot run ``opts``' workload, or None. By default a client downloads, once."""
+        requests, concurrency = opts.workload.asked(opts.requests, opts.concurrency)
+        if opts.workload.direction == "down" and requests == concurrency == 1:
+            return None
+        return f"{self.name}'s client speaks only the download workload, not {opts.workload.name}"
 
     def serves(self, protocol: str) -> bool:
         """Whether its server answers a client speaking ``protocol``."""
@@ -228,6 +295,18 @@ class ReplayProgram(Stack):
     (its descriptor's ``fixed``): a request for exactly that value is what the peer sees, so it counts as applied
     (any other as not applied)."""
 
+    #: what its client speaks of the replay protocol (tparams.workloads): down (GET), up (PUT), many (several
+    #: requests on one connection); its program refuses the rest in one line
+    replay_protocol: frozenset[str] = frozenset({"down"})
+
+    def workload_refusal(self, opts: RunOptions) -> str | None:
+        requests, concurrency = opts.workload.asked(opts.requests, opts.concurrency)
+        needs = {opts.workload.direction} | ({"many"} if max(requests, concurrency) > 1 else set())
+        if needs <= self.replay_protocol:
+            return None
+        return (f"{self.name}'s client does not speak the {opts.workload.name} workload "
+                f"(its program speaks {', '.join(sorted(self.replay_protocol))} of the replay protocol)")
+
     @property
     def binary(self) -> Path:
         return GO_BIN_DIR / self.library.programs["replay-server"]
@@ -268,22 +347,31 @@ class ReplayProgram(Stack):
                 out.notes.append(f"{self.name} writes no qlog")
         if opts.keylog and role == "client":
             values["keylog"] = opts.keylog
+        if role == "client":
+            values |= opts.workload.client_options(opts.size, opts.requests, opts.concurrency)
         return values, out
 
-    def flags(self, params: ParamSet | None, opts: RunOptions, role: Role) -> Applied:
+    def flags(self, params: ParamSet | None, opts: RunOptions, role: Role) -> tuple[list[str], Applied]:
+        """(the environment's words before the program, the Applied whose flags follow its address)."""
         values, out = self.options(params, opts, role)
-        out.flags = program_cli.arguments(f"replay-{role}", values)
-        return out
+        knob_options, words, env = self.knob_renderings(opts, role)
+        out.flags = [*program_cli.arguments(f"replay-{role}", values | knob_options), *words]
+        return with_environment(env, []), out
 
     def server_command(self, params, opts, ip, port, workdir):
         key, cert = ensure_certificate(workdir)
-        applied = self.flags(params, opts, "server")
-        return [*self.command("server"), *program_cli.arguments("replay-server", {
+        env, applied = self.flags(params, opts, "server")
+        return [*env, *self.command("server"), *program_cli.arguments("replay-server", {
             "listen": program_cli.address(ip, port), "cert": cert, "key": key}), *applied.flags], applied
 
     def client_command(self, params, opts, server_ip, port, workdir):
-        applied = self.flags(params, opts, "client")
-        return ClientPlan([*self.command("client"), *program_cli.arguments("replay-client", {
+        env, applied = self.flags(params, opts, "client")
+        return ClientPlan([*env, *self.command("client"), *program_cli.arguments("replay-client", {
             "connect": program_cli.address(server_ip, port), "size": opts.size, "timeout_s": opts.timeout_s}),
             *applied.flags]), applied
+
+
+def with_environment(env: Mapping[str, str], argv: list[str]) -> list[str]:
+    """``argv`` run with ``env`` added (through env(1), so that the stored command line shows it)."""
+    return ["env", *(f"{k}={v}" for k, v in env.items()), *argv] if env else argv
 

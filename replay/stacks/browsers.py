@@ -57,7 +57,7 @@ class Browser(Stack):
                               text=True)
         return (done.stdout.strip() or None) if done.returncode == 0 else None
 
-    def autotunes(self, requested: bool) -> bool:
+    def autotunes(self, requested: bool, protocol: str | None = None) -> bool:
         return True  # a browser's windows are as it was built (it may grow them), whatever qreplay asks
 
     def capabilities(self) -> str:

@@ -32,7 +32,7 @@ class Curl(Stack):
         done = subprocess.run(["curl", "--version"], capture_output=True, text=True)
         return done.stdout.split()[1] if done.returncode == 0 and done.stdout else None
 
-    def autotunes(self, requested: bool) -> bool:
+    def autotunes(self, requested: bool, protocol: str | None = None) -> bool:
         return True  # the kernel grows a TCP receive window whatever qreplay asks (tcp_moderate_rcvbuf)
 
     def capabilities(self) -> str:
@@ -49,7 +49,7 @@ class Curl(Stack):
         argv = [which("curl") or "curl", "--http2", "--tlsv1.3", "--silent", "--show-error", "--fail",
                 "--cacert", str(workdir / "ca.pem"), "--resolve", f"{SERVER_NAME}:{port}:{server_ip}",
                 "--max-time", f"{opts.timeout_s:g}", "--output", "/dev/null", "--write-out", "%{json}\n",
-                f"https://{SERVER_NAME}:{port}/{opts.size}"]
+                *self.knob_renderings(opts, "client")[1], f"https://{SERVER_NAME}:{port}/{opts.size}"]
         if opts.keylog:
             return ClientPlan(["env", f"SSLKEYLOGFILE={opts.keylog}", *argv]), Applied()
         return ClientPlan(argv), Applied()

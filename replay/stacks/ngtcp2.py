@@ -67,6 +67,7 @@ class Ngtcp2(Stack):
         if opts.qlog_dir:
             Path(opts.qlog_dir, role).mkdir(parents=True, exist_ok=True)
             out.flags.append(f"--qlog-dir={Path(opts.qlog_dir, role)}")
+        out.flags += self.knob_renderings(opts, role)[1]
         return out
 
     def server_command(self, params, opts, ip, port, workdir):

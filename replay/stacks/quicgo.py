@@ -18,6 +18,7 @@ STREAM_WINDOW = {"client": "initial_max_stream_data_bidi_local", "server": "init
 
 class QuicGo(ReplayProgram):
     name = "quic-go"
+    replay_protocol = frozenset({"down", "up", "many"})
     writes_qlog = True
     settable = {role: frozenset((*COMMON, window)) for role, window in STREAM_WINDOW.items()}
     cc_names = frozenset({"cubic"})  # quic-go's only congestion control

@@ -26,6 +26,7 @@ STREAM_WINDOW = {"client": "initial_max_stream_data_bidi_local", "server": "init
 
 class Quinn(ReplayProgram):
     name = "quinn"
+    replay_protocol = frozenset({"down", "up", "many"})
     settable = {"client": frozenset((*COMMON, STREAM_WINDOW["client"])),
                 "server": frozenset((*COMMON, STREAM_WINDOW["server"], "disable_active_migration"))}
     autotune_note = "quinn 0.11 has no window auto-tuning: its windows stayed at the advertised values"

@@ -21,6 +21,7 @@ SETTABLE = frozenset({
 
 class S2nQuic(ReplayProgram):
     name = "s2n-quic"
+    replay_protocol = frozenset({"down", "up", "many"})
     settable = {"client": SETTABLE, "server": SETTABLE}
     autotune_note = ("s2n-quic has no flow-control auto-tuning: its windows always slide at the advertised "
                      "size, so the run kept them pinned")

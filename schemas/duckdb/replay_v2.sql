@@ -1,11 +1,12 @@
--- qreplay results, schema version 1. One file per campaign; written in batches.
+-- qreplay results, schema version 2 (knobs and workloads; migrations/replay_1_to_2.sql migrates a version 1 file).
+-- One file per campaign; written in batches.
 -- JSON-valued columns hold JSON text (VARCHAR) so the file opens without extensions.
 
 CREATE TABLE IF NOT EXISTS schema_version (
     name    VARCHAR PRIMARY KEY,
     version INTEGER NOT NULL
 );
-INSERT OR IGNORE INTO schema_version VALUES ('replay', 1);
+INSERT OR IGNORE INTO schema_version VALUES ('replay', 2);
 
 CREATE TABLE IF NOT EXISTS experiments (
     experiment_id VARCHAR PRIMARY KEY,
@@ -16,8 +17,8 @@ CREATE TABLE IF NOT EXISTS experiments (
     link_backend  VARCHAR NOT NULL,      -- as requested: auto | netem | relay | veth | loopback
     size_bytes    BIGINT NOT NULL,
     reps          INTEGER NOT NULL,
-    autotune      BOOLEAN NOT NULL,      -- as requested (runs.autotune: what ran)
-    cc            VARCHAR NOT NULL,      -- as requested (runs.cc: what ran)
+    workload      VARCHAR,               -- tparams.workloads: download | upload | requests | ...
+    knobs         VARCHAR,               -- JSON {knob: value as asked} (tparams.knobs; runs: what ran)
     command_line  VARCHAR,               -- the qreplay invocation, when run from the CLI
     config        VARCHAR                -- JSON: conditions, timeout_s, qlog_dir, cpu_idle
 );
@@ -45,11 +46,19 @@ CREATE TABLE IF NOT EXISTS runs (
     rep                 INTEGER NOT NULL,
     status              VARCHAR NOT NULL,   -- ok | timeout | failed
     error               VARCHAR,
-    size_bytes          BIGINT NOT NULL,    -- requested download size
-    bytes               BIGINT,             -- payload bytes received
-    duration_s          DOUBLE,             -- request (or client start, see timing) to last byte
+    size_bytes          BIGINT NOT NULL,    -- bytes each request moves
+    workload            VARCHAR,            -- tparams.workloads: download | upload | requests | ...
+    requests            INTEGER,            -- requests on the connection
+    concurrency         INTEGER,            -- of them open at once
+    bytes               BIGINT,             -- payload bytes moved (received; an upload's: the server's count)
+    duration_s          DOUBLE,             -- first request (or client start, see timing) to last response done
     timing              VARCHAR,            -- how duration_s was measured
     goodput_mbps        DOUBLE,             -- bytes * 8 / duration_s / 1e6
+    requests_per_s      DOUBLE,             -- requests / duration_s
+    ttfb_ms             DOUBLE,             -- first request sent to the first byte of its response
+    latency_p50_ms      DOUBLE,             -- percentiles (nearest rank) of request sent to response done
+    latency_p90_ms      DOUBLE,
+    latency_p99_ms      DOUBLE,
     wall_s              DOUBLE,             -- client process lifetime
     client_tx_packets   BIGINT,
     client_rx_packets   BIGINT,
@@ -64,10 +73,9 @@ CREATE TABLE IF NOT EXISTS runs (
     client_maxrss_kb    BIGINT,
     server_cpu_s        DOUBLE,
     server_maxrss_kb    BIGINT,
-    autotune            BOOLEAN NOT NULL,   -- the client's (receiver's) windows could grow, as ran
-    cc                  VARCHAR NOT NULL,   -- the server's (sender's) congestion control, as ran
-    autotune_requested  BOOLEAN,            -- what was asked (--autotune)
-    cc_requested        VARCHAR,            -- what was asked (--cc)
+    -- Each knob of tparams.knobs has two columns, added by replay/store.py from the declarations: <knob>
+    -- (what ran: cc the sender's congestion control, autotune whether the receiver's windows could grow,
+    -- cipher, gso ...) and <knob>_requested (what was asked).
     udp_buffer_bytes    BIGINT,             -- the testbed's socket buffers; NULL: the machine's own (loopback)
     requested_client    VARCHAR,            -- JSON {parameter: value}
     applied_client      VARCHAR,
@@ -77,31 +85,19 @@ CREATE TABLE IF NOT EXISTS runs (
     not_applied_server  VARCHAR,
     warnings            VARCHAR,            -- JSON list of lines
     client_argv         VARCHAR,            -- JSON list, exactly as executed
-    server_argv         VARCHAR
+    server_argv         VARCHAR,
+    browser_version     VARCHAR,            -- browser runs (chromium, firefox and their -tcp variants): exact, as the
+                                            -- running browser reports it
+    protocol_seen       VARCHAR,            -- h3 | h2: Resource Timing's nextHopProtocol, agreed by the run's capture
+    transport_seen      VARCHAR,            -- JSON: the capture's QUIC v1 packets, UDP datagrams, TCP SYNs and payload
+                                            -- segments; the client namespace's UDP/TCP counters
+    handshake_s         DOUBLE,             -- from the capture, until the client can send its request: QUIC's first
+                                            -- Initial to the client's first Handshake packet; TCP's SYN to its first
+                                            -- TLS application record; the page's connection, which the download reuses
+    client_sent         VARCHAR,            -- JSON: the twelve parameters of the run's own ClientHello
+                                            -- (set_fingerprint is theirs)
+    resource_timing     VARCHAR             -- JSON: the page's and the download's entries
 );
--- Files written before pairs of stacks existed: the server was the client's library.
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS server_stack VARCHAR;
--- Files written before runs stored what ran beside what was asked: replay/store.py fills these in once.
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS autotune_requested BOOLEAN;
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS cc_requested VARCHAR;
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS udp_buffer_bytes BIGINT;
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS queue_requested VARCHAR;
--- Browser runs (stacks chromium, firefox and their -tcp variants; NULL for every other stack).
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS browser_version VARCHAR;   -- exact, as the running browser reports it
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS protocol_seen VARCHAR;     -- h3 | h2: Resource Timing's nextHopProtocol,
-                                                                     -- agreed by the run's capture
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS transport_seen VARCHAR;    -- JSON: the capture's QUIC v1 packets, UDP
-                                                                     -- datagrams, TCP SYNs and payload segments;
-                                                                     -- the client namespace's UDP/TCP counters
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS handshake_s DOUBLE;        -- from the capture, until the client can send
-                                                                     -- its request: QUIC's first Initial to the
-                                                                     -- client's first Handshake packet; TCP's SYN to
-                                                                     -- its first TLS application record; the page's
-                                                                     -- connection, which the download reuses
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS client_sent VARCHAR;       -- JSON: the twelve parameters of the run's own
-                                                                     -- ClientHello (set_fingerprint is theirs)
-ALTER TABLE runs ADD COLUMN IF NOT EXISTS resource_timing VARCHAR;   -- JSON: the page's and the download's entries
-
 -- The view run_summary (one row per experiment and condition: runs, failed, n, mean, standard deviation
 -- and 95% CI of the goodput of the successful runs, packets, socket drops) is created by replay/store.py
 -- from replay/statistics.py, where every statistic of stored runs is defined once.
@@ -118,6 +114,7 @@ CREATE TABLE IF NOT EXISTS traces (
     points                             INTEGER,     -- of them kept in trace_points (thinned above 20,000)
     undecrypted                        INTEGER,     -- short-header packets tshark could not decrypt
     bursts_split                       INTEGER,     -- datagrams captured as one GSO burst, split before decrypting
+    cipher                             VARCHAR,     -- the TLS 1.3 cipher suite the server's ServerHello chose
     capture                            VARCHAR,     -- JSON: device, namespace, backend, tx_udp_segmentation per end, tshark
     client_params                      VARCHAR      -- JSON: every integer transport parameter of the ClientHello
 );
