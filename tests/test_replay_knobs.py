@@ -1,0 +1,62 @@
+"""Issue 28's knobs reach the wire and the stacks' sends: the cipher suite the client alone offers is the one
+the server's ServerHello chose (read from the run's capture), and --gso switches the UDP_SEGMENT control
+message of the sender's sendmsg calls on and off (strace on the real server)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from common.process import Process, wait_listening
+from replay.link import LinkConfig
+from replay.runner import Condition, Experiment, run_experiment
+from replay.sets import resolve_one
+from replay.stacks import get_stack
+from replay.stacks.base import RunOptions, free_udp_port
+
+CHACHA = "TLS_CHACHA20_POLY1305_SHA256"  # the suite no stack here prefers: a default offer would not pick it
+
+
+@pytest.mark.parametrize("stack", ["ngtcp2", "quinn", "aioquic"])
+def test_the_cipher_suite_reaches_the_wire(tmp_path, stack):
+    experiment = Experiment("test", get_stack(stack), [Condition(resolve_one("firefox"), None,
+                                                                 LinkConfig(delay_down_ms=1))],
+                            RunOptions(size=300_000, timeout_s=30, knobs={"cipher": CHACHA}, trace=True), 1)
+    row = run_experiment(experiment, tmp_path / "r.duckdb")[0]
+    assert row["status"] == "ok", row.get("error")
+    assert (row["cipher"], row["cipher_requested"]) == (CHACHA, CHACHA)
+    import duckdb
+
+    assert duckdb.connect(str(tmp_path / "r.duckdb")).execute("SELECT cipher FROM traces").fetchall() == [(CHACHA,)]
+
+
+def segmented_sends(stack_name: str, gso: bool, tmp_path) -> tuple[int, int]:
+    """(sendmsg calls carrying UDP_SEGMENT, sendmsg calls) of ``stack_name``'s server sending 2 MB on loopback
+    with --gso on or off."""
+    stack = get_stack(stack_name)
+    options = RunOptions(size=2_000_000, timeout_s=30, knobs={"gso": gso})
+    port = free_udp_port()
+    argv, _ = stack.server_command(None, options, "127.0.0.1", port, tmp_path)
+    calls = tmp_path / f"strace-{gso}"
+    server = Process(None, ["strace", "-f", "-qq", "-e", "trace=sendmsg,sendmmsg", "-o", str(calls), *argv],
+                     tmp_path / f"server-{gso}.usage")
+    try:
+        wait_listening(None, port, "udp", 10, server)
+        plan, _ = stack.client_command(None, options, "127.0.0.1", port, tmp_path)
+        done = subprocess.run(plan.argv, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-500:]
+    finally:
+        server.stop()
+    lines = [line for line in calls.read_text().splitlines() if re.search(r"\bsendm?msg\(", line)]
+    # strace 6.1 does not name UDP_SEGMENT (103, linux/udp.h): its number stands for it
+    return sum(bool(re.search(r"SOL_UDP, cmsg_type=(UDP_SEGMENT|0x67)\b", line)) for line in lines), len(lines)
+
+
+@pytest.mark.parametrize("stack", ["quinn", "quic-go"])
+def test_gso_switches_the_senders_segmentation(tmp_path, stack):
+    on, calls_on = segmented_sends(stack, True, tmp_path)
+    off, calls_off = segmented_sends(stack, False, tmp_path)
+    assert on > 0 and off == 0, (on, calls_on, off, calls_off)
+    assert calls_off > calls_on  # one datagram a call without it
