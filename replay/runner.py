@@ -32,7 +32,7 @@ from replay.cpuidle import ShallowIdle
 from replay.link import LinkConfig, select_backend
 from replay.sets import NamedSet
 from replay.stacks import get_stack
-from replay.stacks.base import ClientResult, RunOptions, Stack, free_udp_port
+from replay.stacks.base import ClientPlan, ClientResult, RunOptions, Stack, free_udp_port
 from tparams.errors import ToolError
 from tparams.knobs import KNOBS
 from tparams.workloads import workload_metrics
@@ -81,6 +81,13 @@ class Experiment:
         refused = [line for c in self.conditions or [None] for client, server in [self.stacks(c)]
                    for options in [self.options.asking(c.knobs if c else {})]
                    for line in (*client.refusals(options, "client"), *server.refusals(options, "server"))]
+        if self.options.clients > 1:
+            refused += [f"{s.name}'s client runs one at a time here (its programs share the run's directory)"
+                        for s in {self.stacks(c)[0].name: self.stacks(c)[0] for c in self.conditions}.values()
+                        if not s.many_clients]
+            refused += [f"{what} reads one client's run, not {self.options.clients} clients'"
+                        for what, asked in (("--trace", self.options.trace), ("--profile", self.options.profile))
+                        if asked]
         if self.options.trace and self.options.workload.direction != "down":
             refused.append(f"--trace reads a download (the server the sender), not the {self.options.workload.name} "
                            "workload")
@@ -239,7 +246,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         "queue_requested": condition.link.queue,
         "sweep_param": condition.sweep_param, "sweep_value": condition.sweep_value,
         "rep": rep, "size_bytes": options.size, "workload": workload.name, "requests": requests,
-        "concurrency": concurrency, "udp_buffer_bytes": path.buffer_bytes,
+        "concurrency": concurrency, "clients": options.clients, "udp_buffer_bytes": path.buffer_bytes,
     }
     for knob in KNOBS.values():  # what ran, decided by the end the knob names; what was asked beside it
         asked = options.knob(knob.name)
@@ -257,6 +264,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         server_argv, server_applied = server_stack.server_command(server_params, options, path.server_ip, port,
                                                                   workdir)
         plan, client_applied = stack.client_command(condition.client.params, options, path.server_ip, port, workdir)
+        plans = [plan] + [stack.client_command(condition.client.params, options, path.server_ip, port, workdir)[0]
+                          for _ in range(options.clients - 1)]  # our programs' clients: workdir is not theirs
         for role, applied in (("client", client_applied), ("server", server_applied)):
             row[f"requested_{role}"] = json.dumps({**applied.applied, **applied.not_applied})
             row[f"applied_{role}"] = json.dumps(applied.applied)
@@ -270,6 +279,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         server = Process(path.server_ns, server_argv, workdir / "server.usage", stdout=server_stdout)
         row["server_argv"] = json.dumps(server.popen.args)
         client = result = None
+        clients: list[_Client] = []
         tracing, captured = contextlib.ExitStack(), None
         profiling = profile.Profiling(workdir) if options.profile else None
         try:
@@ -279,10 +289,9 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             if options.trace:  # started before the client, stopped after it (and the server)
                 captured = tracing.enter_context(trace.capture(path, workdir / "trace.pcapng"))
             before = path.interface_counters()
-            drain = _FifoDrain(plan.body_fifo) if plan.body_fifo else None
-            stdout_file = open(workdir / "client.stdout", "w+b")
             gated = bool(profiling) and profile.gated(plan.argv)
-            client = Process(path.client_ns, plan.argv, workdir / "client.usage", stdout=stdout_file, gated=gated)
+            clients = [_Client.start(path.client_ns, each, workdir, i, gated) for i, each in enumerate(plans)]
+            client = clients[0].process
             row["client_argv"] = json.dumps(client.popen.args)
             if profiling:
                 profiling.attach("client", stack.name, profile.executable_of(plan.argv),
@@ -290,33 +299,31 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             if gated:
                 client.release()
                 profiling.identify("client", client.program_pid())
-            finished, server_gone = _await_client(client, server, options.timeout_s)
+            finished, server_gone = _await_clients([c.process for c in clients], server, options.timeout_s)
             if profiling:  # the transfer is over: nothing after it is sampled
                 profiling.stop()
-            if not finished:
-                client.stop(stack.stop_grace_s)
-            if drain:
-                drain.finish()
+            for each in clients:
+                if not finished:
+                    each.process.stop(stack.stop_grace_s)
+                each.finish()
             after = path.interface_counters()
             counters = _counter_delta(before, after)
             row["counters"] = json.dumps(counters)
             row.update({k: v for k, v in counters.items() if k in COUNTER_COLUMNS})
-            row["wall_s"] = (client.ended or time.monotonic()) - client.started
-            stdout_file.seek(0)
-            stdout = stdout_file.read().decode(errors="replace")
-            stdout_file.close()
-            result = _client_result(stack, stdout, drain, client)
-            if result:
-                row["bytes"] = result.bytes
-                row["duration_s"] = result.duration_s
-                row["timing"] = result.extra.get("timing", "request to last byte (client)")
-                if result.duration_s and result.duration_s > 0:
-                    row["goodput_mbps"] = result.bytes * 8 / result.duration_s / 1e6
-                row.update(workload_metrics({**result.extra, "duration_s": result.duration_s}))
-            received = f"moved {result.bytes if result else 0} of {options.expected_bytes} bytes"
+            row["wall_s"] = max((c.process.ended or time.monotonic()) - c.process.started for c in clients)
+            results = [_client_result(stack, c.stdout_text, c.drain, c.process) for c in clients]
+            result = results[0]
+            if all(results):
+                row.update(_clients_row(results))
             # A server that exits just after the last byte still served a whole download.
-            if finished and client.status == 0 and result and workload.succeeded(
-                    {**result.extra, "bytes": result.bytes}, options.size, options.requests, options.concurrency):
+            whole = [bool(r) and c.process.status == 0 and workload.succeeded(
+                {**r.extra, "bytes": r.bytes}, options.size, options.requests, options.concurrency)
+                for c, r in zip(clients, results)]
+            failed = next((i for i, ok in enumerate(whole) if not ok), 0)
+            client, result_failed = clients[failed].process, results[failed]
+            received = f"moved {result_failed.bytes if result_failed else 0} of {options.expected_bytes} bytes" + (
+                f" (client {failed + 1} of {len(clients)})" if len(clients) > 1 else "")
+            if finished and all(whole):
                 row["status"] = "ok"
             elif server_gone:
                 row["status"] = "failed"
@@ -334,9 +341,12 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         finally:
             if profiling:
                 profiling.stop()
-            if client:
-                client.stop(stack.stop_grace_s)
-                row["client_cpu_s"], row["client_maxrss_kb"] = client.usage()
+            for each in clients:
+                each.process.stop(stack.stop_grace_s)
+            if clients:  # summed over the clients: what they cost the machine together
+                usages = [c.process.usage() for c in clients]
+                row["client_cpu_s"], row["client_maxrss_kb"] = (
+                    None if any(u[k] is None for u in usages) else sum(u[k] for u in usages) for k in (0, 1))
             server.stop()
             row["server_cpu_s"], row["server_maxrss_kb"] = server.usage()
             server_stdout.seek(0)
@@ -346,7 +356,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                 # The sender's own loss count: drops the link never saw (a receiver too slow
                 # to take its packets) appear only here.
                 row["counters"] = json.dumps({**json.loads(row["counters"]), **sender})
-        if result:
+        if result and len(clients) == 1:
             stack.complete_row(row, result)
         if captured is not None:
             row["trace"] = _trace(row, tracing, captured, workdir, path.server_ip, options.qlog_dir)
@@ -385,15 +395,66 @@ def _profile(row: dict, profiling: profile.Profiling) -> tuple[list[dict], list[
         return None
 
 
-def _await_client(client: Process, server: Process, timeout_s: float) -> tuple[bool, bool]:
-    """(whether the client finished within ``timeout_s``, whether its server exited before it did)."""
+def _await_clients(clients: list[Process], server: Process, timeout_s: float) -> tuple[bool, bool]:
+    """(whether every client finished within ``timeout_s``, whether their server exited before they did)."""
     deadline = time.monotonic() + timeout_s
-    while not client.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
-        if time.monotonic() >= deadline:
-            return False, False
-        if server.wait(0):
-            return client.wait(SERVER_EXIT_GRACE_S), True
+    for client in clients:
+        while not client.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                return False, False
+            if server.wait(0):
+                return all(c.wait(SERVER_EXIT_GRACE_S) for c in clients), True
     return True, False
+
+
+@dataclass
+class _Client:
+    """One client process of a run, its output and (for clients that print no result) its body's drain."""
+
+    process: Process
+    stdout: object
+    drain: _FifoDrain | None
+    stdout_text: str = ""
+
+    @classmethod
+    def start(cls, ns: str | None, plan: ClientPlan, workdir: Path, index: int, gated: bool) -> "_Client":
+        name = "client" if index == 0 else f"client-{index + 1}"
+        drain = _FifoDrain(plan.body_fifo) if plan.body_fifo else None
+        stdout = open(workdir / f"{name}.stdout", "w+b")
+        return cls(Process(ns, plan.argv, workdir / f"{name}.usage", stdout=stdout, gated=gated), stdout, drain)
+
+    def finish(self) -> None:
+        if self.drain:
+            self.drain.finish()
+        self.stdout.seek(0)
+        self.stdout_text = self.stdout.read().decode(errors="replace")
+        self.stdout.close()
+
+
+def _clients_row(results: list[ClientResult]) -> dict:
+    """What a run stores of its clients' results: one client's as it reported them; of several, the bytes they
+    moved together, the mean of their goodputs, each one's, Jain's fairness index over them, and the request
+    metrics of all their requests pooled."""
+    goodputs = [r.bytes * 8 / r.duration_s / 1e6 if r.duration_s and r.duration_s > 0 else None for r in results]
+    first = results[0]
+    row = {"bytes": sum(r.bytes for r in results), "duration_s": max((r.duration_s or 0) for r in results) or None,
+           "timing": first.extra.get("timing", "request to last byte (client)")}
+    pooled: dict = {"duration_s": row["duration_s"],
+                    "latencies_s": [x for r in results for x in r.extra.get("latencies_s") or []]}
+    if any("requests" in r.extra for r in results):  # only clients of the replay protocol count their requests
+        pooled["requests"] = sum(int(r.extra.get("requests", 1)) for r in results)
+    ttfbs = [r.extra["ttfb_s"] for r in results if r.extra.get("ttfb_s") is not None]
+    if ttfbs:
+        pooled["ttfb_s"] = sum(ttfbs) / len(ttfbs)
+    row.update(workload_metrics(pooled))
+    if len(results) == 1:
+        row["goodput_mbps"] = goodputs[0]
+        return row
+    if None not in goodputs:
+        row["goodput_mbps"] = sum(goodputs) / len(goodputs)
+        row["fairness"] = sum(goodputs) ** 2 / (len(goodputs) * sum(g * g for g in goodputs))
+    row["client_goodputs_mbps"] = json.dumps(goodputs)
+    return row
 
 
 def _client_result(stack: Stack, stdout: str, drain: _FifoDrain | None, client: Process) -> ClientResult | None:
@@ -451,7 +512,8 @@ def run_experiment(experiment: Experiment, results: str | Path,
               **({"stack_versions": {name: s.version() for name, s in used.items()}}
                  if len(used) > 2 else {}),
               "timeout_s": experiment.options.timeout_s, "qlog_dir": str(experiment.options.qlog_dir or ""),
-              "requests": experiment.options.requests, "concurrency": experiment.options.concurrency}
+              "requests": experiment.options.requests, "concurrency": experiment.options.concurrency,
+              "clients": experiment.options.clients}
     record["config"] = json.dumps(config)
     store.upsert_experiment(con, record)
     rows: list[dict] = []

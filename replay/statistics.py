@@ -20,7 +20,7 @@ from tparams.knobs import KNOBS
 #: the conditions every run stores besides its knobs (tparams.knobs), in the order figures name them
 BASE_CONDITIONS = ("stack", "server_stack", "set_name", "server_set_name", "link_backend", "delay_ms", "delay_up_ms",
                    "jitter_ms", "loss_pct", "rate_bps", "queue", "sweep_param", "sweep_value", "workload", "requests",
-                   "concurrency", "size_bytes", "udp_buffer_bytes")
+                   "concurrency", "clients", "size_bytes", "udp_buffer_bytes")
 
 
 def conditions() -> tuple[str, ...]:
@@ -53,6 +53,9 @@ per_condition AS (
          -- the request metrics (tparams.workloads), means over the successful runs
          avg(requests_per_s) {ok} AS mean_requests_per_s, avg(ttfb_ms) {ok} AS mean_ttfb_ms,
          avg(latency_p50_ms) {ok} AS mean_latency_p50_ms, avg(latency_p99_ms) {ok} AS mean_latency_p99_ms,
+         -- many clients: Jain's index over their goodputs; the server's CPU and peak memory per client
+         avg(fairness) {ok} AS mean_fairness, avg(server_cpu_s / clients) {ok} AS mean_server_cpu_s_per_client,
+         avg(server_maxrss_kb / clients) {ok} AS mean_server_maxrss_kb_per_client,
          -- CPU seconds per second of the client's life, each end
          avg(client_cpu_s / nullif(wall_s, 0)) {ok} AS mean_client_cpu_share,
          avg(server_cpu_s / nullif(wall_s, 0)) {ok} AS mean_server_cpu_share,
@@ -152,7 +155,7 @@ def _word(column: str, value) -> str:
         return f"{column} -"
     if column in ("stack", "set_name", "link_backend", "queue", "sweep_param", "workload", "cipher"):
         return str(value)
-    units = {"requests": ("", " requests"), "concurrency": ("", " at once"), "delay_ms": ("delay ", " ms"), "delay_up_ms": ("delay up ", " ms"), "jitter_ms": ("jitter ", " ms"),
+    units = {"requests": ("", " requests"), "concurrency": ("", " at once"), "clients": ("", " clients"), "delay_ms": ("delay ", " ms"), "delay_up_ms": ("delay up ", " ms"), "jitter_ms": ("jitter ", " ms"),
              "loss_pct": ("loss ", "%"), "size_bytes": ("", " B"), "rate_bps": ("rate ", " bit/s"),
              "udp_buffer_bytes": ("UDP buffer ", " B")}
     if column in units:

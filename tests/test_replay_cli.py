@@ -169,10 +169,13 @@ def test_doctor_says_what_works_here_and_why_not():
     if get_stack("lsquic").unavailable_reason():
         assert not lsquic["ok"] and "QREPLAY_LSQUIC_CLIENT" in lsquic["detail"]
     else:  # the version is the one the server names in its responses
-        assert lsquic["ok"] and re.fullmatch(r"version \d+\.\d+\.\d+; client sets 8 of 12; server sets 9 of 12",
-                                             lsquic["detail"]), lsquic
+        assert lsquic["ok"] and re.fullmatch(r"version \d+\.\d+\.\d+; client sets 8 of 12; server sets 9 of 12; "
+                                             r"knobs: none .*; workloads: download", lsquic["detail"]), lsquic
     assert rows[("stack", "aioquic")]["detail"] == (f"version {importlib.metadata.version('aioquic')}; "
-                                                     "client sets 12 of 12; server sets 12 of 12")
+                                                     "client sets 12 of 12; server sets 12 of 12; knobs: --cipher "
+                                                     "(besides --cc, --autotune); workloads: download, upload, requests")
+    assert rows[("stack", "quic-go")]["detail"].endswith("knobs: --gso (besides --cc, --autotune); workloads: "
+                                                         "download, upload, requests")
 
 
 @pytest.mark.lab

@@ -96,13 +96,17 @@ WorkloadOpt = Annotated[str, typer.Option("--workload", help="What each run asks
     f"{w.name}: {w.help}" for w in WORKLOADS.values()) + ".")]
 RequestsOpt = Annotated[int, typer.Option("--requests", min=1, help="Requests on the one connection (--workload "
                                                                    "requests).")]
+ClientsOpt = Annotated[int, typer.Option("--clients", min=1, help="Clients at once against the one server, each "
+                                                             "its own connection (QuicSand's many clients): each "
+                                                             "run stores their mean goodput, each one's, Jain's "
+                                                             "fairness index and the server's CPU and memory.")]
 ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Requests open at once, each on its own "
                                                                          "stream (--workload requests).")]
 
 
 def make_options(size: str, qlog: Path | None, timeout: float | None, trace: bool = False, profile: bool = False,
                  knobs: dict[str, object] | None = None, workload: str = "download", requests: int = 1,
-                 concurrency: int = 1) -> RunOptions:
+                 concurrency: int = 1, clients: int = 1) -> RunOptions:
     if profile and (reason := profile_reason()):
         raise ToolError(f"--profile: {reason}")
     if workload not in WORKLOADS:
@@ -111,7 +115,7 @@ def make_options(size: str, qlog: Path | None, timeout: float | None, trace: boo
     chosen = WORKLOADS[workload]
     moved = chosen.expected_bytes(size_bytes, requests, concurrency)
     return RunOptions(size=size_bytes, knobs=knobs or {}, workload=chosen, requests=requests,
-                      concurrency=concurrency, qlog_dir=qlog, trace=trace, profile=profile,
+                      concurrency=concurrency, clients=clients, qlog_dir=qlog, trace=trace, profile=profile,
                       timeout_s=timeout or default_timeout_s(moved))
 
 
@@ -144,7 +148,7 @@ def run_options(size: str = "500MB") -> Callable[[Callable], Callable]:
 
     return options_in_place_of("options", {
         "size": (SizeOpt, size), "workload": (WorkloadOpt, "download"), "requests": (RequestsOpt, 1),
-        "concurrency": (ConcurrencyOpt, 1), "qlog": (QlogOpt, None), "timeout": (TimeoutOpt, None),
+        "concurrency": (ConcurrencyOpt, 1), "clients": (ClientsOpt, 1), "qlog": (QlogOpt, None), "timeout": (TimeoutOpt, None),
         "trace": (TraceOpt, False), "profile": (ProfileOpt, False),
         **{knob.name: _knob_option(knob) for knob in KNOBS.values()}}, build)
 

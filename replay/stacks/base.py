@@ -42,6 +42,7 @@ class RunOptions:
     workload: Workload = DOWNLOAD
     requests: int = 1  # for a workload that leaves the number of requests to the command line
     concurrency: int = 1  # likewise, how many are open at once
+    clients: int = 1  # client processes at once, each its own connection to the one server
     qlog_dir: Path | None = None
     timeout_s: float = 600.0
     #: where the client appends its TLS secrets (NSS key log format), for decrypting a capture
@@ -138,6 +139,8 @@ class Stack(ABC):
     default_server: str | None = None
     #: whether its server serves the files of ``workdir/htdocs`` too (a browser needs its page served)
     serves_page: bool = False
+    #: whether several of its clients can run at once against one server (their command lines share nothing)
+    many_clients: bool = False
     #: how long its client may take to end what it started once told to stop (SIGTERM) before all of it is
     #: killed: a browser's driver ends the browser's tree and its capture, and only then may its files go
     stop_grace_s: float = 3.0
@@ -298,6 +301,7 @@ class ReplayProgram(Stack):
     #: what its client speaks of the replay protocol (tparams.workloads): down (GET), up (PUT), many (several
     #: requests on one connection); its program refuses the rest in one line
     replay_protocol: frozenset[str] = frozenset({"down"})
+    many_clients = True
 
     def workload_refusal(self, opts: RunOptions) -> str | None:
         requests, concurrency = opts.workload.asked(opts.requests, opts.concurrency)

@@ -50,10 +50,13 @@ CREATE TABLE IF NOT EXISTS runs (
     workload            VARCHAR,            -- tparams.workloads: download | upload | requests | ...
     requests            INTEGER,            -- requests on the connection
     concurrency         INTEGER,            -- of them open at once
+    clients             INTEGER,            -- client processes at once against the one server, a connection each
     bytes               BIGINT,             -- payload bytes moved (received; an upload's: the server's count)
     duration_s          DOUBLE,             -- first request (or client start, see timing) to last response done
     timing              VARCHAR,            -- how duration_s was measured
-    goodput_mbps        DOUBLE,             -- bytes * 8 / duration_s / 1e6
+    goodput_mbps        DOUBLE,             -- bytes * 8 / duration_s / 1e6; of several clients, the mean of theirs
+    client_goodputs_mbps VARCHAR,           -- JSON: each client's, when there were several
+    fairness            DOUBLE,             -- Jain's index over the clients' goodputs (1: equal shares)
     requests_per_s      DOUBLE,             -- requests / duration_s
     ttfb_ms             DOUBLE,             -- first request sent to the first byte of its response
     latency_p50_ms      DOUBLE,             -- percentiles (nearest rank) of request sent to response done
@@ -69,8 +72,8 @@ CREATE TABLE IF NOT EXISTS runs (
     server_tx_bytes     BIGINT,
     server_rx_bytes     BIGINT,
     counters            VARCHAR,            -- JSON: every interface counter delta the testbed gave
-    client_cpu_s        DOUBLE,
-    client_maxrss_kb    BIGINT,
+    client_cpu_s        DOUBLE,             -- summed over the clients
+    client_maxrss_kb    BIGINT,             -- summed over the clients' peaks
     server_cpu_s        DOUBLE,
     server_maxrss_kb    BIGINT,
     -- Each knob of tparams.knobs has two columns, added by replay/store.py from the declarations: <knob>

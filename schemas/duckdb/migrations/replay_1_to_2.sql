@@ -46,6 +46,9 @@ WHERE runs.experiment_id = e.experiment_id AND runs.udp_buffer_bytes IS NULL AND
 ALTER TABLE runs ADD COLUMN workload VARCHAR DEFAULT 'download';
 ALTER TABLE runs ADD COLUMN requests INTEGER DEFAULT 1;
 ALTER TABLE runs ADD COLUMN concurrency INTEGER DEFAULT 1;
+ALTER TABLE runs ADD COLUMN clients INTEGER DEFAULT 1;
+ALTER TABLE runs ADD COLUMN client_goodputs_mbps VARCHAR;
+ALTER TABLE runs ADD COLUMN fairness DOUBLE;
 ALTER TABLE runs ADD COLUMN requests_per_s DOUBLE;
 ALTER TABLE runs ADD COLUMN ttfb_ms DOUBLE;
 ALTER TABLE runs ADD COLUMN latency_p50_ms DOUBLE;
