@@ -1,19 +1,21 @@
 // Package bulk holds what qreplay's quic-go client and server share: their
-// command line (tparams/program_cli.py) and the download protocol
-// every qreplay program speaks (lab/servers/common/src/replay.rs): hq-interop,
-// the client sending "GET /<size>\r\n" on one stream, the server answering
-// with that many bytes and closing the stream.
+// command line (tparams/program_cli.py) and the replay protocol every qreplay
+// program speaks (tparams/workloads.py): hq-interop, each request a
+// client-opened bidirectional stream of its own; "GET /<size>\r\n" and FIN is
+// answered with that many bytes and FIN (a download), "PUT /<size>\r\n", the
+// body and FIN with the number of body bytes received, in decimal, and FIN
+// (an upload).
 package bulk
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -28,23 +30,31 @@ const ALPN = "hq-interop"
 // maxRequest bounds the request line a server reads.
 const maxRequest = 64
 
-// Request is the request line for a download of size bytes.
-func Request(size uint64) []byte {
-	return []byte(fmt.Sprintf("GET /%d\r\n", size))
+// The methods of the replay protocol: a download and an upload.
+const (
+	Get = "GET"
+	Put = "PUT"
+)
+
+// Request is the request line asking to move size bytes: GET for a download, PUT for an upload.
+func Request(method string, size uint64) []byte {
+	return []byte(fmt.Sprintf("%s /%d\r\n", method, size))
 }
 
-// RequestedSize reads a request line ("GET /<size>", ended by a newline or
-// the stream's end) and returns the size it asks for.
-func RequestedSize(stream io.Reader) (uint64, error) {
-	line, err := bufio.NewReaderSize(io.LimitReader(stream, maxRequest), maxRequest).ReadString('\n')
-	if err != nil && err != io.EOF {
-		return 0, err
+// ReadRequest reads a request line ("GET /<size>" or "PUT /<size>", ended by a
+// newline or the stream's end) and returns its method and size; an upload's
+// body is what the reader holds after it.
+func ReadRequest(stream *bufio.Reader) (string, uint64, error) {
+	line, err := stream.ReadSlice('\n')
+	if len(line) > maxRequest || (err != nil && (err != io.EOF || len(line) == 0)) {
+		return "", 0, fmt.Errorf("no request line: %q (%v)", line[:min(len(line), maxRequest)], err)
 	}
-	path, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "GET /")
-	if !ok {
-		return 0, fmt.Errorf("not a request for /<size>: %q", line)
+	method, path, _ := bytes.Cut(bytes.TrimRight(line, "\r\n"), []byte(" /"))
+	size, err := strconv.ParseUint(string(path), 10, 64)
+	if (string(method) != Get && string(method) != Put) || err != nil {
+		return "", 0, fmt.Errorf("not a GET or PUT of /<size>: %q", line)
 	}
-	return strconv.ParseUint(path, 10, 64)
+	return string(method), size, nil
 }
 
 // Ceilings used with --autotune, the same as ngtcp2's client defaults so that
@@ -56,7 +66,8 @@ const (
 
 // Options are what both roles take besides their addresses (tparams/program_cli.py,
 // as every qreplay program): the twelve transport parameters by name with dashes,
-// --cc, --autotune, --keylog and --qlog-dir. quic-go lets an application choose
+// the knobs (tparams/knobs.py: --cc, --autotune, --cipher, --gso), --keylog and
+// --qlog-dir. quic-go lets an application choose
 // five of the parameters; it advertises one stream window for every stream type,
 // so a side takes the window that governs the download (bidi_local for a client,
 // bidi_remote for a server). The rest is refused in one line.
@@ -68,6 +79,7 @@ type Options struct {
 	MaxStreamsUni    int64
 	Autotune         bool
 	CC               string
+	GSO              string // "true", "false", or "" for quic-go's own choice (on where the kernel has it)
 	Keylog           string
 	QlogDir          string
 	refused          map[string]string // flag -> why quic-go cannot honour it
@@ -96,6 +108,15 @@ func RegisterFlags(fs *flag.FlagSet, isClient bool) *Options {
 	o.refused["disable-active-migration"] = "quic-go lets no application choose it"
 	fs.BoolVar(&o.Autotune, "autotune", false, "let flow-control windows grow (default: pinned to the advertised values)")
 	fs.StringVar(&o.CC, "cc", "cubic", "congestion control: cubic, quic-go's only one")
+	o.refuse(fs, "cipher", "Go's crypto/tls chooses the TLS 1.3 suite itself (tls.Config.CipherSuites is TLS 1.2's)")
+	fs.Func("gso", "true|false: UDP generic segmentation offload of sends (default: quic-go's own, on where the kernel has it)",
+		func(value string) error {
+			if value != "true" && value != "false" {
+				return fmt.Errorf("true or false, not %q", value)
+			}
+			o.GSO = value
+			return nil
+		})
 	fs.StringVar(&o.Keylog, "keylog", "", "append the TLS secrets (NSS key log format) to this file")
 	fs.StringVar(&o.QlogDir, "qlog-dir", "", "write qlog files into this directory")
 	return o
@@ -134,11 +155,17 @@ func (o *Options) TLS(conf *tls.Config) *tls.Config {
 	return conf
 }
 
-// Config turns the options into a quic-go configuration; qlog goes through
-// quic-go's own tracer, which writes into $QLOGDIR.
+// Config turns the options into a quic-go configuration, to be made before the
+// connection's socket: qlog goes through quic-go's own tracer, which writes into
+// $QLOGDIR, and GSO is quic-go's unless $QUIC_GO_DISABLE_GSO says otherwise,
+// read when ListenAddr or DialAddr wraps the socket (isGSOEnabled, quic-go 0.65);
+// --gso=true sets it to false so that an inherited one cannot turn GSO off.
 func (o *Options) Config() *quic.Config {
 	if o.QlogDir != "" {
 		os.Setenv("QLOGDIR", o.QlogDir)
+	}
+	if o.GSO != "" {
+		os.Setenv("QUIC_GO_DISABLE_GSO", strconv.FormatBool(o.GSO == "false"))
 	}
 	conf := &quic.Config{
 		MaxIdleTimeout:                 time.Duration(o.MaxIdleTimeoutMs) * time.Millisecond,

@@ -1,19 +1,23 @@
-// qgserver answers download requests (hq-interop, bulk.RequestedSize) of any
-// qreplay client (qgserver ip:port --cert=C --key=K [options of bulk.RegisterFlags]):
-// for each stream it reads "GET /<size>" and sends that many bytes. When a connection
+// qgserver answers the requests of the replay protocol (bulk.ReadRequest) of any
+// qreplay client (qgserver ip:port --cert=C --key=K [options of bulk.RegisterFlags]),
+// each stream on its own: "GET /<size>" with that many bytes, "PUT /<size>" and
+// its body with the number of body bytes read, in decimal. When a connection
 // ends it prints one JSON line with the sender's view of it (packets sent and
 // declared lost, RTT, congestion window): losses the link did not cause, such
 // as a receiver dropping packets it cannot process in time, show only here.
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 
@@ -73,25 +77,35 @@ func serve(conn *quic.Conn) {
 			finish(conn)
 			return
 		}
-		go func() {
-			defer stream.Close()
-			remaining, err := bulk.RequestedSize(stream)
-			if err != nil {
-				stream.CancelWrite(0)
-				return
-			}
-			chunk := make([]byte, 1<<16)
-			for remaining > 0 {
-				n := uint64(len(chunk))
-				if remaining < n {
-					n = remaining
-				}
-				if _, err := stream.Write(chunk[:n]); err != nil {
-					return
-				}
-				remaining -= n
-			}
-		}()
+		go answer(stream)
+	}
+}
+
+// answer serves one request: a GET's bytes, or a PUT's count once its body has ended.
+func answer(stream *quic.Stream) {
+	defer stream.Close()
+	request := bufio.NewReaderSize(stream, 1<<16)
+	method, remaining, err := bulk.ReadRequest(request)
+	if err != nil {
+		stream.CancelWrite(0)
+		return
+	}
+	if method == bulk.Put {
+		received, err := io.CopyBuffer(io.Discard, request, make([]byte, 1<<16))
+		if err != nil {
+			stream.CancelWrite(0)
+			return
+		}
+		stream.Write([]byte(strconv.FormatInt(received, 10)))
+		return
+	}
+	chunk := make([]byte, 1<<16)
+	for remaining > 0 {
+		n := min(remaining, uint64(len(chunk)))
+		if _, err := stream.Write(chunk[:n]); err != nil {
+			return
+		}
+		remaining -= n
 	}
 }
 
