@@ -1,4 +1,6 @@
-"""aioquic bulk client: downloads --size bytes and prints one JSON line (bytes, request to last byte)."""
+"""aioquic replay client: makes --requests requests of --size bytes on one connection, each on its own stream
+and at most --concurrency at once, GETs (--direction=down) or PUTs (up), and prints one JSON line
+(tparams.workloads); exits 1 unless every request moved all its bytes."""
 
 from __future__ import annotations
 
@@ -6,11 +8,24 @@ import argparse
 import asyncio
 import json
 import time
+from dataclasses import dataclass, field
 
 from aioquic.asyncio import QuicConnectionProtocol, connect
-from aioquic.quic.events import StreamDataReceived
+from aioquic.quic.events import ConnectionTerminated, StreamDataReceived, StreamReset
 
-from replay.aioquic_endpoints.common import apply_parameters, command_line, configuration, request
+from replay.aioquic_endpoints.common import apply_parameters, command_line, configuration, request, send_paced
+
+
+@dataclass
+class Exchange:
+    """One request's times and its response: a GET's byte count, a PUT's answer (the server's count)."""
+
+    sent: float
+    done: asyncio.Future
+    first_byte: float | None = None
+    finished: float | None = None
+    received: int = 0
+    answer: bytearray = field(default_factory=bytearray)
 
 
 class BulkClient(QuicConnectionProtocol):
@@ -20,32 +35,86 @@ class BulkClient(QuicConnectionProtocol):
         apply_parameters(quic, self.args)
         super().__init__(quic, *a, **kw)
         self.connection = quic  # the protocol's own reference is private (_quic)
-        self.received = 0
-        self.done = asyncio.get_running_loop().create_future()
+        self._open: dict[int, Exchange] = {}
+
+    async def exchange(self, method: str, size: int) -> Exchange:
+        """One request on a stream of its own, answered to its end (aioquic holds a stream's data
+        until the server's stream credit lets it go)."""
+        stream_id = self.connection.get_next_available_stream_id()
+        exchange = self._open[stream_id] = Exchange(time.monotonic(), asyncio.get_running_loop().create_future())
+        self.connection.send_stream_data(stream_id, request(method, size), end_stream=method == "GET")
+        self.transmit()
+        if method == "PUT":
+            await send_paced(self.connection, self.transmit, stream_id, size)
+        await exchange.done
+        return exchange
 
     def quic_event_received(self, event) -> None:
-        if isinstance(event, StreamDataReceived):
-            self.received += len(event.data)
-            if event.end_stream and not self.done.done():
-                self.done.set_result(time.monotonic())
+        if isinstance(event, StreamDataReceived) and event.stream_id in self._open:
+            exchange = self._open[event.stream_id]
+            if event.data and exchange.first_byte is None:
+                exchange.first_byte = time.monotonic()
+            exchange.received += len(event.data)
+            if len(exchange.answer) < 32:  # a PUT's answer is a count; a GET's body is only counted
+                exchange.answer += event.data[:32]
+            if event.end_stream:
+                exchange.finished = time.monotonic()
+                exchange.done.set_result(None)
+                del self._open[event.stream_id]
+        elif isinstance(event, (StreamReset, ConnectionTerminated)):
+            failed = [self._open.pop(event.stream_id)] if isinstance(event, StreamReset) else self._open.values()
+            for exchange in failed:
+                if not exchange.done.done():
+                    exchange.done.set_exception(ConnectionError(f"the server ended the request: {event}"))
+
+
+def moved(exchange: Exchange, method: str) -> int:
+    """The payload a request moved: a GET's bytes received, a PUT's count as the server answered it."""
+    if method == "GET":
+        return exchange.received
+    answer = exchange.answer.decode(errors="replace")
+    if not answer.isdigit():
+        raise SystemExit(f"error: the server's answer to a PUT is no count of bytes: {answer!r}")
+    return int(answer)
+
+
+async def run(args: argparse.Namespace) -> dict:
+    config = configuration(args, is_client=True)
+    config.verify_mode = False
+    BulkClient.args = args
+    method = "PUT" if args.direction == "up" else "GET"
+    slots = asyncio.Semaphore(args.concurrency or 1)
+    started = time.monotonic()
+    async with connect(*args.connect, configuration=config, create_protocol=BulkClient) as client:
+        handshake = time.monotonic() - started
+
+        async def one() -> Exchange:
+            async with slots:
+                return await client.exchange(method, args.size)
+
+        exchanges = await asyncio.gather(*(one() for _ in range(args.requests or 1)))
+    for exchange in exchanges:
+        if moved(exchange, method) != args.size:
+            raise SystemExit(f"error: a {method} of {args.size} bytes moved {moved(exchange, method)}")
+    first = min(exchanges, key=lambda exchange: exchange.sent)
+    exchanges.sort(key=lambda exchange: exchange.finished)
+    return {"bytes": sum(moved(exchange, method) for exchange in exchanges),
+            "duration_s": exchanges[-1].finished - first.sent, "handshake_s": handshake,
+            "requests": len(exchanges), "ttfb_s": first.first_byte - first.sent,
+            "latencies_s": [exchange.finished - exchange.sent for exchange in exchanges],
+            "timing": "request to last byte (client)"}
 
 
 async def main() -> None:
     args = command_line("replay-client", __doc__)
-    config = configuration(args, is_client=True)
-    config.verify_mode = False
-    BulkClient.args = args
-    host, port = args.connect
-    async with connect(host, port, configuration=config, create_protocol=BulkClient) as client:
-        stream_id = client.connection.get_next_available_stream_id()
-        requested_at = time.monotonic()
-        client.connection.send_stream_data(stream_id, request(args.size), end_stream=True)
-        client.transmit()
-        last_byte = await asyncio.wait_for(client.done, args.timeout_s or 600)
-        if client.received != args.size:
-            raise SystemExit(f"error: received {client.received} of {args.size} bytes")
-        print(json.dumps({"bytes": client.received, "duration_s": last_byte - requested_at,
-                          "timing": "request to last byte (client)"}))
+    timeout = args.timeout_s or 600
+    try:
+        result = await asyncio.wait_for(run(args), timeout)
+    except (TimeoutError, asyncio.TimeoutError):
+        raise SystemExit(f"error: gave up after --timeout-s={timeout:g}") from None
+    except ConnectionError as error:
+        raise SystemExit(f"error: {str(error) or 'the connection closed before every request was answered'}") from None
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

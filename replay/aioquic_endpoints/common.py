@@ -1,68 +1,101 @@
 """What the aioquic client and server share: their command line (tparams.program_cli, roles replay-server
 and replay-client), every one of the twelve parameters applied to a connection before its transport
-parameters are sent, and pinned flow-control windows.
+parameters are sent, pinned flow-control windows, and the replay protocol.
 
-The download protocol is every qreplay program's (lab/servers/common/src/replay.rs): hq-interop,
-``GET /<size>`` on a client-opened stream, answered with that many bytes.
+The replay protocol is every qreplay program's (tparams.workloads): hq-interop, each request on a
+client-opened stream of its own, ``GET /<size>`` answered with that many bytes, ``PUT /<size>`` and its
+body with the number of body bytes received, in decimal.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from aioquic.buffer import Buffer
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.packet import pull_quic_transport_parameters, push_quic_transport_parameters
+from aioquic.tls import CipherSuite
 
 from common.aioquic_adapter import (
     LOCAL_PARAMETERS,
     pin_flow_control_windows,
     rewrite_transport_parameters,
     set_local_parameters,
+    unacknowledged_bytes,
 )
 from tparams import program_cli
+from tparams.knobs import GSO
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
 ALPN = "hq-interop"
 MAX_REQUEST = 64
-_REQUEST = re.compile(rb"GET /(\d+)\r?")
+_REQUEST = re.compile(rb"(GET|PUT) /(\d+)\r?\n?")
+CHUNK = bytes(1 << 16)
+BACKLOG = 8 << 20  # bytes a stream may hold unacknowledged before we stop handing it more
 
 
-def request(size: int) -> bytes:
-    return f"GET /{size}\r\n".encode()
+def request(method: str, size: int) -> bytes:
+    """The request line moving ``size`` bytes: GET for a download, PUT for an upload."""
+    return f"{method} /{size}\r\n".encode()
 
 
-def requested_size(received: bytes, finished: bool) -> int | None:
-    """The size a request asks for; None while the line is incomplete; ValueError if it is no request."""
+def parse_request(received: bytes, finished: bool) -> tuple[str, int, int] | None:
+    """A request's (method, size, length of its line; an upload's body follows it); None while the line
+    is incomplete; ValueError if it is no request."""
     line, newline, _ = received.partition(b"\n")
     if not newline and not finished:
         if len(received) > MAX_REQUEST:
             raise ValueError("request line too long")
         return None
-    found = _REQUEST.fullmatch(line)
+    found = _REQUEST.fullmatch(line + newline)
     if not found:
-        raise ValueError(f"not a request for /<size>: {received[:MAX_REQUEST]!r}")
-    return int(found.group(1))
+        raise ValueError(f"not a GET or PUT of /<size>: {received[:MAX_REQUEST]!r}")
+    return found.group(1).decode(), int(found.group(2)), len(line + newline)
+
+
+async def send_paced(quic: QuicConnection, transmit: Callable[[], None], stream_id: int, remaining: int) -> None:
+    """Send ``remaining`` bytes and FIN on a stream, in slices, yielding between them, so that aioquic's
+    flow control (not our buffer) paces the sender."""
+    while True:
+        n = min(remaining, len(CHUNK))
+        remaining -= n
+        quic.send_stream_data(stream_id, CHUNK[:n], end_stream=remaining == 0)
+        transmit()
+        if remaining == 0:
+            return
+        while unacknowledged_bytes(quic, stream_id) > BACKLOG:  # let ACKs drain it
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0)
 
 
 def command_line(role: program_cli.Role, description: str) -> argparse.Namespace:
-    """The parsed command line of ``role``; what these programs do not do (BBR, qlog) refused in one line."""
+    """The parsed command line of ``role``; what these programs do not do (BBR, qlog, GSO) refused in one
+    line, as are fewer than one request or one at a time."""
     parser = program_cli.parser(role, description)
     args = parser.parse_args()
-    for refused, given in (("--cc=bbr", args.cc == "bbr"), ("--qlog-dir", args.qlog_dir)):
+    for refused, given in (("--cc=bbr", args.cc == "bbr"), ("--qlog-dir", args.qlog_dir),
+                           (f"{GSO.option}: {GSO.cannot['aioquic']}", args.gso is not None)):
         if given:
             parser.exit(2, f"error: the aioquic endpoints cannot take {refused}\n")
+    for name in ("requests", "concurrency"):
+        if getattr(args, name, None) is not None and getattr(args, name) < 1:
+            parser.exit(2, f"error: --{name} takes a number of at least 1\n")
     return args
 
 
 def configuration(args: argparse.Namespace, is_client: bool) -> QuicConfiguration:
     """The configuration both ends share: hq-interop, the congestion control named (aioquic's own
-    default is Reno: it is always named, so that what ran is what is stored), the key log."""
+    default is Reno: it is always named, so that what ran is what is stored), the one cipher suite
+    asked for (offered by the client, accepted by the server), the key log."""
     configuration = QuicConfiguration(is_client=is_client, alpn_protocols=[ALPN],
                                       congestion_control_algorithm=args.cc or "cubic")
+    if args.cipher:
+        configuration.cipher_suites = [CipherSuite[args.cipher.removeprefix("TLS_")]]
     if args.keylog:
         configuration.secrets_log_file = Path(args.keylog).open("a")
     return configuration

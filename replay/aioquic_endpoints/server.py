@@ -1,4 +1,5 @@
-"""aioquic bulk server: answers each stream's ``GET /<size>`` with that many bytes."""
+"""aioquic replay server: answers each stream's ``GET /<size>`` with that many bytes, its ``PUT /<size>``
+with the number of body bytes received once the body has ended."""
 
 from __future__ import annotations
 
@@ -8,11 +9,7 @@ import asyncio
 from aioquic.asyncio import QuicConnectionProtocol, serve
 from aioquic.quic.events import StreamDataReceived
 
-from common.aioquic_adapter import unacknowledged_bytes
-from replay.aioquic_endpoints.common import apply_parameters, command_line, configuration, requested_size
-
-CHUNK = bytes(1 << 16)
-BACKLOG = 8 << 20  # bytes a stream may hold unacknowledged before we stop handing it more
+from replay.aioquic_endpoints.common import apply_parameters, command_line, configuration, parse_request, send_paced
 
 
 class BulkServer(QuicConnectionProtocol):
@@ -22,32 +19,36 @@ class BulkServer(QuicConnectionProtocol):
         apply_parameters(quic, self.args)
         super().__init__(quic, *a, **kw)
         self.connection = quic  # the protocol's own reference is private (_quic)
-        self._requests: dict[int, bytes] = {}
-        self._serving: set[int] = set()  # streams whose request was answered (more data may follow it)
+        self._lines: dict[int, bytes] = {}  # streams whose request line is still coming
+        # streams whose request was read: a PUT's body bytes so far, None for a GET (more data is ignored)
+        self._bodies: dict[int, int | None] = {}
 
     def quic_event_received(self, event) -> None:
-        if isinstance(event, StreamDataReceived):
-            data = self._requests.get(event.stream_id, b"") + event.data
-            self._requests[event.stream_id] = data
+        if not isinstance(event, StreamDataReceived):
+            return
+        stream_id = event.stream_id
+        if stream_id not in self._bodies:
+            line = self._lines.pop(stream_id, b"") + event.data
             try:
-                size = requested_size(data, event.end_stream)
+                parsed = parse_request(line, event.end_stream)
             except ValueError:
-                self.connection.reset_stream(event.stream_id, 0)
+                self.connection.reset_stream(stream_id, 0)
                 return
-            if size is not None and event.stream_id not in self._serving:
-                self._serving.add(event.stream_id)
-                asyncio.ensure_future(self._send(event.stream_id, size))
-
-    async def _send(self, stream_id: int, remaining: int) -> None:
-        # Hand data over in slices and yield, so aioquic's flow control (not our buffer) paces the sender.
-        while remaining > 0:
-            n = min(remaining, len(CHUNK))
-            remaining -= n
-            self.connection.send_stream_data(stream_id, CHUNK[:n], end_stream=remaining == 0)
-            self.transmit()
-            while unacknowledged_bytes(self.connection, stream_id) > BACKLOG:  # let ACKs drain it
-                await asyncio.sleep(0.001)
-            await asyncio.sleep(0)
+            if parsed is None:
+                self._lines[stream_id] = line
+                return
+            method, size, length = parsed
+            if method == "GET":
+                self._bodies[stream_id] = None
+                asyncio.ensure_future(send_paced(self.connection, self.transmit, stream_id, size))
+            else:
+                self._bodies[stream_id] = len(line) - length
+        elif self._bodies[stream_id] is not None:
+            self._bodies[stream_id] += len(event.data)
+        if event.end_stream:
+            received = self._bodies.pop(stream_id)
+            if received is not None:
+                self.connection.send_stream_data(stream_id, str(received).encode(), end_stream=True)
 
 
 async def main() -> None:
