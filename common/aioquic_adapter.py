@@ -117,7 +117,10 @@ def set_local_parameters(quic: QuicConnection, values: Mapping[str, int]) -> Non
     require_pinned_aioquic()
     for name, value in values.items():
         if name in _LOCAL_LIMITS:
-            getattr(quic, _LOCAL_LIMITS[name]).value = value
+            # sent too: aioquic grants more streams (MAX_STREAMS) by what it last sent, which would otherwise
+            # stay its default, 128, and never be reached by a lower limit: the peer would wait forever
+            limit = getattr(quic, _LOCAL_LIMITS[name])
+            limit.value = limit.sent = value
         else:
             setattr(quic, _LOCAL_NUMBERS[name], value)
 

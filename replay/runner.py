@@ -76,7 +76,7 @@ class Experiment:
             if not server.serves(client.protocol):
                 raise ToolError(f"{client.name}'s client speaks {client.protocol}, {server.name}'s server "
                                 f"{server.protocol}: no download between them")
-            if client.own_parameters and not server.serves_page:
+            if client.needs_page and not server.serves_page:
                 raise ToolError(f"{server.name}'s server serves no page for {client.name} to load")
         refused = [line for c in self.conditions or [None] for client, server in [self.stacks(c)]
                    for options in [self.options.asking(c.knobs if c else {})]

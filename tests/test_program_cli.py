@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from lab.kinds import known_kinds
-from replay.stacks import all_stacks
+from replay.stacks import every_stack
 from replay.stacks.base import ReplayProgram
 from tparams import program_cli
 
@@ -34,7 +34,7 @@ def programs() -> list:
     for kind in known_kinds().values():
         if kind.role:
             found.append(pytest.param(kind.role, kind.program, kind.unavailable_reason, id=f"lab-{kind.name}"))
-    for stack in all_stacks().values():
+    for stack in every_stack().values():
         if isinstance(stack, ReplayProgram):
             for role in ("server", "client"):
                 found.append(pytest.param(f"replay-{role}", lambda stack=stack, role=role: stack.command(role),

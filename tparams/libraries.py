@@ -292,6 +292,9 @@ LIBRARIES: tuple[Library, ...] = (
         "caddy", "quic-go", (Package("dpkg", "caddy", "Debian caddy"),), "caddy (quic-go), {versions}",
         programs={"lab-server": "caddy", "replay-server": "caddy"},
     ),
+    # TCP's reference (replay/tcp/h2): Go's standard library, so the toolchain's version is what runs
+    Library("tcp-h2", "net/http", (Package("go", "go", "Go"),), "{versions} net/http (replay/tcp/h2)",
+            programs={"replay-server": "h2", "replay-client": "h2"}),
 )
 
 _BY_NAME = {library.name: library for library in LIBRARIES}

@@ -139,6 +139,8 @@ class Stack(ABC):
     default_server: str | None = None
     #: whether its server serves the files of ``workdir/htdocs`` too (a browser needs its page served)
     serves_page: bool = False
+    #: whether its client loads a page before it downloads (a browser), from a server that serves one
+    needs_page: bool = False
     #: whether several of its clients can run at once against one server (their command lines share nothing)
     many_clients: bool = False
     #: how long its client may take to end what it started once told to stop (SIGTERM) before all of it is

@@ -27,6 +27,7 @@ PACKAGES = {"chromium": "chromium", "firefox-esr": "firefox-esr", "certutil": "l
 class Browser(Stack):
     roles = frozenset({"client"})
     own_parameters = True
+    needs_page = True
     settable = {"client": frozenset(), "server": frozenset()}
     # the driver's own grace for the browser's tree (5 s) and its capture's end (up to 20 s)
     stop_grace_s = 30.0
