@@ -104,6 +104,14 @@ ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Reque
                                                                          "stream (--workload requests).")]
 
 
+def link_options(delay: str) -> Callable[[Callable], Callable]:
+    """Give a command the options of one link (--delay, --delay-up, --jitter, --loss, --rate, --queue; --delay
+    defaulting to ``delay``) in place of its parameter ``link_config``, which receives them as one LinkConfig."""
+    return options_in_place_of("link_config", {
+        "delay": (DelayOpt, delay), "delay_up": (DelayUpOpt, "0ms"), "jitter": (JitterOpt, "0ms"),
+        "loss": (LossOpt, "0%"), "rate": (RateOpt, None), "queue": (QueueOpt, None)}, make_link)
+
+
 def make_options(size: str, qlog: Path | None, timeout: float | None, trace: bool = False, profile: bool = False,
                  knobs: dict[str, object] | None = None, workload: str = "download", requests: int = 1,
                  concurrency: int = 1, clients: int = 1) -> RunOptions:
@@ -303,12 +311,12 @@ register_doctor_rows(stack_doctor_rows)
 def register(app: typer.Typer) -> None:
     @app.callback(invoke_without_command=True)
     @run_options()
+    @link_options(delay="0ms")
     def replay(
         ctx: typer.Context,
         set_spec: SetOpt = "firefox", server_set_spec: ServerSetOpt = None,
         client_param: ClientParamOpt = None, server_param: ServerParamOpt = None,
-        delay: DelayOpt = "0ms", delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", loss: LossOpt = "0%",
-        rate: RateOpt = None, queue: QueueOpt = None, reps: RepsOpt = 10,
+        link_config: LinkConfig = None, reps: RepsOpt = 10,
         stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", options: RunOptions = None,
         out: OutOpt = DEFAULT_RESULTS, json_output: JsonOpt = False,
         shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
@@ -319,19 +327,19 @@ def register(app: typer.Typer) -> None:
         """
         if ctx.invoked_subcommand is not None:
             return
-        the_link = make_link(delay, delay_up, jitter, loss, rate, queue)
         the_stack = get_stack(stack)
         refuse_sets(ctx, [the_stack], "set_spec", client_param)
         clients = ([own_set(the_stack)] if the_stack.own_parameters else
                    [sets_api.with_overrides(s, client_param or []) for s in sets_api.resolve(set_spec)])
         server = server_set(server_set_spec, server_param)
-        experiment = Experiment("single", the_stack, [Condition(c, server, the_link) for c in clients],
+        experiment = Experiment("single", the_stack, [Condition(c, server, link_config) for c in clients],
                                 options, reps, link, current_command_line(), shallow_idle,
                                 parse_size(udp_buffer, "--udp-buffer"), server_stack=optional_stack(server_stack))
         execute(experiment, out, json_output)
 
     @app.command("sweep", epilog="Example: qreplay sweep --param initial_max_data --values 196608,1048576,15728640 --delay 30ms")
     @run_options()
+    @link_options(delay="30ms")
     def sweep(
         ctx: typer.Context,
         param: Annotated[str, typer.Option("--param", help="The parameter to vary, e.g. initial_max_data.")],
@@ -339,8 +347,7 @@ def register(app: typer.Typer) -> None:
         side: Annotated[str, typer.Option("--side", help="Whose parameter to vary: client or server.")] = "client",
         set_spec: SetOpt = "lsquic-client-default", server_set_spec: ServerSetOpt = None,
         client_param: ClientParamOpt = None, server_param: ServerParamOpt = None,
-        delay: DelayOpt = "30ms", delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", loss: LossOpt = "0%",
-        rate: RateOpt = None, queue: QueueOpt = None, reps: RepsOpt = 10,
+        link_config: LinkConfig = None, reps: RepsOpt = 10,
         stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", options: RunOptions = None,
         out: OutOpt = DEFAULT_RESULTS, json_output: JsonOpt = False,
         shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
@@ -363,11 +370,11 @@ def register(app: typer.Typer) -> None:
             swept_value = int(getattr(sets_api.with_overrides(client, override).params, param))
             if side == "client":
                 conditions.append(Condition(sets_api.with_overrides(client, override), server,
-                                            make_link(delay, delay_up, jitter, loss, rate, queue), param, swept_value))
+                                            link_config, param, swept_value))
             else:
                 base = server or server_set(None, override)
                 conditions.append(Condition(client, sets_api.with_overrides(base, override) if server else base,
-                                            make_link(delay, delay_up, jitter, loss, rate, queue), param, swept_value))
+                                            link_config, param, swept_value))
         experiment = Experiment("sweep", the_stack, conditions, options, reps, link,
                                 current_command_line(),
                                 shallow_idle, parse_size(udp_buffer, "--udp-buffer"),
