@@ -245,6 +245,11 @@ def experiment_summary(results: Path, experiment_id: str):
         con.close()
 
 
+#: the summary's columns a table shows only where its runs have them (label -> run_summary column)
+EXTRA_COLUMNS = {"requests/s": "mean_requests_per_s", "TTFB ms": "mean_ttfb_ms", "p50 ms": "mean_latency_p50_ms",
+                 "p99 ms": "mean_latency_p99_ms", "fairness": "mean_fairness"}
+
+
 def show_summaries(frame, json_output: bool, title: str | None = None) -> None:
     """A table naming every condition that differs among the rows (a swept set by its base name, the
     value in its own column), or JSON lines carrying every condition."""
@@ -261,14 +266,18 @@ def show_summaries(frame, json_output: bool, title: str | None = None) -> None:
                   caption=f"all: {statistics.shared(shown)}")
     for key in keys:
         table.add_column(key, overflow="fold")
-    for column in ("n", "failed", "mean", "stddev", "95% CI", "client socket drops %"):
+    # the request metrics and the clients' fairness, where a workload or --clients gave them
+    extra = {label: column for label, column in EXTRA_COLUMNS.items() if shown[column].drop_nulls().len()}
+    for column in ("n", "failed", "mean", "stddev", "95% CI", "client socket drops %", *extra):
         table.add_column(column, justify="right", no_wrap=True)
     fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
     for s in shown.iter_rows(named=True):
         ci = "-" if s["ci95_low"] is None else f"{s['ci95_low']:.1f} to {s['ci95_high']:.1f}"
         table.add_row(*(statistics.describe(s, [key]) for key in keys), str(s["n"]), str(s["failed"]),
                       fmt(s["mean_mbps"]), fmt(s["stddev_mbps"]), ci,
-                      "-" if s["client_socket_drop_pct"] is None else f"{s['client_socket_drop_pct']:.2f}")
+                      "-" if s["client_socket_drop_pct"] is None else f"{s['client_socket_drop_pct']:.2f}",
+                      *(fmt(s[column]) if column != "mean_fairness" or s[column] is None else f"{s[column]:.3f}"
+                        for column in extra.values()))
     cli_console().print(table)
 
 
