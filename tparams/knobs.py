@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Role = Literal["client", "server"]
-Kind = Literal["choice", "switch", "boolean"]
+Kind = Literal["choice", "switch", "boolean", "integer"]
 
 CIPHER_SUITES = ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256")
 #: their codes on the wire (RFC 8446, B.4)
@@ -68,7 +68,7 @@ class Knob:
 
     @property
     def sql_type(self) -> str:
-        return "VARCHAR" if self.kind == "choice" else "BOOLEAN"
+        return {"choice": "VARCHAR", "integer": "BIGINT"}.get(self.kind, "BOOLEAN")
 
     @property
     def columns(self) -> tuple[str, str]:
@@ -81,6 +81,10 @@ class Knob:
             if text not in self.choices:
                 raise ValueError(f"{self.option} takes {', '.join(self.choices)}, not {text!r}")
             return text
+        if self.kind == "integer":
+            if not text.isdigit() or int(text) < 1:
+                raise ValueError(f"{self.option} takes a whole number of at least 1, not {text!r}")
+            return int(text)
         if text not in ("on", "off", "true", "false"):
             raise ValueError(f"{self.option} takes on or off, not {text!r}")
         return text in ("on", "true")
@@ -133,4 +137,13 @@ GSO = Knob(
             "quiche": "our quiche program sends one datagram a send_to", "tquic": "our tquic program sends one "
             "datagram a send_to", "msquic": "msquic 2.5 has no setting for it"})
 
-KNOBS: dict[str, Knob] = {knob.name: knob for knob in (CC, AUTOTUNE, CIPHER, GSO)}
+ACK_FREQUENCY = Knob(
+    "ack_frequency", "ack-eliciting packets the receiver may take before it must acknowledge (RFC 9000: 2); the "
+    "sender asks it with ACK_FREQUENCY frames (draft-ietf-quic-ack-frequency), which both ends must speak",
+    kind="integer", stacks={"quinn": Rendering()},
+    cannot={"quic-go": "quic-go 0.65 does not speak the ACK frequency extension",
+            "aioquic": "aioquic 1.7 does not speak the ACK frequency extension",
+            "ngtcp2": "ngtcp2 0.12 does not speak the ACK frequency extension",
+            "tcp-h2": "TCP's delayed ACKs are the kernel's", "curl": "TCP's delayed ACKs are the kernel's"})
+
+KNOBS: dict[str, Knob] = {knob.name: knob for knob in (CC, AUTOTUNE, CIPHER, GSO, ACK_FREQUENCY)}

@@ -132,7 +132,7 @@ def _knob_option(knob: Knob) -> tuple[object, object]:
     if knob.kind == "switch":
         return Annotated[bool, typer.Option(f"{knob.option}/--no-{knob.option[2:]}", help=f"{knob.help}.")], \
             bool(knob.default)
-    shown = "|".join(knob.choices) if knob.kind == "choice" else "on|off"
+    shown = {"choice": "|".join(knob.choices), "integer": "N"}.get(knob.kind, "on|off")
     default = f" Default: {knob.default}." if knob.default is not None else ""
     return Annotated[Optional[str], typer.Option(knob.option, metavar=shown, help=f"{knob.help}.{default} "
                                                  "Refused in one line by a stack that cannot set it "
