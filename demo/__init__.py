@@ -10,7 +10,9 @@ beside the published numbers), traces one run per stack at the smallest
 connection window, downloads across every pair of those stacks at 30 ms
 (`qreplay pairs`, a heat map), holds both browsers against their own sets
 replayed on two stacks (`qreplay fidelity --quick`, where the browsers are
-installed), and renders the analysis notebooks over both result files.
+installed), runs QuicSand's workloads (request-response, upload) on a Rust, a Go
+and a Python stack beside TCP's reference, and renders the analysis notebooks
+over both result files.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ TRACE_SIZE = 2_000_000
 # Every client against every server of one protocol, at the thesis's 30 ms.
 PAIRS_DELAY_MS = 30.0
 PAIRS_SIZE = 5_000_000
+# QuicSand's request-response and upload, three languages' stacks beside TCP's reference, at 30 ms.
+WORKLOAD_STACKS = ("quinn", "quic-go", "aioquic", "tcp-h2")
+WORKLOAD_REQUESTS, WORKLOAD_CONCURRENCY, WORKLOAD_REQUEST_SIZE = 200, 16, 10_000
+WORKLOAD_UPLOAD_SIZE = 5_000_000
 
 
 def _replay_path(scan: Path) -> Path:
@@ -84,6 +90,7 @@ def run_demo(out: Path | None, fmt: str = "table", html_dir: Path | None = None,
         _traces(replay_path, stacks)
         _pairs(replay_path.with_name(f"{replay_path.stem}-pairs"), stacks)
         _fidelity(replay_path)
+        _workloads(replay_path)
     if html_dir is not None:
         from scanner.analysis import render_notebooks
 
@@ -198,3 +205,27 @@ def _fidelity(results: Path) -> None:
             (stack, mode), distance = ranked[0]
             _err.print(f"closest to {browser}: its set on {stack}, {mode} (ratios {distance:.2f}x from 1 on average)")
     _err.print(f"browsers against their replayed sets: {written.markdown} and {written.html}")
+
+
+def _workloads(results: Path) -> None:
+    """Requests per second, time to first byte and latency of many small requests on one connection, and an
+    upload, on quinn (Rust), quic-go (Go) and aioquic (Python) beside tcp-h2 (TCP), at 30 ms."""
+    from replay.commands.run import execute
+    from replay.link import LinkConfig
+    from replay.runner import Condition, Experiment
+    from replay.sets import own_set, resolve_one
+    from replay.stacks import get_stack
+    from replay.stacks.base import RunOptions
+    from tparams.workloads import REQUESTS, UPLOAD
+
+    stacks = [get_stack(name) for name in WORKLOAD_STACKS if not get_stack(name).unavailable_reason()]
+    link = LinkConfig(delay_down_ms=30.0)
+    conditions = [Condition(own_set(s) if s.own_parameters else resolve_one("firefox"), None, link, stack=s)
+                  for s in stacks]
+    _err.print(f"{WORKLOAD_REQUESTS} requests of {WORKLOAD_REQUEST_SIZE // 1000} kB, {WORKLOAD_CONCURRENCY} at once, "
+               f"and a {WORKLOAD_UPLOAD_SIZE // 1_000_000} MB upload on {', '.join(s.name for s in stacks)} at 30 ms ...")
+    for options in (RunOptions(size=WORKLOAD_REQUEST_SIZE, timeout_s=60.0, workload=REQUESTS,
+                               requests=WORKLOAD_REQUESTS, concurrency=WORKLOAD_CONCURRENCY),
+                    RunOptions(size=WORKLOAD_UPLOAD_SIZE, timeout_s=60.0, workload=UPLOAD)):
+        execute(Experiment("matrix", stacks[0], conditions, options, 1, command_line="quictp-demo"), results, False,
+                title=options.workload.name)
