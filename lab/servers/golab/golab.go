@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -122,6 +123,18 @@ func CommandLine(f *flag.FlagSet, args []string) string {
 	return args[0]
 }
 
+// OneOf declares --name, which takes one of values, into *dest (left as it is
+// when the flag is not given).
+func OneOf(fs *flag.FlagSet, dest *string, name, usage string, values ...string) {
+	fs.Func(name, usage, func(value string) error {
+		if !slices.Contains(values, value) {
+			return fmt.Errorf("%s, not %q", strings.Join(values, " or "), value)
+		}
+		*dest = value
+		return nil
+	})
+}
+
 // Require refuses a command line that leaves out any of the flags named.
 func Require(f *flag.FlagSet, names ...string) {
 	given := map[string]bool{}
@@ -131,6 +144,50 @@ func Require(f *flag.FlagSet, names ...string) {
 			Refuse("--" + name + " is required")
 		}
 	}
+}
+
+// Refusals are the flags a program takes only to refuse them, each with why it
+// cannot honour it: the command line is one contract for every program
+// (tparams/program_cli.py), so what a library or a transport has no
+// counterpart of is refused in one line, status 2, not an unknown flag.
+type Refusals map[string]string
+
+// Declare adds --name, which takes a value, refused with why.
+func (r Refusals) Declare(fs *flag.FlagSet, name, why string) {
+	fs.String(name, "", "refused: "+why)
+	r[name] = why
+}
+
+// DeclareSwitch adds --name, which takes none (as --disable-active-migration), refused with why.
+func (r Refusals) DeclareSwitch(fs *flag.FlagSet, name, why string) {
+	fs.Bool(name, false, "refused: "+why)
+	r[name] = why
+}
+
+// Parse reads `PROGRAM ip:port [flags]` (CommandLine), refuses the required
+// flags left out, then any refused flag given, and returns the address.
+func (r Refusals) Parse(fs *flag.FlagSet, args []string, required ...string) string {
+	address := CommandLine(fs, args)
+	Require(fs, required...)
+	fs.Visit(func(option *flag.Flag) {
+		if why, refused := r[option.Name]; refused {
+			Refuse(fmt.Sprintf("--%s: %s", option.Name, why))
+		}
+	})
+	return address
+}
+
+// KeyLog has conf append the TLS secrets (NSS key log format) to the file at
+// path, if --keylog named one; a file that cannot be opened is refused in one line.
+func KeyLog(conf *tls.Config, path string) *tls.Config {
+	if path != "" {
+		file, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			Refuse("key log: " + err.Error())
+		}
+		conf.KeyLogWriter = file
+	}
+	return conf
 }
 
 // TLS is the server's TLS configuration: the certificate and the ALPN list.

@@ -82,12 +82,14 @@ type Options struct {
 	GSO              string // "true", "false", or "" for quic-go's own choice (on where the kernel has it)
 	Keylog           string
 	QlogDir          string
-	refused          map[string]string // flag -> why quic-go cannot honour it
+	refused          golab.Refusals // what quic-go cannot honour
 }
 
-// RegisterFlags declares the options of a client (isClient) or a server.
-func RegisterFlags(fs *flag.FlagSet, isClient bool) *Options {
-	o := &Options{refused: map[string]string{}}
+// Flags is the command line of the client (isClient) or the server named
+// program with the options of both roles declared; each adds its own.
+func Flags(program string, isClient bool) (*flag.FlagSet, *Options) {
+	fs := flag.NewFlagSet(program, flag.ContinueOnError)
+	o := &Options{refused: golab.Refusals{}}
 	window, other := "initial-max-stream-data-bidi-remote", []string{"initial-max-stream-data-bidi-local"}
 	if isClient {
 		window, other = other[0], []string{window}
@@ -99,60 +101,46 @@ func RegisterFlags(fs *flag.FlagSet, isClient bool) *Options {
 	fs.Int64Var(&o.MaxStreamsBidi, "initial-max-streams-bidi", -1, "initial_max_streams_bidi (-1: quic-go default)")
 	fs.Int64Var(&o.MaxStreamsUni, "initial-max-streams-uni", -1, "initial_max_streams_uni (-1: quic-go default)")
 	for _, name := range other {
-		o.refuse(fs, name, "quic-go advertises one stream window for every stream type: this side sets it by --"+window)
+		o.refused.Declare(fs, name, "quic-go advertises one stream window for every stream type: this side sets it by --"+window)
 	}
 	for _, name := range []string{"max-udp-payload-size", "ack-delay-exponent", "max-ack-delay", "active-connection-id-limit"} {
-		o.refuse(fs, name, "quic-go lets no application choose it")
+		o.refused.Declare(fs, name, "quic-go lets no application choose it")
 	}
-	fs.Bool("disable-active-migration", false, "refused: quic-go lets no application choose it")
-	o.refused["disable-active-migration"] = "quic-go lets no application choose it"
+	o.refused.DeclareSwitch(fs, "disable-active-migration", "quic-go lets no application choose it")
 	fs.BoolVar(&o.Autotune, "autotune", false, "let flow-control windows grow (default: pinned to the advertised values)")
 	fs.StringVar(&o.CC, "cc", "cubic", "congestion control: cubic, quic-go's only one")
-	o.refuse(fs, "cipher", "Go's crypto/tls chooses the TLS 1.3 suite itself (tls.Config.CipherSuites is TLS 1.2's)")
-	fs.Func("gso", "true|false: UDP generic segmentation offload of sends (default: quic-go's own, on where the kernel has it)",
-		func(value string) error {
-			if value != "true" && value != "false" {
-				return fmt.Errorf("true or false, not %q", value)
-			}
-			o.GSO = value
-			return nil
-		})
+	o.refused.Declare(fs, "cipher", "Go's crypto/tls chooses the TLS 1.3 suite itself (tls.Config.CipherSuites is TLS 1.2's)")
+	golab.OneOf(fs, &o.GSO, "gso", "true|false: UDP generic segmentation offload of sends (default: quic-go's own, on where the kernel has it)",
+		"true", "false")
 	fs.StringVar(&o.Keylog, "keylog", "", "append the TLS secrets (NSS key log format) to this file")
 	fs.StringVar(&o.QlogDir, "qlog-dir", "", "write qlog files into this directory")
-	return o
+	return fs, o
 }
 
-func (o *Options) refuse(fs *flag.FlagSet, name, why string) {
-	fs.String(name, "", "refused: "+why)
-	o.refused[name] = why
-}
-
-// Parse reads `PROGRAM ip:port [flags]` (golab.CommandLine), refuses what quic-go
-// cannot do and the required flags left out, and returns the address.
+// Parse reads `PROGRAM ip:port [flags]` (golab.Refusals.Parse), refuses what
+// quic-go cannot do and the required flags left out, and returns the address.
 func (o *Options) Parse(fs *flag.FlagSet, args []string, required ...string) string {
-	address := golab.CommandLine(fs, args)
-	golab.Require(fs, required...)
-	fs.Visit(func(option *flag.Flag) {
-		if why, refused := o.refused[option.Name]; refused {
-			golab.Refuse(fmt.Sprintf("--%s: %s", option.Name, why))
-		}
-	})
+	address := o.refused.Parse(fs, args, required...)
 	if o.CC != "cubic" {
 		golab.Refuse("quic-go has no congestion control " + o.CC + ": only cubic")
 	}
 	return address
 }
 
-// TLS adds the key log, if asked for, to a TLS configuration.
-func (o *Options) TLS(conf *tls.Config) *tls.Config {
-	if o.Keylog != "" {
-		file, err := os.OpenFile(o.Keylog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			golab.Refuse("key log: " + err.Error())
-		}
-		conf.KeyLogWriter = file
+// ClientTLS is a client's TLS configuration: the replay protocol's ALPN and the
+// key log, if asked for; any certificate is accepted (a lab server's is throw-away).
+func (o *Options) ClientTLS() *tls.Config {
+	return golab.KeyLog(&tls.Config{InsecureSkipVerify: true, NextProtos: []string{ALPN}}, o.Keylog)
+}
+
+// ServerTLS is a server's: the certificate chain and key of the PEM files
+// named, the replay protocol's ALPN and the key log, if asked for.
+func (o *Options) ServerTLS(certFile, keyFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
 	}
-	return conf
+	return golab.KeyLog(&tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{ALPN}}, o.Keylog), nil
 }
 
 // Config turns the options into a quic-go configuration, to be made before the

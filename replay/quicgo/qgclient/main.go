@@ -7,14 +7,12 @@
 // each request's latency; it exits 1 unless every request moved all its bytes.
 //
 //	qgclient ip:port --size=N [--direction=down|up] [--requests=N] [--concurrency=N]
-//	         [--timeout-s=S] [options of bulk.RegisterFlags]
+//	         [--timeout-s=S] [options of bulk.Flags]
 package main
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,8 +26,7 @@ import (
 )
 
 func main() {
-	fs := flag.NewFlagSet("qgclient", flag.ContinueOnError)
-	options := bulk.RegisterFlags(fs, true)
+	fs, options := bulk.Flags("qgclient", true)
 	size := fs.Uint64("size", 0, "bytes each request moves (a GET's response body, a PUT's body)")
 	timeout := fs.Float64("timeout-s", 600, "give up (exit 1) after this many seconds")
 	direction := fs.String("direction", "down", "down: GET, the server sends; up: PUT, the client sends")
@@ -47,7 +44,7 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(*timeout*float64(time.Second)))
 	defer cancel()
 	start := time.Now()
-	tlsConf := options.TLS(&tls.Config{InsecureSkipVerify: true, NextProtos: []string{bulk.ALPN}}) // lab server, throw-away cert
+	tlsConf := options.ClientTLS()
 	conn, err := quic.DialAddr(ctx, addr, tlsConf, options.Config())
 	if err != nil {
 		fail(ctx, "dial", err)

@@ -1,5 +1,5 @@
 // qgserver answers the requests of the replay protocol (bulk.ReadRequest) of any
-// qreplay client (qgserver ip:port --cert=C --key=K [options of bulk.RegisterFlags]),
+// qreplay client (qgserver ip:port --cert=C --key=K [options of bulk.Flags]),
 // each stream on its own: "GET /<size>" with that many bytes, "PUT /<size>" and
 // its body with the number of body bytes read, in decimal. When a connection
 // ends it prints one JSON line with the sender's view of it (packets sent and
@@ -10,9 +10,7 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,17 +24,15 @@ import (
 )
 
 func main() {
-	fs := flag.NewFlagSet("qgserver", flag.ContinueOnError)
-	options := bulk.RegisterFlags(fs, false)
+	fs, options := bulk.Flags("qgserver", false)
 	certFile := fs.String("cert", "", "PEM certificate chain")
 	keyFile := fs.String("key", "", "PEM private key")
 	addr := options.Parse(fs, os.Args[1:], "cert", "key")
 
-	cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+	tlsConf, err := options.ServerTLS(*certFile, *keyFile)
 	if err != nil {
 		fail("certificate", err)
 	}
-	tlsConf := options.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{bulk.ALPN}})
 	listener, err := quic.ListenAddr(addr, tlsConf, options.Config())
 	if err != nil {
 		fail("listen", err)

@@ -60,65 +60,33 @@ var transportParameters = []string{
 type knobs struct {
 	cc      string // "" leaves the kernel's default congestion control
 	keylog  string
-	refused map[string]string // flag -> why TCP and Go's TLS cannot honour it
+	refused golab.Refusals // what TCP and Go's TLS cannot honour
 }
 
 func registerKnobs(fs *flag.FlagSet) *knobs {
-	k := &knobs{refused: map[string]string{}}
-	fs.Func("cc", "cubic|bbr: the TCP congestion control of this end's socket (default: the kernel's)",
-		func(value string) error {
-			if value != "cubic" && value != "bbr" {
-				return fmt.Errorf("cubic or bbr, not %q", value)
-			}
-			k.cc = value
-			return nil
-		})
+	k := &knobs{refused: golab.Refusals{}}
+	golab.OneOf(fs, &k.cc, "cc", "cubic|bbr: the TCP congestion control of this end's socket (default: the kernel's)",
+		"cubic", "bbr")
 	// Taken and nothing done: the kernel grows TCP's windows itself whatever
 	// the application does (tcp_moderate_rcvbuf), and HTTP/2's are fixed at
 	// streamWindow and connectionWindow so that they never bind.
 	fs.Bool("autotune", false, "accepted: the kernel grows TCP's windows always")
-	k.refuse(fs, "cipher", "Go's crypto/tls chooses the TLS 1.3 suite itself (tls.Config.CipherSuites is TLS 1.2's)")
-	k.refuse(fs, "gso", "UDP generic segmentation offload: this program speaks TCP")
+	k.refused.Declare(fs, "cipher", "Go's crypto/tls chooses the TLS 1.3 suite itself (tls.Config.CipherSuites is TLS 1.2's)")
+	k.refused.Declare(fs, "gso", "UDP generic segmentation offload: this program speaks TCP")
 	fs.StringVar(&k.keylog, "keylog", "", "append the TLS secrets (NSS key log format) to this file")
-	k.refuse(fs, "qlog-dir", "qlog is QUIC's: TCP has none")
+	k.refused.Declare(fs, "qlog-dir", "qlog is QUIC's: TCP has none")
 	for _, name := range transportParameters {
-		k.refuse(fs, name, "a QUIC transport parameter: TCP has none")
+		k.refused.Declare(fs, name, "a QUIC transport parameter: TCP has none")
 	}
-	fs.Bool("disable-active-migration", false, "refused: a QUIC transport parameter: TCP has none")
-	k.refused["disable-active-migration"] = "a QUIC transport parameter: TCP has none"
+	k.refused.DeclareSwitch(fs, "disable-active-migration", "a QUIC transport parameter: TCP has none")
 	return k
-}
-
-func (k *knobs) refuse(fs *flag.FlagSet, name, why string) {
-	fs.String(name, "", "refused: "+why)
-	k.refused[name] = why
-}
-
-// parse reads `ip:port [flags]` (golab.CommandLine), refuses what is refused and
-// the required flags left out, and returns the address.
-func (k *knobs) parse(fs *flag.FlagSet, args []string, required ...string) string {
-	address := golab.CommandLine(fs, args)
-	golab.Require(fs, required...)
-	fs.Visit(func(option *flag.Flag) {
-		if why, refused := k.refused[option.Name]; refused {
-			golab.Refuse(fmt.Sprintf("--%s: %s", option.Name, why))
-		}
-	})
-	return address
 }
 
 // tls adds the key log, if asked for, to a TLS 1.3 configuration offering HTTP/2 alone.
 func (k *knobs) tls(conf *tls.Config) *tls.Config {
 	conf.MinVersion = tls.VersionTLS13
 	conf.NextProtos = []string{"h2"}
-	if k.keylog != "" {
-		file, err := os.OpenFile(k.keylog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			golab.Refuse("key log: " + err.Error())
-		}
-		conf.KeyLogWriter = file
-	}
-	return conf
+	return golab.KeyLog(conf, k.keylog)
 }
 
 // control sets the congestion control of a socket before it connects or
@@ -169,7 +137,7 @@ func server(fs *flag.FlagSet, args []string) {
 	cert := fs.String("cert", "", "PEM certificate chain")
 	key := fs.String("key", "", "PEM private key")
 	k := registerKnobs(fs)
-	address := k.parse(fs, args, "cert", "key")
+	address := k.refused.Parse(fs, args, "cert", "key")
 	pair, err := tls.LoadX509KeyPair(*cert, *key)
 	if err != nil {
 		golab.Refuse(err.Error())
@@ -248,7 +216,7 @@ func client(fs *flag.FlagSet, args []string) {
 	requests := fs.Int("requests", 1, "requests on the one connection, each of --size bytes")
 	concurrency := fs.Int("concurrency", 1, "requests open at once, each on its own stream")
 	k := registerKnobs(fs)
-	address := k.parse(fs, args, "size")
+	address := k.refused.Parse(fs, args, "size")
 	if *requests < 1 || *concurrency < 1 {
 		golab.Refuse("--requests and --concurrency take at least 1")
 	}
