@@ -248,11 +248,14 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         "rep": rep, "size_bytes": options.size, "workload": workload.name, "requests": requests,
         "concurrency": concurrency, "clients": options.clients, "udp_buffer_bytes": path.buffer_bytes,
     }
+    warnings: list[str] = []
     for knob in KNOBS.values():  # what ran, decided by the end the knob names; what was asked beside it
         asked = options.knob(knob.name)
         decider = stack if knob.decided_by == "client" else server_stack
-        row.update(zip(knob.columns, (decider.knob_ran(knob, asked, stack.protocol), asked)))
-    warnings: list[str] = []
+        ran = decider.knob_ran(knob, asked, stack.protocol)
+        row.update(zip(knob.columns, (ran, asked)))
+        if ran is not None and ran != asked and (note := decider.knob_note(knob, asked, ran, stack.protocol)):
+            warnings.append(note)
     port = SERVER_PORT if path.server_ns else free_udp_port()
     with _run_workdir() as workdir:
         if options.trace:

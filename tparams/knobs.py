@@ -61,6 +61,9 @@ class Knob:
     ran_by: str | None = None
     #: stack name -> why it cannot set the knob (the refusal's reason; otherwise a generic one)
     cannot: Mapping[str, str] = field(default_factory=dict)
+    #: the warning of a run whose stack ran another value than asked ({stack}, {asked}, {ran}); None: the
+    #: stacks' own notes say why (a knob of ``ran_by``)
+    fallback_note: str | None = None
 
     @property
     def option(self) -> str:
@@ -115,7 +118,8 @@ def _ngtcp2_cipher(value: object, role: Role) -> list[str]:
 
 
 CC = Knob("cc", "congestion control of the sender (the server of a download)", choices=("cubic", "bbr"),
-          default="cubic", stacks=None, ran_by="congestion_control")
+          default="cubic", stacks=None, ran_by="congestion_control",
+          fallback_note="{stack} has no {asked}: it ran {ran}")
 AUTOTUNE = Knob("autotune", "let flow-control windows grow; off: they stay at the advertised values",
                 kind="switch", default=False, decided_by="client", stacks=None, ran_by="autotunes")
 CIPHER = Knob(

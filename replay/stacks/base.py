@@ -158,10 +158,10 @@ class Stack(ABC):
         ``protocol`` (its own by default; a server of two transports may run another on each)."""
         return requested if requested in self.cc_names else self.cc_fallback
 
-    def cc_note(self, requested: str) -> list[str]:
-        """The warning a run carries when the stack cannot run ``requested``."""
-        ran = self.congestion_control(requested)
-        return [] if ran == requested else [f"{self.name} has no {requested}: it ran {ran}"]
+    def knob_note(self, knob: Knob, asked: object, ran: object, protocol: str | None = None) -> str | None:
+        """The warning a run carries when this stack ran ``ran`` of ``knob`` where ``asked`` was asked (the
+        knob's fallback_note), or None where the stack's own notes say why (autotune)."""
+        return knob.fallback_note.format(stack=self.name, asked=asked, ran=ran) if knob.fallback_note else None
 
     def autotunes(self, requested: bool, protocol: str | None = None) -> bool:
         """Whether the stack's windows may grow when --autotune is ``requested``."""
@@ -339,7 +339,6 @@ class ReplayProgram(Stack):
             if out.not_applied.get(name) == fixed:
                 out.applied[name] = out.not_applied.pop(name)
         values = {**settable, "cc": self.congestion_control(opts.cc)}
-        out.notes += self.cc_note(opts.cc)
         if opts.autotune:
             if self.autotune_note:
                 out.notes.append(self.autotune_note)

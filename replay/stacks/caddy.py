@@ -30,13 +30,12 @@ class Caddy(Stack):
             return requested if requested in allowed else default
         return super().congestion_control(requested, protocol)
 
-    def tcp_cc_note(self, requested: str) -> list[str]:
-        ran = self.congestion_control(requested, "h2")
-        if ran == requested:
-            return []
+    def knob_note(self, knob, asked, ran, protocol=None) -> str | None:
+        if knob.name != "cc" or protocol != "h2":
+            return super().knob_note(knob, asked, ran, protocol)
         _, allowed = kernel_tcp_congestion_control()
-        return [f"kernel TCP runs {ran}, not {requested}, over h2: a namespace may choose only "
-                f"{', '.join(sorted(allowed))} (net.ipv4.tcp_allowed_congestion_control on the host)"]
+        return (f"kernel TCP runs {ran}, not {asked}, over h2: a namespace may choose only "
+                f"{', '.join(sorted(allowed))} (net.ipv4.tcp_allowed_congestion_control on the host)")
 
     def serves(self, protocol: str) -> bool:
         return protocol in ("h3", "h2")
@@ -67,8 +66,7 @@ class Caddy(Stack):
             f"https://{SERVER_NAME}:{port} {{\n\tbind {ip}\n"
             f"\ttls {cert} {key} {{\n\t\tprotocols tls1.3\n\t}}\n"
             f"\troot * {htdocs}\n\tfile_server\n}}\n")
-        applied = Applied(not_applied={k: v for k, v in (params.as_sent() if params else {}).items() if v is not None},
-                          notes=self.tcp_cc_note(opts.cc))
+        applied = Applied(not_applied={k: v for k, v in (params.as_sent() if params else {}).items() if v is not None})
         env = [f"HOME={home}", f"XDG_DATA_HOME={home / 'data'}", f"XDG_CONFIG_HOME={home / 'config'}"]
         # The namespace's TCP congestion control is the h2 sender's (a per-namespace sysctl, set for every run).
         tcp_cc = f"net.ipv4.tcp_congestion_control={self.congestion_control(opts.cc, 'h2')}"
