@@ -32,7 +32,7 @@ from replay.cpuidle import ShallowIdle
 from replay.link import LinkConfig, select_backend
 from replay.sets import NamedSet
 from replay.stacks import get_stack
-from replay.stacks.base import ClientPlan, ClientResult, RunOptions, Stack, free_udp_port
+from replay.stacks.base import TRANSPORTS, ClientPlan, ClientResult, RunOptions, Stack, free_udp_port
 from tparams.errors import ToolError
 from tparams.knobs import KNOBS
 from tparams.workloads import workload_metrics
@@ -190,7 +190,7 @@ def _exit_text(stack: Stack, role: str, process: Process) -> str:
 def _wait_listening(client: Stack, server_stack: Stack, ns: str | None, port: int, server: Process) -> None:
     """Until the server listens for ``client``: on TCP for an h2 client (a server such as Caddy listens on
     both, UDP first), else on UDP."""
-    transport = "tcp" if client.protocol == "h2" else "udp"
+    transport = TRANSPORTS[client.protocol]
     try:
         wait_listening(ns, port, transport, SERVER_READY_TIMEOUT_S, server)
     except ExitedEarly:

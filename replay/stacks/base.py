@@ -28,6 +28,8 @@ from tparams.paramset import ParamSet
 from tparams.workloads import DOWNLOAD, Workload
 
 Role = Literal["client", "server"]
+#: the transport each application protocol runs over
+TRANSPORTS: dict[str, Literal["udp", "tcp"]] = {"h3": "udp", "hq-interop": "udp", "h2": "tcp"}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GO_BIN_DIR = REPO_ROOT / "build" / "bin"
 

@@ -11,7 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from replay.stacks.base import SERVER_NAME, Applied, Stack, ensure_certificate, which
+from replay.stacks.base import SERVER_NAME, TRANSPORTS, Applied, Stack, ensure_certificate, which
 from tparams.errors import ToolError
 
 
@@ -25,13 +25,13 @@ class Caddy(Stack):
     cc_names = frozenset({"cubic"})
 
     def congestion_control(self, requested: str, protocol: str | None = None) -> str:
-        if protocol == "h2":
+        if TRANSPORTS.get(protocol or "") == "tcp":
             default, allowed = kernel_tcp_congestion_control()
             return requested if requested in allowed else default
         return super().congestion_control(requested, protocol)
 
     def knob_note(self, knob, asked, ran, protocol=None) -> str | None:
-        if knob.name != "cc" or protocol != "h2":
+        if knob.name != "cc" or TRANSPORTS.get(protocol or "") != "tcp":
             return super().knob_note(knob, asked, ran, protocol)
         _, allowed = kernel_tcp_congestion_control()
         return (f"kernel TCP runs {ran}, not {asked}, over h2: a namespace may choose only "
