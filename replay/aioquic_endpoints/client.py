@@ -10,10 +10,10 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from aioquic.asyncio import QuicConnectionProtocol, connect
+from aioquic.asyncio import connect
 from aioquic.quic.events import ConnectionTerminated, StreamDataReceived, StreamReset
 
-from replay.aioquic_endpoints.common import apply_parameters, command_line, configuration, request, send_paced
+from replay.aioquic_endpoints.common import Endpoint, command_line, configuration, request, send_paced
 
 
 @dataclass
@@ -28,13 +28,9 @@ class Exchange:
     answer: bytearray = field(default_factory=bytearray)
 
 
-class BulkClient(QuicConnectionProtocol):
-    args: argparse.Namespace
-
+class BulkClient(Endpoint):
     def __init__(self, quic, *a, **kw):
-        apply_parameters(quic, self.args)
         super().__init__(quic, *a, **kw)
-        self.connection = quic  # the protocol's own reference is private (_quic)
         self._open: dict[int, Exchange] = {}
 
     async def exchange(self, method: str, size: int) -> Exchange:

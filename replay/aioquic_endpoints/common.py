@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aioquic.buffer import Buffer
+from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.packet import pull_quic_transport_parameters, push_quic_transport_parameters
@@ -99,6 +100,17 @@ def configuration(args: argparse.Namespace, is_client: bool) -> QuicConfiguratio
     if args.keylog:
         configuration.secrets_log_file = Path(args.keylog).open("a")
     return configuration
+
+
+class Endpoint(QuicConnectionProtocol):
+    """A client or server connection of ours: the command line's parameters applied before the handshake."""
+
+    args: argparse.Namespace
+
+    def __init__(self, quic: QuicConnection, *a, **kw):
+        apply_parameters(quic, self.args)
+        super().__init__(quic, *a, **kw)
+        self.connection = quic  # the protocol's own reference is private (_quic)
 
 
 def apply_parameters(quic: QuicConnection, args: argparse.Namespace) -> None:

@@ -3,22 +3,17 @@ with the number of body bytes received once the body has ended."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 
-from aioquic.asyncio import QuicConnectionProtocol, serve
+from aioquic.asyncio import serve
 from aioquic.quic.events import StreamDataReceived
 
-from replay.aioquic_endpoints.common import apply_parameters, command_line, configuration, parse_request, send_paced
+from replay.aioquic_endpoints.common import Endpoint, command_line, configuration, parse_request, send_paced
 
 
-class BulkServer(QuicConnectionProtocol):
-    args: argparse.Namespace
-
+class BulkServer(Endpoint):
     def __init__(self, quic, *a, **kw):
-        apply_parameters(quic, self.args)
         super().__init__(quic, *a, **kw)
-        self.connection = quic  # the protocol's own reference is private (_quic)
         self._lines: dict[int, bytes] = {}  # streams whose request line is still coming
         # streams whose request was read: a PUT's body bytes so far, None for a GET (more data is ignored)
         self._bodies: dict[int, int | None] = {}
