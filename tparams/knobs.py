@@ -141,6 +141,13 @@ GSO = Knob(
             "quiche": "our quiche program sends one datagram a send_to", "tquic": "our tquic program sends one "
             "datagram a send_to", "msquic": "msquic 2.5 has no setting for it"})
 
+GRO = Knob(
+    "gro", "UDP generic receive offload of the receiver's socket (UDP_GRO), on or off (default: each stack's own)",
+    kind="boolean", decided_by="client", stacks={"s2n-quic": Rendering()},
+    cannot={"quinn": "quinn-udp turns GRO on wherever the kernel has it, with no switch",
+            "quic-go": "quic-go 0.65 does not use GRO (it reads batches with recvmmsg)",
+            "aioquic": "aioquic reads one datagram a system call",
+            "tcp-h2": "TCP's receive offload is the kernel's", "curl": "TCP's receive offload is the kernel's"})
 ACK_FREQUENCY = Knob(
     "ack_frequency", "ack-eliciting packets the receiver may take before it must acknowledge (RFC 9000: 2); the "
     "sender asks it with ACK_FREQUENCY frames (draft-ietf-quic-ack-frequency), which both ends must speak",
@@ -150,4 +157,4 @@ ACK_FREQUENCY = Knob(
             "ngtcp2": "ngtcp2 0.12 does not speak the ACK frequency extension",
             "tcp-h2": "TCP's delayed ACKs are the kernel's", "curl": "TCP's delayed ACKs are the kernel's"})
 
-KNOBS: dict[str, Knob] = {knob.name: knob for knob in (CC, AUTOTUNE, CIPHER, GSO, ACK_FREQUENCY)}
+KNOBS: dict[str, Knob] = {knob.name: knob for knob in (CC, AUTOTUNE, CIPHER, GSO, GRO, ACK_FREQUENCY)}

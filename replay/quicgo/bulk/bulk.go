@@ -111,6 +111,7 @@ func Flags(program string, isClient bool) (*flag.FlagSet, *Options) {
 	fs.StringVar(&o.CC, "cc", "cubic", "congestion control: cubic, quic-go's only one")
 	o.refused.Declare(fs, "cipher", "Go's crypto/tls chooses the TLS 1.3 suite itself (tls.Config.CipherSuites is TLS 1.2's)")
 	o.refused.Declare(fs, "ack-frequency", "quic-go 0.65 does not speak the ACK frequency extension")
+	o.refused.Declare(fs, "gro", "quic-go 0.65 does not use GRO (it reads batches with recvmmsg)")
 	golab.OneOf(fs, &o.GSO, "gso", "true|false: UDP generic segmentation offload of sends (default: quic-go's own, on where the kernel has it)",
 		"true", "false")
 	fs.StringVar(&o.Keylog, "keylog", "", "append the TLS secrets (NSS key log format) to this file")

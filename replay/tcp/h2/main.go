@@ -74,6 +74,7 @@ func registerKnobs(fs *flag.FlagSet) *knobs {
 	k.refused.Declare(fs, "cipher", "Go's crypto/tls chooses the TLS 1.3 suite itself (tls.Config.CipherSuites is TLS 1.2's)")
 	k.refused.Declare(fs, "gso", "UDP generic segmentation offload: this program speaks TCP")
 	k.refused.Declare(fs, "ack-frequency", "TCP's delayed ACKs are the kernel's")
+	k.refused.Declare(fs, "gro", "UDP generic receive offload: this program speaks TCP")
 	fs.StringVar(&k.keylog, "keylog", "", "append the TLS secrets (NSS key log format) to this file")
 	k.refused.Declare(fs, "qlog-dir", "qlog is QUIC's: TCP has none")
 	for _, name := range transportParameters {
