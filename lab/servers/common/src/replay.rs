@@ -171,6 +171,11 @@ pub struct Options {
     /// Write qlog files into this directory, where the library can.
     #[arg(long)]
     pub qlog_dir: Option<PathBuf>,
+    /// The ack-eliciting packets the peer may receive from this endpoint before it must send an ACK (RFC
+    /// 9000's behaviour is 2), asked of the peer by ACK_FREQUENCY frames (draft-ietf-quic-ack-frequency,
+    /// whose Ack-Eliciting Threshold is this minus 1); absent: the library's own.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub ack_frequency: Option<u64>,
     #[command(flatten)]
     pub parameters: ReplayParameters,
 }
@@ -194,16 +199,18 @@ pub struct ReplayParameters {
 }
 
 impl Options {
-    /// Refuses the knobs given here (`cipher`, `gso`) that the library cannot set, each with its reason.
+    /// Refuses the knobs given here (`cipher`, `gso`, `ack_frequency`) that the library cannot set, each with
+    /// its reason.
     pub fn refuse_knobs(&self, library: &str, cannot: &[(&str, &str)]) {
         for (name, reason) in cannot {
             let asked = match *name {
                 "cipher" => self.cipher.is_some(),
                 "gso" => self.gso.is_some(),
+                "ack_frequency" => self.ack_frequency.is_some(),
                 other => panic!("no knob {other}"),
             };
             if asked {
-                crate::refuse(&format!("{library} cannot set --{name}: {reason}"));
+                crate::refuse(&format!("{library} cannot set --{}: {reason}", name.replace('_', "-")));
             }
         }
     }
@@ -367,12 +374,13 @@ impl Response {
 }
 
 /// The client's result, as qreplay reads it: the last JSON line on stdout (tparams/workloads.py), of the
-/// exchanges in the order they completed.
-pub fn print_client_result(handshake: Duration, exchanges: &[Exchange]) {
-    println!("{}", client_result(handshake, exchanges));
+/// exchanges in the order they completed, with the client's own `counters` of its connection after them
+/// (such as the ACK frames it sent), where the library tells any.
+pub fn print_client_result(handshake: Duration, exchanges: &[Exchange], counters: &[(&str, u64)]) {
+    println!("{}", client_result(handshake, exchanges, counters));
 }
 
-fn client_result(handshake: Duration, exchanges: &[Exchange]) -> String {
+fn client_result(handshake: Duration, exchanges: &[Exchange], counters: &[(&str, u64)]) -> String {
     let first = exchanges.iter().min_by_key(|exchange| exchange.sent);
     let start = first.map(|first| first.sent);
     let end = exchanges.iter().map(|exchange| exchange.finished).max();
@@ -380,8 +388,9 @@ fn client_result(handshake: Duration, exchanges: &[Exchange]) -> String {
     let ttfb = first.map_or(Duration::ZERO, |first| first.first_byte - first.sent);
     let latencies: Vec<String> =
         exchanges.iter().map(|exchange| format!("{:.6}", (exchange.finished - exchange.sent).as_secs_f64())).collect();
+    let counters: String = counters.iter().map(|(name, value)| format!(", \"{name}\": {value}")).collect();
     format!(
-        "{{\"bytes\": {}, \"duration_s\": {:.6}, \"handshake_s\": {:.6}, \"requests\": {}, \"ttfb_s\": {:.6}, \"latencies_s\": [{}]}}",
+        "{{\"bytes\": {}, \"duration_s\": {:.6}, \"handshake_s\": {:.6}, \"requests\": {}, \"ttfb_s\": {:.6}, \"latencies_s\": [{}]{counters}}}",
         exchanges.iter().map(|exchange| exchange.bytes).sum::<u64>(),
         duration.as_secs_f64(),
         handshake.as_secs_f64(),
@@ -456,9 +465,10 @@ mod tests {
             Exchange { sent: ms(0), first_byte: ms(2), finished: ms(6), bytes: 10 },
         ];
         assert_eq!(
-            client_result(Duration::from_millis(5), &exchanges),
+            client_result(Duration::from_millis(5), &exchanges, &[]),
             "{\"bytes\": 20, \"duration_s\": 0.006000, \"handshake_s\": 0.005000, \"requests\": 2, \
              \"ttfb_s\": 0.002000, \"latencies_s\": [0.003000, 0.006000]}"
         );
+        assert!(client_result(Duration::ZERO, &exchanges, &[("acks_sent", 7)]).ends_with("], \"acks_sent\": 7}"));
     }
 }

@@ -31,7 +31,7 @@ enum Progress {
 pub fn run(args: ClientArgs) {
     args.refuse_workloads("msquic");
     match download(&args) {
-        Ok((handshake, exchange)) => replay::print_client_result(handshake, &[exchange]),
+        Ok((handshake, exchange)) => replay::print_client_result(handshake, &[exchange], &[]),
         Err(message) => fail(&message),
     }
 }

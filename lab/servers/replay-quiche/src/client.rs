@@ -87,6 +87,7 @@ pub fn run(args: ClientArgs) {
                 replay::print_client_result(
                     handshake,
                     &[Exchange { sent: request_sent, first_byte, finished, bytes: received }],
+                    &[],
                 );
                 return;
             }

@@ -65,6 +65,8 @@ async fn connect_and_request(args: &ClientArgs) -> Result<(), String> {
 
     let body = Bytes::from(body_chunk());
     let exchanges = args.exchanges(|| exchange(connection.clone(), args.request(), body.clone())).await?;
+    // The ACK frames this end sent: what --ack-frequency changes on a download.
+    let acks_sent = connection.stats().frame_tx.acks;
 
     // Closing at once, and waiting for the close to go out, ends the server's connection now, so
     // that it prints its sender statistics before qreplay stops it.
@@ -73,7 +75,7 @@ async fn connect_and_request(args: &ClientArgs) -> Result<(), String> {
     if let Some(mut qlog) = qlog {
         let _ = qlog.flush();
     }
-    print_client_result(handshake, &exchanges);
+    print_client_result(handshake, &exchanges, &[("acks_sent", acks_sent)]);
     Ok(())
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use lab_server_common::refuse;
 use lab_server_common::replay::{keylog_file, CipherSuite, CongestionControl, Options, ReplayParameters};
 use quinn::congestion::{BbrConfig, CubicConfig};
-use quinn::{EndpointConfig, IdleTimeout, QlogConfig, QlogStream, TransportConfig, VarInt};
+use quinn::{AckFrequencyConfig, EndpointConfig, IdleTimeout, QlogConfig, QlogStream, TransportConfig, VarInt};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -92,6 +92,14 @@ pub fn transport(options: &Options, qlog: Option<QlogStream>) -> TransportConfig
         CongestionControl::Cubic => transport.congestion_controller_factory(Arc::new(CubicConfig::default())),
         CongestionControl::Bbr => transport.congestion_controller_factory(Arc::new(BbrConfig::default())),
     };
+    // quinn always advertises min_ack_delay, so every quinn peer takes ACK_FREQUENCY frames; set on both
+    // ends, the threshold applies to whichever end sends the data. reordering_threshold and max_ack_delay
+    // keep quinn's defaults (packet_threshold - 1, the peer's own max_ack_delay).
+    if let Some(n) = options.ack_frequency {
+        let mut ack_frequency = AckFrequencyConfig::default();
+        ack_frequency.ack_eliciting_threshold(varint("ack_frequency - 1", n - 1));
+        transport.ack_frequency_config(Some(ack_frequency));
+    }
     // Off: quinn hands the socket one datagram a transmit (quinn-proto's poll_transmit), never a GSO batch.
     if let Some(gso) = options.gso {
         transport.enable_segmentation_offload(gso);

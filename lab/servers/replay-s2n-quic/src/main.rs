@@ -74,7 +74,11 @@ fn refuse_what_s2n_quic_cannot_do(options: &Options) {
     }
     options.refuse_knobs(
         "s2n-quic",
-        &[("cipher", "s2n-quic 1.91's TLS builders take no cipher suite list (s2n-tls's security policy is theirs)")],
+        &[
+            ("cipher", "s2n-quic 1.91's TLS builders take no cipher suite list (s2n-tls's security policy is theirs)"),
+            // s2n-quic-transport src/ack/ack_manager.rs: packet_tolerance = 10, a constant.
+            ("ack_frequency", "s2n-quic 1.91 does not speak the ACK frequency extension (no ACK_FREQUENCY frame)"),
+        ],
     );
 }
 
@@ -236,7 +240,7 @@ async fn connect_and_request<C: congestion_controller::Provider>(
     let handshake = started.elapsed();
     let body = Bytes::from(replay::body_chunk().repeat(SEND_CHUNK / replay::body_chunk().len()));
     let exchanges = args.exchanges(|| exchange(connection.handle(), args.request(), body.clone())).await?;
-    replay::print_client_result(handshake, &exchanges);
+    replay::print_client_result(handshake, &exchanges, &[]);
     connection.close(0u8.into());
     drop(connection);
     let _ = tokio::time::timeout(CLOSE_GRACE, client.wait_idle()).await;

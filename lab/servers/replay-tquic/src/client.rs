@@ -146,6 +146,7 @@ pub fn run(args: ClientArgs) {
                 finished,
                 bytes: download.received,
             }],
+            &[],
         ),
         _ => {
             fail(&format!("timed out after {} s with {} of {} bytes", args.timeout_s, download.received, download.size))
