@@ -155,6 +155,10 @@ ACK_FREQUENCY = Knob(
     cannot={"quic-go": "quic-go 0.65 does not speak the ACK frequency extension",
             "aioquic": "aioquic 1.7 does not speak the ACK frequency extension",
             "ngtcp2": "ngtcp2 0.12 does not speak the ACK frequency extension",
+            "quiche": "quiche 0.30 does not speak the ACK frequency extension",
+            "tquic": "tquic 1.6 can set only how it acknowledges itself, not what it asks of its peer",
+            "s2n-quic": "s2n-quic 1.91 acknowledges every 10th packet, a fixed value",
+            "msquic": "msquic 2.5 chooses its ACK_FREQUENCY frames itself, with no setting",
             "tcp-h2": "TCP's delayed ACKs are the kernel's", "curl": "TCP's delayed ACKs are the kernel's"})
 
 KNOBS: dict[str, Knob] = {knob.name: knob for knob in (CC, AUTOTUNE, CIPHER, GSO, GRO, ACK_FREQUENCY)}
