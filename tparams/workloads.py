@@ -17,7 +17,8 @@ replay/aioquic_endpoints); tests/test_workloads.py runs each client against each
      request sent to the first byte of its response, "latencies_s": [each request sent to its response
      finished, in completion order]}
 
-  and exits 0 when every request completed, 1 otherwise.
+  (a program may add fields of its own, e.g. quinn's ``acks_sent``) and exits 0 when every request completed,
+  1 otherwise.
 
 A workload is a combination of those primitives with its own success test and metrics; adding one is one
 declaration here (or in the caller's own file: the runner takes the object).
