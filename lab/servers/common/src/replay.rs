@@ -165,6 +165,10 @@ pub struct Options {
     /// true or false: UDP generic segmentation offload of this endpoint's sends; absent: the library's own.
     #[arg(long)]
     pub gso: Option<bool>,
+    /// true or false: UDP generic receive offload (UDP_GRO) of this endpoint's socket, which lets the kernel
+    /// hand over several datagrams of one flow in one read; absent: the library's own.
+    #[arg(long)]
+    pub gro: Option<bool>,
     /// Append the TLS secrets in NSS key log format (what tshark reads) to this file.
     #[arg(long)]
     pub keylog: Option<PathBuf>,
@@ -199,13 +203,14 @@ pub struct ReplayParameters {
 }
 
 impl Options {
-    /// Refuses the knobs given here (`cipher`, `gso`, `ack_frequency`) that the library cannot set, each with
+    /// Refuses the knobs given here (`cipher`, `gso`, `gro`, `ack_frequency`) that the library cannot set, each with
     /// its reason.
     pub fn refuse_knobs(&self, library: &str, cannot: &[(&str, &str)]) {
         for (name, reason) in cannot {
             let asked = match *name {
                 "cipher" => self.cipher.is_some(),
                 "gso" => self.gso.is_some(),
+                "gro" => self.gro.is_some(),
                 "ack_frequency" => self.ack_frequency.is_some(),
                 other => panic!("no knob {other}"),
             };

@@ -67,6 +67,7 @@ impl Endpoint {
                     "gso",
                     "msquic 2.5 has no setting for it (its Linux datapath uses UDP GSO wherever the kernel has it)",
                 ),
+                ("gro", "msquic 2.5 has no setting for it"),
                 // core/send.c asks the peer for an ACK every send batch's datagrams + 1, by itself.
                 ("ack_frequency", "msquic 2.5 chooses its ACK_FREQUENCY frames itself, with no setting for them"),
             ],

@@ -46,6 +46,7 @@ fn config(options: &Options, download_window: Option<u64>) -> quiche::Config {
         &[
             ("cipher", "its TLS, BoringSSL, offers its own TLS 1.3 suites and lets no application choose them"),
             ("gso", "this program hands quiche's packets to the kernel one datagram a send_to, with no GSO to switch"),
+            ("gro", "this program reads one datagram a recv_from, with no GRO to switch"),
             ("ack_frequency", "quiche 0.30 does not speak the ACK frequency extension (no ACK_FREQUENCY frame)"),
         ],
     );

@@ -44,6 +44,7 @@ fn stream_count(name: &str, value: u64) -> VarInt {
 /// Refusals for the options quinn has no setting for; `side` decides disable_active_migration, which
 /// only a server config carries (ServerConfig::migration).
 pub fn check(options: &Options, side: &Side) {
+    options.refuse_knobs("quinn", &[("gro", "quinn-udp turns GRO on wherever the kernel has it, with no switch")]);
     if options.autotune {
         refuse("quinn 0.11 has no window auto-tuning: its windows always stay at the advertised values");
     }

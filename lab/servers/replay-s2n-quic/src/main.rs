@@ -82,15 +82,17 @@ fn refuse_what_s2n_quic_cannot_do(options: &Options) {
     );
 }
 
-/// The endpoint's socket at `address`, with UDP GSO as --gso asks (absent: s2n-quic's own, on where the
-/// kernel has it).
-fn io(address: std::net::SocketAddr, gso: Option<bool>) -> Result<s2n_quic::provider::io::Default> {
-    let builder = s2n_quic::provider::io::Default::builder().with_receive_address(address)?;
-    Ok(match gso {
-        Some(gso) => builder.with_gso(gso)?,
-        None => builder,
+/// The endpoint's socket at `address`, with UDP GSO as --gso asks and UDP GRO as --gro asks (absent:
+/// s2n-quic's own, each on where the kernel has it).
+fn io(address: std::net::SocketAddr, options: &Options) -> Result<s2n_quic::provider::io::Default> {
+    let mut builder = s2n_quic::provider::io::Default::builder().with_receive_address(address)?;
+    if let Some(gso) = options.gso {
+        builder = builder.with_gso(gso)?;
     }
-    .build()?)
+    if let Some(gro) = options.gro {
+        builder = builder.with_gro(gro)?;
+    }
+    Ok(builder.build()?)
 }
 
 fn limits(options: &Options) -> Result<Limits> {
@@ -146,7 +148,7 @@ async fn server<C: congestion_controller::Provider>(args: ServerArgs, limits: Li
             .with_limits(limits)?
             .with_congestion_controller(cc)?
             .with_event(sender_stats::PrintSenderStats)?
-            .with_io(io(args.listener.listen, args.options.gso)?)?
+            .with_io(io(args.listener.listen, &args.options)?)?
             .start()?;
         let body = Bytes::from(replay::body_chunk().repeat(SEND_CHUNK / replay::body_chunk().len()));
         while let Some(mut connection) = server.accept().await {
@@ -232,7 +234,7 @@ async fn connect_and_request<C: congestion_controller::Provider>(
         .with_tls(tls.build()?)?
         .with_limits(limits)?
         .with_congestion_controller(cc)?
-        .with_io(io(local, args.options.gso)?)?
+        .with_io(io(local, &args.options)?)?
         .start()?;
 
     let started = Instant::now();

@@ -36,6 +36,7 @@ fn config(options: &Options, tls: TlsConfig, is_server: bool) -> Config {
         &[
             ("cipher", "its TLS, BoringSSL, offers its own TLS 1.3 suites and lets no application choose them"),
             ("gso", "this program hands tquic's packets to the kernel one datagram a send_to, with no GSO to switch"),
+            ("gro", "this program reads one datagram a recv_from, with no GRO to switch"),
             // Config::set_ack_eliciting_threshold sets how this end acknowledges, not how its peer does.
             ("ack_frequency", "tquic 1.6 does not speak the ACK frequency extension (no ACK_FREQUENCY frame)"),
         ],
