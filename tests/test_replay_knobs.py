@@ -1,6 +1,7 @@
 """Issue 28's knobs reach the wire and the stacks' sends: the cipher suite the client alone offers is the one
 the server's ServerHello chose (read from the run's capture), and --gso switches the UDP_SEGMENT control
-message of the sender's sendmsg calls on and off (strace on the real server)."""
+message of the sender's sendmsg calls on and off and --gro the receiver's UDP_GRO socket option (strace on the
+real programs), and --ack-frequency thins the receiver's acknowledgements."""
 
 from __future__ import annotations
 
@@ -32,34 +33,49 @@ def test_the_cipher_suite_reaches_the_wire(tmp_path, stack):
     assert duckdb.connect(str(tmp_path / "r.duckdb")).execute("SELECT cipher FROM traces").fetchall() == [(CHACHA,)]
 
 
-def segmented_sends(stack_name: str, gso: bool, tmp_path) -> tuple[int, int]:
-    """(sendmsg calls carrying UDP_SEGMENT, sendmsg calls) of ``stack_name``'s server sending 2 MB on loopback
-    with --gso on or off."""
+def traced_calls(stack_name: str, knobs: dict, tmp_path, traced: str, calls: str) -> list[str]:
+    """The system calls ``calls`` (strace's -e trace=) of ``stack_name``'s ``traced`` end (client or server) in a
+    2 MB download on loopback with ``knobs`` asked."""
     stack = get_stack(stack_name)
-    options = RunOptions(size=2_000_000, timeout_s=30, knobs={"gso": gso})
+    options = RunOptions(size=2_000_000, timeout_s=30, knobs=knobs)
     port = free_udp_port()
     argv, _ = stack.server_command(None, options, "127.0.0.1", port, tmp_path)
-    calls = tmp_path / f"strace-{gso}"
-    server = Process(None, ["strace", "-f", "-qq", "-e", "trace=sendmsg,sendmmsg", "-o", str(calls), *argv],
-                     tmp_path / f"server-{gso}.usage")
+    plan, _ = stack.client_command(None, options, "127.0.0.1", port, tmp_path)
+    out = tmp_path / f"strace-{traced}-{'-'.join(map(str, knobs.values()))}"
+    strace = ["strace", "-f", "-qq", "-e", f"trace={calls}", "-o", str(out)]
+    server = Process(None, [*strace, *argv] if traced == "server" else argv, tmp_path / "server.usage")
     try:
         wait_listening(None, port, "udp", 10, server)
-        plan, _ = stack.client_command(None, options, "127.0.0.1", port, tmp_path)
-        done = subprocess.run(plan.argv, capture_output=True, text=True, timeout=60)
+        done = subprocess.run([*strace, *plan.argv] if traced == "client" else plan.argv, capture_output=True,
+                              text=True, timeout=60)
         assert done.returncode == 0, done.stderr[-500:]
     finally:
         server.stop()
-    lines = [line for line in calls.read_text().splitlines() if re.search(r"\bsendm?msg\(", line)]
+    return out.read_text().splitlines()
+
+
+def segmented_sends(stack_name: str, gso: bool, tmp_path) -> tuple[int, int]:
+    """(sendmsg calls carrying UDP_SEGMENT, sendmsg calls) of the server's sends, --gso on or off."""
+    lines = [line for line in traced_calls(stack_name, {"gso": gso}, tmp_path, "server", "sendmsg,sendmmsg")
+             if re.search(r"\bsendm?msg\(", line)]
     # strace 6.1 does not name UDP_SEGMENT (103, linux/udp.h): its number stands for it
     return sum(bool(re.search(r"SOL_UDP, cmsg_type=(UDP_SEGMENT|0x67)\b", line)) for line in lines), len(lines)
 
 
-@pytest.mark.parametrize("stack", ["quinn", "quic-go"])
+@pytest.mark.parametrize("stack", ["quinn", "quic-go", "s2n-quic"])
 def test_gso_switches_the_senders_segmentation(tmp_path, stack):
     on, calls_on = segmented_sends(stack, True, tmp_path)
     off, calls_off = segmented_sends(stack, False, tmp_path)
-    assert on > 0 and off == 0, (on, calls_on, off, calls_off)
-    assert calls_off > calls_on  # one datagram a call without it
+    assert on > 0 and off == 0, (on, calls_on, off, calls_off)  # (s2n-quic batches with sendmmsg either way)
+
+
+def test_gro_switches_the_receivers_offload(tmp_path):
+    """s2n-quic's client turns UDP_GRO (104) on its socket on or leaves it off, as --gro says."""
+    def gro_set(gro: bool) -> bool:
+        return any(re.search(r"setsockopt\(\d+, SOL_UDP, (UDP_GRO|0x68|104), \[1\]", line)
+                   for line in traced_calls("s2n-quic", {"gro": gro}, tmp_path, "client", "setsockopt"))
+
+    assert gro_set(True) and not gro_set(False)
 
 
 def test_ack_frequency_thins_the_receivers_acknowledgements(tmp_path):
