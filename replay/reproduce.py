@@ -1,5 +1,8 @@
 """The thesis's goodput experiments (figures 5.1-5.7) as one campaign, and a report beside the published figures.
 
+Beside them one figure of issue 28: the stream-count parameter the scans find (the thesis's table 5.6), as the
+server's limit on a client keeping many requests open at once, in requests per second.
+
 A campaign is a list of figure plans; each plan runs as one ordinary qreplay
 experiment per stack (round-robin repetitions, every run stored in the
 results file, tagged with the campaign and the figure). The report reads a
@@ -21,7 +24,7 @@ import json
 import os
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from common.markdown import markdown_table
@@ -34,6 +37,7 @@ from replay.runner import Condition, Experiment, run_experiment
 from replay.sets import NamedSet, resolve_one, with_overrides
 from replay.stacks.base import REPO_ROOT, RunOptions, Stack, default_timeout_s
 from tparams.errors import ToolError
+from tparams.workloads import DOWNLOAD, REQUESTS, Workload
 
 HEADLINES_CSV = REPO_ROOT / "datasets" / "reference" / "goodput_headlines.csv"
 MB = 1_000_000
@@ -52,6 +56,19 @@ LOSS_DELAY_MS = 10  # the thesis fixes 10 ms for its loss figures, "to amplify t
 SWEEP_DELAY_MS = 30
 INITIAL_MAX_DATA_VALUES = (196608, 1572864, 3145728, 6291456, 15728640, 25165824)
 BIDI_LOCAL_VALUES = (131072, 524288, 1048576, 3145728, 6291456, 12582912)
+# The stream counts servers advertise most (the thesis's table 5.6: the five of scan 22-10-13, those of
+# 22-01-27 the same in another order) as the server's initial_max_streams_bidi, against a client keeping 100
+# requests open (the commonest value, so that the popular ones fall below, at and above it), plus 4, 50 and
+# 200 around it: a stream's credit comes back a round trip after its request ends, so the limit binds up to
+# twice the concurrency (stream_credit_bound). Table 5.7's initial_max_streams_uni is not swept: the replay
+# protocol opens no unidirectional stream, so no value of it can matter here. 1,000-byte responses are
+# QuicSand's.
+STREAMS_FIGURE = "streams"
+STREAMS_PARAM = "initial_max_streams_bidi"
+TABLE_5_6 = (100, 128, 100000, 256, 16)
+STREAMS_VALUES = tuple(sorted({*TABLE_5_6, 4, 50, 200}))
+STREAMS_CONCURRENCY = 100
+STREAMS_RESPONSE_BYTES = 1000
 
 FIGURE_TITLES = {
     "5.1a": "Same set on client and server, goodput vs delay",
@@ -62,6 +79,7 @@ FIGURE_TITLES = {
     "5.3b": f"Client sets (LSQUIC's default server), goodput vs loss at {LOSS_DELAY_MS} ms",
     "5.4": f"Client initial_max_data sweep at {SWEEP_DELAY_MS} ms (packets: figure 5.5)",
     "5.6": f"Client initial_max_stream_data_bidi_local sweep at {SWEEP_DELAY_MS} ms (packets: figure 5.7)",
+    STREAMS_FIGURE: f"Server {STREAMS_PARAM} sweep at {SWEEP_DELAY_MS} ms, {STREAMS_CONCURRENCY} requests at once",
 }
 PACKET_FIGURES = {"5.4": "5.5", "5.6": "5.7"}
 
@@ -72,10 +90,27 @@ class FigurePlan:
     conditions: tuple[Condition, ...]
     size: int
     reps: int
+    workload: Workload = DOWNLOAD
+    requests: int = 1
+    concurrency: int = 1
+    side: str = "client"  # whose set a sweep varies
 
     @property
     def kind(self) -> str:
         return "sweep" if self.conditions[0].sweep_param else "matrix"
+
+    def options(self) -> RunOptions:
+        moved = self.workload.expected_bytes(self.size, self.requests, self.concurrency)
+        return RunOptions(size=self.size, workload=self.workload, requests=self.requests,
+                          concurrency=self.concurrency, timeout_s=default_timeout_s(moved))
+
+    def refusal(self, stack: Stack) -> str | None:
+        """Why ``stack`` cannot run this figure (its client speaks no such workload, or its side of a sweep
+        cannot set the swept parameter, which would draw one value as many), else None."""
+        param = self.conditions[0].sweep_param
+        if param and param not in stack.settable.get(self.side, frozenset()):
+            return f"{stack.name}'s {self.side} cannot set {param}"
+        return stack.workload_refusal(self.options())
 
 
 # The thesis ran configuration 4 with initial_max_data 4,294,967,295: LSQUIC keeps the value in 32 bits,
@@ -108,11 +143,21 @@ def _sets_figure(figure: str, names, role: str, links: list[LinkConfig], size: i
     return FigurePlan(figure, tuple(Condition(c, s, link) for link in links for c, s in pairs), size, reps)
 
 
-def _sweep_figure(figure: str, param: str, values, size: int, reps: int) -> FigurePlan:
+def _sweep_figure(figure: str, param: str, values, size: int, reps: int, side: str = "client",
+                  **workload) -> FigurePlan:
     client, server = _pair("lsquic-defaults", "client")
     link = LinkConfig(delay_down_ms=SWEEP_DELAY_MS)
-    return FigurePlan(figure, tuple(Condition(with_overrides(client, [f"{param}={v}"]), server, link, param, v)
-                                    for v in values), size, reps)
+
+    def swept(named: NamedSet, role: str, v: int) -> NamedSet:
+        return with_overrides(named, [f"{param}={v}"]) if role == side else named
+
+    return FigurePlan(figure, tuple(Condition(swept(client, "client", v), swept(server, "server", v), link, param, v)
+                                    for v in values), size, reps, side=side, **workload)
+
+
+def _streams_figure(values, requests: int, reps: int) -> FigurePlan:
+    return _sweep_figure(STREAMS_FIGURE, STREAMS_PARAM, values, STREAMS_RESPONSE_BYTES, reps, "server",
+                         workload=REQUESTS, requests=requests, concurrency=STREAMS_CONCURRENCY)
 
 
 def plan_campaign(quick: bool = False, figures: set[str] | None = None, size: int | None = None,
@@ -129,6 +174,7 @@ def plan_campaign(quick: bool = False, figures: set[str] | None = None, size: in
             _sets_figure("5.3b", CLIENT_SETS[:2], "client", losses[-1:], 5 * MB, 1),
             _sweep_figure("5.4", "initial_max_data", (196608, 15728640), 20 * MB, 2),
             _sweep_figure("5.6", "initial_max_stream_data_bidi_local", (131072, 12582912), 10 * MB, 2),
+            _streams_figure((4, 16, 100, 128, 256), 400, 2),
         ]
     else:
         plans = [
@@ -140,6 +186,7 @@ def plan_campaign(quick: bool = False, figures: set[str] | None = None, size: in
             _sets_figure("5.3b", CLIENT_SETS, "client", losses, 20 * MB, 3),
             _sweep_figure("5.4", "initial_max_data", INITIAL_MAX_DATA_VALUES, 100 * MB, 3),
             _sweep_figure("5.6", "initial_max_stream_data_bidi_local", BIDI_LOCAL_VALUES, 100 * MB, 3),
+            _streams_figure(STREAMS_VALUES, 1000, 3),
         ]
     if figures:
         # The packet figures come out of their sweeps' runs: asking for one runs its sweep.
@@ -151,13 +198,21 @@ def plan_campaign(quick: bool = False, figures: set[str] | None = None, size: in
         if not plans:
             raise ToolError(f"--figures: none of {', '.join(sorted(figures))} is in the "
                             f"{'quick' if quick else 'full'} campaign")
-    return [FigurePlan(p.figure, p.conditions, size or p.size, reps or p.reps) for p in plans]
+    # --size is a download's: the stream-count figure's requests keep their own small responses
+    return [replace(p, size=(size if p.workload is DOWNLOAD else None) or p.size, reps=reps or p.reps)
+            for p in plans]
+
+
+def refused(plans: list[FigurePlan], stacks: list[Stack]) -> list[str]:
+    """The figures asked of a stack that cannot run them (FigurePlan.refusal), one line each."""
+    return [f"figure {p.figure} on {s.name} ({reason})" for p in plans for s in stacks if (reason := p.refusal(s))]
 
 
 def run_campaign(stacks: list[Stack], plans: list[FigurePlan], results: str | Path, *, link_backend: str = "auto",
                  udp_buffer_bytes: int | None = None, mode: str = "full", command_line: str | None = None,
                  execute: Callable[[Experiment, Path], list[dict]] | None = None) -> str:
-    """Run every plan on every stack, figure by figure, into ``results``; returns the campaign id.
+    """Run every plan on every stack that can run it (FigurePlan.refusal), figure by figure, into ``results``;
+    returns the campaign id.
 
     ``execute`` runs one experiment (the CLI passes its progress-bar runner); by default
     runner.run_experiment. Each experiment's config carries the campaign, the figure, the mode and the
@@ -166,16 +221,28 @@ def run_campaign(stacks: list[Stack], plans: list[FigurePlan], results: str | Pa
         reason = stack.unavailable_reason()
         if reason:
             raise ToolError(f"stack {stack.name} is not usable here: {reason}")
+    runnable = [(plan, stack) for plan in plans for stack in stacks if plan.refusal(stack) is None]
+    not_run = refused(plans, stacks)  # in every experiment's config: the report names them
+    if not runnable:
+        raise ToolError("nothing to run: " + "; ".join(not_run))
     campaign = uuid.uuid4().hex[:12]
     execute = execute or run_experiment
-    for plan in plans:
-        for stack in stacks:
-            options = RunOptions(size=plan.size, timeout_s=default_timeout_s(plan.size))
-            tags = {"campaign": campaign, "figure": plan.figure, "mode": mode,
-                    "load_1min": round(os.getloadavg()[0], 2)}
-            execute(Experiment(plan.kind, stack, list(plan.conditions), options, plan.reps, link_backend,
-                               command_line, udp_buffer_bytes=udp_buffer_bytes, tags=tags), Path(results))
+    for plan, stack in runnable:
+        tags = {"campaign": campaign, "figure": plan.figure, "mode": mode, "load_1min": round(os.getloadavg()[0], 2),
+                "not_run": not_run}
+        execute(Experiment(plan.kind, stack, list(plan.conditions), plan.options(), plan.reps, link_backend,
+                           command_line, udp_buffer_bytes=udp_buffer_bytes, tags=tags), Path(results))
     return campaign
+
+
+def stream_credit_bound(limit: int, concurrency: int, rtt_ms: float) -> float:
+    """Requests per second a server's initial_max_streams_bidi of ``limit`` allows a client keeping
+    ``concurrency`` one-stream requests open over a round trip of ``rtt_ms``: a request holds its stream a round
+    trip, and the stream's credit comes back a round trip later still (the server retires the stream once the
+    response's ACK arrives, and its MAX_STREAMS crosses the path again), so ``limit`` streams carry
+    limit / 2 RTT requests a second, and the concurrency never more than concurrency / RTT."""
+    rtt_s = rtt_ms / 1000
+    return min(limit / (2 * rtt_s), concurrency / rtt_s)
 
 
 # --- reading a campaign back ---------------------------------------------------------------------
@@ -194,7 +261,7 @@ class ConditionSummary:
     runs: int
     failed: int
     n: int
-    mean: float | None
+    mean: float | None  # of what the figure measures, in ``unit``
     stddev: float | None
     client_socket_drop_pct: float | None
     client_tx_packets: float | None
@@ -203,6 +270,10 @@ class ConditionSummary:
     server_cpu_share: float | None
     bound: WindowBound | None  # the window model's prediction for this download, if any
     steady: WindowBound | None  # the same for an endless download: does the window bind at all?
+    unit: str = "Mbit/s"  # goodput, or "requests/s" for a requests workload
+    requests: int = 1
+    concurrency: int = 1
+    credit_bound: float | None = None  # requests/s the server's stream limit allows (stream_credit_bound)
 
     @property
     def series(self) -> str:
@@ -225,6 +296,7 @@ class Campaign:
     link_backends: list[str]
     udp_buffer_bytes: list[int]
     versions: dict[str, str]  # stack -> the version it named, where it names one
+    not_run: list[str] = field(default_factory=list)  # figures asked of a stack that cannot run them, and why
     summaries: list[ConditionSummary] = field(default_factory=list)
 
     def find(self, stack: str, figure: str | None = None, **where) -> list[ConditionSummary]:
@@ -253,18 +325,27 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
                    [c["load_1min"] for c in chosen_configs if c.get("load_1min") is not None],
                    sorted(summary["link_backend"].drop_nulls().unique().to_list()),
                    sorted({c["udp_buffer_bytes"] for c in chosen_configs if c.get("udp_buffer_bytes")}),
-                   {e[1]: configs[e[0]]["stack_version"] for e in chosen if configs[e[0]].get("stack_version")})
+                   {e[1]: configs[e[0]]["stack_version"] for e in chosen if configs[e[0]].get("stack_version")},
+                   chosen_configs[0].get("not_run", []))
     rules = load_update_rules()
     for s in summary.iter_rows(named=True):  # one experiment per figure and stack
         requested = json.loads(s["requested_client"] or "{}")
         rtt, loss, size = s["delay_ms"] + (s["delay_up_ms"] or 0), s["loss_pct"], s["size_bytes"]
+        # a requests workload is measured in requests per second, which no window model predicts
+        requests = s["workload"] == REQUESTS.name
+        mean, stddev = ((s["mean_requests_per_s"], s["stddev_requests_per_s"]) if requests else
+                        (s["mean_mbps"], s["stddev_mbps"]))
+        windowed = not loss and not requests
         out.summaries.append(ConditionSummary(
             s["stack"], configs[s["experiment_id"]]["figure"], s["set_name"], s["server_set_name"], s["delay_ms"],
-            loss, s["sweep_param"], s["sweep_value"], size, s["runs"], s["failed"], s["n"], s["mean_mbps"],
-            s["stddev_mbps"], s["client_socket_drop_pct"], s["mean_client_tx_packets"], s["mean_server_tx_packets"],
+            loss, s["sweep_param"], s["sweep_value"], size, s["runs"], s["failed"], s["n"], mean, stddev,
+            s["client_socket_drop_pct"], s["mean_client_tx_packets"], s["mean_server_tx_packets"],
             s["mean_client_cpu_share"], s["mean_server_cpu_share"],
-            client_window_bound(requested, rtt, s["stack"], size, rules) if not loss else None,
-            client_window_bound(requested, rtt, s["stack"], rules=rules) if not loss else None))
+            client_window_bound(requested, rtt, s["stack"], size, rules) if windowed else None,
+            client_window_bound(requested, rtt, s["stack"], rules=rules) if windowed else None,
+            "requests/s" if requests else "Mbit/s", s["requests"] or 1, s["concurrency"] or 1,
+            stream_credit_bound(s["sweep_value"], s["concurrency"], rtt)
+            if requests and s["sweep_param"] == STREAMS_PARAM and rtt else None))
     return out
 
 
@@ -509,8 +590,13 @@ def _draw_figures(data: Campaign, headlines: list[Headline], out_dir: Path) -> l
                         color=color, lw=1, label=f"window model, {label}: bursts (v) .. whole window (^)")
                 ax.plot([x_of(s) for s in bounded], [s.bound.high_mbps for s in bounded], ":", marker="^",
                         color=color, lw=1)
+        credit = sorted({(x_of(s), s.credit_bound) for s in rows if s.credit_bound})  # the same for every stack
+        if credit:
+            ax.plot(*zip(*credit), "--", color="black", lw=1,
+                    label="stream-credit model: min(limit / 2 RTT, concurrency / RTT)")
         points = _thesis_points(headlines, figure)
-        top = max([s.mean + (s.stddev or 0) for s in rows] + list(points.values()))
+        top = max([s.mean + (s.stddev or 0) for s in rows] + list(points.values())
+                  + [s.credit_bound for s in rows if s.credit_bound])
         for what, value in points.items():
             x = _thesis_x(what, figure)
             if x is not None:
@@ -522,13 +608,17 @@ def _draw_figures(data: Campaign, headlines: list[Headline], out_dir: Path) -> l
             ax.annotate("thesis: all sets ~21", (1.0, 21), textcoords="offset points", xytext=(-90, 8), fontsize=8)
         if sweep:
             ax.set_xscale("log")
-        ax.set(xlabel=f"client {sweep} (bytes)" if sweep else "loss (%)" if figure.endswith("b")
-               else "added one-way delay, server to client (ms)", ylabel="goodput (Mbit/s)",
+        if figure == STREAMS_FIGURE:
+            ax.axvline(rows[0].concurrency, color="grey", linestyle=":", label=f"the client's {rows[0].concurrency} "
+                       "requests at once")
+        ax.set(xlabel=f"server {sweep} (streams)" if figure == STREAMS_FIGURE else f"client {sweep} (bytes)"
+               if sweep else "loss (%)" if figure.endswith("b") else "added one-way delay, server to client (ms)",
+               ylabel="requests per second" if rows[0].unit == "requests/s" else "goodput (Mbit/s)",
                title=f"Figure {figure}: {FIGURE_TITLES[figure]}")
         ax.set_ylim(0, 1.2 * top)  # model lines above the measurements run off the top
         ax.legend(fontsize=7)
         drawn.append((f"Figure {figure}", save_png(fig, out_dir / f"figure_{figure}.png")))
-        if sweep:
+        if figure in PACKET_FIGURES:
             drawn.append(_draw_packets(rows, figure, sweep, out_dir))
     return drawn
 
@@ -558,7 +648,8 @@ def _draw_packets(rows: list[ConditionSummary], figure: str, sweep: str, out_dir
 
 def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str, Path]]) -> str:
     loads = f"{min(data.loads):g}-{max(data.loads):g}" if data.loads else "not recorded"
-    sizes = sorted({(s.figure, s.size) for s in data.summaries})
+    sizes = sorted({(s.figure, f"{s.size // MB} MB" if s.unit == "Mbit/s" else
+                     f"{s.requests:,} requests of {s.size:,} B, {s.concurrency} at once") for s in data.summaries})
     parts = [
         "# The thesis's goodput figures, reproduced",
         "",
@@ -569,8 +660,9 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
         + (f" to {data.finished_at:%H:%M}" if data.finished_at else "")
         + f". Link: {', '.join(data.link_backends) or '-'}; UDP buffers "
         + (", ".join(f"{b // 1024} KiB" for b in data.udp_buffer_bytes) or "the machine's")
-        + f"; 1-minute load at the start of each experiment {loads}. Downloads: "
-        + ", ".join(f"{figure} {size // MB} MB" for figure, size in sizes) + ".",
+        + f"; 1-minute load at the start of each experiment {loads}. Each run: "
+        + ", ".join(f"{figure} {size}" for figure, size in sizes) + "."
+        + (f" Not run: {'; '.join(data.not_run)}." if data.not_run else ""),
         "",
         "The thesis: LSQUIC on two hosts (Xeon E5-1650 v3) over 10 GbE, CUBIC, enlarged UDP receive buffers, "
         "500 MB downloads repeated 10 (figures 5.1-5.3) or 20 times (5.4-5.7), delay and loss by netem on an "
@@ -601,8 +693,8 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
                        if h.figure in ("5.4", "5.6") and "%" not in h.what}
     # A window can only be the limit below what the stack reached somewhere in the campaign; figure 5.2's
     # client is always LSQUIC's default one, whose rows figure 5.3 already has.
-    reached = {stack: max((s.mean for s in data.summaries if s.stack == stack and s.mean), default=0)
-               for stack in data.stacks}
+    reached = {stack: max((s.mean for s in data.summaries if s.stack == stack and s.mean and s.unit == "Mbit/s"),
+                          default=0) for stack in data.stacks}
     bounded = [s for s in data.summaries if s.bound and s.mean is not None and not s.figure.startswith("5.2")
                and s.steady.low_mbps < min(reached[s.stack], WINDOW_TABLE_BELOW)]
     parts += ["", markdown_table(
@@ -623,7 +715,9 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
         parts += ["", f"## {title}: {FIGURE_TITLES.get(figure) or _packets_title(figure)}", "",
                   f"![{title}]({path.name})", ""]
         rows = [s for s in data.summaries if s.figure == figure or PACKET_FIGURES.get(s.figure) == figure]
-        if figure in PACKET_FIGURES.values():
+        if figure == STREAMS_FIGURE:
+            parts += _streams_section(rows)
+        elif figure in PACKET_FIGURES.values():
             parts.append(markdown_table(["stack", "condition", "client packets", "server packets", "goodput"],
                                 [[s.stack, _condition(s), _fmt(s.client_tx_packets, 0), _fmt(s.server_tx_packets, 0),
                                   _fmt(s.mean)] for s in rows]))
@@ -635,6 +729,22 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
                                   f"{s.bound.text()}" if s.bound else "-"]
                                  for s in rows]))
     return "\n".join(parts) + "\n"
+
+
+def _streams_section(rows: list[ConditionSummary]) -> list[str]:
+    """The stream-count figure's words and table: each limit's requests per second beside the stream-credit
+    model."""
+    return [f"The server's {STREAMS_PARAM} at the values servers advertise most in the thesis's scans (table "
+            f"5.6: {', '.join(map(str, TABLE_5_6))}) and around the client's concurrency, each request a "
+            "bidirectional stream of its own. The model: a request holds its stream a round trip and the stream's credit "
+            "(MAX_STREAMS) comes back a round trip after the response's ACK, so the limit binds up to twice "
+            "the concurrency; above, the concurrency, the congestion window and the CPU do. Table 5.7's "
+            "initial_max_streams_uni cannot matter here: the replay protocol opens no unidirectional stream.", "",
+            markdown_table(["stack", "condition", "runs", "requests/s mean (sd), n", "model (requests/s)",
+                            "measured / model"],
+                           [[s.stack, _condition(s), str(s.runs), _stats_text(s), _fmt(s.credit_bound),
+                             f"{s.mean / s.credit_bound:.2f}" if s.mean is not None and s.credit_bound else "-"]
+                            for s in sorted(rows, key=lambda s: (s.stack, s.sweep_value))])]
 
 
 def _across_implementations(data: Campaign, thesis_by_point: dict[tuple[str, str], float],

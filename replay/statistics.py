@@ -51,7 +51,8 @@ per_condition AS (
          avg(client_tx_packets) {ok} AS mean_client_tx_packets,
          avg(server_tx_packets) {ok} AS mean_server_tx_packets,
          -- the request metrics (tparams.workloads), means over the successful runs
-         avg(requests_per_s) {ok} AS mean_requests_per_s, avg(ttfb_ms) {ok} AS mean_ttfb_ms,
+         avg(requests_per_s) {ok} AS mean_requests_per_s, stddev_samp(requests_per_s) {ok} AS stddev_requests_per_s,
+         avg(ttfb_ms) {ok} AS mean_ttfb_ms,
          avg(latency_p50_ms) {ok} AS mean_latency_p50_ms, avg(latency_p99_ms) {ok} AS mean_latency_p99_ms,
          -- many clients: Jain's index over their goodputs; the server's CPU and peak memory per client
          avg(fairness) {ok} AS mean_fairness, avg(server_cpu_s / clients) {ok} AS mean_server_cpu_s_per_client,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from pathlib import Path
@@ -10,7 +11,8 @@ import duckdb
 import pytest
 
 from replay.flowcontrol import UPDATE_RULES, window_bound
-from replay.reproduce import FULL_CAMPAIGN_TIME, load_campaign, plan_campaign, read_headlines
+from replay.reproduce import (FULL_CAMPAIGN_TIME, STREAMS_CONCURRENCY, STREAMS_FIGURE, TABLE_5_6, build_report,
+                              load_campaign, plan_campaign, read_headlines, run_campaign)
 from replay.stacks import get_stack
 from tparams.errors import ToolError
 from test_replay_cli import qreplay
@@ -52,7 +54,23 @@ def test_every_published_headline_has_its_conditions_in_the_full_campaign():
             assert ("initial_max_data", int(row["setting"].removeprefix("default_"))) in swept
         if row["experiment"] == "client_bidi_local":
             assert ("initial_max_stream_data_bidi_local", int(row["setting"])) in swept
-    assert {"5.1a", "5.1b", "5.2a", "5.2b", "5.3a", "5.3b", "5.4", "5.6"} == set(plans)
+    assert {"5.1a", "5.1b", "5.2a", "5.2b", "5.3a", "5.3b", "5.4", "5.6", STREAMS_FIGURE} == set(plans)
+
+
+def test_the_stream_count_figure_sweeps_the_servers_popular_limits_around_the_clients_concurrency():
+    """Table 5.6's most common server values, and some below the client's concurrency where the limit binds;
+    the server's set varies, the client's does not; --size is a download's and leaves the requests alone."""
+    (plan,) = plan_campaign(figures={STREAMS_FIGURE}, size=5_000_000)
+    values = [c.sweep_value for c in plan.conditions]
+    assert set(TABLE_5_6) <= set(values) and min(values) < STREAMS_CONCURRENCY / 4
+    assert {c.client.name for c in plan.conditions} == {"lsquic-client-default"}
+    assert [c.server.params.initial_max_streams_bidi for c in plan.conditions] == values
+    options = plan.options()
+    assert (options.workload.name, options.concurrency, options.size) == ("requests", STREAMS_CONCURRENCY, 1000)
+    # a client speaking only downloads, and TCP without a stream limit, are left out in a line each
+    assert "speaks only the download workload" in plan.refusal(get_stack("ngtcp2"))
+    assert plan.refusal(get_stack("tcp-h2")) == "tcp-h2's server cannot set initial_max_streams_bidi"
+    assert plan.refusal(get_stack("quinn")) is None
 
 
 
@@ -106,3 +124,26 @@ def test_reproduce_writes_a_report_beside_the_published_numbers(tmp_path):
     html = (tmp_path / "report.html").read_text()
     assert html.count("data:image/png;base64") == 4  # figures 5.4-5.7, carried inside the page
     assert "<table>" in html and "16.81" in html
+
+
+@pytest.mark.lab
+def test_the_servers_stream_limit_caps_requests_per_second_as_the_credit_model_says(tmp_path):
+    """quinn at 30 ms, 100 requests at once: 4 and 16 streams allow limit / 2 RTT requests a second, 256 more
+    than either; ngtcp2, asked too, cannot make many requests and the report says so."""
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root (network namespaces)")
+    (plan,) = plan_campaign(quick=True, figures={STREAMS_FIGURE}, reps=1)
+    plan = dataclasses.replace(plan, requests=100,
+                               conditions=tuple(c for c in plan.conditions if c.sweep_value in (4, 16, 256)))
+    campaign = run_campaign([get_stack("quinn"), get_stack("ngtcp2")], [plan], tmp_path / "r.duckdb",
+                            link_backend="relay")
+    files = build_report(tmp_path / "r.duckdb", tmp_path, campaign)
+    rows = {s.sweep_value: s for s in load_campaign(tmp_path / "r.duckdb").summaries}
+    assert sorted(rows) == [4, 16, 256] and {s.stack for s in rows.values()} == {"quinn"}
+    for limit in (4, 16):  # the limit binds: within 15% of what its credit allows
+        assert rows[limit].unit == "requests/s" and rows[limit].mean == pytest.approx(rows[limit].credit_bound, rel=0.15)
+    assert rows[4].mean < rows[16].mean < rows[256].mean
+    markdown = files.markdown.read_text()
+    assert "Not run: figure streams on ngtcp2 (ngtcp2's client speaks only the download workload" in markdown
+    assert "| quinn | initial_max_streams_bidi=4, 30 ms | 1 |" in markdown
+    assert [p.name for p in files.figures] == ["figure_streams.png"]

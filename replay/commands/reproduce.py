@@ -11,7 +11,8 @@ from common.cliapp import output_dir
 from common.terminal import cli_console
 from replay.commands.run import LinkOpt, UdpBufferOpt, current_command_line, comma_list, execute
 from replay.link import parse_size
-from replay.reproduce import FIGURE_TITLES, FULL_CAMPAIGN_TIME, build_report, plan_campaign, run_campaign
+from replay.reproduce import (FIGURE_TITLES, FULL_CAMPAIGN_TIME, STREAMS_FIGURE, build_report, plan_campaign,
+                              refused, run_campaign)
 from replay.stacks import get_stack
 from tparams.errors import ToolError
 
@@ -27,9 +28,11 @@ def register(app: typer.Typer) -> None:
             "here on two cores, docs/reproduce.md).")] = False,
         figures: Annotated[Optional[str], typer.Option(
             "--figures", help=f"Comma-separated figures to run, of {', '.join(FIGURE_TITLES)} (5.5 and 5.7 "
-            "come with 5.4 and 5.6).")] = None,
+            f"come with 5.4 and 5.6; {STREAMS_FIGURE}: the server's stream limit against many requests at once, "
+            "on the stacks whose client makes them).")] = None,
         size: Annotated[Optional[str], typer.Option(
-            "--size", help="One download size for every figure, e.g. 5MB (default: each figure's own).")] = None,
+            "--size", help="One download size for every download figure, e.g. 5MB (default: each figure's "
+            f"own; {STREAMS_FIGURE}'s requests keep theirs).")] = None,
         reps: Annotated[Optional[int], typer.Option("--reps", min=1, help="Repetitions for every figure.")] = None,
         out_dir: Annotated[Path, typer.Option(
             "--out-dir", callback=output_dir, help="Where the results (reproduce.duckdb, appended to), report.md, "
@@ -39,7 +42,8 @@ def register(app: typer.Typer) -> None:
         link: LinkOpt = "auto",
         udp_buffer: UdpBufferOpt = "1664KiB",
     ) -> None:
-        """Run the thesis's experiments (figures 5.1-5.7) and write a report beside the published figures.
+        """Run the thesis's experiments (figures 5.1-5.7) and the stream-count sweep, and write a report beside
+        the published figures.
 
         Each figure is an ordinary experiment per stack (stored like `qreplay matrix` and `sweep` runs);
         the report gives each headline number with the thesis's, the ratio, a verdict and the cause
@@ -52,7 +56,9 @@ def register(app: typer.Typer) -> None:
             plans = plan_campaign(quick, set(comma_list(figures, "--figures")) if figures else None,
                                   parse_size(size, "--size") if size else None, reps)
             out_dir.mkdir(parents=True, exist_ok=True)
-            runs = sum(len(p.conditions) * p.reps for p in plans) * len(stacks)
+            for line in refused(plans, stacks):
+                console.print(f"not run: {line}")
+            runs = sum(len(p.conditions) * p.reps for p in plans for s in stacks if p.refusal(s) is None)
             console.print(f"reproduce: {len(plans)} figure(s) x {len(stacks)} stack(s), {runs} runs into {results}")
 
             def run_one(experiment, out):
