@@ -35,6 +35,27 @@ def test_plot_writes_pngs_and_one_html_page(tmp_path):
     assert (tmp_path / "plots" / "report.html").read_text().count("data:image/png;base64") == 3
 
 
+def test_a_sweep_of_many_requests_is_drawn_in_requests_per_second(tmp_path):
+    """A stream-limit sweep of the requests workload: its goodput is the responses' bytes over time, not what
+    the sweep moves, so the figure draws the runs' requests per second (with their spread)."""
+    from replay.commands.plot import load_summary, measured
+
+    results = tmp_path / "r.duckdb"
+    con = store.connect(results)
+    store.insert(con, "runs", [_row(i, sweep_param="initial_max_streams_bidi", sweep_value=v, delay_ms=30.0,
+                                    workload="requests", requests=400, concurrency=100, requests_per_s=rate)
+                               for i, (v, rate) in enumerate(((4, 65.0), (4, 67.0), (256, 1750.0), (256, 1760.0)))])
+    store.insert(con, "runs", [_row(10, experiment_id="d")])
+    con.close()
+    summary = load_summary(results)
+    swept = summary.filter(summary["sweep_param"].is_not_null())
+    mean, sd, label = measured(swept)
+    assert (mean, label) == ("mean_requests_per_s", "requests per second")
+    assert swept.sort("sweep_value")[mean].to_list() == [66.0, 1755.0] and swept[sd].min() > 0
+    assert measured(summary)[0] == "mean_mbps"  # a download among them: goodput is what they share
+    assert (tmp_path / "plots" / "sweep_initial_max_streams_bidi.png") in plot_results(results, tmp_path / "plots")
+
+
 def test_plot_refuses_a_file_without_results(tmp_path):
     with pytest.raises(ToolError):
         plot_results(tmp_path / "missing.duckdb", tmp_path)

@@ -12,6 +12,7 @@ from common.cliapp import output_dir
 from replay import statistics, store
 from replay.figures import draw_band, embedded_img, pyplot, save_png
 from tparams.errors import ToolError
+from tparams.workloads import REQUESTS
 
 
 def load_summary(results: Path):
@@ -33,6 +34,14 @@ def _caption(ax, frame, x: str) -> None:
                 textcoords="offset points", fontsize="x-small", va="top", wrap=True)
 
 
+def measured(frame) -> tuple[str, str, str]:
+    """(mean column, standard deviation column, axis label) of what a figure's runs measure: requests per second
+    where every run made many requests (tparams.workloads.REQUESTS), else goodput."""
+    if "workload" in frame.columns and frame["workload"].eq_missing(REQUESTS.name).all():
+        return "mean_requests_per_s", "stddev_requests_per_s", "requests per second"
+    return "mean_mbps", "stddev_mbps", "goodput (Mbit/s)"
+
+
 def plot_results(results: Path, out_dir: Path) -> list[Path]:
     """Write goodput-vs-delay, sweep and packet-count figures; returns the PNG paths plus the HTML page."""
     import polars as pl
@@ -48,11 +57,11 @@ def plot_results(results: Path, out_dir: Path) -> list[Path]:
     plain = summary.filter(pl.col("sweep_param").is_null())
     if not plain.is_empty():
         fig, ax = plt.subplots(figsize=(8, 5))
+        mean, sd, ylabel = measured(plain)
         for label, points in statistics.series(plain, "delay_ms"):
-            draw_band(ax, points["delay_ms"].to_list(), points["mean_mbps"].to_list(),
-                      points["stddev_mbps"].to_list(), label)
-        ax.set(xlabel="added one-way delay (ms)", ylabel="goodput (Mbit/s)",
-               title="Goodput vs delay (band: ±1 standard deviation)")
+            draw_band(ax, points["delay_ms"].to_list(), points[mean].to_list(), points[sd].to_list(), label)
+        ax.set(xlabel="added one-way delay (ms)", ylabel=ylabel,
+               title=f"{ylabel[0].upper()}{ylabel[1:]} vs delay (band: ±1 standard deviation)")
         ax.legend(fontsize="small")
         _caption(ax, plain, "delay_ms")
         figures.append(("Goodput vs delay", save_png(fig, out_dir / "goodput_vs_delay.png")))
@@ -62,11 +71,12 @@ def plot_results(results: Path, out_dir: Path) -> list[Path]:
         frame = swept.filter(pl.col("sweep_param") == param)
         series = statistics.series(frame, "sweep_value")
         fig, ax = plt.subplots(figsize=(8, 5))
+        mean, sd, ylabel = measured(frame)
         for label, points in series:
-            draw_band(ax, points["sweep_value"].to_list(), points["mean_mbps"].to_list(),
-                      points["stddev_mbps"].to_list(), label)
+            draw_band(ax, points["sweep_value"].to_list(), points[mean].to_list(), points[sd].to_list(), label)
         ax.set_xscale("log")
-        ax.set(xlabel=f"{param} (bytes)", ylabel="goodput (Mbit/s)", title=f"Sweep of {param}")
+        unit = "streams" if param.startswith("initial_max_streams") else "bytes"
+        ax.set(xlabel=f"{param} ({unit})", ylabel=ylabel, title=f"Sweep of {param}")
         ax.legend(fontsize="small")
         _caption(ax, frame, "sweep_value")
         figures.append((f"Sweep of {param}", save_png(fig, out_dir / f"sweep_{param}.png")))
