@@ -30,6 +30,8 @@ STATS = """count(*) FILTER (status = 'ok') AS n, count(*) FILTER (status <> 'ok'
   avg(latency_p99_ms) FILTER (status = 'ok') AS p99_ms, avg(fairness) FILTER (status = 'ok') AS fairness,
   avg(server_cpu_s / clients) FILTER (status = 'ok') AS server_cpu_s_per_client,
   avg(server_maxrss_kb / clients / 1024) FILTER (status = 'ok') AS server_mib_per_client,
+  100.0 * sum(client_udp_drops) FILTER (status = 'ok')
+    / nullif(sum(client_udp_drops + client_udp_datagrams) FILTER (status = 'ok'), 0) AS drop_pct,
   min(started_at) AS first, max(started_at) AS last"""
 
 
@@ -38,14 +40,15 @@ EXPORTED = """experiment_id, run_id, started_at, set_name, stack, server_stack, 
   requests, concurrency, clients, size_bytes, udp_buffer_bytes, status, error, bytes, duration_s, goodput_mbps,
   client_goodputs_mbps::VARCHAR AS client_goodputs_mbps, fairness, requests_per_s, ttfb_ms, latency_p50_ms,
   latency_p90_ms, latency_p99_ms, wall_s, handshake_s, client_cpu_s, client_maxrss_kb, server_cpu_s,
-  server_maxrss_kb, cc, cc_requested, cipher, cipher_requested, gso, gso_requested"""
+  server_maxrss_kb, cc, cc_requested, cipher, cipher_requested, gso, gso_requested, client_udp_drops,
+  client_udp_datagrams"""
 
 
 #: read back as numbers even where a column holds none (a CSV reader would guess text)
 NUMERIC = ("delay_ms", "requests", "concurrency", "clients", "size_bytes", "udp_buffer_bytes", "bytes", "duration_s",
            "goodput_mbps", "fairness", "requests_per_s", "ttfb_ms", "latency_p50_ms", "latency_p90_ms",
            "latency_p99_ms", "wall_s", "handshake_s", "client_cpu_s", "client_maxrss_kb", "server_cpu_s",
-           "server_maxrss_kb")
+           "server_maxrss_kb", "client_udp_drops", "client_udp_datagrams")
 
 
 def source(directory: Path, name: str):
@@ -55,7 +58,10 @@ def source(directory: Path, name: str):
     database, runs_csv = directory / f"{name}.duckdb", directory / f"{name}.runs.csv"
     if database.exists():
         con.execute(f"ATTACH '{database}' AS src (READ_ONLY)")
-        con.execute("CREATE VIEW runs AS SELECT * FROM src.runs")
+        con.execute("""CREATE VIEW runs AS SELECT *,
+                         json_extract(counters, '$.client_udp_rcvbuf_errors')::BIGINT AS client_udp_drops,
+                         json_extract(counters, '$.client_udp_in_datagrams')::BIGINT AS client_udp_datagrams
+                       FROM src.runs""")
         con.execute("CREATE VIEW profiles AS SELECT * FROM src.profiles")
     elif runs_csv.exists():
         types = {**{c: "DOUBLE" for c in NUMERIC}, "started_at": "TIMESTAMP"}
@@ -97,6 +103,10 @@ def short_cipher(name: str | None) -> str:
             "TLS_CHACHA20_POLY1305_SHA256": "ChaCha20"}.get(name or "", str(name))
 
 
+def gso_label(value: bool) -> str:
+    return "GSO on" if value else "GSO off"  # stored as what ran: true or false
+
+
 def cell(mean, sd) -> str:
     return "-" if mean is None else f"{mean:,.0f} ({sd or 0:,.0f})"
 
@@ -108,8 +118,8 @@ def runs(r) -> str:
 def knob_table(df, knob: str, values: list[str], label=str) -> str:
     """Goodput mean (sd) and server CPU s/GB per stack under each value of ``knob``, and each value's ratio
     against the first."""
-    lines = [f"| stack | {' | '.join(label(v) for v in values)} | {' | '.join(f'{label(v)}/{label(values[0])}' for v in values[1:])} | server CPU s/GB ({', '.join(label(v) for v in values)}) | n |",
-             "|---" * (2 + 2 * len(values)) + "|"]
+    lines = [f"| stack | {' | '.join(label(v) for v in values)} | {' | '.join(f'{label(v)}/{label(values[0])}' for v in values[1:])} | server CPU s/GB ({', '.join(label(v) for v in values)}) | client socket drops % | n |",
+             "|---" * (3 + 2 * len(values)) + "|"]
     for stack in sorted(set(df["stack"])):
         rows = {r[knob]: r for r in df.filter(df["stack"] == stack).iter_rows(named=True)}
         got = [rows.get(v) for v in values]
@@ -117,8 +127,9 @@ def knob_table(df, knob: str, values: list[str], label=str) -> str:
         ratios = [f"{g['mbps'] / base:.2f}" if g and g["mbps"] and base else "-" for g in got[1:]]
         cpu = ", ".join(f"{g['server_cpu_s_per_gb']:.2f}" if g and g["server_cpu_s_per_gb"] else "-" for g in got)
         n = "/".join(runs(g) if g else "0" for g in got)
+        drops = ", ".join("-" if not g or g["drop_pct"] is None else f"{g['drop_pct']:.2f}" for g in got)
         lines.append(f"| {stack} | {' | '.join(cell(g['mbps'], g['sd']) if g else '-' for g in got)} | "
-                     f"{' | '.join(ratios)} | {cpu} | {n} |")
+                     f"{' | '.join(ratios)} | {cpu} | {drops} | {n} |")
     return "\n".join(lines)
 
 
@@ -180,6 +191,13 @@ def clients_table(df) -> str:
     return "\n".join(lines)
 
 
+#: the Kempf thesis's LSQUIC at 0 ms on a 10 Gbit/s link, 20 runs each (Mbit/s): table 5.3 (AES-128-GCM, AES-NI
+#: at both ends); figure 5.3's ChaCha20 "around 2300" (AES-NI off, which ChaCha20 does not use); table 5.4
+#: (1664 KiB receive buffer, as here). AES-256-GCM he left out: LSQUIC never chose it
+THESIS = {"cipher": {"TLS_AES_128_GCM_SHA256": 2596, "TLS_CHACHA20_POLY1305_SHA256": 2300},
+          "cc": {"cubic": 2770, "bbr": 904}}
+
+
 def knobs_figure(frames: dict, out: Path) -> None:
     import matplotlib
 
@@ -187,20 +205,25 @@ def knobs_figure(frames: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = [("cipher", "cipher", CIPHERS, short_cipher),
-              ("gso", "gso", ["on", "off"], lambda v: f"GSO {v}"),
+              ("gso", "gso", [True, False], gso_label),
               ("cc", "cc", ["cubic", "bbr"], str.upper)]
     panels = [p for p in panels if p[0] in frames]
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
     for ax, (name, knob, values, label) in zip(axes[0], panels):
         df = frames[name]
         stacks = sorted(set(df["stack"]))
+        thesis = THESIS.get(name, {})
         width = 0.8 / len(values)
         for i, v in enumerate(values):
             sub = {r["stack"]: r for r in df.filter(df[knob] == v).iter_rows(named=True)}
             xs = [j + (i - (len(values) - 1) / 2) * width for j in range(len(stacks))]
-            ax.bar(xs, [sub[s]["mbps"] if s in sub and sub[s]["mbps"] else 0 for s in stacks], width,
-                   yerr=[sub[s]["sd"] or 0 if s in sub else 0 for s in stacks], capsize=2, label=label(v))
-        ax.set_xticks(range(len(stacks)), stacks, rotation=30, ha="right")
+            bars = ax.bar(xs, [sub[s]["mbps"] if s in sub and sub[s]["mbps"] else 0 for s in stacks], width,
+                          yerr=[sub[s]["sd"] or 0 if s in sub else 0 for s in stacks], capsize=2, label=label(v))
+            if v in thesis:  # the thesis's LSQUIC as one more group, hatched
+                ax.bar(len(stacks) + (i - (len(values) - 1) / 2) * width, thesis[v], width, hatch="//",
+                       color=bars.patches[0].get_facecolor())
+        ax.set_xticks(range(len(stacks) + bool(thesis)), stacks + (["LSQUIC\n(thesis)"] if thesis else []),
+                      rotation=30, ha="right")
         ax.set_ylabel("goodput, Mbit/s (mean, sd)")
         ax.set_title({"cipher": "cipher suite", "gso": "UDP GSO of the sender", "cc": "congestion control"}[name])
         ax.legend(fontsize=8)
@@ -265,7 +288,7 @@ def main() -> None:
             export(con, args.export, name)
     frames = {name: conditions(con) for name, con in sources.items() if name != "cipher-profile"}
     tables = {"cipher": lambda df: knob_table(df, "cipher", CIPHERS, short_cipher),
-              "gso": lambda df: knob_table(df, "gso", ["on", "off"]),
+              "gso": lambda df: knob_table(df, "gso", [True, False], gso_label),
               "cc": lambda df: knob_table(df, "cc", ["cubic", "bbr"]),
               "updown": updown_table, "requests": requests_table, "clients": clients_table}
     for name, df in frames.items():
