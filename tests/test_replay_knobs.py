@@ -16,6 +16,7 @@ from replay.runner import Condition, Experiment, run_experiment
 from replay.sets import resolve_one
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions, free_udp_port
+from tparams.errors import ToolError
 
 CHACHA = "TLS_CHACHA20_POLY1305_SHA256"  # the suite no stack here prefers: a default offer would not pick it
 
@@ -92,3 +93,10 @@ def test_ack_frequency_thins_the_receivers_acknowledgements(tmp_path):
         assert (row["ack_frequency"], row["ack_frequency_requested"]) == (frequency, frequency)
         sent[frequency] = row["client_tx_packets"]
     assert sent[10] < 0.6 * sent[2], sent
+
+
+def test_a_knob_of_an_extension_is_refused_where_either_end_lacks_it():
+    """quinn's server would ask a quic-go client for fewer ACKs, which quic-go would never hear of."""
+    with pytest.raises(ToolError, match="^quic-go cannot set --ack-frequency: quic-go 0.65 does not speak"):
+        Experiment("test", get_stack("quic-go"), [Condition(resolve_one("firefox"), None, LinkConfig())],
+                   RunOptions(size=1, knobs={"ack_frequency": 10}), 1, "loopback", server_stack=get_stack("quinn"))

@@ -55,6 +55,8 @@ class Knob:
     default: object = None
     #: whose stack decides what ran: the client's (the receiver of a download) or the server's (its sender)
     decided_by: Role = "server"
+    #: whether the other end must set it too (an extension both ends speak), else it is refused as well
+    both_ends: bool = False
     #: stack name -> how it renders the knob; None: every stack, through its own code (cc, autotune), whose
     #: method ``ran_by`` says what it runs when a value is asked
     stacks: Mapping[str, Rendering] | None = field(default_factory=dict)
@@ -151,7 +153,7 @@ GRO = Knob(
 ACK_FREQUENCY = Knob(
     "ack_frequency", "ack-eliciting packets the receiver may take before it must acknowledge (RFC 9000: 2); the "
     "sender asks it with ACK_FREQUENCY frames (draft-ietf-quic-ack-frequency), which both ends must speak",
-    kind="integer", stacks={"quinn": Rendering()},
+    kind="integer", both_ends=True, stacks={"quinn": Rendering()},
     cannot={"quic-go": "quic-go 0.65 does not speak the ACK frequency extension",
             "aioquic": "aioquic 1.7 does not speak the ACK frequency extension",
             "ngtcp2": "ngtcp2 0.12 does not speak the ACK frequency extension",

@@ -196,7 +196,7 @@ class Stack(ABC):
     def refusals(self, opts: RunOptions, role: Role) -> list[str]:
         """Why this stack, as ``role``, cannot run what ``opts`` asks (one line each): a knob it decides and
         cannot set, a workload its client does not speak."""
-        lines = [line for knob in KNOBS.values() if knob.decided_by == role
+        lines = [line for knob in KNOBS.values() if knob.decided_by == role or knob.both_ends
                  if (line := knob.refusal(self.name, opts.knob(knob.name)))]
         if role == "client" and (line := self.workload_refusal(opts)):
             lines.append(line)
