@@ -180,14 +180,16 @@ def requests_table(df) -> str:
 
 
 def clients_table(df) -> str:
-    lines = ["| delay | stack | clients | per-client Mbit/s mean (sd) | sum Mbit/s | Jain fairness | server CPU s a client | server peak MiB a client | n |",
+    lines = ["| delay | stack | clients | per-client Mbit/s mean (sd) | N x per-client | Jain fairness | server CPU s a client | server peak MiB (a client) | n |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in df.sort(["delay_ms", "stack", "clients"]).iter_rows(named=True):
         total = r["mbps"] * r["clients"] if r["mbps"] else None
+        fairness = "-" if r["fairness"] is None else f"{r['fairness']:.3f}"  # one client has none
+        memory = ("-" if r["server_mib_per_client"] is None else
+                  f"{r['server_mib_per_client'] * r['clients']:.1f} ({r['server_mib_per_client']:.1f})")
         lines.append(f"| {r['delay_ms']} ms | {r['stack']} | {r['clients']} | {cell(r['mbps'], r['sd'])} | "
-                     f"{'-' if total is None else format(total, ',.0f')} | {r['fairness'] or float('nan'):.3f} | "
-                     f"{r['server_cpu_s_per_client'] or float('nan'):.2f} | {r['server_mib_per_client'] or float('nan'):.1f} | "
-                     f"{runs(r)} |")
+                     f"{'-' if total is None else format(total, ',.0f')} | {fairness} | "
+                     f"{r['server_cpu_s_per_client'] or float('nan'):.3f} | {memory} | {runs(r)} |")
     return "\n".join(lines)
 
 
@@ -259,11 +261,14 @@ def workloads_figure(requests, clients, out: Path) -> None:
         ax.grid(axis="y", alpha=0.3)
     ax = axes[1]
     if clients is not None:
+        colors = {stack: f"C{i}" for i, stack in enumerate(sorted(set(clients["stack"])))}
         for (stack, delay), group in sorted(clients.group_by(["stack", "delay_ms"]), key=lambda g: g[0]):
             g = group.sort("clients")
-            ax.errorbar(g["clients"], g["mbps"], yerr=g["sd"].fill_null(0), marker="o", capsize=2,
+            ax.errorbar(g["clients"], g["mbps"], yerr=g["sd"].fill_null(0), marker="o", capsize=2, color=colors[stack],
                         linestyle="-" if delay == 0 else "--", label=f"{stack} {delay} ms")
         ax.set_xscale("log", base=2)
+        ticks = sorted(set(clients["clients"]))
+        ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.set_yscale("log")
         ax.set_xlabel("clients at once")
         ax.set_ylabel("per-client goodput, Mbit/s (mean, sd)")
