@@ -45,10 +45,12 @@ EXPORTED = """experiment_id, run_id, started_at, set_name, stack, server_stack, 
 
 
 #: read back as numbers even where a column holds none (a CSV reader would guess text)
-NUMERIC = ("delay_ms", "requests", "concurrency", "clients", "size_bytes", "udp_buffer_bytes", "bytes", "duration_s",
-           "goodput_mbps", "fairness", "requests_per_s", "ttfb_ms", "latency_p50_ms", "latency_p90_ms",
-           "latency_p99_ms", "wall_s", "handshake_s", "client_cpu_s", "client_maxrss_kb", "server_cpu_s",
-           "server_maxrss_kb", "client_udp_drops", "client_udp_datagrams")
+NUMERIC = {**dict.fromkeys(("delay_ms", "duration_s", "goodput_mbps", "fairness", "requests_per_s", "ttfb_ms",
+                            "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "wall_s", "handshake_s",
+                            "client_cpu_s", "server_cpu_s"), "DOUBLE"),
+           **dict.fromkeys(("requests", "concurrency", "clients", "size_bytes", "udp_buffer_bytes", "bytes",
+                            "client_maxrss_kb", "server_maxrss_kb", "client_udp_drops", "client_udp_datagrams"),
+                           "BIGINT")}
 
 
 def source(directory: Path, name: str):
@@ -64,7 +66,7 @@ def source(directory: Path, name: str):
                        FROM src.runs""")
         con.execute("CREATE VIEW profiles AS SELECT * FROM src.profiles")
     elif runs_csv.exists():
-        types = {**{c: "DOUBLE" for c in NUMERIC}, "started_at": "TIMESTAMP"}
+        types = {**NUMERIC, "started_at": "TIMESTAMP"}
         con.execute(f"CREATE VIEW runs AS SELECT * FROM read_csv('{runs_csv}', header = true, types = {types})")
         profiles_csv = directory / f"{name}.profiles.csv"
         if profiles_csv.exists():
