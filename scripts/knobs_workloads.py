@@ -6,7 +6,8 @@ the statistics here are over the runs of a condition, whichever experiment they 
 
 DIR holds the results files cipher.duckdb, cipher-profile.duckdb, gso.duckdb, cc.duckdb, updown.duckdb,
 requests.duckdb and clients.duckdb, or their CSV exports (NAME.runs.csv, NAME.profiles.csv: what
-datasets/knobs_workloads keeps, since results files stay out of git); those present are used. CPU per GB is the endpoint's CPU seconds (GNU time: user + system)
+datasets/knobs_workloads keeps, since results files stay out of git); those present are used.
+CPU per GB is the endpoint's CPU seconds (GNU time: user + system)
 over the payload moved, in decimal GB.
 """
 
@@ -120,7 +121,10 @@ def runs(r) -> str:
 def knob_table(df, knob: str, values: list[str], label=str) -> str:
     """Goodput mean (sd) and server CPU s/GB per stack under each value of ``knob``, and each value's ratio
     against the first."""
-    lines = [f"| stack | {' | '.join(label(v) for v in values)} | {' | '.join(f'{label(v)}/{label(values[0])}' for v in values[1:])} | server CPU s/GB ({', '.join(label(v) for v in values)}) | client socket drops % | n |",
+    names = [label(v) for v in values]
+    ratios_head = " | ".join(f"{name}/{names[0]}" for name in names[1:])
+    lines = [f"| stack | {' | '.join(names)} | {ratios_head} | server CPU s/GB ({', '.join(names)}) | "
+             "client socket drops % | n |",
              "|---" * (3 + 2 * len(values)) + "|"]
     for stack in sorted(set(df["stack"])):
         rows = {r[knob]: r for r in df.filter(df["stack"] == stack).iter_rows(named=True)}
