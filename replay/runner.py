@@ -470,7 +470,7 @@ def _client_result(stack: Stack, stdout: str, drain: _FifoDrain | None, client: 
                             {"timing": "client start to last byte (runner)"})
     try:
         return stack.parse_client_output(stdout)
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, IndexError, TypeError):  # a client's malformed output is a failed run's data
         return None
 
 

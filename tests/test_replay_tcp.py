@@ -3,6 +3,7 @@ real testbed, with the sender's congestion control as the kernel ran it."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from replay.runner import Condition, Experiment, run_experiment
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
 from replay.stacks.caddy import kernel_tcp_congestion_control
+from tparams.knobs import KNOBS, Knob, Rendering
 
 pytestmark = pytest.mark.lab
 QREPLAY = str(Path(sys.executable).with_name("qreplay"))
@@ -58,3 +60,28 @@ def test_a_set_for_curl_is_refused_in_one_line(curl, tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "curl speaks TCP: it has no QUIC transport parameters to set" in done.stderr
     assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_curl_offers_the_one_cipher_suite_asked(curl, tmp_path):
+    """--cipher reaches curl as its own --tls13-ciphers (curl 7.88 takes the value as the next word: the
+    '=' form made it exit at once)."""
+    rows = run_experiment(Experiment("single", curl, [Condition(own_set(curl), None, LinkConfig(delay_down_ms=1))],
+                                     RunOptions(size=1_000_000, timeout_s=30,
+                                                knobs={"cipher": "TLS_CHACHA20_POLY1305_SHA256"}), 1),
+                          tmp_path / "r.duckdb")
+    assert rows[0]["status"] == "ok", rows[0].get("error")
+    argv = json.loads(rows[0]["client_argv"])
+    assert argv[argv.index("--tls13-ciphers") + 1] == "TLS_CHACHA20_POLY1305_SHA256"
+
+
+def test_a_client_that_prints_nothing_is_a_failed_run(curl, tmp_path, monkeypatch):
+    """A knob rendered as curl does not take it: curl exits at once, printing no result; the run is stored
+    failed with curl's own words, and the experiment goes on."""
+    knob = Knob("bad_option", "curl refuses it", kind="switch", default=False, decided_by="client",
+                stacks={"curl": Rendering(argv=lambda value, role: ["--tls13-ciphers=x"] if role == "client" else [])})
+    monkeypatch.setitem(KNOBS, knob.name, knob)
+    rows = run_experiment(Experiment("single", curl, [Condition(own_set(curl), None, LinkConfig())],
+                                     RunOptions(size=1_000_000, timeout_s=30, knobs={"bad_option": True}), 2),
+                          tmp_path / "r.duckdb")
+    assert [r["status"] for r in rows] == ["failed", "failed"]
+    assert "client exited with status" in rows[0]["error"]

@@ -129,7 +129,8 @@ CIPHER = Knob(
     choices=CIPHER_SUITES, decided_by="client",
     stacks={"aioquic": Rendering(), "quinn": Rendering(), "msquic": Rendering(),
             "ngtcp2": Rendering(argv=_ngtcp2_cipher),
-            "curl": Rendering(argv=lambda value, role: [f"--tls13-ciphers={value}"] if role == "client" else [])},
+            # curl 7.88 takes the option's value as the next word only
+            "curl": Rendering(argv=lambda value, role: ["--tls13-ciphers", str(value)] if role == "client" else [])},
     cannot={"quic-go": "Go's crypto/tls chooses the TLS 1.3 suite itself (tls.Config.CipherSuites is TLS 1.2's)",
             "quiche": "BoringSSL has no setting for TLS 1.3 suites", "tquic": "BoringSSL has no setting for TLS 1.3 "
             "suites", "s2n-quic": "its rustls provider is not given a suite list by our program",
