@@ -3,7 +3,7 @@
 # (a worktree of the commit before issue 27's work) and after (this tree), alternated round by round on
 # the same conditions, who goes first alternating, so the machine's drift falls on both alike. Each round logs date and 1-minute load.
 #   git worktree add /tmp/wt27 4712518 && ln -s "$PWD/build" /tmp/wt27/build
-#   scripts/issue27_same.sh /tmp/wt27 OUTDIR ROUNDS [PAIRS_STACKS]   (REPRODUCE=0: the pairs table only)
+#   scripts/before_after.sh /tmp/wt27 OUTDIR ROUNDS [PAIRS_STACKS]   (REPRODUCE=0: the pairs table only)
 set -euo pipefail
 before=$1; out=$2; rounds=${3:-3}; pairs_stacks=${4:-ngtcp2,aioquic}
 after=$(cd "$(dirname "$0")/.." && pwd)

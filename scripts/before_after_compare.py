@@ -1,9 +1,9 @@
 """Issue 27's "what must hold", as numbers: the reproduce campaign's small windows and the pairs table before
-and after issue 27's refactor (scripts/issue27_same.sh's two trees' results), per condition the mean and sd of
+and after issue 27's refactor (scripts/before_after.sh's two trees' results), per condition the mean and sd of
 each side, the ratio after/before and its 95% confidence interval (percentile bootstrap over the runs of each
 side, 20,000 resamples), written as a Markdown table and a CSV.
 
-    .venv/bin/python scripts/issue27_compare.py OUTDIR [--csv datasets/issue27/before_after.csv]
+    .venv/bin/python scripts/before_after_compare.py OUTDIR [--csv datasets/before_after/before_after.csv]
 
 The files are read with DuckDB directly, read-only: the before side's file is replay schema v1, and opening
 it through today's store would migrate it.
