@@ -6,6 +6,8 @@ real programs), and --ack-frequency thins the receiver's acknowledgements."""
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 import subprocess
 
 import pytest
@@ -100,3 +102,18 @@ def test_a_knob_of_an_extension_is_refused_where_either_end_lacks_it():
     with pytest.raises(ToolError, match="^quic-go cannot set --ack-frequency: quic-go 0.65 does not speak"):
         Experiment("test", get_stack("quic-go"), [Condition(resolve_one("firefox"), None, LinkConfig())],
                    RunOptions(size=1, knobs={"ack_frequency": 10}), 1, "loopback", server_stack=get_stack("quinn"))
+
+
+def test_a_knob_a_stack_cannot_set_is_refused_in_one_line_and_nothing_is_lost(tmp_path):
+    """On the command line: exit 2, one line, and a results file already holding runs keeps them as they were."""
+    out = tmp_path / "r.duckdb"
+    qreplay = [str(Path(sys.executable).with_name("qreplay"))]
+    kept = subprocess.run([*qreplay, "--stack", "quic-go", "--link", "loopback", "--size", "100kB", "--reps", "1",
+                           "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert kept.returncode == 0, kept.stderr
+    before = out.read_bytes()
+    done = subprocess.run([*qreplay, "--stack", "quic-go", "--cipher", CHACHA, "--link", "loopback", "--size",
+                           "100kB", "--reps", "1", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "quic-go cannot set --cipher: Go's crypto/tls chooses the TLS 1.3 suite itself" in done.stderr
+    assert out.read_bytes() == before
