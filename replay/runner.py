@@ -228,8 +228,9 @@ COUNTER_COLUMNS = tuple(f"{side}_{way}_{unit}" for side in ("client", "server")
 
 def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep: int,
              experiment_id: str, backend: str, server_stack: Stack | None = None) -> dict:
-    """One download from ``server_stack``'s server (default: ``stack``'s) by ``stack``'s client; always
-    returns a row, with status ok | timeout | failed."""
+    """One run of the options' workload (a download by default) by ``options.clients`` of ``stack``'s clients
+    against ``server_stack``'s server (default: ``stack``'s); always returns a row, with status ok | timeout |
+    failed."""
     server_stack = server_stack or stack
     options = options.asking(condition.knobs)
     workload = options.workload
