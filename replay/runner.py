@@ -1,4 +1,5 @@
-"""Experiments: conditions x repetitions, each run a real workload (a download by default) through a stack over the testbed.
+"""Experiments: conditions x repetitions, each run a real workload (a download by default) through a stack
+over the testbed.
 
 A *condition* is one (client set, server set, link) point; an experiment is
 a list of conditions, each repeated ``reps`` times, in rounds of one run per
