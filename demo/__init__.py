@@ -223,7 +223,8 @@ def _workloads(results: Path) -> None:
     conditions = [Condition(own_set(s) if s.own_parameters else resolve_one("firefox"), None, link, stack=s)
                   for s in stacks]
     _err.print(f"{WORKLOAD_REQUESTS} requests of {WORKLOAD_REQUEST_SIZE // 1000} kB, {WORKLOAD_CONCURRENCY} at once, "
-               f"and a {WORKLOAD_UPLOAD_SIZE // 1_000_000} MB upload on {', '.join(s.name for s in stacks)} at 30 ms ...")
+               f"and a {WORKLOAD_UPLOAD_SIZE // 1_000_000} MB upload on {', '.join(s.name for s in stacks)} "
+               "at 30 ms ...")
     for options in (RunOptions(size=WORKLOAD_REQUEST_SIZE, timeout_s=60.0, workload=REQUESTS,
                                requests=WORKLOAD_REQUESTS, concurrency=WORKLOAD_CONCURRENCY),
                     RunOptions(size=WORKLOAD_UPLOAD_SIZE, timeout_s=60.0, workload=UPLOAD)):

@@ -156,7 +156,8 @@ def run_options(size: str = "500MB") -> Callable[[Callable], Callable]:
 
     return options_in_place_of("options", {
         "size": (SizeOpt, size), "workload": (WorkloadOpt, "download"), "requests": (RequestsOpt, 1),
-        "concurrency": (ConcurrencyOpt, 1), "clients": (ClientsOpt, 1), "qlog": (QlogOpt, None), "timeout": (TimeoutOpt, None),
+        "concurrency": (ConcurrencyOpt, 1), "clients": (ClientsOpt, 1), "qlog": (QlogOpt, None),
+        "timeout": (TimeoutOpt, None),
         "trace": (TraceOpt, False), "profile": (ProfileOpt, False),
         **{knob.name: _knob_option(knob) for knob in KNOBS.values()}}, build)
 
