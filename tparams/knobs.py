@@ -143,7 +143,6 @@ GSO = Knob(
     cannot={"aioquic": "aioquic sends one datagram a system call",
             "quiche": "our quiche program sends one datagram a send_to", "tquic": "our tquic program sends one "
             "datagram a send_to", "msquic": "msquic 2.5 has no setting for it"})
-
 GRO = Knob(
     "gro", "UDP generic receive offload of the receiver's socket (UDP_GRO), on or off (default: each stack's own)",
     kind="boolean", decided_by="client", stacks={"s2n-quic": Rendering()},
