@@ -95,6 +95,20 @@ class Applied:
     applied: dict[str, int | bool] = field(default_factory=dict)
     not_applied: dict[str, int | bool] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: environment variables the program is started with (a knob's rendering, a key log's path)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def add_knobs(self, stack: "Stack", opts: "RunOptions", role: Role) -> dict[str, object]:
+        """Take the knobs ``stack`` renders for ``role`` (its words and environment); return the options of our
+        programs among them."""
+        options, words, env = stack.knob_renderings(opts, role)
+        self.flags += words
+        self.env |= env
+        return options
+
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv`` started with this environment (through env(1), so that the stored command line shows it)."""
+        return ["env", *(f"{k}={v}" for k, v in self.env.items()), *argv] if self.env else argv
 
 
 @dataclass
@@ -358,27 +372,21 @@ class ReplayProgram(Stack):
             values |= opts.workload.client_options(opts.size, opts.requests, opts.concurrency)
         return values, out
 
-    def flags(self, params: ParamSet | None, opts: RunOptions, role: Role) -> tuple[list[str], Applied]:
-        """(the environment's words before the program, the Applied whose flags follow its address)."""
+    def flags(self, params: ParamSet | None, opts: RunOptions, role: Role) -> Applied:
         values, out = self.options(params, opts, role)
-        knob_options, words, env = self.knob_renderings(opts, role)
-        out.flags = [*program_cli.arguments(f"replay-{role}", values | knob_options), *words]
-        return with_environment(env, []), out
+        knob_options = out.add_knobs(self, opts, role)  # a rendering's own words follow the contract's options
+        out.flags = [*program_cli.arguments(f"replay-{role}", values | knob_options), *out.flags]
+        return out
 
     def server_command(self, params, opts, ip, port, workdir):
         key, cert = ensure_certificate(workdir)
-        env, applied = self.flags(params, opts, "server")
-        return [*env, *self.command("server"), *program_cli.arguments("replay-server", {
-            "listen": program_cli.address(ip, port), "cert": cert, "key": key}), *applied.flags], applied
+        applied = self.flags(params, opts, "server")
+        return applied.command([*self.command("server"), *program_cli.arguments("replay-server", {
+            "listen": program_cli.address(ip, port), "cert": cert, "key": key}), *applied.flags]), applied
 
     def client_command(self, params, opts, server_ip, port, workdir):
-        env, applied = self.flags(params, opts, "client")
-        return ClientPlan([*env, *self.command("client"), *program_cli.arguments("replay-client", {
+        applied = self.flags(params, opts, "client")
+        return ClientPlan(applied.command([*self.command("client"), *program_cli.arguments("replay-client", {
             "connect": program_cli.address(server_ip, port), "size": opts.size, "timeout_s": opts.timeout_s}),
-            *applied.flags]), applied
-
-
-def with_environment(env: Mapping[str, str], argv: list[str]) -> list[str]:
-    """``argv`` run with ``env`` added (through env(1), so that the stored command line shows it)."""
-    return ["env", *(f"{k}={v}" for k, v in env.items()), *argv] if env else argv
+            *applied.flags])), applied
 

@@ -46,13 +46,13 @@ class Curl(Stack):
     def client_command(self, params, opts, server_ip, port, workdir):
         if params is not None and any(v is not None for v in params.as_sent().values()):
             raise ToolError(f"{self.no_set_reason}: no --set or --client-param with {self.name}")
+        applied = Applied(env={"SSLKEYLOGFILE": str(opts.keylog)} if opts.keylog else {})
+        applied.add_knobs(self, opts, "client")  # curl's own words for a knob (--tls13-ciphers)
         argv = [which("curl") or "curl", "--http2", "--tlsv1.3", "--silent", "--show-error", "--fail",
                 "--cacert", str(workdir / "ca.pem"), "--resolve", f"{SERVER_NAME}:{port}:{server_ip}",
                 "--max-time", f"{opts.timeout_s:g}", "--output", "/dev/null", "--write-out", "%{json}\n",
-                *self.knob_renderings(opts, "client")[1], f"https://{SERVER_NAME}:{port}/{opts.size}"]
-        if opts.keylog:
-            return ClientPlan(["env", f"SSLKEYLOGFILE={opts.keylog}", *argv]), Applied()
-        return ClientPlan(argv), Applied()
+                *applied.flags, f"https://{SERVER_NAME}:{port}/{opts.size}"]
+        return ClientPlan(applied.command(argv)), applied
 
     def parse_client_output(self, stdout: str) -> ClientResult:
         """curl's --write-out JSON: request to last byte is the total less the time until the request could go

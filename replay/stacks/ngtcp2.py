@@ -67,7 +67,7 @@ class Ngtcp2(Stack):
         if opts.qlog_dir:
             Path(opts.qlog_dir, role).mkdir(parents=True, exist_ok=True)
             out.flags.append(f"--qlog-dir={Path(opts.qlog_dir, role)}")
-        out.flags += self.knob_renderings(opts, role)[1]
+        out.add_knobs(self, opts, role)
         return out
 
     def server_command(self, params, opts, ip, port, workdir):
@@ -77,18 +77,18 @@ class Ngtcp2(Stack):
         applied = self._common(params, opts, "server")
         argv = [which(self.server_binary) or self.server_binary, "-q", f"--htdocs={htdocs}",
                 f"--max-dyn-length={opts.size}", *applied.flags, ip, str(port), str(key), str(cert)]
-        return argv, applied
+        return applied.command(argv), applied
 
     def client_command(self, params, opts, server_ip, port, workdir):
         applied = self._common(params, opts, "client")
         download = workdir / "download"
         download.mkdir(exist_ok=True)
-        # GnuTLS writes the key log named by SSLKEYLOGFILE.
-        env = ["env", f"SSLKEYLOGFILE={opts.keylog}"] if opts.keylog else []
-        argv = [*env, which(self.client_binary) or self.client_binary, "-q", "--exit-on-all-streams-close",
+        if opts.keylog:  # GnuTLS writes the key log named by SSLKEYLOGFILE
+            applied.env["SSLKEYLOGFILE"] = str(opts.keylog)
+        argv = [which(self.client_binary) or self.client_binary, "-q", "--exit-on-all-streams-close",
                 "--no-quic-dump", "--no-http-dump", f"--download={download}", *applied.flags,
                 server_ip, str(port), f"https://{server_ip}:{port}/{opts.size}"]
-        return ClientPlan(argv, body_fifo=download / str(opts.size)), applied
+        return ClientPlan(applied.command(argv), body_fifo=download / str(opts.size)), applied
 
 
 STACK = Ngtcp2()
