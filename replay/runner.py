@@ -269,8 +269,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         server_argv, server_applied = server_stack.server_command(server_params, options, path.server_ip, port,
                                                                   workdir)
         plan, client_applied = stack.client_command(condition.client.params, options, path.server_ip, port, workdir)
-        plans = [plan] + [stack.client_command(condition.client.params, options, path.server_ip, port, workdir)[0]
-                          for _ in range(options.clients - 1)]  # our programs' clients: workdir is not theirs
+        # several clients only of stacks whose command lines share nothing (many_clients): one plan serves all
+        plans = [plan] * options.clients
         for role, applied in (("client", client_applied), ("server", server_applied)):
             row[f"requested_{role}"] = json.dumps({**applied.applied, **applied.not_applied})
             row[f"applied_{role}"] = json.dumps(applied.applied)
