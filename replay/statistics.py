@@ -156,7 +156,8 @@ def _word(column: str, value) -> str:
         return f"{column} -"
     if column in ("stack", "set_name", "link_backend", "queue", "sweep_param", "workload", "cipher"):
         return str(value)
-    units = {"requests": ("", " requests"), "concurrency": ("", " at once"), "clients": ("", " clients"), "delay_ms": ("delay ", " ms"), "delay_up_ms": ("delay up ", " ms"), "jitter_ms": ("jitter ", " ms"),
+    units = {"requests": ("", " requests"), "concurrency": ("", " at once"), "clients": ("", " clients"),
+             "delay_ms": ("delay ", " ms"), "delay_up_ms": ("delay up ", " ms"), "jitter_ms": ("jitter ", " ms"),
              "loss_pct": ("loss ", "%"), "size_bytes": ("", " B"), "rate_bps": ("rate ", " bit/s"),
              "udp_buffer_bytes": ("UDP buffer ", " B")}
     if column in units:
