@@ -30,8 +30,6 @@ class Rendering:
     """How one stack's programs take a knob's value. With nothing given: our programs' own option
     (``--<name>=<value>``), on both ends."""
 
-    #: the values the stack can run (None: every value of the knob); others are refused
-    values: tuple | None = None
     #: the options of our programs (tparams.program_cli) carrying ``value`` for ``role``
     options: Callable[[object, Role], dict[str, object]] | None = None
     #: words a program not of ours takes (appended to its command line)
@@ -102,14 +100,7 @@ class Knob:
         if rendering is None:
             reason = self.cannot.get(stack, "it has no way to set it here")
             return f"{stack} cannot set {self.option}: {reason}"
-        if rendering.values is not None and value not in rendering.values:
-            shown = ", ".join(map(_text, rendering.values))
-            return f"{stack} cannot set {self.option}={_text(value)}, only {shown}"
         return None
-
-
-def _text(value: object) -> str:
-    return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
 def _ngtcp2_cipher(value: object, role: Role) -> list[str]:
