@@ -134,7 +134,7 @@ def run_zmap(
         raise ToolError("zmap is not installed (Debian package zmap; scripts/setup.sh installs it)")
     status = _run_once(ns_command(netns, argv), files, on_progress)
     for _ in range(RESEEDS if reseed else 0):
-        if status == 0 or PERMUTATION_ABORT not in _fatal_line(files.log):
+        if status == 0 or not _aborted_in_permutation(files.log):
             break
         files.log.replace(files.log.with_suffix(".aborted.log"))
         argv = reseed()
@@ -142,7 +142,7 @@ def run_zmap(
               f"zmap/zmap#310): ran it with another seed (the aborted run's log: "
               f"{files.log.with_suffix('.aborted.log')})", file=sys.stderr, flush=True)
         status = _run_once(ns_command(netns, argv), files, on_progress)
-    if status != 0 and PERMUTATION_ABORT in _fatal_line(files.log):
+    if status != 0 and _aborted_in_permutation(files.log):
         raise ToolError("zmap aborted in its address permutation before sending: ZMap 2.1.1 cannot walk these "
                         "targets with this seed (zmap/zmap#310); give another --seed (the same on every shard) "
                         f"(full log: {files.log})")
@@ -217,4 +217,12 @@ def _fatal_line(log: Path) -> str:
     for line in reversed(lines):
         if "[FATAL]" in line:
             return line.split("[FATAL]", 1)[1].strip()
+        if "Assertion" in line:  # an abort: its status thread may still print a line after it
+            return line.strip()
     return lines[-1].strip() if lines else "no output"
+
+
+def _aborted_in_permutation(log: Path) -> bool:
+    """Whether ZMap aborted in its address permutation: its assertion anywhere in the log, as the status thread
+    may print one more progress line after it (the line is not always the last)."""
+    return PERMUTATION_ABORT in log.read_text(errors="replace")
