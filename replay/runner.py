@@ -378,11 +378,18 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
     the run, not a failed run."""
     try:
         tracing.close()
-        return trace.build_trace(row["run_id"], trace.decrypt(workdir / "trace.pcapng", workdir / "keylog",
-                                                              server_ip), captured, trace.sender_qlog(qlog_dir))
+        decoded = trace.decrypt(workdir / "trace.pcapng", workdir / "keylog", server_ip)
     except ToolError as exc:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), f"no trace: {exc}"])
         return None
+    notes = [f"the trace's capture dropped {captured['dropped']} packets (its buffer was full): the trace misses "
+             f"them, and tshark could not decrypt {decoded.undecrypted} packets after the gaps"] \
+        if captured.get("dropped") else []
+    notes += [f"the {end} sent {n} datagrams holding a short-header packet after another, which no receiver can "
+              "decrypt: lost on the wire" for end, n in decoded.joined.items() if n]
+    if notes:
+        row["warnings"] = json.dumps([*json.loads(row["warnings"]), *notes])
+    return trace.build_trace(row["run_id"], decoded, captured, trace.sender_qlog(qlog_dir))
 
 
 def _profile(row: dict, profiling: profile.Profiling) -> tuple[list[dict], list[dict]] | None:

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from common import pcap
 from common.process import ns_command, start_process, stop_process
-from common.tshark import tshark_path, tshark_version, wait_until_capturing, wait_until_in_capture
+from common.tshark import (CAPTURE_BUFFER_MIB, dropped_packets, tshark_path, tshark_version, wait_until_capturing,
+                           wait_until_in_capture)
 from common import netns
 from replay.link import PATH_DEVICE
 from tparams.errors import ToolError
@@ -84,7 +85,11 @@ class Decoded:
 
     packets: list[Packet] = field(default_factory=list)
     client_params: dict[str, int] = field(default_factory=dict)
-    undecrypted: int = 0  # short-header packets tshark could not decrypt
+    undecrypted: int = 0  # short-header packets tshark could not decrypt (joined ones apart)
+    # Datagrams in which the sender put a short-header packet after another, so that the first runs to the
+    # datagram's end and no receiver can decrypt either (Firefox 153 sent such a GSO segment: two 39-byte
+    # packets as one 78-byte datagram behind a 95-byte one); counted by the end that sent them.
+    joined: dict[str, int] = field(default_factory=lambda: {"client": 0, "server": 0})
     bursts_split: int = 0  # datagrams that reached the capture as one GSO burst (split_bursts)
     cipher: str | None = None  # the TLS 1.3 cipher suite of the server's ServerHello (IANA name)
 
@@ -168,14 +173,26 @@ def decode_datagram(layers: dict, server_ip: str, decoded: Decoded) -> None:
     for quic in _list(layers.get("quic")):
         if "quic.short" in quic:
             packet = _short_packet(quic, when, down)
-            if packet is None:
-                decoded.undecrypted += 1
-            else:
+            if packet is not None:
                 decoded.packets.append(packet)
+            elif _joined(quic["quic.short"]):
+                decoded.joined["server" if down else "client"] += 1
+            else:
+                decoded.undecrypted += 1
         elif not down and not decoded.client_params:
             _transport_parameters(quic, decoded.client_params)
         elif down and decoded.cipher is None and (code := _first(quic, "tls.handshake.ciphersuite")):
             decoded.cipher = CIPHER_SUITE_NAMES.get(int(code, 16), code)
+
+
+def _joined(header) -> bool:
+    """Whether an undecryptable short-header packet holds another packet to the same connection ID: its
+    protected payload repeats the whole DCID (of at least CID_PROBE bytes; a shorter one could repeat
+    by chance)."""
+    if not isinstance(header, dict):
+        return False
+    dcid, payload = header.get("quic.dcid", ""), header.get("quic.protected_payload", "")
+    return len(dcid) >= 3 * CID_PROBE - 1 and dcid in payload
 
 
 def _first(tree, key: str) -> str | None:
@@ -525,22 +542,24 @@ def segmentation_off(namespaces: Iterable[str]) -> dict[str, str]:
 def capture(path, pcap: Path) -> Iterator[dict]:
     """tshark in the server's namespace on the path device for the block's duration (UDP only, whole
     packets), segmentation offload off on both ends; yields the capture's description, which the
-    caller stores with the trace."""
+    caller stores with the trace; once the block has ended, it also holds the packets the capture dropped."""
     if not getattr(path, "server_ns", None):
         raise ToolError("--trace needs the testbed's namespaces; --link loopback has none")
     offload = segmentation_off((path.client_ns, path.server_ns))
     log = pcap.with_suffix(".log")
     tshark = start_process(path.server_ns, [tshark_path(), "-i", PATH_DEVICE, "-q", "-s", "0", "-f", "udp",
-                                                  "-F", "pcap", "-w", str(pcap)], log)
+                                            "-B", str(CAPTURE_BUFFER_MIB), "-F", "pcap", "-w", str(pcap)], log)
+    captured = {"device": PATH_DEVICE, "namespace": "server", "backend": getattr(path, "backend", None),
+                "tx_udp_segmentation": {"client": offload[path.client_ns], "server": offload[path.server_ns]},
+                "buffer_mib": CAPTURE_BUFFER_MIB}
     try:
         wait_until_capturing(tshark, log)
-        yield {"device": PATH_DEVICE, "namespace": "server", "backend": getattr(path, "backend", None),
-               "tx_udp_segmentation": {"client": offload[path.client_ns], "server": offload[path.server_ns]},
-               "tshark": tshark_version()}
+        yield captured
         with netns.in_namespace(path.server_ns):
             wait_until_in_capture(pcap, path.client_ip)
     finally:
         stop_process(tshark.pid)
+    captured.update(tshark=tshark_version(), dropped=dropped_packets(log))
 
 
 def decrypt(pcap: Path, keylog: Path, server_ip: str) -> Decoded:
@@ -582,6 +601,6 @@ def build_trace(run_id: str, decoded: Decoded, captured: dict,
     kept = downsample(points)
     row = {"run_id": run_id, **summary, "packets": len(points), "points": len(kept),
            "undecrypted": decoded.undecrypted, "bursts_split": decoded.bursts_split, "cipher": decoded.cipher,
-           "capture": json.dumps(captured),
+           "capture": json.dumps({**captured, "joined_datagrams": decoded.joined}),
            "client_params": json.dumps(decoded.client_params)}
     return row, [{"run_id": run_id, "seq": i, **p} for i, p in enumerate(kept)]

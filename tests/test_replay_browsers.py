@@ -122,11 +122,15 @@ def test_a_traced_browser_run_yields_its_window_updates(browser, tmp_path):
                                     RunOptions(size=size, timeout_s=60, trace=True), 1), tmp_path / "r.duckdb")[0]
     assert row["status"] == "ok", row.get("error")
     con = duckdb.connect(str(tmp_path / "r.duckdb"), read_only=True)
-    traced = con.execute("SELECT initial_max_data, initial_max_stream_data_bidi_local, undecrypted, packets "
-                         "FROM traces").fetchall()
+    traced = con.execute("SELECT initial_max_data, initial_max_stream_data_bidi_local, undecrypted, packets, "
+                         "capture FROM traces").fetchall()
     assert len(traced) == 1, row["warnings"]
     sent = json.loads(row["client_sent"])
     assert traced[0][:2] == (sent["initial_max_data"], sent["initial_max_stream_data_bidi_local"])
+    # The capture's buffer holds the whole download: nothing dropped, so every packet the key log covers is
+    # decrypted (a datagram Firefox joined two packets in, about one run in 16 here, is counted apart).
+    captured = json.loads(traced[0][4])
+    assert captured["dropped"] == 0 and captured["buffer_mib"] * 2**20 > size
     assert traced[0][2] == 0 and traced[0][3] > size / 1500
     updates = con.execute("SELECT max_stream_data FROM trace_points WHERE max_stream_data IS NOT NULL "
                           "ORDER BY seq").fetchall()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -117,6 +118,19 @@ def test_a_burst_of_long_header_datagrams_is_split_too():
     short = bytes([0x44]) + dcid + b"s" * 60
     assert trace.split_burst(handshake + short) == [handshake, short]
     assert trace.split_burst(first) == [first]
+
+
+def test_a_datagram_of_two_short_header_packets_is_counted_apart(tmp_path):
+    """Firefox 153 in a traced run (tests/data/firefox_joined: the run's first 16 captured datagrams and its
+    key log): one GSO burst of 95 + 39 + 39 bytes with a segment size of 95, so its second segment held two
+    39-byte 1-RTT packets, which no receiver can decrypt (packet numbers 4 and 5 never reached the server).
+    Such a datagram is the sender's, not a gap in the key log: counted for its sender, not as undecrypted."""
+    capture = tmp_path / "trace.pcap"  # decrypt writes the split capture beside it
+    capture.write_bytes(Path("tests/data/firefox_joined/trace.pcap").read_bytes())
+    decoded = trace.decrypt(capture, Path("tests/data/firefox_joined/keylog"), server_ip="198.18.100.2")
+    assert decoded.joined == {"client": 1, "server": 0} and decoded.undecrypted == 0
+    numbers = sorted(p.number for p in decoded.packets if not p.down)
+    assert 4 not in numbers and 5 not in numbers and {3, 6} <= set(numbers)
 
 
 def test_the_senders_congestion_window_comes_from_its_qlog(traced):

@@ -115,10 +115,12 @@ CREATE TABLE IF NOT EXISTS traces (
     initial_max_stream_data_bidi_local BIGINT,
     packets                            INTEGER,     -- 1-RTT packets decrypted
     points                             INTEGER,     -- of them kept in trace_points (thinned above 20,000)
-    undecrypted                        INTEGER,     -- short-header packets tshark could not decrypt
+    undecrypted                        INTEGER,     -- short-header packets tshark could not decrypt (joined apart)
     bursts_split                       INTEGER,     -- datagrams captured as one GSO burst, split before decrypting
     cipher                             VARCHAR,     -- the TLS 1.3 cipher suite the server's ServerHello chose
-    capture                            VARCHAR,     -- JSON: device, namespace, backend, tx_udp_segmentation per end, tshark
+    capture                            VARCHAR,     -- JSON: device, namespace, backend, tx_udp_segmentation per end,
+                                                    -- tshark, buffer_mib, dropped (packets), joined_datagrams per
+                                                    -- end (short-header packets put after another: unreadable)
     client_params                      VARCHAR      -- JSON: every integer transport parameter of the ClientHello
 );
 
