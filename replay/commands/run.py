@@ -263,12 +263,13 @@ def show_summaries(frame, json_output: bool, title: str | None = None) -> None:
     shown = frame.with_columns(pl.col("set_name").str.replace(r"\+[^+]*$", "")
                                if frame["sweep_param"].drop_nulls().len() else pl.col("set_name"))
     keys = statistics.varying(shown) or ["set_name"]
-    table = Table(title=f"{title + ': ' if title else ''}goodput (Mbit/s; failed runs excluded from the statistics)",
+    # the request metrics and the clients' fairness, where a workload or --clients gave them
+    extra = {label: column for label, column in EXTRA_COLUMNS.items() if shown[column].drop_nulls().len()}
+    measured = "goodput (Mbit/s)" + (f" and {', '.join(extra)} (means)" if extra else "")
+    table = Table(title=f"{title + ': ' if title else ''}{measured}; failed runs excluded from the statistics",
                   caption=f"all: {statistics.shared(shown)}")
     for key in keys:
         table.add_column(key, overflow="fold")
-    # the request metrics and the clients' fairness, where a workload or --clients gave them
-    extra = {label: column for label, column in EXTRA_COLUMNS.items() if shown[column].drop_nulls().len()}
     for column in ("n", "failed", "mean", "stddev", "95% CI", "client socket drops %", *extra):
         table.add_column(column, justify="right", no_wrap=True)
     fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
