@@ -192,7 +192,7 @@ def _joined(header) -> bool:
     if not isinstance(header, dict):
         return False
     dcid, payload = header.get("quic.dcid", ""), header.get("quic.protected_payload", "")
-    return len(dcid) >= 3 * CID_PROBE - 1 and dcid in payload
+    return len(dcid) >= 3 * CID_PROBE - 1 and dcid in payload  # tshark's bytes: hex pairs joined by colons
 
 
 def _first(tree, key: str) -> str | None:
