@@ -65,10 +65,17 @@ def test_valid_version_negotiation_yields_versions_in_order():
     assert judgement.valid and judgement.versions == (0x6B3343CF, 1, 0x1A2A3A4A)
 
 
+def test_an_answer_greased_with_the_probes_own_version_is_a_server():
+    # ngtcp2 lists a reserved version hashed from the client's address, port and version: 1 answer in 65,536
+    # lists the probe's; it is still a QUIC server's answer (the campaign test's 4,096 servers: 6% of runs lost one).
+    probe = make_probe(rng=random.Random(3))
+    judgement = judge_response(_answer(probe, [probe.version, 1]), probe)
+    assert judgement.valid and judgement.versions == (probe.version, 1)
+
+
 @pytest.mark.parametrize("mutate, reason", [
     (lambda p: _answer(p, [1], dcid=b"\x00" * 8), "connection-id-mismatch"),
     (lambda p: _answer(p, [1], scid=b"\x00" * 8), "connection-id-mismatch"),
-    (lambda p: _answer(p, [1, p.version]), "lists-probe-version"),
     (lambda p: _answer(p, []), "no-versions"),
     (lambda p: _answer(p, [1])[:-1], "malformed"),
     (lambda p: b"\x40" + bytes(40), "short-header"),

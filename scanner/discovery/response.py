@@ -3,10 +3,18 @@
 Pure: no I/O. An answer is only trusted when it is a well-formed Version
 Negotiation packet (RFC 9000 17.2.1) for *our* probe: it echoes our source
 connection ID as its destination and our destination ID as its source (the
-echo proves it answers the probe, not some stray datagram), lists at least one
-version, and does not list the reserved version we sent (6.1: a client
-discards such a packet). Anything else is counted by its reason, never stored
-as a server.
+echo proves it answers the probe, not some stray datagram) and lists at least one
+version. Anything else is counted by its reason, never stored as a server.
+
+It may list the reserved version we sent. Servers grease their list with a
+reserved version of their own (RFC 9000 6.3): ngtcp2's is a hash of the
+client's address, port and version cut to 0x?a?a?a?a, 16 random bits like our
+probe's, so 1 answer in 65,536 lists exactly our version (measured against the
+lab's gtlsserver: the hash matched all 4,096 answers of a campaign, and a probe
+from a port and version chosen to collide was answered so every time). 6.1's
+discard rule guards the version a client selected to connect with; a reserved
+one never is, and discarding dropped a real server (expected in 6% of scans of
+4,096 ngtcp2 servers: 1 - (1 - 2**-16)**4096).
 """
 
 from __future__ import annotations
@@ -46,8 +54,6 @@ def judge_response(data: bytes, probe: Probe) -> Judgement:
         return Judgement(invalid_reason="connection-id-mismatch")
     if not header.supported_versions:
         return Judgement(invalid_reason="no-versions")
-    if probe.version in header.supported_versions:
-        return Judgement(invalid_reason="lists-probe-version")
     return Judgement(versions=tuple(header.supported_versions))
 
 
