@@ -108,12 +108,17 @@ def test_four_shards_merge_exactly_into_the_population(campaign):
 
 @pytest.mark.lab
 def test_a_killed_shard_resumes_where_it_stopped(campaign):
-    _, _, results, before, returncode = campaign
+    directory, _, results, before, returncode = campaign
     assert returncode == -signal.SIGKILL
     resumed = results[KILLED]
     assert resumed.resumed and 0 < before < resumed.quic_servers  # killed half way through its handshakes
     assert resumed.handshakes == resumed.quic_servers - before  # only the rest was handshaked again
     assert all(not r.resumed for i, r in results.items() if i != KILLED)
+    # ZMap's files beside the resumed scan still hold the probe its stored answers answered (resuming once
+    # wrote a new random probe over it)
+    with duckdb.connect(str(work_file(directory, "main", KILLED)), read_only=True) as con:
+        sent = con.execute("SELECT probe_hex FROM discovery_runs").fetchall()
+    assert sent == [((Path(f"{work_file(directory, 'main', KILLED)}.zmap") / "probe.bin").read_bytes().hex(),)]
 
 
 def _shard(directory, *args):

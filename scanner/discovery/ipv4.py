@@ -185,6 +185,9 @@ def run_discovery_scan(step: DiscoveryStep, prepared: Preparation, out: str | Pa
         if scan_id is not None:
             store.begin_scan(step.kind, scan_settings, command_line, resume=True)
             outcome = _stored_outcome(store, scan_id)
+            if outcome is not None:  # the sender's files stay the evidence of the run that found the answers
+                prepared.files.payload.write_bytes(bytes.fromhex(store.con.execute(
+                    "SELECT probe_hex FROM discovery_runs WHERE scan_id = ?", [scan_id]).fetchone()[0]))
         elif store.handshake_count() or store.con.execute("SELECT count(*) FROM discovery").fetchone()[0]:
             raise ToolError(f"{out} already holds a scan; use a new --out (shards go to separate files, "
                             "then `qscan merge`) or --resume")
