@@ -26,7 +26,6 @@ import typer
 from markdown_it import MarkdownIt
 
 from conftest import lab_unavailable
-from lab.core import status as lab_status
 from demo.cli import app as demo_app
 from replay.cli import app as qreplay_app
 from scanner.cli import app as qscan_app
@@ -253,14 +252,34 @@ def run_page(page: Path, workdir: Path, timeout: float = 600) -> subprocess.Comp
         if (ROOT / name).exists():
             (workdir / name).symlink_to(ROOT / name)
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "VIRTUAL_ENV": str(BIN.parent)}
-    return subprocess.run(["bash", "-c", page_script(steps)], cwd=workdir, capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    return subprocess.run([*PRIVATE_RUN_DIR, "bash", "-c", page_script(steps)], cwd=workdir, capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+# A page's commands name the default lab (qlab, qlab-client) as a reader's do, so two pages at once, or a page
+# beside a reader's own lab, would meet in /run/qlab and /run/netns. Each page runs with a private /run, where its
+# lab's state, lock files and named namespaces live (the lab makes its interfaces inside its namespaces, so the
+# shared root namespace never sees their names); only /run/qreplay is the machine's, since the socket-buffer
+# sysctls it coordinates are global, and settable only from the root namespace, which is why the page keeps it.
+PRIVATE_RUN = """set -e
+mkdir -p /run/qreplay
+held=$(mktemp -d)
+mount --bind /run/qreplay "$held"
+mount -t tmpfs private-run /run
+mkdir /run/qreplay /run/netns
+mount --move "$held" /run/qreplay
+rmdir "$held"
+exec "$@"
+"""
+PRIVATE_RUN_DIR = ["unshare", "--mount", "--propagation", "private", "--", "bash", "-c", PRIVATE_RUN,
+                "private-run"]
 
 
 def failed(page: Path, done: subprocess.CompletedProcess) -> str:
     return f"a command of {page.relative_to(ROOT)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
 
+@pytest.mark.xdist_group("manual-README.md")
 def test_the_front_page_commands_run(tmp_path):
     """Every command the front page shows, in its order, from a directory of the reader's own: the lab
     comes up, a ZMap scan of it, its report, a replay and its plot, the popularity notebook, the lab down."""
@@ -268,8 +287,6 @@ def test_the_front_page_commands_run(tmp_path):
     run = [step.text for step in steps if not step.shown_only and not step.text.startswith("make ")]
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     assert any(c.startswith("qscan lab up") for c in run) and run[-1].startswith("qscan lab down")
-    if lab_status() is not None:
-        pytest.skip("the default lab (qlab) is up already: the front page's `qscan lab up` would be refused")
     done = run_page(ROOT / "README.md", tmp_path)
     assert done.returncode == 0, failed(ROOT / "README.md", done)
     assert duckdb.connect(str(tmp_path / "scan.duckdb"), read_only=True).execute(
@@ -279,7 +296,8 @@ def test_the_front_page_commands_run(tmp_path):
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("page", sorted(p.name for p in (ROOT / "docs").glob("*.md")))
+@pytest.mark.parametrize("page", [pytest.param(p.name, marks=pytest.mark.xdist_group(f"manual-{p.name}"))
+                                  for p in sorted((ROOT / "docs").glob("*.md"))])
 def test_every_command_of_the_manual_runs(page, tmp_path):
     """Every shell command and Python block of each manual page, in its order, as a reader runs it; the few
     that need the Internet or something of the reader's own are only shown, and the long experiments the
@@ -289,8 +307,6 @@ def test_every_command_of_the_manual_runs(page, tmp_path):
         pytest.skip(f"{page} shows no commands")
     if lab_unavailable():
         pytest.skip(lab_unavailable())
-    if lab_status() is not None:
-        pytest.skip("the default lab (qlab) is up already: the manual's `qscan lab up` would be refused")
     done = run_page(ROOT / "docs" / page, tmp_path)
     assert done.returncode == 0, failed(ROOT / "docs" / page, done)
 

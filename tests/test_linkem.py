@@ -14,6 +14,8 @@ from replay.link import LINKEM, LinkConfig, RelayBackend
 from replay.testbed import IPERF_PORT, Testbed, measure_rtt
 from timing import measure_until
 
+pytestmark = pytest.mark.timing  # (tests/conftest.py: runs while the other worker waits)
+
 REPO = LINKEM.parents[2]
 
 

@@ -24,6 +24,8 @@ from replay.stacks.base import RunOptions
 from replay.stacks.lsquic import STACK as LSQUIC
 from tparams.paramset import ParamSet
 
+pytestmark = pytest.mark.timing  # (tests/conftest.py: runs while the other worker waits)
+
 # Both sides ask for values no stack sends by default, so a value on the wire can only have come
 # from the setting. Each side also asks for one value LSQUIC fixes in code at something else
 # (reported not applied) and one it fixes at the asked value (applied).

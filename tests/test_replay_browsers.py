@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -56,18 +57,21 @@ def nothing_left_behind():
 
 
 def browser_run_directories() -> set[Path]:
-    return set(Path("/tmp").glob("qreplay-run-*/browser"))
+    return set(Path(tempfile.gettempdir()).glob("qreplay-run-*/browser"))
 
 
 def browser_processes() -> list[str]:
     """Every live driver of a browser run, and every process of a run's browser: the driver gives the browser,
-    and so each of its processes, a HOME inside the run's directory."""
+    and so each of its processes, a HOME inside the run's directory (under this session's temporary directory:
+    conftest gives each worker its own, so the other worker's runs are not this one's)."""
+    runs = f"{tempfile.gettempdir()}/qreplay-run-".encode()
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if b"HOME=/tmp/qreplay-run-" in (proc / "environ").read_bytes() or \
-                    b"replay.browser_driver" in (proc / "cmdline").read_bytes():
-                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120])
+            cmdline = (proc / "cmdline").read_bytes()
+            if b"HOME=" + runs in (proc / "environ").read_bytes() or \
+                    (b"replay.browser_driver" in cmdline and runs in cmdline):
+                found.append(cmdline.replace(b"\0", b" ").decode(errors="replace")[:120])
         except OSError:
             pass
     return found

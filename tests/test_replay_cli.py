@@ -178,6 +178,7 @@ def test_doctor_says_what_works_here_and_why_not():
                                                          "download, upload, requests")
 
 
+@pytest.mark.timing
 @pytest.mark.lab
 def test_calibrate_measures_what_was_configured():
     if os.geteuid() != 0:

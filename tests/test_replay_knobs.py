@@ -81,6 +81,7 @@ def test_gro_switches_the_receivers_offload(tmp_path):
     assert gro_set(True) and not gro_set(False)
 
 
+@pytest.mark.timing
 def test_ack_frequency_thins_the_receivers_acknowledgements(tmp_path):
     """quinn asked to let its peer take 10 ack-eliciting packets before an ACK sends about a third of the
     packets back that it sends at RFC 9000's 2 (measured 1,228-1,280 against 3,907-4,537 at 200 Mbit/s, 5 ms,

@@ -21,6 +21,7 @@ from replay.stacks.base import RunOptions
 
 STACKS = ("ngtcp2", "quic-go", "aioquic")
 pytestmark = [
+    pytest.mark.timing,  # a profile's samples against the process's own CPU time (tests/conftest.py)
     pytest.mark.skipif(shutil.which("perf") is None, reason="perf (linux-perf) missing"),
     pytest.mark.skipif(any(get_stack(s).unavailable_reason() for s in STACKS), reason="a stack is missing"),
 ]

@@ -76,6 +76,7 @@ def test_aioquic_sets_every_parameter_separately(tmp_path):
     assert json.loads(rows[0]["not_applied_client"]) == {}
 
 
+@pytest.mark.timing
 def test_pinned_small_connection_window_throttles_at_30ms(tmp_path):
     """The thesis's headline (figure 5.4) in miniature: 196,608 B vs 15,728,640 B at 30 ms, windows pinned."""
     stack = _usable("ngtcp2")
@@ -93,6 +94,7 @@ def test_pinned_small_connection_window_throttles_at_30ms(tmp_path):
     assert by_value[196608]["mean_mbps"] < 0.5 * by_value[15728640]["mean_mbps"]
 
 
+@pytest.mark.timing
 def test_a_receive_buffer_too_small_drops_datagrams_and_each_run_counts_them(tmp_path):
     """The Kempf thesis's lesson, observable per run: what the path delivered but the socket could not hold."""
     stack = _usable("ngtcp2")

@@ -126,6 +126,7 @@ def test_reproduce_writes_a_report_beside_the_published_numbers(tmp_path):
     assert "<table>" in html and "16.81" in html
 
 
+@pytest.mark.timing
 @pytest.mark.lab
 def test_the_servers_stream_limit_caps_requests_per_second_as_the_credit_model_says(tmp_path):
     """quinn at 30 ms, 100 requests at once: 4 and 16 streams allow limit / 2 RTT requests a second, 256 more

@@ -20,6 +20,8 @@ from common import netns
 from timing import measure_until
 from tparams.errors import ToolError
 
+pytestmark = pytest.mark.timing  # (tests/conftest.py: runs while the other worker waits)
+
 root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
 relay = pytest.mark.skipif(os.geteuid() != 0 or not RelayBackend.availability().ok,
                            reason="needs root and build/bin/linkem")
