@@ -29,7 +29,7 @@ import polars as pl
 from replay.flowcontrol import (
     STARTUP_RTTS, UpdateRule, burst_share, delivery_rounds, slow_start_rtts, stream_rounds,
 )
-from tparams.library import CANDIDATE_SEPARATOR
+from tparams.library import CANDIDATE_SEPARATOR, UNKNOWN
 
 DELAYS_MS = (10, 30, 100, 200)  # round-trip times
 RATE_MBPS = 100.0
@@ -102,6 +102,8 @@ def receiver_rule(library: str | None, rules: Mapping[str, UpdateRule], rule_key
         return ReceiverRule(rule.consumed_fraction, rule.initial_cwnd, f"{prefix}{name}: {rule.source}{role}", False)
     if library is None:
         why = "no library identified for these endpoints"
+    elif library == UNKNOWN:
+        why = "identification named no library (unknown)"
     elif len(candidates) > 1:
         why = f"identified only as one of {', '.join(candidates)}"
     else:
@@ -115,7 +117,7 @@ def check_note(library: str | None, h3_server: str | None) -> str:
     """Why a set is not checked (the spot check with real browsers is run separately)."""
     if h3_server:
         return f"not checked yet: can be, through {h3_server}'s h3 server"
-    if library is None:
+    if library is None or library == UNKNOWN:
         return "not checked: no library identified"
     if CANDIDATE_SEPARATOR in library:
         return f"not checked: library not singled out ({library})"

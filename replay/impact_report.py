@@ -67,12 +67,13 @@ class ImpactResult:
         assumed = self.tables["rules"].filter(pl.col("rule_assumed"))["endpoints"].sum()
         lines = [f"impact: {self.sets:,} distinct sets x library of {self.endpoints:,} endpoints in {self.scan}; "
                  f"receiver rule assumed for {assumed:,} endpoints ({100 * assumed / self.endpoints:.1f}%)"]
+        rtts = sorted(self.predictions["rtt_ms"].unique())
         for browser in BROWSERS:
             def text(frame: pl.DataFrame) -> str:
                 shares = dict(frame.filter(pl.col("browser") == browser).select("rtt_ms", "share_pct").iter_rows())
-                return ", ".join(f"{rtt:g} ms {shares.get(rtt, 0.0):.1f}%" for rtt in sorted({*shares}))
-            lines.append(f"{browser}: upload capped below the link: {text(capped) or 'none'}; "
-                         f"page load slowed by the server's set: {text(slowed) or 'none'}")
+                return ", ".join(f"{rtt:g} ms {shares.get(rtt, 0.0):.1f}%" for rtt in rtts)
+            lines.append(f"{browser}: upload capped below the link: {text(capped)}; "
+                         f"page load slowed by the server's set: {text(slowed)}")
         lines.append("not checked with real browsers (checked = false); candidates: qreplay impact's spot_checks table")
         return lines
 
@@ -225,7 +226,8 @@ def _figures(result: ImpactResult, out_dir: Path) -> list[tuple[str, Path]]:
         axes[0][0].set_ylabel(f"endpoints, % ({what})")
         if causes:
             axes[0][-1].legend(title="binding parameter", fontsize="small")
-        title = f"Share of endpoints whose set leaves a browser's {what}, by the parameter that binds"
+        # (no apostrophe: the HTML page finds the image to embed by its alt text, escaped)
+        title = f"Share of endpoints whose set leaves the {what}, per browser and binding parameter"
         fig.suptitle(title, fontsize="medium")
         drawn.append((title, save_png(fig, out_dir / f"{table}.png")))
     return drawn

@@ -77,7 +77,7 @@ def test_a_small_stream_window_caps_the_upload_and_is_named_with_its_lifting_val
     assert set(shares["share_pct"]) == {60.0}  # 3 of 5 endpoints
     stored = duckdb.connect(str(tmp_path / "out" / "impact.duckdb"), read_only=True)
     assert stored.execute("SELECT count(*) FROM predictions").fetchone()[0] == result.predictions.height
-    assert (tmp_path / "out" / "upload_shares.png").stat().st_size > 0
+    assert (tmp_path / "out" / "report.html").read_text().count("data:image/png;base64") == 2  # both figures inside
 
 
 def test_a_small_stream_limit_slows_the_page_and_a_library_without_h3_server_is_not_checked(scan: Path):
