@@ -19,8 +19,11 @@ from replay.impact import OBJECT_BYTES, PAGE_OBJECTS, spot_check_candidates
 from replay.impact_report import ImpactOptions, run_impact
 from replay.measured_rules import load_update_rules
 from scanner.campaign_store import export_shard
-from scanner.identify import store_identifications
+from scanner.engine import ScanSettings
+from scanner.identify import identify_into, load_signatures, store_identifications
+from scanner.scan import scan_into
 from scanner.store import ScanStore
+from scanner.targets import Target
 from test_store import NOW, record
 from tparams.paramset import ParamSet
 
@@ -93,6 +96,26 @@ def test_a_small_stream_limit_slows_the_page_and_a_library_without_h3_server_is_
         # kwik: no rule measured, no h3 server in the project
         assert row["rule_assumed"] and row["rule_source"].startswith("ASSUMED") and "kwik" in row["rule_source"]
         assert row["h3_server"] is None and row["checked"] is False and "no h3 server of kwik" in row["check_note"]
+
+
+def test_the_lab_scanned_and_identified_is_predicted_by_its_libraries(lab, tmp_path: Path):
+    """A real scan of two lab servers with identification: ngtcp2's alpha set (a 32,768-byte
+    initial_max_stream_data_bidi_remote) caps the upload on ngtcp2's measured rule; kwik's (5,120-byte
+    windows) holds the page's requests back, on an assumed rule, and cannot be checked here."""
+    servers = {server.name: server for server in lab.servers}
+    targets = [Target(servers[name].ip, servers[name].port, servers[name].sni) for name in ("ngtcp2-alpha", "kwik")]
+    path, settings, records = tmp_path / "lab.duckdb", ScanSettings(timeout=2.0), []
+    with lab.in_client():
+        scan_into(path, targets, settings, on_batch=records.extend)
+        identify_into(path, targets, settings, load_signatures(), records)
+    rows = run_impact(path, None, OPTIONS).predictions
+    alpha, kwik = (rows.filter(pl.col("library") == library) for library in ("ngtcp2", "kwik"))
+    assert alpha.height == kwik.height == 4, rows.select("library", "endpoints").unique()
+    assert set(alpha["initial_max_stream_data_bidi_remote"]) == {32_768}
+    assert set(alpha["upload_binding"]) == {"initial_max_stream_data_bidi_remote"} and set(alpha["h3_server"]) == {"ngtcp2"}
+    assert not any(alpha["rule_assumed"]) and set(kwik["rule_assumed"]) == {True}
+    assert set(kwik["page_binding"]) == {"initial_max_data"}  # 100 requests of 300 bytes against 5,120
+    assert set(kwik["checked"]) == {False} and set(kwik["h3_server"]) == {None}
 
 
 def test_spot_check_candidates_are_the_commonest_and_the_worst(scan: Path):
