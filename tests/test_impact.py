@@ -172,3 +172,37 @@ def test_a_bad_scan_ends_in_one_line(tmp_path: Path, make, says: str):
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr, done.stderr
     assert not (tmp_path / "out" / "impact.duckdb").exists()
+
+
+def test_stream_rounds_is_the_round_by_round_count_of_stream_credit():
+    """The closed form against the rounds played out: at round k the client opens what its concurrency and the
+    credit allow (the limit, plus every stream whose response ended two rounds before)."""
+    def played(requests: int, concurrency: int, limit: int) -> int:
+        opened, sent, last = [], 0, 0
+        while sent < requests:
+            k = len(opened)
+            credit = limit + sum(opened[:max(k - 1, 0)]) - sent
+            n = min(concurrency, credit, requests - sent)
+            opened.append(n)
+            sent += n
+            last = k if n else last
+        return last + 1
+    for requests in (1, 7, 100, 150):
+        for concurrency in (1, 6, 60, 100):
+            for limit in (1, 4, 16, 50, 99, 100, 128, 256):
+                assert stream_rounds(requests, concurrency, limit) == played(requests, concurrency, limit), \
+                    (requests, concurrency, limit)
+    assert stream_rounds(100, 100, 0) == math.inf
+
+
+def test_delivery_rounds_doubles_then_holds_the_flight():
+    def played(size: int, initial: int, flight: int) -> int:
+        rounds, window, sent = 0, initial, 0
+        while sent < size:
+            sent += min(window, flight)
+            window *= 2
+            rounds += 1
+        return rounds
+    for size in (1_000, 12_000, 100_000, 1_000_000):
+        for initial, flight in ((12_000, 125_000), (46_720, 2_500_000), (12_000, 5_000), (46_720, 46_720)):
+            assert delivery_rounds(size, initial, flight) == played(size, initial, flight), (size, initial, flight)
