@@ -29,7 +29,9 @@ from tparams.libraries import LIBRARIES
 SCAN_VERSION = 3
 LIBRARY_VERSION = 2
 BROWSERS = ("chromium", "firefox")
-TABLES = ("predictions", "upload_shares", "page_shares", "lifting_values", "rules", "spot_checks")
+# One colour a parameter in both figures.
+COLOURS = {"initial_max_stream_data_bidi_remote": "tab:blue", "initial_max_data": "tab:orange",
+           "initial_max_streams_bidi": "tab:green"}
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,7 @@ def _figures(result: ImpactResult, out_dir: Path) -> list[tuple[str, Path]]:
                 shares = dict(frame.filter((pl.col("browser") == browser) & (pl.col(column) == cause))
                               .select("rtt_ms", "share_pct").iter_rows())
                 heights = [shares.get(rtt, 0.0) for rtt in rtts]
-                ax.bar([f"{rtt:g}" for rtt in rtts], heights, bottom=bottom, label=cause)
+                ax.bar([f"{rtt:g}" for rtt in rtts], heights, bottom=bottom, label=cause, color=COLOURS.get(cause))
                 bottom = [b + h for b, h in zip(bottom, heights)]
             ax.set_title(browser)
             ax.set_xlabel("round-trip time (ms)")
