@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class UpdateRule:
@@ -104,21 +106,73 @@ def window_bound(window: int, rtt_ms: float, rule: UpdateRule, size: int | None 
     return WindowBound(window, binding, rtt_ms, rate(burst_share(rule.consumed_fraction) * window), rate(window))
 
 
-def burst_share(consumed_fraction: float) -> float:
+def burst_share(consumed_fraction):
     """The share of a window a round trip re-opens when data arrives in bursts: whole updates of
-    ``consumed_fraction``, as many as fit strictly inside one window."""
-    if not 0 < consumed_fraction < 1:
-        return 1.0  # re-opened at every byte read, or only once all of it was: a whole window a round trip
-    return max(math.ceil(1 / consumed_fraction) - 1, 1) * consumed_fraction
+    ``consumed_fraction``, as many as fit strictly inside one window. Takes a number or an array (the impact
+    prediction's sets at once)."""
+    f = np.asarray(consumed_fraction, dtype=float)
+    inside = (f > 0) & (f < 1)  # else re-opened at every byte read, or only once all was: a whole window
+    safe = np.where(inside, f, 0.5)
+    share = np.where(inside, np.maximum(np.ceil(1 / safe) - 1, 1) * safe, 1.0)
+    return _number(share)
 
 
-def slow_start_rtts(flight: float, initial_cwnd: int) -> float:
+def slow_start_rtts(flight, initial_cwnd):
     """Round trips slow start costs before the sender's flight reaches ``flight``: k doublings take k round
-    trips and deliver initial_cwnd x (2^k - 1) bytes, which the steady flight would have sent sooner."""
-    if flight <= initial_cwnd:
-        return 0.0
-    doublings = math.ceil(math.log2(flight / initial_cwnd))
-    return max(0.0, doublings - initial_cwnd * (2 ** doublings - 1) / flight)
+    trips and deliver initial_cwnd x (2^k - 1) bytes, which the steady flight would have sent sooner. Numbers
+    or arrays."""
+    flight, initial_cwnd = np.asarray(flight, dtype=float), np.asarray(initial_cwnd, dtype=float)
+    grows = flight > initial_cwnd
+    safe = np.where(grows, flight, 2 * initial_cwnd)
+    doublings = np.ceil(np.log2(safe / initial_cwnd))
+    return _number(np.where(grows, np.maximum(0.0, doublings - initial_cwnd * (2 ** doublings - 1) / safe), 0.0))
+
+
+def _number(value: np.ndarray):
+    """A 0-d result as a plain float (WindowBound's fields, the reports' formatting), an array as it is."""
+    return float(value) if np.ndim(value) == 0 else value
+
+
+def stream_credit_bound(limit: int, concurrency: int, rtt_ms: float) -> float:
+    """Requests per second a server's initial_max_streams_bidi of ``limit`` allows a client keeping
+    ``concurrency`` one-stream requests open over a round trip of ``rtt_ms``: a request holds its stream a round
+    trip, and the stream's credit comes back a round trip later still (the server retires the stream once the
+    response's ACK arrives, and its MAX_STREAMS crosses the path again), so ``limit`` streams carry
+    limit / 2 RTT requests a second, and the concurrency never more than concurrency / RTT."""
+    rtt_s = rtt_ms / 1000
+    return min(limit / (2 * rtt_s), concurrency / rtt_s)
+
+
+def stream_rounds(requests, concurrency, limit):
+    """Round trips ``requests`` one-stream requests take under a stream ``limit`` with ``concurrency`` open at
+    once: stream_credit_bound's model counted in whole round trips, for a finite page (arrays or numbers).
+
+    A request sent at round k ends at k + 1 and its credit is back at k + 2, so the client opens
+    n_k = min(concurrency, limit - n_(k-1)) at round k: rounds alternate between a = min(concurrency, limit)
+    and b = min(concurrency, limit - a) requests (b = a when the limit is twice the concurrency, b = 0 when the
+    concurrency reaches the limit). The last request ends one round after the last round that opened one.
+    Infinite where the limit is 0: no request can be sent before the server raises it."""
+    n, c, limit = (np.asarray(x, dtype=float) for x in (requests, concurrency, limit))
+    a = np.minimum(c, limit)
+    b = np.minimum(c, limit - a)
+    pairs_size = np.where(a > 0, a + b, 1.0)
+    pairs = np.floor(n / pairs_size)
+    rest = n - pairs * pairs_size
+    rounds = np.where(rest == 0, np.where(b > 0, 2 * pairs, 2 * pairs - 1),
+                      np.where(rest <= a, 2 * pairs + 1, 2 * pairs + 2))
+    return _number(np.where(a > 0, np.where(n > 0, rounds, 0.0), np.inf))
+
+
+def delivery_rounds(size, initial_cwnd, flight):
+    """Round trips a sender needs for ``size`` bytes: slow start from ``initial_cwnd`` doubling each round
+    trip until it reaches ``flight`` bytes a round trip (the link's or a window's), then ``flight`` each."""
+    size, initial_cwnd, flight = (np.asarray(x, dtype=float) for x in (size, initial_cwnd, flight))
+    start = np.minimum(initial_cwnd, flight)
+    doublings = np.ceil(np.log2(np.maximum(flight / start, 1.0)))  # rounds below ``flight``
+    in_slow_start = start * (2 ** doublings - 1)
+    within = np.ceil(np.log2(size / start + 1))
+    after = doublings + np.ceil(np.maximum(size - in_slow_start, 0.0) / flight)
+    return _number(np.where(size <= 0, 0.0, np.where(size <= in_slow_start, within, after)))
 
 
 def client_window_bound(client: dict, rtt_ms: float, stack: str, size: int | None = None,

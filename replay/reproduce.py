@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from common.markdown import markdown_table
-from replay.flowcontrol import UpdateRule, WindowBound, client_window_bound
+from replay.flowcontrol import UpdateRule, WindowBound, client_window_bound, stream_credit_bound
 from replay.measured_rules import load_update_rules
 from replay.figures import draw_band, markdown_page, pyplot, save_png
 from replay.link import LinkConfig
@@ -233,16 +233,6 @@ def run_campaign(stacks: list[Stack], plans: list[FigurePlan], results: str | Pa
         execute(Experiment(plan.kind, stack, list(plan.conditions), plan.options(), plan.reps, link_backend,
                            command_line, udp_buffer_bytes=udp_buffer_bytes, tags=tags), Path(results))
     return campaign
-
-
-def stream_credit_bound(limit: int, concurrency: int, rtt_ms: float) -> float:
-    """Requests per second a server's initial_max_streams_bidi of ``limit`` allows a client keeping
-    ``concurrency`` one-stream requests open over a round trip of ``rtt_ms``: a request holds its stream a round
-    trip, and the stream's credit comes back a round trip later still (the server retires the stream once the
-    response's ACK arrives, and its MAX_STREAMS crosses the path again), so ``limit`` streams carry
-    limit / 2 RTT requests a second, and the concurrency never more than concurrency / RTT."""
-    rtt_s = rtt_ms / 1000
-    return min(limit / (2 * rtt_s), concurrency / rtt_s)
 
 
 # --- reading a campaign back ---------------------------------------------------------------------

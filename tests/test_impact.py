@@ -1,0 +1,208 @@
+"""`qreplay impact` on small real scan files written through the store: a small stream window caps a
+browser's upload and is named with the value that lifts it, a small stream limit slows a page, a library
+without an h3 server here is predicted on an assumed rule and marked so, a campaign directory reads as the
+file, and bad scans end in one line."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pytest
+
+from replay.flowcontrol import burst_share, delivery_rounds, stream_rounds
+from replay.impact import OBJECT_BYTES, PAGE_OBJECTS, spot_check_candidates
+from replay.impact_report import ImpactOptions, run_impact
+from replay.measured_rules import load_update_rules
+from scanner.campaign_store import export_shard
+from scanner.engine import ScanSettings
+from scanner.identify import identify_into, load_signatures, store_identifications
+from scanner.scan import scan_into
+from scanner.store import ScanStore
+from scanner.targets import Target
+from test_store import NOW, record
+from tparams.paramset import ParamSet
+
+QREPLAY = str(Path(sys.executable).with_name("qreplay"))
+SMALL_WINDOW = ParamSet(initial_max_data=16_777_216, initial_max_stream_data_bidi_remote=65_536,
+                        initial_max_streams_bidi=100)
+FEW_STREAMS = ParamSet(initial_max_data=16_777_216, initial_max_stream_data_bidi_remote=16_777_216,
+                       initial_max_streams_bidi=4)
+LARGE = ParamSet(initial_max_data=100_000_000, initial_max_stream_data_bidi_remote=50_000_000,
+                 initial_max_streams_bidi=1000)
+# (address, set, library identified)
+ENDPOINTS = [*((f"192.0.2.{i}", SMALL_WINDOW, "ngtcp2") for i in range(3)), ("192.0.2.10", FEW_STREAMS, "kwik"),
+             ("192.0.2.20", LARGE, "quic-go")]
+OPTIONS = ImpactOptions(delays_ms=(10, 200))
+
+
+def write_scan(path: Path, identified: bool = True) -> Path:
+    with ScanStore.open(path) as store:
+        store.append_records(store.begin_scan("targets", {}), [record(ip, params) for ip, params, _ in ENDPOINTS])
+    if identified:
+        store_identifications(path, pl.DataFrame({
+            "ip": [ip for ip, _, _ in ENDPOINTS], "port": [443] * len(ENDPOINTS), "library": [lib for *_, lib in ENDPOINTS],
+            "identified_at": [NOW] * len(ENDPOINTS), "library_evidence": ["test"] * len(ENDPOINTS)},
+            schema_overrides={"port": pl.Int32}))
+    return path
+
+
+@pytest.fixture
+def scan(tmp_path: Path) -> Path:
+    return write_scan(tmp_path / "scan.duckdb")
+
+
+def rows_of(predictions: pl.DataFrame, params: ParamSet) -> pl.DataFrame:
+    return predictions.filter(pl.col("set_fingerprint") == params.fingerprint())
+
+
+def test_a_small_stream_window_caps_the_upload_and_is_named_with_its_lifting_value(scan: Path, tmp_path: Path):
+    result = run_impact(scan, tmp_path / "out", OPTIONS)
+    rows = rows_of(result.predictions, SMALL_WINDOW)
+    assert rows.height == 4 and rows["endpoints"].unique().to_list() == [3]  # 2 browsers x 2 delays
+    share = burst_share(load_update_rules()["ngtcp2"].consumed_fraction)  # ngtcp2's measured rule
+    for row in rows.iter_rows(named=True):
+        link_bytes = 100e6 / 8 * row["rtt_ms"] / 1000
+        assert row["upload_capped"] and row["upload_binding"] == "initial_max_stream_data_bidi_remote"
+        assert row["upload_steady_mbps"] == pytest.approx(share * 65_536 * 8 / (row["rtt_ms"] / 1000) / 1e6)
+        assert row["upload_lifting_value"] == math.ceil(link_bytes / share)
+        assert row["upload_mbps"] < row["upload_steady_mbps"]  # a 10 MB upload also pays its start
+        assert not row["rule_assumed"] and row["h3_server"] == "ngtcp2" and row["checked"] is False
+    large = rows_of(result.predictions, LARGE)
+    assert set(large["upload_binding"]) == {"link"} and large["upload_lifting_value"].null_count() == large.height
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "initial_max_stream_data_bidi_remote" in report and "(predicted)" in report
+    shares = result.tables["upload_shares"].filter(pl.col("upload_binding") == "initial_max_stream_data_bidi_remote")
+    assert set(shares["share_pct"]) == {60.0}  # 3 of 5 endpoints
+    stored = duckdb.connect(str(tmp_path / "out" / "impact.duckdb"), read_only=True)
+    assert stored.execute("SELECT count(*) FROM predictions").fetchone()[0] == result.predictions.height
+    assert (tmp_path / "out" / "report.html").read_text().count("data:image/png;base64") == 2  # both figures inside
+
+
+def test_a_small_stream_limit_slows_the_page_and_a_library_without_h3_server_is_not_checked(scan: Path):
+    rows = rows_of(run_impact(scan, None, OPTIONS).predictions, FEW_STREAMS)
+    for row in rows.iter_rows(named=True):
+        assert row["page_binding"] == "initial_max_streams_bidi" and row["page_slowed"]
+        assert row["page_stream_rounds"] == 2 * math.ceil(PAGE_OBJECTS / 4) - 1  # 4 at a time, credit a round later
+        link_bytes = 100e6 / 8 * row["rtt_ms"] / 1000
+        needed = max(1, delivery_rounds(PAGE_OBJECTS * OBJECT_BYTES, 12_000, link_bytes))  # the bytes' own rounds
+        lift = row["page_lifting_value"]
+        assert stream_rounds(PAGE_OBJECTS, PAGE_OBJECTS, lift) <= needed < stream_rounds(PAGE_OBJECTS, PAGE_OBJECTS, lift - 1)
+        assert row["page_load_ms"] == pytest.approx((1 + row["page_stream_rounds"]) * row["rtt_ms"])
+        # kwik: no rule measured, no h3 server in the project
+        assert row["rule_assumed"] and row["rule_source"].startswith("ASSUMED") and "kwik" in row["rule_source"]
+        assert row["h3_server"] is None and row["checked"] is False and "no h3 server of kwik" in row["check_note"]
+
+
+def test_the_lab_scanned_and_identified_is_predicted_by_its_libraries(lab, tmp_path: Path):
+    """A real scan of two lab servers with identification: ngtcp2's alpha set (a 32,768-byte
+    initial_max_stream_data_bidi_remote) caps the upload on ngtcp2's measured rule; kwik's (5,120-byte
+    windows) holds the page's requests back, on an assumed rule, and cannot be checked here."""
+    servers = {server.name: server for server in lab.servers}
+    targets = [Target(servers[name].ip, servers[name].port, servers[name].sni) for name in ("ngtcp2-alpha", "kwik")]
+    path, settings, records = tmp_path / "lab.duckdb", ScanSettings(timeout=2.0), []
+    with lab.in_client():
+        scan_into(path, targets, settings, on_batch=records.extend)
+        identify_into(path, targets, settings, load_signatures(), records)
+    rows = run_impact(path, None, OPTIONS).predictions
+    alpha, kwik = (rows.filter(pl.col("library") == library) for library in ("ngtcp2", "kwik"))
+    assert alpha.height == kwik.height == 4, rows.select("library", "endpoints").unique()
+    assert set(alpha["initial_max_stream_data_bidi_remote"]) == {32_768}
+    assert set(alpha["upload_binding"]) == {"initial_max_stream_data_bidi_remote"} and set(alpha["h3_server"]) == {"ngtcp2"}
+    assert not any(alpha["rule_assumed"]) and set(kwik["rule_assumed"]) == {True}
+    assert set(kwik["page_binding"]) == {"initial_max_data"}  # 100 requests of 300 bytes against 5,120
+    assert set(kwik["checked"]) == {False} and set(kwik["h3_server"]) == {None}
+
+
+def test_spot_check_candidates_are_the_commonest_and_the_worst(scan: Path):
+    candidates = spot_check_candidates(run_impact(scan, None, OPTIONS).predictions, top=1, worst=1)
+    assert candidates.select("why", "set_fingerprint").rows() == [
+        ("most endpoints", SMALL_WINDOW.fingerprint()), ("worst", FEW_STREAMS.fingerprint())]
+
+
+def test_a_campaign_directory_reads_as_its_file_and_the_cli_prints_a_summary(scan: Path, tmp_path: Path):
+    export_shard(scan, tmp_path / "campaign", campaign="c", vantage="v", shard="0")
+    done = subprocess.run([QREPLAY, "impact", str(tmp_path / "campaign"), "--out-dir", str(tmp_path / "c"),
+                           "--delays", "10,200"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "5 endpoints" in done.stdout and "chromium: upload capped below the link: 10 ms 60.0%" in done.stdout
+    from_file = run_impact(scan, None, OPTIONS).predictions.sort("set_fingerprint", "browser", "rtt_ms")
+    from_campaign = pl.read_parquet(tmp_path / "c" / "predictions.parquet").sort("set_fingerprint", "browser", "rtt_ms")
+    assert from_campaign.equals(from_file)
+
+
+def _not_duckdb(path: Path) -> None:
+    path.write_text("not a database\n")
+
+
+def _empty(path: Path) -> None:
+    path.write_bytes(b"")
+
+
+def _unidentified(path: Path) -> None:
+    write_scan(path, identified=False)
+
+
+def _no_handshake(path: Path) -> None:
+    with ScanStore.open(path) as store:
+        store.append_records(store.begin_scan("targets", {}), [record("192.0.2.1", None, status="timeout")])
+    store_identifications(path, pl.DataFrame(schema={"ip": pl.String, "port": pl.Int32}))
+
+
+def _newer(path: Path) -> None:
+    write_scan(path)
+    with duckdb.connect(str(path)) as con:
+        con.execute("UPDATE schema_version SET version = 4 WHERE name = 'scan'")
+
+
+@pytest.mark.parametrize("make, says", [
+    (_not_duckdb, "as a DuckDB file"), (_empty, ""), (_unidentified, "no library identified"),
+    (_no_handshake, "no completed handshake"), (_newer, "schema scan v4"), (None, "no such scan file"),
+])
+def test_a_bad_scan_ends_in_one_line(tmp_path: Path, make, says: str):
+    path = tmp_path / "bad.duckdb"
+    if make:
+        make(path)
+    done = subprocess.run([QREPLAY, "impact", str(path), "--out-dir", str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr, done.stderr
+    assert not (tmp_path / "out" / "impact.duckdb").exists()
+
+
+def test_stream_rounds_is_the_round_by_round_count_of_stream_credit():
+    """The closed form against the rounds played out: at round k the client opens what its concurrency and the
+    credit allow (the limit, plus every stream whose response ended two rounds before)."""
+    def played(requests: int, concurrency: int, limit: int) -> int:
+        opened, sent, last = [], 0, 0
+        while sent < requests:
+            k = len(opened)
+            credit = limit + sum(opened[:max(k - 1, 0)]) - sent
+            n = min(concurrency, credit, requests - sent)
+            opened.append(n)
+            sent += n
+            last = k if n else last
+        return last + 1
+    for requests in (1, 7, 100, 150):
+        for concurrency in (1, 6, 60, 100):
+            for limit in (1, 4, 16, 50, 99, 100, 128, 256):
+                assert stream_rounds(requests, concurrency, limit) == played(requests, concurrency, limit), \
+                    (requests, concurrency, limit)
+    assert stream_rounds(100, 100, 0) == math.inf
+
+
+def test_delivery_rounds_doubles_then_holds_the_flight():
+    def played(size: int, initial: int, flight: int) -> int:
+        rounds, window, sent = 0, initial, 0
+        while sent < size:
+            sent += min(window, flight)
+            window *= 2
+            rounds += 1
+        return rounds
+    for size in (1_000, 12_000, 100_000, 1_000_000):
+        for initial, flight in ((12_000, 125_000), (46_720, 2_500_000), (12_000, 5_000), (46_720, 46_720)):
+            assert delivery_rounds(size, initial, flight) == played(size, initial, flight), (size, initial, flight)
