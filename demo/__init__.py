@@ -92,6 +92,7 @@ class Story:
         self.lines += 1
 
     def warn(self) -> None:
+        """The step's new warnings, a line a stack (each in full is in the log already)."""
         for line in self.warnings.grouped():
             self.say(f"  warning: {line}")
 
@@ -270,7 +271,7 @@ def _reproduce(story: Story, plan: DemoPlan, results: Path, stacks: list) -> lis
         measured = [h for h in headlines if h.stack == stack.name and h.measured is not None and "%" not in h.what
                     and not h.thesis_text.startswith("+")]
         story.say(f"  {stack.name}: " + "; ".join(
-            f"{h.figure} at {h.what.split()[-1].removeprefix('default_')}: {_mbps(h.measured)} / {h.thesis:g}"
+            f"{h.figure} at {int(h.what.split()[-1].removeprefix('default_')):,}: {_mbps(h.measured)} / {h.thesis:g}"
             + ("" if h.comparable else " (out of reach)") for h in measured[:4]))
     story.warn()
     return [Entry(report.html, "The thesis's figures on each stack beside the published numbers, with the window "

@@ -218,21 +218,26 @@ class RunWarnings:
         return new
 
     def grouped(self) -> list[str]:
-        """One line a stack: what none of its runs could apply, by role, and its other notes, with the sets."""
-        by_stack: dict[str, tuple[dict[str, dict[str, None]], dict[str, None]]] = {}
+        """One short line a stack, the new warnings since last asked: what its runs could not apply, by role,
+        and its other notes (each in full where ``add`` answered them, e.g. in a log), with the sets."""
+        by_stack: dict[str, tuple[dict[str, dict[str, None]], dict[str, None], dict[str, None]]] = {}
         for (stack, kind), sets in self._unreported.items():
-            kinds, named = by_stack.setdefault(stack, ({}, {}))
+            refused, notes, named = by_stack.setdefault(stack, ({}, {}, {}))
             named.update(dict.fromkeys(sets))
-            refused = self._NOT_APPLIED.match(kind)
-            if refused:
-                kinds.setdefault(f"{refused['role']} could not apply", {}).update(
-                    dict.fromkeys(refused["parameters"].split(", ")))
+            if not_applied := self._NOT_APPLIED.match(kind):
+                refused.setdefault(not_applied["role"], {}).update(
+                    dict.fromkeys(not_applied["parameters"].split(", ")))
             else:
-                kinds.setdefault(kind, {})
+                notes[kind] = None
         self._unreported.clear()
-        return [f"{stack}: " + "; ".join(f"{kind} {', '.join(items)}".rstrip() for kind, items in kinds.items())
-                + f" (set{'s' if len(named) > 1 else ''} {', '.join(named)})"
-                for stack, (kinds, named) in by_stack.items()]
+        lines = []
+        for stack, (refused, notes, named) in by_stack.items():
+            parts = [f"{role} could not apply " + (", ".join(names) if len(names) <= 3 else f"{len(names)} parameters")
+                     for role, names in refused.items()]
+            parts += list(notes) if len(notes) == 1 else [f"{len(notes)} notes"] if notes else []
+            sets = ", ".join(named) if len(named) <= 3 else f"{len(named)} sets"
+            lines.append(f"{stack}: {'; '.join(parts)} ({sets})")
+        return lines
 
 
 def execute(experiment: Experiment, out: Path, json_output: bool, title: str | None = None,
