@@ -84,12 +84,12 @@ class Story:
         self.log = open(log, "w", buffering=1)
         self.terminal = sys.stdout
         self.warnings = RunWarnings()
-        self.lines = 0
+        self.said: list[str] = []
 
     def say(self, line: str) -> None:
         print(line, file=self.terminal, flush=True)
         print(f"== {line}", file=self.log, flush=True)
-        self.lines += 1
+        self.said.append(line)
 
     def warn(self) -> None:
         """The step's new warnings, a line a stack (each in full is in the log already)."""
@@ -170,7 +170,7 @@ def run_demo(out: Path | None, fmt: str = "table", html_dir: Path | None = None,
             entries += _workloads(story, plan, replay_path)
         if html_dir is not None:
             entries += _notebooks(story, out, html_dir, _replay_path(out) if replay else None)
-    index = write_index(out.parent / "index.html", entries, plan, started)
+    index = write_index(out.parent / "index.html", entries, plan, started, story.said)
     story.say(f"open {index} (every report, figure and results file, a sentence on each); the details: "
               f"{story.log_path}")
     return index
@@ -406,9 +406,10 @@ def _notebooks(story: Story, scan: Path, html_dir: Path, replay_db: Path | None)
     return [Entry(page, sentences.get(page.stem, "An analysis notebook, rendered.")) for page in pages]
 
 
-def write_index(path: Path, entries: list[Entry], plan: DemoPlan, started: datetime.datetime) -> Path:
-    """The page a person opens first: each file the demo wrote, linked relative to the page, with what it
-    holds; pictures shown small beside their sentence."""
+def write_index(path: Path, entries: list[Entry], plan: DemoPlan, started: datetime.datetime,
+                said: list[str]) -> Path:
+    """The page a person opens first: what the terminal said, then each file the demo wrote, linked relative
+    to the page, with what it holds; pictures shown small beside their sentence."""
     rows = []
     for entry in entries:
         if not entry.path.exists():
@@ -419,12 +420,13 @@ def write_index(path: Path, entries: list[Entry], plan: DemoPlan, started: datet
         rows.append(f"<tr><td><a href='{href}'>{html.escape(entry.path.name)}</a></td>"
                     f"<td>{html.escape(entry.sentence)}{shown}</td></tr>")
     style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
-             "td{border:1px solid #bbb;padding:4px 8px;vertical-align:top}")
+             "td{border:1px solid #bbb;padding:4px 8px;vertical-align:top}pre{white-space:pre-wrap}")
     path.write_text(
         f"<!doctype html><meta charset=utf-8><title>quictp demo</title><style>{style}</style>\n"
         f"<h1>The demo's results</h1>\n<p>The {plan.name} demo of {started:%Y-%m-%d %H:%M} UTC: a scan of the lab's "
         "servers, their parameter sets replayed through real QUIC stacks over an emulated link, the thesis's "
         "figures reproduced, every client against every server, the browsers against their own sets, and "
-        "QuicSand's workloads beside TCP. Each file below, and what it holds.</p>\n"
+        "QuicSand's workloads beside TCP. What each step found:</p>\n"
+        f"<pre>{html.escape(chr(10).join(said))}</pre>\n<p>Each file the demo wrote, and what it holds:</p>\n"
         f"<table>\n{chr(10).join(rows)}\n</table>\n")
     return path
