@@ -592,8 +592,11 @@ def _draw_figures(data: Campaign, headlines: list[Headline], out_dir: Path) -> l
             bounded = [s for s in group if s.bound and s.steady.high_mbps < WINDOW_TABLE_BELOW]
             if bounded:
                 color = ax.get_lines()[-1].get_color()
+                # one legend entry for the model, whose lines take each series' colour: not one a stack
+                modelled = any(line.get_label().startswith("window model") for line in ax.get_lines())
                 ax.plot([x_of(s) for s in bounded], [s.bound.low_mbps for s in bounded], "--", marker="v",
-                        color=color, lw=1, label=f"window model, {label}: bursts (v) .. whole window (^)")
+                        color=color, lw=1, label="_nolegend_" if modelled else
+                        "window model, in each series' colour: bursts (v) .. whole window (^)")
                 ax.plot([x_of(s) for s in bounded], [s.bound.high_mbps for s in bounded], ":", marker="^",
                         color=color, lw=1)
         credit = sorted({(x_of(s), s.credit_bound) for s in rows if s.credit_bound})  # the same for every stack
