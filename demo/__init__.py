@@ -106,6 +106,9 @@ class Story:
             os.dup2(self.log.fileno(), 1)
             os.dup2(self.log.fileno(), 2)
             yield self
+        except BaseException:  # Ctrl-C or a failed step: its own message is in the log, where it was printed
+            self.say(f"stopped; what finished is kept, the step's own message is at the end of {self.log_path}")
+            raise
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

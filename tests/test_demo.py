@@ -16,6 +16,7 @@ import pytest
 
 from conftest import lab_instance, lab_unavailable
 from replay.browser_driver import BROWSERS, launch_chromium, quiet_chromium
+from replay.commands.run import RunWarnings
 
 SCREEN_LINES = 60
 
@@ -98,3 +99,22 @@ def test_quick_demo_fits_a_screen_and_its_page_loads_whole(tmp_path, served):
         assert f"{served}/{wanted}" in fetched, sorted(fetched)
     assert {href: status for href, status in fetched.items() if status != 200} == {}
     assert seen["images"] and all(width > 0 for _, width in seen["images"]), seen["images"]
+
+
+def test_a_warning_is_said_once_per_stack_and_set_not_once_per_run():
+    warnings = RunWarnings()
+
+    def run(stack: str, set_name: str, *lines: str) -> list[str]:
+        return warnings.add({"stack": stack, "set_name": set_name, "warnings": json.dumps(lines)})
+
+    # a sweep: each run could not apply the same parameter at its own value
+    assert run("quic-go", "lsquic-client-default+initial_max_data=196608",
+               "quic-go client could not apply: max_ack_delay=25") == ["quic-go client could not apply: max_ack_delay=25"]
+    assert run("quic-go", "lsquic-client-default+initial_max_data=15728640",
+               "quic-go client could not apply: max_ack_delay=10") == []
+    assert run("quic-go", "firefox", "quic-go client could not apply: max_ack_delay=25")  # another set: said
+    assert run("ngtcp2", "firefox", "ngtcp2 server could not apply: a=1, b=2, c=3, d=4", "client: a note")
+    assert warnings.grouped() == [
+        "quic-go: client could not apply max_ack_delay (lsquic-client-default, firefox)",
+        "ngtcp2: server could not apply 4 parameters; client: a note (firefox)"]
+    assert warnings.grouped() == []  # each said once
