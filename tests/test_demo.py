@@ -36,8 +36,9 @@ def load_in_chromium(url: str, workdir: Path) -> dict:
     networking, updates or telemetry)."""
     home = workdir / "home"
     home.mkdir(parents=True)
-    browser, devtools = launch_chromium(quiet_chromium(workdir / "profile"), {"HOME": str(home), "PATH": "/usr/bin:/bin"},
-                                        workdir / "chromium.log", 60.0)
+    environment = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    browser, devtools = launch_chromium(quiet_chromium(workdir / "profile"), environment, workdir / "chromium.log",
+                                        60.0)
     try:
         page = next(t for t in devtools.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
         session = devtools.call("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True})["sessionId"]
@@ -109,7 +110,8 @@ def test_a_warning_is_said_once_per_stack_and_set_not_once_per_run():
 
     # a sweep: each run could not apply the same parameter at its own value
     assert run("quic-go", "lsquic-client-default+initial_max_data=196608",
-               "quic-go client could not apply: max_ack_delay=25") == ["quic-go client could not apply: max_ack_delay=25"]
+               "quic-go client could not apply: max_ack_delay=25") == [
+        "quic-go client could not apply: max_ack_delay=25"]
     assert run("quic-go", "lsquic-client-default+initial_max_data=15728640",
                "quic-go client could not apply: max_ack_delay=10") == []
     assert run("quic-go", "firefox", "quic-go client could not apply: max_ack_delay=25")  # another set: said
