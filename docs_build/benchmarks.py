@@ -1,10 +1,10 @@
-"""The benchmarks page's picture and its "Latest figures" table, both drawn from bench/latest.csv.
+"""The benchmarks page's picture and its opening table of latest figures, both drawn from bench/latest.csv.
 
 bench/latest.csv holds the latest measured figure of each benchmark goal (one row a goal); it is the one
-place those numbers live. The chart is committed as docs/benchmark-goals.png (docs_build/committed.py
-draws it, a test checks it is what the file makes now); MkDocs calls this hook (mkdocs.yml): ``on_files``
-checks the file, ``on_page_markdown`` puts the table where benchmarks.md marks it. A malformed row stops
-the build with one line naming the row.
+place those numbers live. The chart (docs/benchmark-goals.png) and the table (in docs/benchmarks.md between
+its markers) are committed, written by docs_build/committed.py; a test checks they are what the file makes
+now. MkDocs calls this hook (mkdocs.yml): ``on_files`` checks the file, so that a malformed row stops the
+build with one line naming the row.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LATEST = ROOT / "bench" / "latest.csv"
 PAGE = "benchmarks.md"
 CHART = "benchmark-goals.png"
-#: where benchmarks.md wants the table (an HTML comment: nothing shows if it were ever left in)
-MARKER = "<!-- latest figures: generated from bench/latest.csv -->"
+#: the name of benchmarks.md's generated section (common.markdown.generated_section)
+SECTION = "latest figures from bench/latest.csv"
 COLUMNS = ("benchmark", "goal", "measured", "baseline", "unit", "baseline_is", "ratio", "direction", "target",
            "met", "date", "load", "note")
 #: a figure as the CSV writes it: one number, or the span of several runs ("1.02-1.09")
@@ -153,12 +153,3 @@ def on_files(files, config):
     """MkDocs hook: check the file before any page is read (a bad row is then the build's one error)."""
     read_goals()
     return files
-
-
-def on_page_markdown(markdown, page, config, files):
-    """MkDocs hook: the "Latest figures" table where benchmarks.md marks it."""
-    if page.file.src_uri != PAGE:
-        return markdown
-    if MARKER not in markdown:
-        raise PluginError(f"docs/{PAGE} lost the line {MARKER!r} where the latest figures' table goes")
-    return markdown.replace(MARKER, table(read_goals()))

@@ -1,4 +1,5 @@
-"""The manual's generated files that are committed: the CLI and schema reference and the benchmarks chart.
+"""The manual's generated files that are committed: the CLI and schema reference, the benchmarks chart, and
+the tables that open the results and benchmarks pages (between their markers, common.markdown.fill_section).
 
 They are made from the code and data (docs_build/reference.py, docs_build/benchmarks.py) and committed
 into docs/ so that every link of the front page and the manual works where the repository itself is read
@@ -11,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from common.markdown import fill_section
+from docs_build import benchmarks, results
 from docs_build.benchmarks import CHART, chart, read_goals
 from docs_build.reference import PROGRAMS, cli_reference, schema_reference
 
@@ -23,6 +26,9 @@ def generated_files() -> dict[Path, bytes]:
              for program, module in PROGRAMS}
     files[DOCS / "reference" / "schema.md"] = schema_reference().encode()
     files[DOCS / CHART] = chart(read_goals())
+    for page, section, table in ((benchmarks.PAGE, benchmarks.SECTION, benchmarks.table(read_goals())),
+                                 (results.PAGE, results.SECTION, results.current_table())):
+        files[DOCS / page] = fill_section((DOCS / page).read_text(), section, table).encode()
     return files
 
 

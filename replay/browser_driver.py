@@ -388,16 +388,22 @@ class Target:
         return env
 
 
-def chromium_command(target: Target, profile: Path) -> list[str]:
-    argv = [BROWSERS["chromium"], "--headless=new", "--no-sandbox",  # root in the testbed
+def quiet_chromium(profile: Path) -> list[str]:
+    """Headless Chromium driven over --remote-debugging-pipe (launch_chromium), its profile in ``profile``,
+    with nothing on the wire but what it is asked to load: no updates, sync, metrics, safe browsing or field
+    trials."""
+    return [BROWSERS["chromium"], "--headless=new", "--no-sandbox",  # root in the testbed
             "--disable-gpu", "--no-first-run", "--no-default-browser-check", f"--user-data-dir={profile}",
-            # Nothing but the download on the wire: no updates, sync, metrics, safe browsing or field trials.
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
             "--disable-default-apps", "--disable-extensions", "--disable-domain-reliability",
             "--disable-client-side-phishing-detection", "--safebrowsing-disable-auto-update",
             "--metrics-recording-only", "--disable-breakpad", "--no-pings", "--password-store=basic",
             "--disable-features=OptimizationHints,MediaRouter,Translate,AutofillServerCommunication",
-            "--remote-debugging-pipe", f"--host-resolver-rules=MAP {HOST} {target.server_ip}"]
+            "--remote-debugging-pipe"]
+
+
+def chromium_command(target: Target, profile: Path) -> list[str]:
+    argv = [*quiet_chromium(profile), f"--host-resolver-rules=MAP {HOST} {target.server_ip}"]
     if target.transport == "quic":
         argv += ["--enable-quic", f"--origin-to-force-quic-on={HOST}:{target.port}"]
     else:
@@ -491,6 +497,10 @@ class DevTools:
                 return reply["result"]
             self.events.append(reply)
 
+    def close(self) -> None:
+        os.close(self.to_browser)
+        os.close(self.from_browser)
+
     def wait_event(self, method: str) -> dict:
         while True:
             found = next((e for e in self.events if e.get("method") == method), None)
@@ -500,8 +510,10 @@ class DevTools:
             self.events.append(self._message())
 
 
-def run_chromium(target: Target, profile: Path, out: dict) -> dict:
-    """The page's measurement from Chromium (its exact version into ``out``)."""
+def launch_chromium(argv: list[str], env: dict[str, str], log: Path,
+                    timeout_s: float) -> tuple[subprocess.Popen, DevTools]:
+    """Start Chromium (``argv`` with --remote-debugging-pipe, e.g. quiet_chromium's) and the DevTools session
+    to it, whose calls fail after ``timeout_s``; the caller closes both (DevTools.close)."""
     to_read, to_browser = os.pipe()  # the browser reads commands on its fd 3
     from_browser, to_write = os.pipe()  # and writes replies on its fd 4
 
@@ -511,13 +523,18 @@ def run_chromium(target: Target, profile: Path, out: dict) -> dict:
         os.dup2(reading, 3)
         os.dup2(writing, 4)
 
-    with open(target.workdir / "browser.log", "wb") as log:
-        subprocess.Popen(chromium_command(target, profile), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                         env=target.process_environment(), pass_fds=(to_read, to_write, 3, 4),
-                         preexec_fn=pipes_at_3_and_4)
+    with open(log, "wb") as written:
+        browser = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=written, stderr=written, env=env,
+                                   pass_fds=(to_read, to_write, 3, 4), preexec_fn=pipes_at_3_and_4)
     os.close(to_read)
     os.close(to_write)
-    devtools = DevTools(to_browser, from_browser, time.monotonic() + target.timeout_s)
+    return browser, DevTools(to_browser, from_browser, time.monotonic() + timeout_s)
+
+
+def run_chromium(target: Target, profile: Path, out: dict) -> dict:
+    """The page's measurement from Chromium (its exact version into ``out``)."""
+    _, devtools = launch_chromium(chromium_command(target, profile), target.process_environment(),
+                                  target.workdir / "browser.log", target.timeout_s)
     try:
         version = out["browser_version"] = devtools.call("Browser.getVersion")["product"].split("/")[-1]
         pages = [t for t in devtools.call("Target.getTargets")["targetInfos"] if t["type"] == "page"]
@@ -542,8 +559,7 @@ def run_chromium(target: Target, profile: Path, out: dict) -> dict:
             devtools.call("Browser.close")
         return measured
     finally:
-        os.close(to_browser)
-        os.close(from_browser)
+        devtools.close()
 
 
 def run_firefox(target: Target, profile: Path, out: dict) -> dict:

@@ -499,6 +499,9 @@ def draw_fidelity(campaign: FidelityCampaign, path: Path) -> Path:
         if lossy:
             right.set_title(f"ratio at {link_text((lossy[0]['delay_ms'], lossy[0]['loss_pct']))}")
             right.set_xscale("log")
+        else:  # said, so that an empty panel does not read as runs that failed
+            right.text(0.5, 0.5, f"no run with loss in this campaign\n(the full one adds {LOSS_PCT:g}% loss at "
+                       f"{LOSS_DELAY_MS:g} ms)", ha="center", va="center", fontsize=9, transform=right.transAxes)
         middle.axhline(1.0, color="black", linewidth=1)
         right.axvline(1.0, color="black", linewidth=1)
         middle.set_yscale("log")

@@ -25,9 +25,14 @@ def draw_band(ax, xs: list, mean: list[float], sd: list[float | None], label: st
                     color=drawn[0].get_color())
 
 
+def legend_beside(ax) -> None:
+    """The legend right of the axes, never over the curves (a figure of many stacks has a dozen entries)."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+
+
 def save_png(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # a legend or note outside the axes stays in the picture
     pyplot().close(fig)
     return path
 

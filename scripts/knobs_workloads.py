@@ -1,4 +1,5 @@
-"""docs/results.md's "Kempf's knobs" and "QuicSand's workloads": tables and figures from the results files
+"""docs/results.md's "What do the cipher suite, GSO and congestion control change" and "How do the QUIC stacks
+fare beside TCP": tables and figures from the results files
 that scripts/roundrobin.sh wrote (one qreplay run a condition a round, so each round is its own experiment:
 the statistics here are over the runs of a condition, whichever experiment they belong to).
 

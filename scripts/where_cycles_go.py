@@ -1,4 +1,4 @@
-"""docs/results.md's "Where the cycles go": a profiled results file as one figure and a Markdown table.
+"""docs/results.md's "Where does each stack spend its cycles?": a profiled results file as one figure and a Markdown table.
 
 Per stack (its own client and server) and delay: goodput; each endpoint's CPU seconds per GB of payload
 and its two largest components; the CPU bound that follows (one core per endpoint: an endpoint that needs

@@ -9,7 +9,7 @@ import typer
 
 from common.cliapp import output_dir, output_file
 from common.terminal import cli_console
-from replay.commands.run import LinkOpt, UdpBufferOpt, comma_list, current_command_line, execute
+from replay.commands.run import LinkOpt, RunWarnings, UdpBufferOpt, comma_list, current_command_line, execute
 from replay.fidelity import (
     DELAYS_MS, LOSS_PCT, LOSS_SIZE, QUICK_DELAYS_MS, QUICK_REPS, QUICK_SIZE, QUICK_STACKS, REPS, SIZE, modes, plan_fidelity,
     run_fidelity, write_fidelity_report,
@@ -79,10 +79,11 @@ def register(app: typer.Typer) -> None:
                 f"{', '.join(s.name for s in plan.stacks)}, {len(plan.links) + bool(plan.loss_link)} link(s), {runs} runs (and one page "
                 f"load a browser for its set) into {results}")
             results.parent.mkdir(parents=True, exist_ok=True)
+            warnings = RunWarnings()  # each said once per stack and set across the campaign's experiments
             run_fidelity(plan, results, link_backend=link, udp_buffer_bytes=parse_size(udp_buffer, "--udp-buffer"),
                          command_line=current_command_line(),
                          execute=lambda experiment, path: execute(
-                             experiment, path, json_output=False,
+                             experiment, path, json_output=False, warnings=warnings,
                              summary=experiment.tags.get("purpose") == "comparison",
                              title="fidelity" if experiment.tags.get("purpose") == "comparison" else None))
         elif not results.exists():

@@ -12,7 +12,8 @@ from common.cliapp import output_dir
 from common.terminal import cli_console
 from replay import sets as sets_api
 from replay.commands.run import (
-    LinkOpt, ProfileOpt, SetOpt, SizeOpt, TimeoutOpt, comma_list, current_command_line, execute, make_link, make_options,
+    LinkOpt, ProfileOpt, RunWarnings, SetOpt, SizeOpt, TimeoutOpt, comma_list, current_command_line, execute,
+    make_link, make_options,
 )
 from replay.pairs import matrix, pairs_of, read_pairs, run_pairs, write_pairs_report
 from replay.stacks import all_stacks, get_stack
@@ -60,8 +61,10 @@ def register(app: typer.Typer) -> None:
                           f"{len(links)} delay(s) x {reps} runs each, into {results}")
             out_dir.mkdir(parents=True, exist_ok=True)
 
+            warnings = RunWarnings()  # each said once per stack and set across the pairs
+
             def run_one(experiment, out):  # one live line a pair; the matrix comes at the end
-                return execute(experiment, out, json_output=False, summary=False)
+                return execute(experiment, out, json_output=False, summary=False, warnings=warnings)
 
             run_pairs(chosen, client_set, links, options, reps, results, link_backend=link,
                       command_line=current_command_line(), execute=run_one)

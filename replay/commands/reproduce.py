@@ -9,7 +9,7 @@ import typer
 
 from common.cliapp import output_dir
 from common.terminal import cli_console
-from replay.commands.run import LinkOpt, UdpBufferOpt, current_command_line, comma_list, execute
+from replay.commands.run import LinkOpt, RunWarnings, UdpBufferOpt, current_command_line, comma_list, execute
 from replay.link import parse_size
 from replay.reproduce import (FIGURE_TITLES, FULL_CAMPAIGN_TIME, STREAMS_FIGURE, build_report, plan_campaign,
                               refused, run_campaign)
@@ -61,8 +61,10 @@ def register(app: typer.Typer) -> None:
             runs = sum(len(p.conditions) * p.reps for p in plans for s in stacks if p.refusal(s) is None)
             console.print(f"reproduce: {len(plans)} figure(s) x {len(stacks)} stack(s), {runs} runs into {results}")
 
+            warnings = RunWarnings()  # each said once per stack and set across the campaign's experiments
+
             def run_one(experiment, out):
-                return execute(experiment, out, json_output=False,
+                return execute(experiment, out, json_output=False, warnings=warnings,
                                title=f"figure {experiment.tags['figure']} on {experiment.stack.name} "
                                      f"({FIGURE_TITLES[experiment.tags['figure']]})")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from collections.abc import Callable
@@ -191,29 +192,76 @@ def optional_stack(name: str | None) -> Stack | None:
     return get_stack(name) if name else None
 
 
+class RunWarnings:
+    """The runs' warnings, each said once per stack and set however many runs repeat it: a sweep's runs that
+    could not apply one parameter, each at its own value, are one warning. A command (or the demo) keeps one
+    across all its experiments; :meth:`add` answers what a run says that is new, :meth:`grouped` the new
+    warnings since it was last asked, one line per stack and kind with the sets that gave it."""
+
+    _VALUE = re.compile(r"=[^,;\s]+")
+    #: the runner's warning for a set's parameters a stack's command line cannot give (replay/runner.py)
+    _NOT_APPLIED = re.compile(r"^\S+ (?P<role>client|server) could not apply: (?P<parameters>.*)$")
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str, str]] = set()  # (stack, set, kind)
+        self._unreported: dict[tuple[str, str], list[str]] = {}  # (stack, kind) -> sets, in order seen
+
+    def add(self, row: dict) -> list[str]:
+        new = []
+        stack, named = row.get("stack") or "", re.sub(r"\+.*$", "", row.get("set_name") or "")
+        for line in json.loads(row.get("warnings") or "[]"):
+            kind = self._VALUE.sub("", line)  # the parameter, not the value each run of a sweep asked
+            if (stack, named, kind) not in self._seen:
+                self._seen.add((stack, named, kind))
+                self._unreported.setdefault((stack, kind), []).append(named)
+                new.append(line)
+        return new
+
+    def grouped(self) -> list[str]:
+        """One short line a stack, the new warnings since last asked: what its runs could not apply, by role,
+        and its other notes (each in full where ``add`` answered them, e.g. in a log), with the sets."""
+        by_stack: dict[str, tuple[dict[str, dict[str, None]], dict[str, None], dict[str, None]]] = {}
+        for (stack, kind), sets in self._unreported.items():
+            refused, notes, named = by_stack.setdefault(stack, ({}, {}, {}))
+            named.update(dict.fromkeys(sets))
+            if not_applied := self._NOT_APPLIED.match(kind):
+                refused.setdefault(not_applied["role"], {}).update(
+                    dict.fromkeys(not_applied["parameters"].split(", ")))
+            else:
+                notes[kind] = None
+        self._unreported.clear()
+        lines = []
+        for stack, (refused, notes, named) in by_stack.items():
+            parts = [f"{role} could not apply " + (", ".join(names) if len(names) <= 3 else f"{len(names)} parameters")
+                     for role, names in refused.items()]
+            parts += list(notes) if len(notes) == 1 else [f"{len(notes)} notes"] if notes else []
+            sets = ", ".join(named) if len(named) <= 3 else f"{len(named)} sets"
+            lines.append(f"{stack}: {'; '.join(parts)} ({sets})")
+        return lines
+
+
 def execute(experiment: Experiment, out: Path, json_output: bool, title: str | None = None,
-            summary: bool = True) -> list[dict]:
-    """Run with one live progress line (the newest run's result on it, each warning printed once), then
-    print the per-condition summaries (a table headed ``title``, or JSON lines) unless ``summary`` is off.
-    Ctrl-C keeps the finished runs and says so."""
+            summary: bool = True, warnings: RunWarnings | None = None) -> list[dict]:
+    """Run with one live progress line (the newest run's result on it, each warning printed once per stack
+    and set of ``warnings``, which a campaign of many experiments shares), then print the per-condition
+    summaries (a table headed ``title``, or JSON lines) unless ``summary`` is off. Ctrl-C keeps the finished
+    runs and says so."""
     console = cli_console(stderr=True)
+    warnings = warnings if warnings is not None else RunWarnings()
     reason = experiment.stack.unavailable_reason()
     if reason:
         raise ToolError(f"stack {experiment.stack.name} is not usable here: {reason}")
     for named in {c.client.name: c.client for c in experiment.conditions}.values() if summary else ():
         console.print(f"set: {named.name} ({named.source})")
     total = len(experiment.conditions) * experiment.reps
-    warned: set[str] = set()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         what = f"{experiment.kind} on {experiment.stack.name}"
         task = progress.add_task(what, total=total)
 
         def on_run(row: dict) -> None:
-            for line in json.loads(row["warnings"] or "[]"):
-                if line not in warned:
-                    warned.add(line)
-                    progress.console.print(f"[yellow]warning:[/] {line}")
+            for line in warnings.add(row):
+                progress.console.print(f"[yellow]warning:[/] {line}")
             goodput = f"{row['goodput_mbps']:.1f} Mbit/s" if row.get("goodput_mbps") else row.get("error", "")
             dropped = json.loads(row.get("counters") or "{}").get("client_udp_rcvbuf_errors")
             if dropped:
@@ -246,9 +294,22 @@ def experiment_summary(results: Path, experiment_id: str):
         con.close()
 
 
-#: the summary's columns a table shows only where its runs have them (label -> run_summary column)
-EXTRA_COLUMNS = {"requests/s": "mean_requests_per_s", "TTFB ms": "mean_ttfb_ms", "p50 ms": "mean_latency_p50_ms",
-                 "p99 ms": "mean_latency_p99_ms", "fairness": "mean_fairness"}
+#: the summary's request columns (label -> (summary column, the runs' metric a workload declares))
+REQUEST_COLUMNS = {"requests/s": ("mean_requests_per_s", "requests_per_s"), "TTFB ms": ("mean_ttfb_ms", "ttfb_ms"),
+                   "p50 ms": ("mean_latency_p50_ms", "latency_p50_ms"),
+                   "p99 ms": ("mean_latency_p99_ms", "latency_p99_ms")}
+
+
+def _extra_columns(shown) -> dict[str, str]:
+    """The columns beside goodput that mean something for what ran (label -> summary column): a request
+    metric where a workload that ran declares it (a download's one request has a rate and a TTFB too, which
+    say nothing), fairness where several clients ran."""
+    declared = {m for name in shown["workload"].unique() if name in WORKLOADS for m in WORKLOADS[name].metrics}
+    extra = {label: column for label, (column, metric) in REQUEST_COLUMNS.items()
+             if metric in declared and shown[column].drop_nulls().len()}
+    if shown["mean_fairness"].drop_nulls().len() and (shown["clients"] > 1).any():
+        extra["fairness"] = "mean_fairness"
+    return extra
 
 
 def show_summaries(frame, json_output: bool, title: str | None = None) -> None:
@@ -263,23 +324,28 @@ def show_summaries(frame, json_output: bool, title: str | None = None) -> None:
     shown = frame.with_columns(pl.col("set_name").str.replace(r"\+[^+]*$", "")
                                if frame["sweep_param"].drop_nulls().len() else pl.col("set_name"))
     keys = statistics.varying(shown) or ["set_name"]
-    # the request metrics and the clients' fairness, where a workload or --clients gave them
-    extra = {label: column for label, column in EXTRA_COLUMNS.items() if shown[column].drop_nulls().len()}
+    extra = _extra_columns(shown)
     measured = "goodput (Mbit/s)" + (f" and {', '.join(extra)} (means)" if extra else "")
     table = Table(title=f"{title + ': ' if title else ''}{measured}; failed runs excluded from the statistics",
                   caption=f"all: {statistics.shared(shown)}")
+    fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    # (label, cell of a row); the spread and the socket drops only where some row has them (one run has none)
+    cells = {"n": lambda s: str(s["n"]), "failed": lambda s: str(s["failed"]), "mean": lambda s: fmt(s["mean_mbps"])}
+    if shown["stddev_mbps"].drop_nulls().len():
+        cells["stddev"] = lambda s: fmt(s["stddev_mbps"])
+        cells["95% CI"] = lambda s: "-" if s["ci95_low"] is None else f"{s['ci95_low']:.1f} to {s['ci95_high']:.1f}"
+    if shown["client_socket_drop_pct"].drop_nulls().len():
+        drops = "client_socket_drop_pct"
+        cells["client socket drops %"] = lambda s: "-" if s[drops] is None else f"{s[drops]:.2f}"
+    for label, column in extra.items():
+        cells[label] = (lambda s, c=column: f"{s[c]:.3f}" if c == "mean_fairness" and s[c] is not None
+                        else fmt(s[c]))
     for key in keys:
         table.add_column(key, overflow="fold")
-    for column in ("n", "failed", "mean", "stddev", "95% CI", "client socket drops %", *extra):
-        table.add_column(column, justify="right", no_wrap=True)
-    fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    for label in cells:
+        table.add_column(label, justify="right", no_wrap=True)
     for s in shown.iter_rows(named=True):
-        ci = "-" if s["ci95_low"] is None else f"{s['ci95_low']:.1f} to {s['ci95_high']:.1f}"
-        table.add_row(*(statistics.describe(s, [key]) for key in keys), str(s["n"]), str(s["failed"]),
-                      fmt(s["mean_mbps"]), fmt(s["stddev_mbps"]), ci,
-                      "-" if s["client_socket_drop_pct"] is None else f"{s['client_socket_drop_pct']:.2f}",
-                      *(fmt(s[column]) if column != "mean_fairness" or s[column] is None else f"{s[column]:.3f}"
-                        for column in extra.values()))
+        table.add_row(*(statistics.describe(s, [key]) for key in keys), *(cell(s) for cell in cells.values()))
     cli_console().print(table)
 
 
