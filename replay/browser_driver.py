@@ -114,7 +114,9 @@ async function qreplayRequests(size, requests, concurrency) {
       const sent = performance.now();
       const response = await fetch(url, {cache: "no-store"});
       if (response.status !== 200) status = response.status;
-      bytes += await qreplayRead(response, () => { if (firstByte === null) firstByte = performance.now(); });
+      // read first, then add: "bytes += await ..." would add to the value bytes had before the await
+      const read = await qreplayRead(response, () => { if (firstByte === null) firstByte = performance.now(); });
+      bytes += read;
       latencies.push(performance.now() - sent);
     }
   }

@@ -74,6 +74,9 @@ class Experiment:
 
     def __post_init__(self) -> None:
         for client, server in {self.stacks(c) for c in self.conditions} or {self.stacks(None)}:
+            if not server.serves(client.protocol) and client.needs_page:
+                raise ToolError(f"{server.name}'s server speaks {server.protocol}, not {client.protocol}: it has no "
+                                f"{client.protocol} server here for {client.name} to load a page from")
             if not server.serves(client.protocol):
                 raise ToolError(f"{client.name}'s client speaks {client.protocol}, {server.name}'s server "
                                 f"{server.protocol}: no download between them")

@@ -163,6 +163,8 @@ class Stack(ABC):
     #: what its server answers of the same to a page's fetch() (serves_page): GETs of /<size>, many at once,
     #: and a PUT answered with the count of body bytes read (tests/test_replay_browsers.py checks each)
     page_protocol: frozenset[str] = frozenset({"down", "many"})
+    #: why its server lacks a primitive of page_protocol, where it is known (else PAGE_PRIMITIVES_MISSING says)
+    page_missing: Mapping[str, str] = {}
     #: whether several of its clients can run at once against one server (their command lines share nothing)
     many_clients: bool = False
     #: how long its client may take to end what it started once told to stop (SIGTERM) before all of it is
@@ -234,7 +236,8 @@ class Stack(ABC):
         if not client.needs_page or (missing := workload_needs(opts) - self.page_protocol) == set():
             return None
         return (f"{self.name}'s server cannot answer {client.name}'s {opts.workload.name} workload: "
-                + "; ".join(PAGE_PRIMITIVES_MISSING[need].format(server=self.name) for need in sorted(missing)))
+                + "; ".join(self.page_missing.get(need, PAGE_PRIMITIVES_MISSING[need]).format(server=self.name)
+                            for need in sorted(missing)))
 
     def serves(self, protocol: str) -> bool:
         """Whether its server answers a client speaking ``protocol``."""
@@ -301,7 +304,7 @@ def workload_needs(opts: RunOptions) -> set[str]:
 
 #: why a server's answers to a page lack a primitive, for the one line refusing it
 PAGE_PRIMITIVES_MISSING = {
-    "up": "{server} reads no upload's body, or does not answer with the count of body bytes it read",
+    "up": "{server} is not known to answer an upload with the count of body bytes it read",
     "many": "{server} answers one request a connection",
     "down": "{server} serves no /<size>",
 }
