@@ -58,31 +58,71 @@ PROTOCOLS = {"quic": "h3", "tcp": "h2"}
 MARKER_PORT = 9  # scanner.capture.frontend.wait_until_in_capture's marker datagram goes to the discard port
 SAMPLE_S = 0.1
 
-# The measurement: fetch /<size> uncached, read the body to its end without keeping it, and report the
-# browser's own timing and its Resource Timing entries (the page's navigation opened the connection).
+# The measurements, one function a workload, each reporting the browser's own timing (performance.now()) and its
+# Resource Timing entries (the page's navigation opened the connection):
+# - download: fetch /<size> uncached, read the body to its end without keeping it;
+# - upload: PUT a body of <size> bytes to /<size>; the server answers with the number of body bytes it read
+#   (tparams.workloads' replay protocol), timed from the request to the answer's end;
+# - requests: <requests> GETs of /<size>, <concurrency> at once, as a page fetches its subresources: each one's
+#   latency (request to its body's end, in completion order), the first one's time to its first byte.
 PAGE = """<!doctype html>
 <meta charset="utf-8"><title>qreplay</title>
 <script>
-async function qreplayMeasure(size) {
-  const url = new URL("/" + size, location.href).href;
-  const started = performance.now();
-  const response = await fetch(url, {cache: "no-store"});
+performance.setResourceTimingBufferSize(100000);
+const qreplayKeys = ["nextHopProtocol", "startTime", "fetchStart", "connectStart", "secureConnectionStart",
+                     "connectEnd", "requestStart", "responseStart", "responseEnd", "transferSize", "encodedBodySize"];
+const qreplayPick = entry => Object.fromEntries(qreplayKeys.map(k => [k, entry ? entry[k] : null]));
+function qreplayUrl(size) { return new URL("/" + size, location.href).href; }
+async function qreplayRead(response, onFirst) {
   const reader = response.body.getReader();
   let bytes = 0;
   for (;;) {
     const {done, value} = await reader.read();
-    if (done) break;
+    if (done) return bytes;
+    if (bytes === 0 && onFirst) onFirst();
     bytes += value.length;
   }
+}
+function qreplayReport(url, fields) {
+  return JSON.stringify({...fields, navigation: qreplayPick(performance.getEntriesByType("navigation")[0]),
+                         request: qreplayPick(performance.getEntriesByName(url).pop())});
+}
+async function qreplayMeasure(size) {
+  const url = qreplayUrl(size);
+  const started = performance.now();
+  const response = await fetch(url, {cache: "no-store"});
+  const bytes = await qreplayRead(response);
+  return qreplayReport(url, {status: response.status, bytes, started_ms: started, ended_ms: performance.now()});
+}
+async function qreplayUpload(size) {
+  const url = qreplayUrl(size), body = new Uint8Array(size);
+  const started = performance.now();
+  const response = await fetch(url, {method: "PUT", body, cache: "no-store"});
+  const answer = await response.text();
   const ended = performance.now();
-  const pick = (entry, keys) => Object.fromEntries(keys.map(k => [k, entry ? entry[k] : null]));
-  const keys = ["nextHopProtocol", "startTime", "fetchStart", "connectStart", "secureConnectionStart",
-                "connectEnd", "requestStart", "responseStart", "responseEnd", "transferSize", "encodedBodySize"];
-  return JSON.stringify({
-    status: response.status, bytes, started_ms: started, ended_ms: ended,
-    navigation: pick(performance.getEntriesByType("navigation")[0], keys),
-    download: pick(performance.getEntriesByName(url).pop(), keys),
-  });
+  return qreplayReport(url, {status: response.status, answer: answer.slice(0, 40), started_ms: started,
+                             ended_ms: ended});
+}
+async function qreplayRequests(size, requests, concurrency) {
+  const url = qreplayUrl(size);
+  let next = 0, bytes = 0, firstByte = null, status = 200;
+  const latencies = [];
+  const started = performance.now();
+  async function worker() {
+    while (next < requests) {
+      next += 1;
+      const sent = performance.now();
+      const response = await fetch(url, {cache: "no-store"});
+      if (response.status !== 200) status = response.status;
+      // read first, then add: "bytes += await ..." would add to the value bytes had before the await
+      const read = await qreplayRead(response, () => { if (firstByte === null) firstByte = performance.now(); });
+      bytes += read;
+      latencies.push(performance.now() - sent);
+    }
+  }
+  await Promise.all(Array.from({length: Math.min(concurrency, requests)}, worker));
+  return qreplayReport(url, {status, bytes, requests: latencies.length, started_ms: started,
+                             ended_ms: performance.now(), first_byte_ms: firstByte, latencies_ms: latencies});
 }
 </script>
 """
@@ -327,21 +367,26 @@ def read_transport(capture: Path, client_ip: str, server_ip: str, server_port: i
     return seen
 
 
-def read_client_hello(capture: Path, label: str, server_port: int) -> dict:
+def read_client_hello(capture: Path, label: str, server_port: int, keylog: Path | None = None) -> dict:
     """The browser's transport parameters from the run's first ClientHello (the twelve, by name), its
-    fingerprint and how many ClientHellos the run had; {} when the capture holds none."""
+    fingerprint and how many ClientHellos the run had, and the server's answer to it (its EncryptedExtensions,
+    decrypted with the browser's key log: ``server_sent``); {} when the capture holds none."""
     from scanner.capture.extract import read_capture
     from tparams.errors import ToolError
     from tparams.paramset import ParamSet
 
     try:
-        hellos = read_capture(capture, client=label, ports=(server_port,)).hellos
+        hellos = read_capture(capture, keylog=keylog if keylog and keylog.is_file() else None, client=label,
+                              ports=(server_port,)).hellos
     except ToolError:
         return {}
     sent = ParamSet.from_decoded(hellos[0].transport_parameters)
+    answered = next((h.server_transport_parameters for h in hellos if h.server_transport_parameters), None)
     return {"client_sent": {k: v for k, v in sent.as_sent().items() if v is not None},
             "client_sent_fingerprint": sent.fingerprint(), "client_hellos": len(hellos),
-            "client_sent_sets": len({ParamSet.from_decoded(h.transport_parameters).fingerprint() for h in hellos})}
+            "client_sent_sets": len({ParamSet.from_decoded(h.transport_parameters).fingerprint() for h in hellos}),
+            "server_sent": None if answered is None else
+            {k: v for k, v in ParamSet.from_decoded(answered).as_sent().items() if v is not None}}
 
 
 def namespace_counters() -> dict[str, int]:
@@ -369,10 +414,27 @@ class Target:
     timeout_s: float
     keylog: Path | None = None
     environment: dict[str, str] = field(default_factory=dict)
+    direction: str = "down"  # down: GETs, up: a PUT of a body of ``size`` bytes
+    requests: int = 1
+    concurrency: int = 1
 
     @property
     def page_url(self) -> str:
         return f"https://{HOST}:{self.port}/index.html"
+
+    @property
+    def workload(self) -> str:
+        """The workload's name in the page's words (and the run's error lines)."""
+        return "upload" if self.direction == "up" else "requests" if self.requests > 1 else "download"
+
+    @property
+    def expression(self) -> str:
+        """The page's measurement of this run's workload (PAGE)."""
+        if self.direction == "up":
+            return f"qreplayUpload({self.size})"
+        if self.requests > 1:
+            return f"qreplayRequests({self.size}, {self.requests}, {self.concurrency})"
+        return f"qreplayMeasure({self.size})"
 
     def process_environment(self) -> dict[str, str]:
         """The browser's own HOME, caches and temporary directory inside the run's directory (which the
@@ -548,11 +610,11 @@ def run_chromium(target: Target, profile: Path, out: dict) -> dict:
             raise RunFailed(f"chromium {version} could not load the page over "
                             f"{PROTOCOLS[target.transport]}: {navigated['errorText']}")
         devtools.wait_event("Page.loadEventFired")
-        evaluated = devtools.call("Runtime.evaluate", {"expression": f"qreplayMeasure({target.size})",
+        evaluated = devtools.call("Runtime.evaluate", {"expression": target.expression,
                                                        "awaitPromise": True, "returnByValue": True}, session)
         if "exceptionDetails" in evaluated:
             details = evaluated["exceptionDetails"]
-            raise RunFailed(f"the page's download failed in chromium {version}: "
+            raise RunFailed(f"the page's {target.workload} failed in chromium {version}: "
                             f"{details.get('exception', {}).get('description', details.get('text'))}".splitlines()[0])
         measured = json.loads(evaluated["result"]["value"])
         with contextlib.suppress(RunFailed):
@@ -600,7 +662,7 @@ def run_firefox(target: Target, profile: Path, out: dict) -> dict:
         except RunFailed as exc:
             raise RunFailed(f"firefox {version} could not load the page over {PROTOCOLS[target.transport]}: "
                             f"{str(exc).split(': ', 2)[-1].removeprefix('Error: ')}") from None
-        evaluated = call("script.evaluate", {"expression": f"qreplayMeasure({target.size})",
+        evaluated = call("script.evaluate", {"expression": target.expression,
                                              "target": {"context": context}, "awaitPromise": True})
         if evaluated.get("type") == "exception":
             details = evaluated.get("exceptionDetails", {})
@@ -608,7 +670,7 @@ def run_firefox(target: Target, profile: Path, out: dict) -> dict:
             if where.startswith("about:"):  # an error page: a refused certificate, a failed connection
                 raise RunFailed(f"firefox {version} could not load the page over {PROTOCOLS[target.transport]}: "
                                 f"it showed {where.split('&')[0]}")
-            raise RunFailed(f"the page's download failed in firefox {version}: {details.get('text')}")
+            raise RunFailed(f"the page's {target.workload} failed in firefox {version}: {details.get('text')}")
         measured = json.loads(evaluated["result"]["value"])
         with contextlib.suppress(RunFailed, OSError):
             call("browser.close", {})
@@ -650,7 +712,7 @@ def check_protocol(target: Target, measured: dict, seen: dict, label: str) -> st
     """The protocol the run used, when the browser's word and the capture agree on the one asked for;
     else RunFailed with the one line that says what happened instead."""
     expected = PROTOCOLS[target.transport]
-    said = {measured["navigation"]["nextHopProtocol"], measured["download"]["nextHopProtocol"]}
+    said = {measured["navigation"]["nextHopProtocol"], measured["request"]["nextHopProtocol"]}
     if said != {expected}:
         spoken = " and ".join(sorted(str(p) for p in said))
         fell_back = " (fell back to TCP)" if target.transport == "quic" and said & {"h2", "http/1.1"} else ""
@@ -699,7 +761,9 @@ def run(target: Target, device: str, out: dict) -> None:
     seen = read_transport(capture.path, client_ip, target.server_ip, target.port)
     out["transport_seen"] = {**seen, **{k: after[k] - before[k] for k in after}}
     if target.transport == "quic":
-        out.update(read_client_hello(capture.path, label, target.port))
+        out.update(read_client_hello(capture.path, label, target.port, target.keylog))
+        # what the server answered with: the parameters that bound the browser as a sender (an upload's)
+        out["transport_seen"]["server_sent"] = out.pop("server_sent", None)
     if failure:
         if target.transport == "quic" and "quic_handshake_s" in seen and seen["tcp_syn_packets"]:
             # Firefox retries over TCP after an h3 connection fails (a refused certificate among the causes)
@@ -707,16 +771,48 @@ def run(target: Target, device: str, out: dict) -> None:
             raise RunFailed(f"{failure} (after a QUIC handshake that reached the server's flight, it fell back "
                             "to TCP)")
         raise failure
-    navigation = measured["navigation"]
-    out.update(bytes=measured["bytes"], duration_s=(measured["ended_ms"] - measured["started_ms"]) / 1000,
-               http_status=measured["status"],
-               timing="request to last body byte (in the browser: performance.now() around fetch() and its "
-                      "body reader; the page's load opened the connection)",
-               handshake_s=seen.get("quic_handshake_s", seen.get("tls_handshake_s")),
-               resource_timing={"navigation": navigation, "download": measured["download"]})
+    out.update(measured_row(target, measured), handshake_s=seen.get("quic_handshake_s", seen.get("tls_handshake_s")))
     out["protocol_seen"] = check_protocol(target, measured, seen, label)
-    if measured["status"] != 200 or measured["bytes"] != target.size:
-        raise RunFailed(f"{label} got status {measured['status']} and {measured['bytes']} of {target.size} bytes")
+    check_moved(target, measured, label)
+
+
+def measured_row(target: Target, measured: dict) -> dict:
+    """What the run reports of the page's measurement, in the replay protocol's words (tparams.workloads):
+    bytes moved (an upload's: the count the server answered), request to last response finished, and for
+    many requests their count, the first one's time to first byte and each one's latency."""
+    row = {"duration_s": (measured["ended_ms"] - measured["started_ms"]) / 1000, "http_status": measured["status"],
+           "resource_timing": {"navigation": measured["navigation"], target.workload: measured["request"]}}
+    if target.direction == "up":
+        answer = measured["answer"].strip()
+        row.update(bytes=int(answer) if answer.isdigit() else 0, server_answer=measured["answer"],
+                   timing="request to the answer's end (in the browser: performance.now() around fetch() of a "
+                          "PUT and the server's answer, the count of body bytes it read; the page's load opened "
+                          "the connection)")
+    else:
+        row.update(bytes=measured["bytes"],
+                   timing="request to last body byte (in the browser: performance.now() around fetch() and its "
+                          "body reader; the page's load opened the connection)")
+    if target.requests > 1:
+        row.update(requests=measured["requests"], ttfb_s=(measured["first_byte_ms"] - measured["started_ms"]) / 1000,
+                   latencies_s=[ms / 1000 for ms in measured["latencies_ms"]],
+                   timing="first request to last body byte (in the browser: performance.now() around each "
+                          "fetch() and its body reader; the page's load opened the connection)")
+    return row
+
+
+def check_moved(target: Target, measured: dict, label: str) -> None:
+    """RunFailed unless every request was answered 200 and moved its bytes, an upload's as counted by the
+    server."""
+    status = measured["status"]
+    if target.direction == "up":
+        answer = measured["answer"].strip()
+        if status != 200 or answer != str(target.size):
+            raise RunFailed(f"{label} put {target.size} bytes and got status {status} and the answer "
+                            f"{answer[:20]!r}, not the count {target.size} of body bytes read")
+        return
+    wanted = target.size * target.requests
+    if status != 200 or measured["bytes"] != wanted:
+        raise RunFailed(f"{label} got status {status} and {measured['bytes']} of {wanted} bytes")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -732,11 +828,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", required=True, help="the client namespace's path interface, captured")
     parser.add_argument("--timeout-s", type=float, default=120.0)
     parser.add_argument("--keylog", type=Path)
+    # the replay protocol's workload options (tparams.workloads), as the replay clients take them
+    parser.add_argument("--direction", choices=("down", "up"), default="down")
+    parser.add_argument("--requests", type=int, default=1)
+    parser.add_argument("--concurrency", type=int, default=1)
     args = parser.parse_args(argv)
     ip, port = args.server.rsplit(":", 1)
     args.workdir.mkdir(parents=True, exist_ok=True)
     target = Target(args.browser, ip, int(port), args.size, args.transport, args.cert, args.ca, not args.no_trust,
-                    args.workdir, args.timeout_s, args.keylog)
+                    args.workdir, args.timeout_s, args.keylog or args.workdir / "keylog", direction=args.direction,
+                    requests=args.requests, concurrency=args.concurrency)
     # The runner stops a client with SIGTERM: unwind, so the browser's tree is ended and reaped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result: dict = {"bytes": 0}

@@ -74,6 +74,9 @@ class Experiment:
 
     def __post_init__(self) -> None:
         for client, server in {self.stacks(c) for c in self.conditions} or {self.stacks(None)}:
+            if not server.serves(client.protocol) and client.needs_page:
+                raise ToolError(f"{server.name}'s server speaks {server.protocol}, not {client.protocol}: it has no "
+                                f"{client.protocol} server here for {client.name} to load a page from")
             if not server.serves(client.protocol):
                 raise ToolError(f"{client.name}'s client speaks {client.protocol}, {server.name}'s server "
                                 f"{server.protocol}: no download between them")
@@ -81,7 +84,8 @@ class Experiment:
                 raise ToolError(f"{server.name}'s server serves no page for {client.name} to load")
         refused = [line for c in self.conditions or [None] for client, server in [self.stacks(c)]
                    for options in [self.options.asking(c.knobs if c else {})]
-                   for line in (*client.refusals(options, "client"), *server.refusals(options, "server"))]
+                   for line in (*client.refusals(options, "client"), *server.refusals(options, "server"),
+                                *filter(None, [server.page_refusal(client, options)]))]
         if self.options.clients > 1:
             refused += [f"{s.name}'s client runs one at a time here (its programs share the run's directory)"
                         for s in {self.stacks(c)[0].name: self.stacks(c)[0] for c in self.conditions}.values()

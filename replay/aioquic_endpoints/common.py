@@ -59,13 +59,16 @@ def parse_request(received: bytes, finished: bool) -> tuple[str, int, int] | Non
     return found.group(1).decode(), int(found.group(2)), len(line + newline)
 
 
-async def send_paced(quic: QuicConnection, transmit: Callable[[], None], stream_id: int, remaining: int) -> None:
+async def send_paced(quic: QuicConnection, transmit: Callable[[], None], stream_id: int, remaining: int,
+                     send: Callable[[int, bytes, bool], None] | None = None) -> None:
     """Send ``remaining`` bytes and FIN on a stream, in slices, yielding between them, so that aioquic's
-    flow control (not our buffer) paces the sender."""
+    flow control (not our buffer) paces the sender; ``send`` frames them (HTTP/3's DATA), by default as they
+    are."""
+    send = send or (lambda stream, data, end: quic.send_stream_data(stream, data, end_stream=end))
     while True:
         n = min(remaining, len(CHUNK))
         remaining -= n
-        quic.send_stream_data(stream_id, CHUNK[:n], end_stream=remaining == 0)
+        send(stream_id, CHUNK[:n], remaining == 0)
         transmit()
         if remaining == 0:
             return

@@ -1,14 +1,30 @@
 """aioquic replay server: answers each stream's ``GET /<size>`` with that many bytes, its ``PUT /<size>``
-with the number of body bytes received once the body has ended."""
+with the number of body bytes received once the body has ended.
+
+It speaks HTTP/3 too (aioquic.h3), to a client that offers h3 (a browser): ``GET /<size>`` answered with
+that many bytes, a PUT or POST with the number of body bytes it read, in decimal, once the body has ended, and
+``GET /<file>`` with that file of the directory named by QREPLAY_HTDOCS (the browser's measurement page).
+Either way the connection carries the command line's transport parameters, so a browser meets aioquic
+configured with any set.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+from pathlib import Path
 
 from aioquic.asyncio import serve
-from aioquic.quic.events import StreamDataReceived
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, HeadersReceived
+from aioquic.quic.events import ProtocolNegotiated, StreamDataReceived
 
 from replay.aioquic_endpoints.common import Endpoint, command_line, configuration, parse_request, send_paced
+
+HTDOCS_ENV = "QREPLAY_HTDOCS"  # the directory whose files the server's HTTP/3 side serves
+_SIZE = re.compile(r"/(\d+)")
+_FILE = re.compile(r"/([A-Za-z0-9_.-]+)")
 
 
 class BulkServer(Endpoint):
@@ -17,8 +33,15 @@ class BulkServer(Endpoint):
         self._lines: dict[int, bytes] = {}  # streams whose request line is still coming
         # streams whose request was read: a PUT's body bytes so far, None for a GET (more data is ignored)
         self._bodies: dict[int, int | None] = {}
+        self.h3: H3Connection | None = None
 
     def quic_event_received(self, event) -> None:
+        if isinstance(event, ProtocolNegotiated) and event.alpn_protocol in H3_ALPN:
+            self.h3 = H3Connection(self.connection)
+        if self.h3 is not None:
+            for h3_event in self.h3.handle_event(event):
+                self.h3_event_received(h3_event)
+            return
         if not isinstance(event, StreamDataReceived):
             return
         stream_id = event.stream_id
@@ -45,10 +68,58 @@ class BulkServer(Endpoint):
             if received is not None:
                 self.connection.send_stream_data(stream_id, str(received).encode(), end_stream=True)
 
+    # --- HTTP/3 ---------------------------------------------------------------------------------------
+
+    def h3_event_received(self, event) -> None:
+        stream_id = event.stream_id
+        if isinstance(event, HeadersReceived):
+            headers = dict(event.headers)
+            method = headers.get(b":method", b"").decode()
+            path = headers.get(b":path", b"/").decode().split("?")[0]
+            if method in ("PUT", "POST"):
+                self._bodies[stream_id] = 0
+            elif method == "GET" and (size := _SIZE.fullmatch(path)):
+                self._respond(stream_id, 200, {b"content-length": size.group(1).encode()})
+                asyncio.ensure_future(send_paced(self.connection, self.transmit, stream_id, int(size.group(1)),
+                                                 self.h3.send_data))
+                return
+            elif method == "GET" and (page := self._file(path)) is not None:
+                self._respond(stream_id, 200, {b"content-type": b"text/html; charset=utf-8"}, page)
+                return
+            else:
+                self._respond(stream_id, 404, {}, b"")
+                return
+        elif isinstance(event, DataReceived) and stream_id in self._bodies:
+            self._bodies[stream_id] += len(event.data)
+        else:
+            return
+        if event.stream_ended:
+            count = str(self._bodies.pop(stream_id)).encode()
+            self._respond(stream_id, 200, {b"content-type": b"text/plain"}, count)
+
+    def _respond(self, stream_id: int, status: int, headers: dict[bytes, bytes], body: bytes | None = None) -> None:
+        """Send the response's headers, and ``body`` with FIN unless it is None (the body follows)."""
+        fields = [(b":status", str(status).encode()), *headers.items()]
+        if body is not None:
+            fields.append((b"content-length", str(len(body)).encode()))
+        self.h3.send_headers(stream_id, fields)
+        if body is not None:
+            self.h3.send_data(stream_id, body, end_stream=True)
+        self.transmit()
+
+    @staticmethod
+    def _file(path: str) -> bytes | None:
+        """A file of QREPLAY_HTDOCS by its name (``/`` is index.html); None if there is none."""
+        htdocs, name = os.environ.get(HTDOCS_ENV), _FILE.fullmatch("/index.html" if path == "/" else path)
+        if not htdocs or not name or not (Path(htdocs) / name.group(1)).is_file():
+            return None
+        return (Path(htdocs) / name.group(1)).read_bytes()
+
 
 async def main() -> None:
     args = command_line("replay-server", __doc__)
     config = configuration(args, is_client=False)
+    config.alpn_protocols = [*config.alpn_protocols, *H3_ALPN]
     config.load_cert_chain(args.cert, args.key)
     BulkServer.args = args
     await serve(*args.listen, configuration=config, create_protocol=BulkServer)

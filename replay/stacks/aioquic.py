@@ -1,11 +1,15 @@
 """aioquic through our own bulk client and server (replay/aioquic_endpoints): every one of the twelve
 parameters can be set, bidi_local, bidi_remote and uni separately. Python-speed: expect far lower
-goodput than the C and Go stacks; it is here for parameter coverage, not for speed."""
+goodput than the C and Go stacks; it is here for parameter coverage, not for speed.
+
+Its server speaks HTTP/3 beside hq-interop (aioquic's own h3 layer, chosen by the client's ALPN), so a
+browser loads its page, downloads and uploads through aioquic configured with any set."""
 
 from __future__ import annotations
 
 import sys
 
+from replay.aioquic_endpoints.server import HTDOCS_ENV
 from replay.stacks.base import ReplayProgram
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
@@ -15,6 +19,16 @@ class Aioquic(ReplayProgram):
     replay_protocol = frozenset({"down", "up", "many"})
     settable = {"client": frozenset(PERFORMANCE_PARAMETERS), "server": frozenset(PERFORMANCE_PARAMETERS)}
     cc_names = frozenset({"cubic"})  # (and Reno, aioquic's default, which qreplay does not offer)
+    serves_page = True  # over h3: the files of workdir/htdocs (QREPLAY_HTDOCS)
+    page_protocol = frozenset({"down", "up", "many"})
+
+    def serves(self, protocol: str) -> bool:
+        return protocol in ("hq-interop", "h3")
+
+    def server_command(self, params, opts, ip, port, workdir):
+        argv, applied = super().server_command(params, opts, ip, port, workdir)
+        (workdir / "htdocs").mkdir(exist_ok=True)
+        return ["env", f"{HTDOCS_ENV}={workdir / 'htdocs'}", *argv], applied
 
     def command(self, role) -> list[str]:
         return [sys.executable, "-m", self.library.programs[f"replay-{role}"]]

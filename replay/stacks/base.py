@@ -157,6 +157,14 @@ class Stack(ABC):
     serves_page: bool = False
     #: whether its client loads a page before it downloads (a browser), from a server that serves one
     needs_page: bool = False
+    #: what its client speaks of the replay protocol (tparams.workloads): down (GET), up (PUT), many (several
+    #: requests on one connection); the rest is refused in one line
+    replay_protocol: frozenset[str] = frozenset({"down"})
+    #: what its server answers of the same to a page's fetch() (serves_page): GETs of /<size>, many at once,
+    #: and a PUT answered with the count of body bytes read (tests/test_replay_browsers.py checks each)
+    page_protocol: frozenset[str] = frozenset({"down", "many"})
+    #: why its server lacks a primitive of page_protocol, where it is known (else PAGE_PRIMITIVES_MISSING says)
+    page_missing: Mapping[str, str] = {}
     #: whether several of its clients can run at once against one server (their command lines share nothing)
     many_clients: bool = False
     #: how long its client may take to end what it started once told to stop (SIGTERM) before all of it is
@@ -218,10 +226,18 @@ class Stack(ABC):
 
     def workload_refusal(self, opts: RunOptions) -> str | None:
         """Why its client cannot run ``opts``' workload, or None. By default a client downloads, once."""
-        requests, concurrency = opts.workload.asked(opts.requests, opts.concurrency)
-        if opts.workload.direction == "down" and requests == concurrency == 1:
+        if workload_needs(opts) <= self.replay_protocol:
             return None
         return f"{self.name}'s client speaks only the download workload, not {opts.workload.name}"
+
+    def page_refusal(self, client: "Stack", opts: RunOptions) -> str | None:
+        """Why its server cannot answer what the page of ``client`` (a browser) asks in ``opts``' workload, or
+        None."""
+        if not client.needs_page or (missing := workload_needs(opts) - self.page_protocol) == set():
+            return None
+        return (f"{self.name}'s server cannot answer {client.name}'s {opts.workload.name} workload: "
+                + "; ".join(self.page_missing.get(need, PAGE_PRIMITIVES_MISSING[need]).format(server=self.name)
+                            for need in sorted(missing)))
 
     def serves(self, protocol: str) -> bool:
         """Whether its server answers a client speaking ``protocol``."""
@@ -280,6 +296,20 @@ class Stack(ABC):
                 {k: v for k, v in requested.items() if k not in can})
 
 
+def workload_needs(opts: RunOptions) -> set[str]:
+    """What ``opts``' workload asks of the replay protocol's primitives (Stack.replay_protocol)."""
+    requests, concurrency = opts.workload.asked(opts.requests, opts.concurrency)
+    return {opts.workload.direction} | ({"many"} if max(requests, concurrency) > 1 else set())
+
+
+#: why a server's answers to a page lack a primitive, for the one line refusing it
+PAGE_PRIMITIVES_MISSING = {
+    "up": "{server} is not known to answer an upload with the count of body bytes it read",
+    "many": "{server} answers one request a connection",
+    "down": "{server} serves no /<size>",
+}
+
+
 def last_json_line(stdout: str) -> dict | None:
     """The last line of ``stdout`` that is a JSON object (ValueError if it is malformed), else None."""
     for line in reversed(stdout.strip().splitlines()):
@@ -316,15 +346,10 @@ class ReplayProgram(Stack):
     (its descriptor's ``fixed``): a request for exactly that value is what the peer sees, so it counts as applied
     (any other as not applied)."""
 
-    #: what its client speaks of the replay protocol (tparams.workloads): down (GET), up (PUT), many (several
-    #: requests on one connection); its program refuses the rest in one line
-    replay_protocol: frozenset[str] = frozenset({"down"})
     many_clients = True
 
     def workload_refusal(self, opts: RunOptions) -> str | None:
-        requests, concurrency = opts.workload.asked(opts.requests, opts.concurrency)
-        needs = {opts.workload.direction} | ({"many"} if max(requests, concurrency) > 1 else set())
-        if needs <= self.replay_protocol:
+        if workload_needs(opts) <= self.replay_protocol:
             return None
         return (f"{self.name}'s client does not speak the {opts.workload.name} workload "
                 f"(its program speaks {', '.join(sorted(self.replay_protocol))} of the replay protocol)")

@@ -28,6 +28,8 @@ class Browser(Stack):
     roles = frozenset({"client"})
     own_parameters = True
     needs_page = True
+    # the page's fetch() makes each workload (browser_driver.PAGE), over h3 and h2 alike
+    replay_protocol = frozenset({"down", "up", "many"})
     settable = {"client": frozenset(), "server": frozenset()}
     # the driver's own grace for the browser's tree (5 s) and its capture's end (up to 20 s)
     stop_grace_s = 30.0
@@ -65,7 +67,8 @@ class Browser(Stack):
         return (f"client only, over {self.protocol}: sets none of the 12 (a browser's parameters are its own; each "
                 "run records its ClientHello), and its windows follow the browser's own rule, --autotune or not "
                 "(traced: datasets/flowcontrol/rules.csv); "
-                f"downloads from {self.default_server}'s server unless --server-stack")
+                "its page downloads, uploads (a PUT, answered with the count read) and makes many requests; "
+                f"from {self.default_server}'s server unless --server-stack")
 
     def server_command(self, params, opts, ip, port, workdir):
         raise ToolError(f"{self.name} is a client only: give a --server-stack that serves {self.protocol}")
@@ -79,6 +82,8 @@ class Browser(Stack):
                 f"--ca={workdir / 'ca.pem'}", f"--workdir={workdir / 'browser'}", f"--device={PATH_DEVICE}",
                 # the runner's own deadline stops the driver later; the driver's leaves time to end the browser
                 f"--timeout-s={max(10.0, opts.timeout_s - 10):g}"]
+        argv += [f"--{name}={value}" for name, value in
+                 opts.workload.client_options(opts.size, opts.requests, opts.concurrency).items()]
         if not self.trusts_server:
             argv.append("--no-trust")
         if opts.keylog:

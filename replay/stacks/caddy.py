@@ -1,5 +1,8 @@
 """Debian's caddy as a server for the browsers: HTTP/3 (quic-go inside caddy 2.6) and HTTP/2 on TLS 1.3 on
-kernel TCP from one process, serving the measurement page and a file of the download's size.
+kernel TCP from one process, serving the measurement page and a file of the download's size, and answering
+an upload (PUT or POST) with the count of body bytes read: caddy reverse-proxies it to replay/upload_counter.py
+on the server namespace's loopback (caddy 2.6 has no directive that counts a body), so the upload's QUIC flow
+control is still quic-go's.
 
 A server only, with nothing to set: it serves the browsers' TCP variants (chromium-tcp, firefox-tcp), and
 the h3 browsers too when asked (--server-stack caddy), so a browser's h3 and h2 runs can share one server.
@@ -9,9 +12,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from replay.stacks.base import SERVER_NAME, TRANSPORTS, Applied, Stack, ensure_certificate, which
+from replay.upload_counter import PORT_ENV
 from tparams.errors import ToolError
 
 
@@ -20,6 +25,7 @@ class Caddy(Stack):
     protocol = "h3"
     roles = frozenset({"server"})
     serves_page = True
+    page_protocol = frozenset({"down", "up", "many"})
     settable = {"client": frozenset(), "server": frozenset()}
     # quic-go's congestion control for h3 (its only one); for h2 the kernel's, which the server namespace sets
     cc_names = frozenset({"cubic"})
@@ -48,8 +54,8 @@ class Caddy(Stack):
         return (done.stdout.split() or [None])[0] if done.returncode == 0 else None
 
     def capabilities(self) -> str:
-        return ("server only (h3 and h2 on TLS 1.3 from one process): sets none of the 12; --cc sets kernel TCP's "
-                "(h2), h3 runs quic-go's cubic")
+        return ("server only (h3 and h2 on TLS 1.3 from one process; uploads counted by a loopback backend): sets "
+                "none of the 12; --cc sets kernel TCP's (h2), h3 runs quic-go's cubic")
 
     def server_command(self, params, opts, ip, port, workdir):
         key, cert = ensure_certificate(workdir)
@@ -65,13 +71,15 @@ class Caddy(Stack):
             f"\tstorage file_system {home / 'data'}\n\tservers {{\n\t\tprotocols h1 h2 h3\n\t}}\n}}\n"
             f"https://{SERVER_NAME}:{port} {{\n\tbind {ip}\n"
             f"\ttls {cert} {key} {{\n\t\tprotocols tls1.3\n\t}}\n"
+            f"\t@upload method PUT POST\n\treverse_proxy @upload 127.0.0.1:{{${PORT_ENV}}}\n"
             f"\troot * {htdocs}\n\tfile_server\n}}\n")
         applied = Applied(not_applied={k: v for k, v in (params.as_sent() if params else {}).items() if v is not None})
         env = [f"HOME={home}", f"XDG_DATA_HOME={home / 'data'}", f"XDG_CONFIG_HOME={home / 'config'}"]
         # The namespace's TCP congestion control is the h2 sender's (a per-namespace sysctl, set for every run).
         tcp_cc = f"net.ipv4.tcp_congestion_control={self.congestion_control(opts.cc, 'h2')}"
-        return ["sh", "-c", 'sysctl -qw "$0" && exec "$@"', tcp_cc, "env", *env, which("caddy") or "caddy", "run",
-                "--config", str(caddyfile), "--adapter", "caddyfile"], applied
+        return ["sh", "-c", 'sysctl -qw "$0" && exec "$@"', tcp_cc, "env", *env, sys.executable, "-m",
+                "replay.upload_counter", "--", which("caddy") or "caddy", "run", "--config", str(caddyfile),
+                "--adapter", "caddyfile"], applied
 
     def client_command(self, params, opts, server_ip, port, workdir):
         raise ToolError("caddy is a server only here: its clients are curl and the browsers (chromium-tcp, "
