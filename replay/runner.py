@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.process import ExitedEarly, NotListening, Process, wait_listening
-from replay import profile, store, trace
+from replay import limits, profile, store, trace
 from replay.cpuidle import ShallowIdle
 from replay.link import LinkConfig, select_backend
 from replay.sets import NamedSet
@@ -365,6 +365,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             stack.complete_row(row, result)
         if captured is not None:
             row["trace"] = _trace(row, tracing, captured, workdir, path.server_ip, options.qlog_dir)
+            if row["trace"]:
+                row.update(limits.columns(row["trace"][1], limits.RunFacts.from_run(row)))
         if profiling and row["status"] == "ok":
             row["profile"] = _profile(row, profiling)
     if row["status"] != "ok":

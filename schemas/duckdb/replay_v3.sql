@@ -1,4 +1,5 @@
--- qreplay results, schema version 2 (knobs and workloads; migrations/replay_1_to_2.sql migrates a version 1 file).
+-- qreplay results, schema version 3 (2: knobs and workloads; 3: each traced run's limit breakdown; migrations/
+-- replay_1_to_2.sql and replay_2_to_3.sql migrate older files).
 -- One file per campaign; written in batches.
 -- JSON-valued columns hold JSON text (VARCHAR) so the file opens without extensions.
 
@@ -6,7 +7,7 @@ CREATE TABLE IF NOT EXISTS schema_version (
     name    VARCHAR PRIMARY KEY,
     version INTEGER NOT NULL
 );
-INSERT OR IGNORE INTO schema_version VALUES ('replay', 2);
+INSERT OR IGNORE INTO schema_version VALUES ('replay', 3);
 
 CREATE TABLE IF NOT EXISTS experiments (
     experiment_id VARCHAR PRIMARY KEY,
@@ -99,7 +100,11 @@ CREATE TABLE IF NOT EXISTS runs (
                                             -- TLS application record; the page's connection, which the download reuses
     client_sent         VARCHAR,            -- JSON: the twelve parameters of the run's own ClientHello
                                             -- (set_fingerprint is theirs)
-    resource_timing     VARCHAR             -- JSON: the page's and the download's entries
+    resource_timing     VARCHAR,            -- JSON: the page's and the download's entries
+    limited_by          VARCHAR,            -- traced runs (--trace): the limit that held the transfer longest
+                                            -- (replay/limits.py's rules); NULL for a run not traced
+    limits              VARCHAR             -- JSON: the share of the transfer's time at each limit of
+                                            -- replay.limits.LIMITS (summing to 1) and the basis the rules used
 );
 -- The view run_summary (one row per experiment and condition: runs, failed, n, mean, standard deviation
 -- and 95% CI of the goodput of the successful runs, packets, socket drops) is created by replay/store.py

@@ -1,0 +1,141 @@
+"""What held a run back (replay/limits.py): the rules on made points, and engineered cases on the real testbed,
+each built to hit one limit and labelled as built."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+
+from replay import limits, sets
+from replay.link import LinkConfig
+from replay.runner import Condition, Experiment, run_experiment
+from replay.stacks import get_stack
+from replay.stacks.base import RunOptions
+
+WINDOW = 131_072
+MSS = 1200
+
+
+def _down(t, sent_max, in_flight, stream_credit=10**9, conn_credit=10**9, **more):
+    return {"t_s": t, "direction": "down", "stream_bytes": MSS, "sent_max": sent_max, "in_flight": in_flight,
+            "stream_credit": stream_credit, "conn_credit": conn_credit, **more}
+
+
+def _up(t, sent_max, in_flight, stream_credit=10**9, conn_credit=10**9, **more):
+    return {"t_s": t, "direction": "up", "stream_bytes": None, "sent_max": sent_max, "in_flight": in_flight,
+            "stream_credit": stream_credit, "conn_credit": conn_credit, **more}
+
+
+def test_a_sender_at_its_stream_credit_is_receive_window_limited():
+    """10 ms sending up to the credit, then 30 ms at it until MAX_STREAM_DATA re-opens it: 3/4 receive window."""
+    points = [_down(0.0, 1200, 1200, stream_credit=12_000), _down(0.01, 12_000, 12_000, stream_credit=12_000),
+              _up(0.04, 12_000, 0, stream_credit=24_000), _down(0.05, 13_200, 1200, stream_credit=24_000)]
+    found = limits.breakdown(points)
+    assert found.limited_by == "receive_window_stream"
+    assert found.fractions["receive_window_stream"] == pytest.approx(0.6)  # 0.01-0.04 of 0.05
+    assert sum(found.fractions.values()) == pytest.approx(1)
+    assert set(found.fractions) == set(limits.LIMITS)
+
+
+def test_the_tighter_credit_binds_and_a_blocked_frame_names_it():
+    """Both credits near: the one with less room. A DATA_BLOCKED frame holds the sender at the connection's
+    credit until MAX_DATA raises it past the limit the frame named, even a packet's length below it."""
+    tight = [_down(0.0, 10_000, 5000, stream_credit=10_900, conn_credit=10_500), _down(0.01, 10_000, 5000)]
+    assert limits.breakdown(tight).limited_by == "receive_window_connection"
+    blocked = [_down(0.0, 8000, 3000, conn_credit=10_000, data_blocked=10_000), _down(0.01, 8000, 3000,
+                                                                                    conn_credit=10_000),
+               _up(0.02, 8000, 0, conn_credit=20_000), _down(0.03, 9200, 1200, conn_credit=20_000)]
+    found = limits.breakdown(blocked)
+    assert found.fractions["receive_window_connection"] == pytest.approx(2 / 3)
+
+
+def test_in_flight_beyond_the_links_bdp_is_the_link():
+    """50 Mbit/s and a 10 ms RTT: a BDP of 62,500 bytes; 100,000 in flight leaves a queue, 30,000 does not."""
+    facts = limits.RunFacts(rate_bps=50_000_000)
+    points = [_up(0.0, 0, 0, rtt_ms=10.0), _down(0.001, 1200, 30_000), _down(0.011, 50_000, 100_000),
+              _down(0.041, 90_000, 100_000)]
+    found = limits.breakdown(points, facts)
+    assert found.limited_by == "link" and found.fractions["link"] == pytest.approx(30 / 41)
+    assert found.basis["bdp_bytes"] == pytest.approx(62_500)
+    assert limits.breakdown(points).fractions["link"] == 0  # no configured rate: never the link
+
+
+def test_retransmissions_are_loss_recovery_or_the_receivers_socket():
+    """A packet below the highest offset sent is a retransmission; where the client's socket, not the link,
+    dropped the datagrams, its time is the receiver's."""
+    points = [_down(0.0, 12_000, 12_000), _down(0.01, 12_000, 12_000), _down(0.02, 13_200, 12_000)]
+    assert limits.breakdown(points).fractions["loss_recovery"] == pytest.approx(0.5)
+    socket = limits.breakdown(points, limits.RunFacts(client_socket_drops=3))
+    assert socket.fractions["loss_recovery"] == 0 and socket.limited_by == "receiver_cpu_socket"
+
+
+def test_a_saturated_core_and_an_idle_sender():
+    points = [_down(0.0, 1200, 20_000), _down(0.01, 2400, 20_000), _down(0.02, 3600, 0), _down(0.03, 4800, 0)]
+    assert limits.breakdown(points).fractions == pytest.approx(
+        {**dict.fromkeys(limits.LIMITS, 0.0), "congestion_window": 2 / 3, "application": 1 / 3})
+    busy = limits.RunFacts(wall_s=1.0, server_cpu_s=0.95, client_cpu_s=0.3)
+    assert limits.breakdown(points, busy).fractions["sender_cpu"] == pytest.approx(1)
+    assert limits.breakdown(points, limits.RunFacts(wall_s=1.0, server_cpu_s=0.3, client_cpu_s=0.9)
+                            ).limited_by == "receiver_cpu_socket"
+    # the sender's qlog shows its window full: that, not its CPU
+    full = [{**p, "cwnd": 20_000} for p in points]
+    assert limits.breakdown(full, busy).fractions["congestion_window"] == pytest.approx(2 / 3)
+
+
+def test_no_transfer_no_breakdown():
+    assert limits.breakdown([_up(0.0, 0, 0)]) is None
+    assert limits.columns([], limits.RunFacts()) == {"limited_by": None, "limits": None}
+
+
+# --- engineered cases on the real testbed --------------------------------------------------------------
+
+NGTCP2 = get_stack("ngtcp2")
+
+
+@pytest.fixture(scope="module")
+def engineered(tmp_path_factory):
+    """One traced ngtcp2 download of 2 MB under each condition built to hit one limit; {case: runs row}."""
+    if NGTCP2.unavailable_reason():
+        pytest.skip(f"ngtcp2: {NGTCP2.unavailable_reason()}")
+    results = tmp_path_factory.mktemp("limits") / "r.duckdb"
+    firefox = sets.resolve_one("firefox")  # windows of 12-24 MiB: none binds unless a condition says so
+    cases = {"stream": Condition(sets.with_overrides(firefox, [f"initial_max_stream_data_bidi_local={WINDOW}"]),
+                                 None, LinkConfig(delay_down_ms=30)),
+             "connection": Condition(sets.with_overrides(firefox, [f"initial_max_data={WINDOW}"]), None,
+                                     LinkConfig(delay_down_ms=30)),
+             "link": Condition(firefox, None, LinkConfig(delay_down_ms=10, rate_bps=50_000_000))}
+    experiment = Experiment("single", NGTCP2, list(cases.values()),
+                            RunOptions(size=2_000_000, timeout_s=30, trace=True), reps=1)
+    rows = run_experiment(experiment, results)
+    stored = {r[0]: r[1:] for r in duckdb.connect(str(results), read_only=True).execute(
+        "SELECT run_id, limited_by, limits FROM runs").fetchall()}
+    named = {}
+    for case, row in zip(cases, rows):
+        assert row["status"] == "ok", row.get("error")
+        assert stored[row["run_id"]][0] == row["limited_by"]
+        named[case] = {**row, "fractions": json.loads(stored[row["run_id"]][1])["fractions"]}
+    return named
+
+
+def test_a_small_client_stream_window_at_30_ms_is_the_stream_window(engineered):
+    run = engineered["stream"]
+    assert run["limited_by"] == "receive_window_stream", run["fractions"]
+    # the rest is slow start's first round trips, before the flight reaches the window
+    assert run["fractions"]["receive_window_stream"] > 0.5
+    assert run["fractions"]["receive_window_connection"] == 0
+
+
+def test_a_small_initial_max_data_is_the_connection_window(engineered):
+    run = engineered["connection"]
+    assert run["limited_by"] == "receive_window_connection", run["fractions"]
+    assert run["fractions"]["receive_window_connection"] > 0.5
+    assert run["fractions"]["receive_window_stream"] == 0
+
+
+def test_a_50_mbit_link_is_the_link(engineered):
+    run = engineered["link"]
+    assert run["limited_by"] == "link", run["fractions"]
+    assert run["fractions"]["link"] > 0.5
+    assert run["fractions"]["receive_window_stream"] == run["fractions"]["receive_window_connection"] == 0
