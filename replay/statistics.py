@@ -212,3 +212,31 @@ def difference_of_means(first: dict, second: dict) -> dict:
         return {"difference": m1 - m2, "difference_ci95_low": None, "difference_ci95_high": None}
     half = _t975(min(n1, n2) - 1) * math.sqrt(s1 ** 2 / n1 + s2 ** 2 / n2)
     return {"difference": m1 - m2, "difference_ci95_low": m1 - m2 - half, "difference_ci95_high": m1 - m2 + half}
+
+
+def limits_summary(con: duckdb.DuckDBPyConnection):
+    """Per experiment and condition, what held its runs back (runs.limited_by and runs.limits, replay/limits.py):
+    runs, traced (those with a breakdown), ``limited_by`` (the label most of them carry, ties by the larger mean
+    share), ``agreeing`` (how many carry it), the mean share of each limit of replay.limits.LIMITS over the
+    traced runs, and the mean goodput of the successful ones; polars, in the order the conditions first ran.
+    A file without the columns (older than schema version 3 and opened read-only) has no breakdowns."""
+    import polars as pl
+
+    from replay.limits import LIMITS
+
+    keys = present_conditions(con)
+    shares = ", ".join(f"json_extract(limits, '$.fractions.{name}')::DOUBLE AS {name}" for name in LIMITS)
+    frame = con.sql(f"SELECT experiment_id, {', '.join(keys)}, started_at, status, goodput_mbps, limited_by, "
+                    f"{shares} FROM runs").pl()
+    group = ["experiment_id", *keys]
+    summary = frame.group_by(group, maintain_order=True).agg(
+        pl.len().alias("runs"), pl.col("limited_by").count().alias("traced"),
+        pl.col("started_at").min().alias("first_started"),
+        pl.col("goodput_mbps").filter(pl.col("status") == "ok").mean().alias("mean_mbps"),
+        *(pl.col(name).mean().alias(name) for name in LIMITS))
+    labels = (frame.filter(pl.col("limited_by").is_not_null()).group_by([*group, "limited_by"])
+              .agg(pl.len().alias("agreeing")))
+    summary = summary.join(labels, on=group, how="left", nulls_equal=True)
+    share = pl.coalesce(*(pl.when(pl.col("limited_by") == name).then(pl.col(name)) for name in LIMITS))
+    return (summary.with_columns(share.alias("_share")).sort(["agreeing", "_share"], descending=True, nulls_last=True)
+            .unique(group, keep="first", maintain_order=True).drop("_share").sort("first_started"))

@@ -30,7 +30,7 @@ INPUTS = {
     ("qscan", "campaign shard", "--allowlist"), ("qscan", "campaign plan", "--measured"),
     ("qscan", "diff", "old"), ("qscan", "diff", "new"), ("qscan", "trends", "directory"),
     ("qscan", "ipv6", "--aliased"), ("qscan", "ipv6", "--blocklist"),
-    ("qreplay", "sets", "--scan"), ("qreplay", "plot", "results"),
+    ("qreplay", "sets", "--scan"), ("qreplay", "plot", "results"), ("qreplay", "why", "results"),
 }
 
 

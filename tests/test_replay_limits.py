@@ -4,12 +4,16 @@ each built to hit one limit and labelled as built."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 
 import duckdb
 import pytest
 
 from replay import limits, sets
 from replay.link import LinkConfig
+from replay.commands.why import why_lines
 from replay.runner import Condition, Experiment, run_experiment
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
@@ -96,7 +100,8 @@ NGTCP2 = get_stack("ngtcp2")
 
 @pytest.fixture(scope="module")
 def engineered(tmp_path_factory):
-    """One traced ngtcp2 download of 2 MB under each condition built to hit one limit; {case: runs row}."""
+    """One traced ngtcp2 download of 2 MB under each condition built to hit one limit; ({case: runs row}, the
+    results file)."""
     if NGTCP2.unavailable_reason():
         pytest.skip(f"ngtcp2: {NGTCP2.unavailable_reason()}")
     results = tmp_path_factory.mktemp("limits") / "r.duckdb"
@@ -116,11 +121,11 @@ def engineered(tmp_path_factory):
         assert row["status"] == "ok", row.get("error")
         assert stored[row["run_id"]][0] == row["limited_by"]
         named[case] = {**row, "fractions": json.loads(stored[row["run_id"]][1])["fractions"]}
-    return named
+    return named, results
 
 
 def test_a_small_client_stream_window_at_30_ms_is_the_stream_window(engineered):
-    run = engineered["stream"]
+    run = engineered[0]["stream"]
     assert run["limited_by"] == "receive_window_stream", run["fractions"]
     # the rest is slow start's first round trips, before the flight reaches the window
     assert run["fractions"]["receive_window_stream"] > 0.5
@@ -128,14 +133,45 @@ def test_a_small_client_stream_window_at_30_ms_is_the_stream_window(engineered):
 
 
 def test_a_small_initial_max_data_is_the_connection_window(engineered):
-    run = engineered["connection"]
+    run = engineered[0]["connection"]
     assert run["limited_by"] == "receive_window_connection", run["fractions"]
     assert run["fractions"]["receive_window_connection"] > 0.5
     assert run["fractions"]["receive_window_stream"] == 0
 
 
 def test_a_50_mbit_link_is_the_link(engineered):
-    run = engineered["link"]
+    run = engineered[0]["link"]
     assert run["limited_by"] == "link", run["fractions"]
     assert run["fractions"]["link"] > 0.5
     assert run["fractions"]["receive_window_stream"] == run["fractions"]["receive_window_connection"] == 0
+
+
+def _qreplay(*args: str) -> subprocess.CompletedProcess:
+    """qreplay of this checkout (the tests run from its root)."""
+    return subprocess.run([sys.executable, "-c", "from replay.cli import main; main()", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_why_names_each_conditions_limit(engineered, tmp_path):
+    runs, results = engineered
+    shown = _qreplay("why", str(results))
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines == why_lines(results) and lines[0].startswith("experiment ")
+    # one line a condition, each naming the limit it was built to hit first
+    assert [line.split(": ")[1].split(" (")[0] for line in lines[1:]] == [
+        "receive_window_stream", "receive_window_connection", "link"]
+    untraced = tmp_path / "untraced.duckdb"
+    shutil.copy(results, untraced)
+    with duckdb.connect(str(untraced)) as con:
+        con.execute("UPDATE runs SET limited_by = NULL, limits = NULL")
+    assert all("none traced (qreplay --trace" in line for line in why_lines(untraced)[1:])
+
+
+def test_why_of_no_results_file_is_one_line(tmp_path):
+    for path, said in ((tmp_path / "none.duckdb", "does not exist"), (tmp_path / "text.duckdb", "cannot open")):
+        if said == "cannot open":
+            path.write_text("not a database")
+        shown = _qreplay("why", str(path))
+        assert shown.returncode == 2 and said in shown.stderr, shown.stderr
+        assert len(shown.stderr.strip().splitlines()) == 1 and "Traceback" not in shown.stderr
