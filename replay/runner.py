@@ -292,7 +292,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             if profiling:  # attached before the client starts, so the server's part is sampled whole
                 profiling.attach("server", server_stack.name, profile.executable_of(server_argv), server.program_pid())
             if options.trace:  # started before the client, stopped after it (and the server)
-                captured = tracing.enter_context(trace.capture(path, workdir / "trace.pcapng"))
+                captured = tracing.enter_context(trace.capture(path, workdir / "trace.pcapng",
+                                                               TRANSPORTS[stack.protocol]))
             before = path.interface_counters()
             gated = bool(profiling) and profile.gated(plan.argv)
             clients = [_Client.start(path.client_ns, each, workdir, i, gated) for i, each in enumerate(plans)]
@@ -380,6 +381,9 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
     the run, not a failed run."""
     try:
         tracing.close()
+        if captured["transport"] == "tcp":  # TCP's headers are in the clear: nothing to decrypt
+            return trace.build_tcp_trace(row["run_id"], *trace.read_tcp(workdir / "trace.pcapng", server_ip),
+                                         captured)
         decoded = trace.decrypt(workdir / "trace.pcapng", workdir / "keylog", server_ip)
     except ToolError as exc:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), f"no trace: {exc}"])

@@ -11,10 +11,11 @@ import sys
 import duckdb
 import pytest
 
+from common.process import ns_command
 from replay import limits, sets
 from replay.link import LinkConfig
 from replay.commands.why import why_lines
-from replay.runner import Condition, Experiment, run_experiment
+from replay.runner import Condition, Experiment, open_path, run_experiment, run_once
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
 
@@ -175,3 +176,25 @@ def test_why_of_no_results_file_is_one_line(tmp_path):
         shown = _qreplay("why", str(path))
         assert shown.returncode == 2 and said in shown.stderr, shown.stderr
         assert len(shown.stderr.strip().splitlines()) == 1 and "Traceback" not in shown.stderr
+
+
+TCP_H2 = get_stack("tcp-h2")
+
+
+@pytest.mark.skipif(TCP_H2.unavailable_reason() is not None, reason=f"tcp-h2: {TCP_H2.unavailable_reason()}")
+def test_tcp_with_a_tiny_receive_buffer_agrees_with_the_kernels_chronographs():
+    """tcp-h2 at 30 ms with the client's TCP receive buffer held at 64 KiB (its namespace's tcp_rmem: no knob
+    sets it yet): the capture's breakdown and the kernel's own account of the server's socket (tcpi_rwnd_limited
+    over tcpi_busy_time) both say the receiver's window held the transfer, within 10 percentage points."""
+    link = LinkConfig(delay_down_ms=30)
+    with open_path("auto", link) as path:
+        subprocess.run(ns_command(path.client_ns, ["sysctl", "-q", "-w", "net.ipv4.tcp_rmem=4096 65536 65536"]),
+                       check=True)
+        row = run_once(TCP_H2, path, Condition(sets.resolve_one("firefox"), None, link),
+                       RunOptions(size=2_000_000, timeout_s=30, trace=True), 1, "tcp-rmem", "auto")
+    assert row["status"] == "ok", row.get("error")
+    kernel = json.loads(row["counters"])
+    kernel_share = kernel["sender_rwnd_limited_s"] / kernel["sender_busy_s"]
+    capture_share = json.loads(row["limits"])["fractions"]["receive_window_connection"]
+    assert row["limited_by"] == "receive_window_connection"
+    assert kernel_share > 0.5 and abs(capture_share - kernel_share) < 0.10, (capture_share, kernel)

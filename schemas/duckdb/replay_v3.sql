@@ -110,7 +110,9 @@ CREATE TABLE IF NOT EXISTS runs (
 -- and 95% CI of the goodput of the successful runs, packets, socket drops) is created by replay/store.py
 -- from replay/statistics.py, where every statistic of stored runs is defined once.
 
--- `qreplay --trace`: one row per traced run (its capture, decrypted with the client's key log).
+-- `qreplay --trace`: one row per traced run (its capture, decrypted with the client's key log; a TCP run's
+-- (tcp-h2) needs no decrypting: its headers hold its sequence numbers, ACKs and window, and no stream or
+-- transport parameter columns are set).
 CREATE TABLE IF NOT EXISTS traces (
     run_id                             VARCHAR PRIMARY KEY,
     download_stream                    BIGINT,      -- the stream the server sent the most bytes on
@@ -137,7 +139,7 @@ CREATE TABLE IF NOT EXISTS trace_points (
     seq                 INTEGER NOT NULL,   -- capture order
     t_s                 DOUBLE NOT NULL,    -- seconds since traces.t0_epoch (negative: the handshake)
     direction           VARCHAR NOT NULL,   -- down (server to client, the data) | up (the client's ACKs and updates)
-    packet_number       BIGINT NOT NULL,
+    packet_number       BIGINT NOT NULL,    -- TCP: the capture's frame number
     packet_bytes        INTEGER,            -- the QUIC packet's size
     stream_bytes        INTEGER,            -- down: download-stream bytes in this packet (retransmissions too)
     sent_max            BIGINT,             -- highest offset + length sent

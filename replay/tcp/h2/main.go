@@ -220,7 +220,8 @@ type chronographs struct {
 var printing sync.Mutex
 
 // reportChronographs prints the socket's chronographs once what it sent is all acknowledged (the busy
-// time stops there), or after 5 s; nothing when the socket is gone first.
+// time stops there), or after 5 s; the last reading when the socket closes first (the client, done, closed
+// the connection: little can have been outstanding), nothing when there was none.
 func reportChronographs(socket syscall.Conn) {
 	raw, err := socket.SyscallConn()
 	if err != nil {
@@ -228,13 +229,17 @@ func reportChronographs(socket syscall.Conn) {
 	}
 	var info *unix.TCPInfo
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-		raw.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
-		if err != nil {
-			return
+		var read *unix.TCPInfo
+		if raw.Control(func(fd uintptr) { read, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }) != nil || err != nil {
+			break
 		}
+		info = read
 		if info.Unacked == 0 && info.Notsent_bytes == 0 {
 			break
 		}
+	}
+	if info == nil {
+		return
 	}
 	printing.Lock()
 	defer printing.Unlock()
