@@ -16,16 +16,24 @@ the point that opens it, by the first rule that holds:
    The download stream carries nearly all of the connection's bytes (the rest: HTTP/3's control and QPACK
    streams, tens of bytes), so both are held against the stream's highest offset sent. Where both bind, the
    one with less room left (a blocked frame names it); an exact tie is the stream's.
-2. ``loss_recovery``: the point is a retransmission (its stream bytes lie below the highest offset sent
-   before it). Where the client's socket dropped datagrams and the link did not, the loss was the receiver's:
-   that time is charged to ``receiver_cpu_socket`` instead (in proportion when both dropped).
+2. ``loss_recovery``: from a retransmission (a packet whose stream bytes lie below the highest offset sent
+   before it) until the bytes acknowledged reach the highest offset sent when it was sent (NewReno's recovery
+   point, RFC 6582: what was in flight at the loss has been delivered). Where the client's socket dropped
+   datagrams and the link did not, the loss was the receiver's: that time is charged to
+   ``receiver_cpu_socket`` instead (in proportion when both dropped). After that, as long as the sender's
+   window (its qlog's congestion window, else its bytes in flight) has not regained the largest it had before
+   the loss, time that rules 4 and 7 would charge to the congestion window is the loss's too: the window
+   that binds is the one the loss cut (a multiplicative decrease), not one the path set.
 3. ``link``: the link has a configured rate and the bytes in flight exceed its bandwidth-delay product (the
    rate x the run's smallest RTT sample) by more than one MSS: the excess waits in the emulator's queue,
    which is non-empty, so the link's rate is what delivers.
 4. ``congestion_window``, when the sender's qlog gave its window: in flight within one MSS of it.
 5. ``sender_cpu``: a core near saturation at the sender over the run (the server's CPU seconds over the
    client's lifetime at least CPU_SATURATED); then ``receiver_cpu_socket``: the client's likewise, or its
-   socket dropped datagrams. (Run-level: the counters say how busy an end was, not when.)
+   socket dropped datagrams. (Run-level: the counters say how busy an end was, not when.) Also an end's CPU,
+   the busier one's, when the link has no rate (no queue to wait in) and the latest RTT sample is at least
+   RTT_INFLATED times the smallest: the packets waited in an endpoint, not on the path (a machine whose cores
+   are shared shows so where no process reaches CPU_SATURATED).
 6. ``application``: nothing in flight (less than one MSS), the sender at no credit: it had nothing to send
    (before the first body byte, too).
 7. ``congestion_window``: what is left: data in flight, the sender at no credit, queue or CPU limit (RFC
@@ -52,6 +60,8 @@ LIMITS = ("receive_window_stream", "receive_window_connection", "stream_limit", 
 #: process's start and end, which its CPU seconds include and the transfer does not)
 CPU_SATURATED = 0.85
 DEFAULT_MSS = 1200  # RFC 9000's smallest datagram, when the trace carries no STREAM frame
+#: an RTT sample this many times the run's smallest, on a link without a rate, is time spent in an endpoint
+RTT_INFLATED = 2.0
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,8 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     seconds = dict.fromkeys(LIMITS, 0.0)
     seconds["application"] = points[0]["t_s"]  # the request's arrival to the first point: nothing sent yet
     blocked: dict[str, int] = {}  # which credit a *_BLOCKED frame named, and at what limit
-    sent_before = 0
+    sent_before, recovery_point, rtt_ms = 0, None, None
+    peak, cut = 0, None  # the sender's largest window since the last loss began; the one a loss cut
     for point, after in zip(points, points[1:]):
         span = after["t_s"] - point["t_s"]
         if point["direction"] == "down":
@@ -112,17 +123,28 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
                 blocked["stream"] = point["stream_data_blocked"]
             if point.get("data_blocked") is not None:
                 blocked["connection"] = point["data_blocked"]
-        retransmission = point["direction"] == "down" and bool(point.get("stream_bytes")) and \
-            point["sent_max"] <= sent_before
+        window_now = point.get("cwnd") if point.get("cwnd") is not None else point.get("in_flight") or 0
+        if point["direction"] == "down" and point.get("stream_bytes") and point["sent_max"] <= sent_before:
+            if recovery_point is None:  # a loss episode begins: the window it cuts is the largest before it
+                cut, peak = max(cut or 0, peak), 0
+            recovery_point = max(recovery_point or 0, sent_before)  # a retransmission
+        elif recovery_point is not None and (point.get("acked") or 0) >= recovery_point:
+            recovery_point = None
+        peak = max(peak, window_now)
+        if cut is not None and recovery_point is None and window_now >= cut:
+            cut = None  # regained
         sent_before = max(sent_before, point.get("sent_max") or 0)
+        rtt_ms = point.get("rtt_ms") or rtt_ms
         window = _window(point, mss, blocked)
         if window:
             seconds[window] += span
-        elif retransmission:
+        elif recovery_point is not None:
             seconds["receiver_cpu_socket"] += span * socket_loss
             seconds["loss_recovery"] += span * (1 - socket_loss)
         else:
-            seconds[_sender_limit(point, mss, bdp, sender_share, receiver_share, facts.client_socket_drops)] += span
+            inflated = not facts.rate_bps and rtt_ms is not None and min_rtt_ms and rtt_ms >= RTT_INFLATED * min_rtt_ms
+            limit = _sender_limit(point, mss, bdp, sender_share, receiver_share, facts.client_socket_drops, inflated)
+            seconds["loss_recovery" if limit == "congestion_window" and cut is not None else limit] += span
     total = sum(seconds.values())
     if total <= 0:  # one packet: the whole body in the first datagram
         seconds["application"] = total = 1.0
@@ -159,8 +181,9 @@ def _window(point: Mapping, mss: int, blocked: dict[str, int]) -> str | None:
 
 
 def _sender_limit(point: Mapping, mss: int, bdp: float | None, sender_share: float | None,
-                  receiver_share: float | None, socket_drops: int) -> str:
-    """Rules 3-7 for a sender at no receive window and not retransmitting."""
+                  receiver_share: float | None, socket_drops: int, inflated: bool) -> str:
+    """Rules 3-7 for a sender at no receive window and not in loss recovery; ``inflated``: the latest RTT
+    sample grew in an endpoint."""
     in_flight = point.get("in_flight") or 0
     if bdp is not None and in_flight > bdp + mss:
         return "link"
@@ -170,6 +193,8 @@ def _sender_limit(point: Mapping, mss: int, bdp: float | None, sender_share: flo
         return "sender_cpu"
     if (receiver_share is not None and receiver_share >= CPU_SATURATED) or socket_drops:
         return "receiver_cpu_socket"
+    if inflated:
+        return "sender_cpu" if (sender_share or 0) > (receiver_share or 0) else "receiver_cpu_socket"
     if in_flight < mss:
         return "application"
     return "congestion_window"

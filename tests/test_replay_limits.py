@@ -89,6 +89,28 @@ def test_a_saturated_core_and_an_idle_sender():
     assert limits.breakdown(full, busy).fractions["congestion_window"] == pytest.approx(2 / 3)
 
 
+def test_a_window_cut_by_a_loss_is_the_losss_until_regained():
+    """A loss at 0.02 s (a retransmission) halves the flight of 20,000 bytes; the recovery point (13,200, the
+    highest offset sent then) is acknowledged at 0.03, after which the cut window is still the loss's until the
+    flight is 20,000 again (at 0.05)."""
+    delivered = {"acked": 13_200}
+    points = [_down(0.0, 12_000, 20_000), _down(0.01, 13_200, 20_000), _down(0.02, 12_000, 10_000),
+              _up(0.03, 13_200, 10_000, **delivered), _down(0.04, 14_400, 15_000, **delivered),
+              _down(0.05, 15_600, 20_000, **delivered), _down(0.06, 16_800, 20_000, **delivered)]
+    found = limits.breakdown(points)
+    assert found.fractions["loss_recovery"] == pytest.approx(3 / 6)
+    assert found.fractions["congestion_window"] == pytest.approx(3 / 6)
+
+
+def test_rtt_grown_in_an_endpoint_is_its_cpu():
+    """No rate on the link: a sample ten times the smallest waited in an endpoint, the busier one."""
+    points = [_up(0.0, 0, 0, rtt_ms=0.1), _down(0.001, 1200, 20_000), _up(0.002, 1200, 20_000, rtt_ms=1.0),
+              _down(0.003, 2400, 20_000)]
+    facts = limits.RunFacts(wall_s=1.0, server_cpu_s=0.3, client_cpu_s=0.4)
+    assert limits.breakdown(points, facts).fractions["receiver_cpu_socket"] == pytest.approx(1 / 3)
+    assert limits.breakdown(points, limits.RunFacts(rate_bps=10**9)).fractions["receiver_cpu_socket"] == 0
+
+
 def test_no_transfer_no_breakdown():
     assert limits.breakdown([_up(0.0, 0, 0)]) is None
     assert limits.columns([], limits.RunFacts()) == {"limited_by": None, "limits": None}
@@ -97,21 +119,26 @@ def test_no_transfer_no_breakdown():
 # --- engineered cases on the real testbed --------------------------------------------------------------
 
 NGTCP2 = get_stack("ngtcp2")
+AIOQUIC = get_stack("aioquic")
 
 
 @pytest.fixture(scope="module")
 def engineered(tmp_path_factory):
-    """One traced ngtcp2 download of 2 MB under each condition built to hit one limit; ({case: runs row}, the
-    results file)."""
-    if NGTCP2.unavailable_reason():
-        pytest.skip(f"ngtcp2: {NGTCP2.unavailable_reason()}")
+    """One traced download of 2 MB under each condition built to hit one limit (ngtcp2's, aioquic's for the
+    CPU); ({case: runs row}, the results file)."""
+    for stack in (NGTCP2, AIOQUIC):
+        if stack.unavailable_reason():
+            pytest.skip(f"{stack.name}: {stack.unavailable_reason()}")
     results = tmp_path_factory.mktemp("limits") / "r.duckdb"
     firefox = sets.resolve_one("firefox")  # windows of 12-24 MiB: none binds unless a condition says so
     cases = {"stream": Condition(sets.with_overrides(firefox, [f"initial_max_stream_data_bidi_local={WINDOW}"]),
                                  None, LinkConfig(delay_down_ms=30)),
              "connection": Condition(sets.with_overrides(firefox, [f"initial_max_data={WINDOW}"]), None,
                                      LinkConfig(delay_down_ms=30)),
-             "link": Condition(firefox, None, LinkConfig(delay_down_ms=10, rate_bps=50_000_000))}
+             "link": Condition(firefox, None, LinkConfig(delay_down_ms=10, rate_bps=50_000_000)),
+             "loss": Condition(firefox, None, LinkConfig(delay_down_ms=10, loss_pct=3.0)),
+             # aioquic's Python at both ends of a path with no delay: the machine's cores, not the path
+             "cpu": Condition(firefox, None, LinkConfig(), stack=AIOQUIC)}
     experiment = Experiment("single", NGTCP2, list(cases.values()),
                             RunOptions(size=2_000_000, timeout_s=30, trace=True), reps=1)
     rows = run_experiment(experiment, results)
@@ -147,6 +174,20 @@ def test_a_50_mbit_link_is_the_link(engineered):
     assert run["fractions"]["receive_window_stream"] == run["fractions"]["receive_window_connection"] == 0
 
 
+def test_3_percent_loss_is_loss_recovery(engineered):
+    """Retransmissions, and the congestion window the losses keep cut below what it was before them."""
+    run = engineered[0]["loss"]
+    assert run["limited_by"] == "loss_recovery", run["fractions"]
+    assert run["fractions"]["loss_recovery"] > 0.5
+
+
+def test_aioquic_at_0_ms_is_an_ends_cpu(engineered):
+    """No delay, no rate: RTT samples many times the smallest are packets waiting in an endpoint."""
+    run = engineered[0]["cpu"]
+    assert run["limited_by"] in ("sender_cpu", "receiver_cpu_socket"), run["fractions"]
+    assert run["fractions"]["sender_cpu"] + run["fractions"]["receiver_cpu_socket"] > 0.5
+
+
 def _qreplay(*args: str) -> subprocess.CompletedProcess:
     """qreplay of this checkout (the tests run from its root)."""
     return subprocess.run([sys.executable, "-c", "from replay.cli import main; main()", *args], capture_output=True,
@@ -160,8 +201,9 @@ def test_why_names_each_conditions_limit(engineered, tmp_path):
     lines = shown.stdout.splitlines()
     assert lines == why_lines(results) and lines[0].startswith("experiment ")
     # one line a condition, each naming the limit it was built to hit first
-    assert [line.split(": ")[1].split(" (")[0] for line in lines[1:]] == [
-        "receive_window_stream", "receive_window_connection", "link"]
+    labels = [line.split(": ")[1].split(" (")[0] for line in lines[1:]]
+    assert labels == [runs[case]["limited_by"] for case in runs]
+    assert labels[:4] == ["receive_window_stream", "receive_window_connection", "link", "loss_recovery"]
     untraced = tmp_path / "untraced.duckdb"
     shutil.copy(results, untraced)
     with duckdb.connect(str(untraced)) as con:
