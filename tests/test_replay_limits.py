@@ -199,9 +199,10 @@ def test_why_names_each_conditions_limit(engineered, tmp_path):
     shown = _qreplay("why", str(results))
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert lines == why_lines(results) and lines[0].startswith("experiment ")
-    # one line a condition, each naming the limit it was built to hit first
-    labels = [line.split(": ")[1].split(" (")[0] for line in lines[1:]]
+    assert lines == why_lines(results)
+    # after the anomalies, if any: the experiment, then one line a condition, each naming its limit first
+    header = next(i for i, line in enumerate(lines) if line.startswith("experiment "))
+    labels = [line.split(": ")[1].split(" (")[0] for line in lines[header + 1:]]
     assert labels == [runs[case]["limited_by"] for case in runs]
     assert labels[:4] == ["receive_window_stream", "receive_window_connection", "link", "loss_recovery"]
     # a file written before runs stored their breakdown: computed from the stored trace points, as the runner does
@@ -213,6 +214,20 @@ def test_why_names_each_conditions_limit(engineered, tmp_path):
     with duckdb.connect(str(older)) as con:
         con.execute("DELETE FROM traces")
     assert all("none traced (qreplay --trace" in line for line in why_lines(older)[1:])
+
+
+def test_a_window_bound_run_short_of_its_window_model_is_an_anomaly_shown_first(engineered, tmp_path):
+    """The stream-window case's window model (ngtcp2's measured rule, 128 KiB, 30 ms, 2 MB, its start charged)
+    allows 17-27 Mbit/s: at 5 Mbit/s the condition heads the report as an anomaly."""
+    runs, results = engineered
+    slowed = tmp_path / "slowed.duckdb"
+    shutil.copy(results, slowed)
+    with duckdb.connect(str(slowed)) as con:
+        con.execute("UPDATE runs SET goodput_mbps = 5 WHERE run_id = ?", [runs["stream"]["run_id"]])
+    lines = why_lines(slowed)
+    assert lines[0].startswith("anomalies") and "initial_max_stream_data_bidi_local=131072" in lines[1]
+    assert "5.0 Mbit/s, below what its receive_window_stream allows" in lines[1]
+    assert "its window model: " in next(line for line in lines[3:] if "bidi_local=131072" in line)
 
 
 def test_why_of_no_results_file_is_one_line(tmp_path):
