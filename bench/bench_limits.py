@@ -34,8 +34,9 @@ QREPLAY = str(Path(sys.executable).with_name("qreplay"))
 
 def traced_run(results: Path, size: int, delay_ms: float) -> dict:
     client = sets.with_overrides(sets.resolve_one("firefox"), ["initial_max_stream_data_bidi_local=131072"])
-    experiment = Experiment("single", get_stack("ngtcp2"), [Condition(client, None, LinkConfig(delay_down_ms=delay_ms))],
-                            RunOptions(size=size, timeout_s=600, trace=True), reps=1)
+    condition = Condition(client, None, LinkConfig(delay_down_ms=delay_ms))
+    experiment = Experiment("single", get_stack("ngtcp2"), [condition], RunOptions(size=size, timeout_s=600, trace=True),
+                            reps=1)
     row = run_experiment(experiment, results)[0]
     if row["status"] != "ok" or row.get("limits") is None:
         sys.exit(f"bench_limits: the traced run gave no breakdown: {row.get('error') or row.get('warnings')}")
@@ -52,7 +53,8 @@ def grow(results: Path, run_id: str, runs: int, conditions: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=20_000_000, help="bytes of the traced download (default 20 MB)")
+    parser.add_argument("--size", type=int, default=20_000_000,
+                        help="bytes of the traced download (default 20 MB)")
     parser.add_argument("--delay", type=float, default=10.0, help="one-way delay, ms (default 10)")
     parser.add_argument("--repeat", type=int, default=5, help="breakdowns timed, the best kept (default 5)")
     parser.add_argument("--runs", type=int, default=1000, help="runs in the file `qreplay why` reads (default 1,000)")

@@ -618,7 +618,8 @@ def capture(path, pcap: Path, transport: str = "udp") -> Iterator[dict]:
         raise ToolError("--trace needs the testbed's namespaces; --link loopback has none")
     offload = segmentation_off((path.client_ns, path.server_ns), transport)
     log = pcap.with_suffix(".log")
-    tshark = start_process(path.server_ns, [tshark_path(), "-i", PATH_DEVICE, "-q", "-s", "0", "-f", CAPTURE_FILTERS[transport],
+    tshark = start_process(path.server_ns, [tshark_path(), "-i", PATH_DEVICE, "-q", "-s", "0",
+                                            "-f", CAPTURE_FILTERS[transport],
                                             "-B", str(CAPTURE_BUFFER_MIB), "-F", "pcap", "-w", str(pcap)], log)
     captured = {"device": PATH_DEVICE, "namespace": "server", "backend": getattr(path, "backend", None),
                 "transport": transport,

@@ -230,7 +230,8 @@ func reportChronographs(socket syscall.Conn) {
 	var info *unix.TCPInfo
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
 		var read *unix.TCPInfo
-		if raw.Control(func(fd uintptr) { read, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }) != nil || err != nil {
+		readInfo := func(fd uintptr) { read, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }
+		if raw.Control(readInfo) != nil || err != nil {
 			break
 		}
 		info = read
