@@ -378,24 +378,25 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
 def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Path,
            server_ip: str, qlog_dir: Path | None) -> tuple[dict, list[dict]] | None:
     """The run's trace (traces row, trace_points rows); a capture that cannot be read is a warning on
-    the run, not a failed run."""
+    the run, not a failed run. TCP's headers are in the clear: nothing to decrypt."""
+    tcp = captured["transport"] == "tcp"
     try:
         tracing.close()
-        if captured["transport"] == "tcp":  # TCP's headers are in the clear: nothing to decrypt
-            return trace.build_tcp_trace(row["run_id"], *trace.read_tcp(workdir / "trace.pcapng", server_ip),
-                                         captured)
-        decoded = trace.decrypt(workdir / "trace.pcapng", workdir / "keylog", server_ip)
+        read = trace.read_tcp(workdir / "trace.pcapng", server_ip) if tcp else \
+            trace.decrypt(workdir / "trace.pcapng", workdir / "keylog", server_ip)
     except ToolError as exc:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), f"no trace: {exc}"])
         return None
     notes = [f"the trace's capture dropped {captured['dropped']} packets (its buffer was full): the trace misses "
-             f"them, and tshark could not decrypt {decoded.undecrypted} packets after the gaps"] \
+             "them" + ("" if tcp else f", and tshark could not decrypt {read.undecrypted} packets after the gaps")] \
         if captured.get("dropped") else []
-    notes += [f"the {end} sent {n} datagrams holding a short-header packet after another, which no receiver can "
-              "decrypt: lost on the wire" for end, n in decoded.joined.items() if n]
+    notes += [] if tcp else [f"the {end} sent {n} datagrams holding a short-header packet after another, which no "
+                             "receiver can decrypt: lost on the wire" for end, n in read.joined.items() if n]
     if notes:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), *notes])
-    return trace.build_trace(row["run_id"], decoded, captured, trace.sender_qlog(qlog_dir))
+    if tcp:
+        return trace.build_tcp_trace(row["run_id"], *read, captured)
+    return trace.build_trace(row["run_id"], read, captured, trace.sender_qlog(qlog_dir))
 
 
 def _profile(row: dict, profiling: profile.Profiling) -> tuple[list[dict], list[dict]] | None:
