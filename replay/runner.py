@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.process import ExitedEarly, NotListening, Process, wait_listening
-from replay import profile, store, trace
+from replay import limits, profile, store, trace
 from replay.cpuidle import ShallowIdle
 from replay.link import LinkConfig, select_backend
 from replay.sets import NamedSet
@@ -296,7 +296,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             if profiling:  # attached before the client starts, so the server's part is sampled whole
                 profiling.attach("server", server_stack.name, profile.executable_of(server_argv), server.program_pid())
             if options.trace:  # started before the client, stopped after it (and the server)
-                captured = tracing.enter_context(trace.capture(path, workdir / "trace.pcapng"))
+                captured = tracing.enter_context(trace.capture(path, workdir / "trace.pcapng",
+                                                               TRANSPORTS[stack.protocol]))
             before = path.interface_counters()
             gated = bool(profiling) and profile.gated(plan.argv)
             clients = [_Client.start(path.client_ns, each, workdir, i, gated) for i, each in enumerate(plans)]
@@ -369,6 +370,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             stack.complete_row(row, result)
         if captured is not None:
             row["trace"] = _trace(row, tracing, captured, workdir, path.server_ip, options.qlog_dir)
+            if row["trace"]:
+                row.update(limits.columns(row["trace"][1], limits.RunFacts.from_run(row)))
         if profiling and row["status"] == "ok":
             row["profile"] = _profile(row, profiling)
     if row["status"] != "ok":
@@ -379,21 +382,25 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
 def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Path,
            server_ip: str, qlog_dir: Path | None) -> tuple[dict, list[dict]] | None:
     """The run's trace (traces row, trace_points rows); a capture that cannot be read is a warning on
-    the run, not a failed run."""
+    the run, not a failed run. TCP's headers are in the clear: nothing to decrypt."""
+    tcp = captured["transport"] == "tcp"
     try:
         tracing.close()
-        decoded = trace.decrypt(workdir / "trace.pcapng", workdir / "keylog", server_ip)
+        read = trace.read_tcp(workdir / "trace.pcapng", server_ip) if tcp else \
+            trace.decrypt(workdir / "trace.pcapng", workdir / "keylog", server_ip)
     except ToolError as exc:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), f"no trace: {exc}"])
         return None
     notes = [f"the trace's capture dropped {captured['dropped']} packets (its buffer was full): the trace misses "
-             f"them, and tshark could not decrypt {decoded.undecrypted} packets after the gaps"] \
+             "them" + ("" if tcp else f", and tshark could not decrypt {read.undecrypted} packets after the gaps")] \
         if captured.get("dropped") else []
-    notes += [f"the {end} sent {n} datagrams holding a short-header packet after another, which no receiver can "
-              "decrypt: lost on the wire" for end, n in decoded.joined.items() if n]
+    notes += [] if tcp else [f"the {end} sent {n} datagrams holding a short-header packet after another, which no "
+                             "receiver can decrypt: lost on the wire" for end, n in read.joined.items() if n]
     if notes:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), *notes])
-    return trace.build_trace(row["run_id"], decoded, captured, trace.sender_qlog(qlog_dir))
+    if tcp:
+        return trace.build_tcp_trace(row["run_id"], *read, captured)
+    return trace.build_trace(row["run_id"], read, captured, trace.sender_qlog(qlog_dir))
 
 
 def _profile(row: dict, profiling: profile.Profiling) -> tuple[list[dict], list[dict]] | None:

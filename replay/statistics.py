@@ -212,3 +212,52 @@ def difference_of_means(first: dict, second: dict) -> dict:
         return {"difference": m1 - m2, "difference_ci95_low": None, "difference_ci95_high": None}
     half = _t975(min(n1, n2) - 1) * math.sqrt(s1 ** 2 / n1 + s2 ** 2 / n2)
     return {"difference": m1 - m2, "difference_ci95_low": m1 - m2 - half, "difference_ci95_high": m1 - m2 + half}
+
+
+def limits_summary(con: duckdb.DuckDBPyConnection):
+    """Per experiment and condition, what held its runs back (runs.limited_by and runs.limits, replay/limits.py):
+    runs, traced (those with a breakdown), ``limited_by`` (the label most of them carry, ties by the larger mean
+    share), ``agreeing`` (how many carry it), the mean share of each limit of replay.limits.LIMITS over the
+    traced runs, the mean goodput of the successful ones and the client parameters asked (one run's); polars, in
+    the order the conditions first ran.
+    Traced runs stored without a breakdown (before replay schema version 3) get theirs from their trace points."""
+    import polars as pl
+
+    from replay.limits import LIMITS
+
+    keys = present_conditions(con)
+    shares = ", ".join(f"json_extract(limits, '$.fractions.{name}')::DOUBLE AS {name}" for name in LIMITS)
+    frame = con.sql(f"SELECT run_id, experiment_id, {', '.join(keys)}, started_at, status, goodput_mbps, limited_by, "
+                    f"requested_client, {shares} FROM runs").pl()
+    frame = frame.update(_unstored_limits(con), on="run_id")
+    group = ["experiment_id", *keys]
+    summary = frame.group_by(group, maintain_order=True).agg(
+        pl.len().alias("runs"), pl.col("limited_by").count().alias("traced"),
+        pl.col("started_at").min().alias("first_started"), pl.col("requested_client").first(),
+        pl.col("goodput_mbps").filter(pl.col("status") == "ok").mean().alias("mean_mbps"),
+        *(pl.col(name).mean().alias(name) for name in LIMITS))
+    labels = (frame.filter(pl.col("limited_by").is_not_null()).group_by([*group, "limited_by"])
+              .agg(pl.len().alias("agreeing")))
+    summary = summary.join(labels, on=group, how="left", nulls_equal=True)
+    share = pl.coalesce(*(pl.when(pl.col("limited_by") == name).then(pl.col(name)) for name in LIMITS))
+    return (summary.with_columns(share.alias("_share")).sort(["agreeing", "_share"], descending=True, nulls_last=True)
+            .unique(group, keep="first", maintain_order=True).drop("_share").sort("first_started"))
+
+
+def _unstored_limits(con: duckdb.DuckDBPyConnection):
+    """The breakdowns of traced runs stored without one (files older than replay schema version 3), computed from
+    their stored trace points: run_id, limited_by and each limit's share."""
+    import polars as pl
+
+    from replay.limits import LIMITS, RunFacts, breakdown
+
+    runs = con.sql("SELECT r.* FROM runs r SEMI JOIN traces t USING (run_id) WHERE r.limited_by IS NULL").pl()
+    rows = []
+    for run in runs.iter_rows(named=True):
+        points = con.execute("SELECT * FROM trace_points WHERE run_id = ? ORDER BY seq", [run["run_id"]])
+        columns = [d[0] for d in points.description]
+        found = breakdown([dict(zip(columns, p)) for p in points.fetchall()], RunFacts.from_run(run))
+        if found is not None:
+            rows.append({"run_id": run["run_id"], "limited_by": found.limited_by, **found.fractions})
+    return pl.DataFrame(rows, schema={"run_id": pl.String, "limited_by": pl.String,
+                                      **dict.fromkeys(LIMITS, pl.Float64)})

@@ -1,4 +1,4 @@
-"""The qreplay results file: DuckDB, schema schemas/duckdb/replay_v2.sql, written in batches."""
+"""The qreplay results file: DuckDB, schema schemas/duckdb/replay_v3.sql, written in batches."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from replay.stacks.base import REPO_ROOT
 from tparams.errors import ToolError
 from tparams.knobs import KNOBS
 
-SCHEMA_FILE = REPO_ROOT / "schemas" / "duckdb" / "replay_v2.sql"
-SCHEMA_VERSION = 2
+SCHEMA_FILE = REPO_ROOT / "schemas" / "duckdb" / "replay_v3.sql"
+SCHEMA_VERSION = 3
 #: what makes a file of each older version the next one (each in one transaction)
-MIGRATIONS = {1: REPO_ROOT / "schemas" / "duckdb" / "migrations" / "replay_1_to_2.sql"}
+MIGRATIONS = {old: REPO_ROOT / "schemas" / "duckdb" / "migrations" / f"replay_{old}_to_{old + 1}.sql"
+              for old in (1, 2)}
 DEFAULT_RESULTS = Path("qreplay-results.duckdb")
 
 

@@ -519,38 +519,112 @@ def flow_control_rule(points: list[dict], window: int, which: str, rtt_ms: float
             "rtts_to_ceiling": (reached_at - times[0]) * 1000 / rtt_ms if reached_at is not None else None}
 
 
+# --- a TCP download's series ---------------------------------------------------------------------------
+
+#: tshark's fields of a TCP segment, in the order tcp_series reads them
+TCP_FIELDS = ("frame.number", "frame.time_epoch", "ip.src", "tcp.seq", "tcp.len", "tcp.ack", "tcp.window_size",
+              "tcp.analysis.ack_rtt")
+#: the server's sent bytes beyond which its TLS handshake (certificate, tickets, HTTP/2 settings: a few KB)
+#: is over and the response has begun
+TCP_HANDSHAKE_BYTES = 16_384
+
+
+def tcp_series(rows: Iterable[list[str]], server_ip: str) -> tuple[list[dict], dict]:
+    """The sender's series of a TCP download from tshark's fields (TCP_FIELDS, relative sequence numbers,
+    the window scaled as the SYNs announced it), in sender_series' form, so that replay.limits reads both:
+    bytes are the TCP stream's (TLS records and all), ``in_flight`` is the highest byte sent less the highest
+    acknowledged, ``conn_credit`` the last ACK plus the window it announced (TCP's one receive window, which
+    a receiver may shrink: the latest, not the largest), ``packet_number`` the capture's frame number.
+    t = 0 is the client's last segment with payload before the server had sent TCP_HANDSHAKE_BYTES: its
+    request."""
+    segments = [(int(r[0]), float(r[1]), r[2] == server_ip, int(r[3] or 0), int(r[4] or 0), int(r[5] or 0),
+                 int(r[6] or 0), float(r[7]) if len(r) > 7 and r[7] else None) for r in rows if len(r) >= 7]
+    t0 = segments[0][1] if segments else 0.0
+    sent_max = 0
+    for _, when, down, seq, length, *_ in segments:
+        if down:
+            sent_max = max(sent_max, seq + length)
+            if sent_max > TCP_HANDSHAKE_BYTES:
+                break
+        elif length:
+            t0 = when
+    points, sent_max, sent_total, acked, credit = [], 0, 0, 0, None
+    for number, when, down, seq, length, ack, window, ack_rtt in segments:
+        point = {"t_s": when - t0, "direction": "down" if down else "up", "packet_number": number,
+                 "packet_bytes": length}
+        if down:
+            sent_max, sent_total = max(sent_max, seq + length), sent_total + length
+            point["stream_bytes"] = length or None
+        else:
+            acked, credit = max(acked, ack), ack + window
+            point["rtt_ms"] = ack_rtt * 1000 if ack_rtt is not None else None
+        point.update(sent_max=sent_max, sent_total=sent_total, acked=acked, in_flight=max(0, sent_max - acked),
+                     conn_credit=credit, stream_credit=None)
+        points.append(point)
+    return points, {"t0_epoch": t0}
+
+
+def read_tcp(pcap: Path, server_ip: str) -> tuple[list[dict], dict]:
+    """tcp_series of a capture (I/O: tshark's field output)."""
+    argv = [tshark_path(), "-n", "-r", str(pcap), "-Y", "tcp", "-T", "fields", "-E", "separator=\t",
+            *(word for field in TCP_FIELDS for word in ("-e", field))]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode:
+        raise ToolError(f"tshark could not read {pcap}: {done.stderr.strip().splitlines()[-1:] or done.returncode}")
+    return tcp_series((line.split("\t") for line in done.stdout.splitlines()), server_ip)
+
+
+def build_tcp_trace(run_id: str, points: list[dict], summary: dict, captured: dict) -> tuple[dict, list[dict]]:
+    """The `traces` row and the `trace_points` rows of a TCP run (no stream, no transport parameters)."""
+    kept = downsample(points)
+    row = {"run_id": run_id, **summary, "packets": len(points), "points": len(kept), "undecrypted": 0,
+           "bursts_split": 0, "capture": json.dumps(captured), "client_params": json.dumps({})}
+    return row, [{"run_id": run_id, "seq": i, **p} for i, p in enumerate(kept)]
+
+
 # --- capture and decryption (I/O) -------------------------------------------------------------------
 
 def _ethtool(ns: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(ns_command(ns, ["ethtool", *args]), capture_output=True, text=True, check=False)
 
 
-def segmentation_off(namespaces: Iterable[str]) -> dict[str, str]:
-    """Switches UDP segmentation offload off on the path device of each namespace, so that a stack's
-    GSO bursts reach the capture as the datagrams the wire carries (tshark cannot decrypt a burst).
-    Returns each namespace's resulting state as ethtool reports it."""
+#: the offloads switched off for a capture of each transport: a UDP GSO burst cannot be decrypted, and a TCP
+#: segment of 64 KB (TSO, GSO) hides the wire's segments, whose size the limit rules measure against
+OFFLOADS = {"udp": ("tx-udp-segmentation",), "tcp": ("tcp-segmentation-offload", "generic-segmentation-offload")}
+#: what each transport's capture keeps: its packets, and the datagram wait_until_in_capture sends to port 9
+CAPTURE_FILTERS = {"udp": "udp", "tcp": "tcp or udp dst port 9"}
+
+
+def segmentation_off(namespaces: Iterable[str], transport: str = "udp") -> dict[str, str]:
+    """Switches the transport's segmentation offloads (OFFLOADS) off on the path device of each namespace, so
+    that the capture holds the packets the wire carries. Returns each namespace's resulting state of the first
+    as ethtool reports it."""
     states = {}
     for ns in namespaces:
-        _ethtool(ns, "-K", PATH_DEVICE, "tx-udp-segmentation", "off")
+        for feature in OFFLOADS[transport]:
+            _ethtool(ns, "-K", PATH_DEVICE, feature, "off")
         shown = _ethtool(ns, "-k", PATH_DEVICE).stdout
         states[ns] = next((line.split(":", 1)[1].strip() for line in shown.splitlines()
-                           if line.strip().startswith("tx-udp-segmentation:")), "unknown")
+                           if line.strip().startswith(OFFLOADS[transport][0] + ":")), "unknown")
     return states
 
 
 @contextmanager
-def capture(path, pcap: Path) -> Iterator[dict]:
-    """tshark in the server's namespace on the path device for the block's duration (UDP only, whole
-    packets), segmentation offload off on both ends; yields the capture's description, which the
+def capture(path, pcap: Path, transport: str = "udp") -> Iterator[dict]:
+    """tshark in the server's namespace on the path device for the block's duration (the run's transport
+    only, whole packets), segmentation offload off on both ends; yields the capture's description, which the
     caller stores with the trace; once the block has ended, it also holds the packets the capture dropped."""
     if not getattr(path, "server_ns", None):
         raise ToolError("--trace needs the testbed's namespaces; --link loopback has none")
-    offload = segmentation_off((path.client_ns, path.server_ns))
+    offload = segmentation_off((path.client_ns, path.server_ns), transport)
     log = pcap.with_suffix(".log")
-    tshark = start_process(path.server_ns, [tshark_path(), "-i", PATH_DEVICE, "-q", "-s", "0", "-f", "udp",
+    tshark = start_process(path.server_ns, [tshark_path(), "-i", PATH_DEVICE, "-q", "-s", "0",
+                                            "-f", CAPTURE_FILTERS[transport],
                                             "-B", str(CAPTURE_BUFFER_MIB), "-F", "pcap", "-w", str(pcap)], log)
     captured = {"device": PATH_DEVICE, "namespace": "server", "backend": getattr(path, "backend", None),
-                "tx_udp_segmentation": {"client": offload[path.client_ns], "server": offload[path.server_ns]},
+                "transport": transport,
+                OFFLOADS[transport][0].replace("-", "_"): {"client": offload[path.client_ns],
+                                                           "server": offload[path.server_ns]},
                 "buffer_mib": CAPTURE_BUFFER_MIB}
     try:
         wait_until_capturing(tshark, log)

@@ -31,6 +31,7 @@ INPUTS = {
     ("qscan", "diff", "old"), ("qscan", "diff", "new"), ("qscan", "trends", "directory"),
     ("qscan", "ipv6", "--aliased"), ("qscan", "ipv6", "--blocklist"),
     ("qreplay", "sets", "--scan"), ("qreplay", "plot", "results"), ("qreplay", "impact", "scan"),
+    ("qreplay", "why", "results"),
 }
 
 

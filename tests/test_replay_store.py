@@ -16,7 +16,7 @@ from tparams.errors import ToolError
 
 def test_schema_version_and_batch_insert(tmp_path):
     con = store.connect(tmp_path / "r.duckdb")
-    assert con.execute("SELECT version FROM schema_version WHERE name = 'replay'").fetchone() == (2,)
+    assert con.execute("SELECT version FROM schema_version WHERE name = 'replay'").fetchone() == (3,)
     now = datetime.datetime.now()
     rows = [{"experiment_id": "e", "run_id": f"r{i}", "started_at": now, "set_name": "firefox-109",
              "stack": "ngtcp2", "delay_ms": 30.0, "delay_up_ms": 0.0, "jitter_ms": 0.0, "loss_pct": 0.0,
@@ -73,7 +73,7 @@ def test_a_version_1_file_is_migrated_whole(tmp_path, monkeypatch):
                       "ORDER BY run_id").fetchall()
     con.close()
     con = store.connect(path)
-    assert store.version(con) == 2
+    assert store.version(con) == 3
     assert {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables} == before
     assert before["runs"] == 4
     knobs = {e: json.loads(k) for e, k in con.execute("SELECT experiment_id, knobs FROM experiments").fetchall()}
@@ -83,14 +83,16 @@ def test_a_version_1_file_is_migrated_whole(tmp_path, monkeypatch):
                        "ORDER BY run_id").fetchall() == ran
     assert con.execute("SELECT DISTINCT workload, requests, concurrency, cipher, gso FROM runs").fetchall() == [
         ("download", 1, 1, None, None)]
+    # version 3: no run of a version 1 or 2 file has a limit breakdown stored, traced or not
+    assert con.execute("SELECT DISTINCT limited_by, limits FROM runs").fetchall() == [(None, None)]
     assert sorted(con.execute("SELECT stack, n FROM run_summary").fetchall()) == [("aioquic", 1), ("ngtcp2", 2),
                                                                                   ("quic-go", 1)]
     con.close()
     store.connect(path).close()  # once migrated, opening changes nothing
     con = duckdb.connect(str(path))
-    con.execute("UPDATE schema_version SET version = 3")
+    con.execute("UPDATE schema_version SET version = 4")
     con.close()
-    with pytest.raises(ToolError, match="version 3, newer than this qreplay's 2"):
+    with pytest.raises(ToolError, match="version 4, newer than this qreplay's 3"):
         store.connect(path)
 
 
@@ -124,9 +126,9 @@ def test_a_file_of_requested_conditions_is_given_what_ran(tmp_path, monkeypatch)
 
 
 def test_reading_a_version_1_file_migrates_it(tmp_path, monkeypatch):
-    """`qreplay plot` and the notebooks read results files: one of version 1 is read as version 2."""
+    """`qreplay plot` and the notebooks read results files: one of version 1 is read as version 3."""
     path = tmp_path / "v1.duckdb"
     version_1_file(path, monkeypatch).close()
     con = store.open_read_only(path)
-    assert store.version(con) == 2
+    assert store.version(con) == 3
     assert statistics.summary(con)["workload"].to_list() == ["download"] * 3

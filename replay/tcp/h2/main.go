@@ -15,6 +15,11 @@
 // the protocol. What TCP has no counterpart of is refused in one line, status 2:
 // the transport parameters, --cipher (Go chooses the TLS 1.3 suite itself),
 // --gso (UDP's) and --qlog-dir.
+//
+// The server prints, once the last byte of a response it sent was acknowledged,
+// one JSON line with the kernel's own chronographs of the connection's socket
+// (TCP_INFO: how long it was busy sending, limited by the receiver's window and
+// by its send buffer), which the run stores with the sender's counters.
 package main
 
 import (
@@ -34,6 +39,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"quictp/lab/servers/golab"
 )
@@ -155,7 +162,13 @@ func server(fs *flag.FlagSet, args []string) {
 		os.Exit(0)
 	}()
 	srv := &http.Server{
-		Handler:   http.HandlerFunc(answer),
+		Handler: http.HandlerFunc(answer),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if secured, ok := c.(*tls.Conn); ok { // ServeTLS's listener hands over the TLS connection
+				c = secured.NetConn()
+			}
+			return context.WithValue(ctx, socketKey{}, c)
+		},
 		TLSConfig: k.tls(&tls.Config{Certificates: []tls.Certificate{pair}}),
 		Protocols: http2Only(),
 		HTTP2:     windows(),
@@ -176,6 +189,11 @@ func answer(w http.ResponseWriter, r *http.Request) {
 	case http.MethodGet:
 		w.Header().Set("Content-Length", strconv.FormatUint(size, 10))
 		io.CopyBuffer(w, io.LimitReader(filler{}, int64(size)), make([]byte, 64<<10))
+		http.NewResponseController(w).Flush()
+		if socket, ok := r.Context().Value(socketKey{}).(syscall.Conn); ok {
+			// not in the handler: its return ends the stream, which the client waits for
+			go reportChronographs(socket)
+		}
 	case http.MethodPut:
 		received, err := io.CopyBuffer(io.Discard, r.Body, make([]byte, 64<<10))
 		if err != nil {
@@ -186,6 +204,48 @@ func answer(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(w, "GET or PUT", http.StatusMethodNotAllowed)
 	}
+}
+
+// socketKey is the request context's key of the connection's socket (http.Server.ConnContext).
+type socketKey struct{}
+
+// chronographs is the kernel's account of a sending socket (Linux's tcp_chrono, in TCP_INFO), in seconds.
+type chronographs struct {
+	Busy          float64 `json:"sender_busy_s"`           // data outstanding (tcpi_busy_time)
+	RwndLimited   float64 `json:"sender_rwnd_limited_s"`   // the next segment did not fit the receiver's window
+	SndbufLimited float64 `json:"sender_sndbuf_limited_s"` // the application could not queue more in the send buffer
+	Retransmits   uint32  `json:"sender_total_retrans"`    // segments retransmitted over the connection
+}
+
+var printing sync.Mutex
+
+// reportChronographs prints the socket's chronographs once what it sent is all acknowledged (the busy
+// time stops there), or after 5 s; the last reading when the socket closes first (the client, done, closed
+// the connection: little can have been outstanding), nothing when there was none.
+func reportChronographs(socket syscall.Conn) {
+	raw, err := socket.SyscallConn()
+	if err != nil {
+		return
+	}
+	var info *unix.TCPInfo
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		var read *unix.TCPInfo
+		readInfo := func(fd uintptr) { read, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }
+		if raw.Control(readInfo) != nil || err != nil {
+			break
+		}
+		info = read
+		if info.Unacked == 0 && info.Notsent_bytes == 0 {
+			break
+		}
+	}
+	if info == nil {
+		return
+	}
+	printing.Lock()
+	defer printing.Unlock()
+	json.NewEncoder(os.Stdout).Encode(chronographs{float64(info.Busy_time) / 1e6, float64(info.Rwnd_limited) / 1e6,
+		float64(info.Sndbuf_limited) / 1e6, info.Total_retrans})
 }
 
 // filler is body bytes without end; their content is not part of any measurement.

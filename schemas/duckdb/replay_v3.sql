@@ -1,4 +1,5 @@
--- qreplay results, schema version 2 (knobs and workloads; migrations/replay_1_to_2.sql migrates a version 1 file).
+-- qreplay results, schema version 3 (2: knobs and workloads; 3: each traced run's limit breakdown; migrations/
+-- replay_1_to_2.sql and replay_2_to_3.sql migrate older files).
 -- One file per campaign; written in batches.
 -- JSON-valued columns hold JSON text (VARCHAR) so the file opens without extensions.
 
@@ -6,7 +7,7 @@ CREATE TABLE IF NOT EXISTS schema_version (
     name    VARCHAR PRIMARY KEY,
     version INTEGER NOT NULL
 );
-INSERT OR IGNORE INTO schema_version VALUES ('replay', 2);
+INSERT OR IGNORE INTO schema_version VALUES ('replay', 3);
 
 CREATE TABLE IF NOT EXISTS experiments (
     experiment_id VARCHAR PRIMARY KEY,
@@ -99,13 +100,19 @@ CREATE TABLE IF NOT EXISTS runs (
                                             -- TLS application record; the page's connection, which the download reuses
     client_sent         VARCHAR,            -- JSON: the twelve parameters of the run's own ClientHello
                                             -- (set_fingerprint is theirs)
-    resource_timing     VARCHAR             -- JSON: the page's and the download's entries
+    resource_timing     VARCHAR,            -- JSON: the page's and the download's entries
+    limited_by          VARCHAR,            -- traced runs (--trace): the limit that held the transfer longest
+                                            -- (replay/limits.py's rules); NULL for a run not traced
+    limits              VARCHAR             -- JSON: the share of the transfer's time at each limit of
+                                            -- replay.limits.LIMITS (summing to 1) and the basis the rules used
 );
 -- The view run_summary (one row per experiment and condition: runs, failed, n, mean, standard deviation
 -- and 95% CI of the goodput of the successful runs, packets, socket drops) is created by replay/store.py
 -- from replay/statistics.py, where every statistic of stored runs is defined once.
 
--- `qreplay --trace`: one row per traced run (its capture, decrypted with the client's key log).
+-- `qreplay --trace`: one row per traced run (its capture, decrypted with the client's key log; a TCP run's
+-- (tcp-h2) needs no decrypting: its headers hold its sequence numbers, ACKs and window, and no stream or
+-- transport parameter columns are set).
 CREATE TABLE IF NOT EXISTS traces (
     run_id                             VARCHAR PRIMARY KEY,
     download_stream                    BIGINT,      -- the stream the server sent the most bytes on
@@ -132,7 +139,7 @@ CREATE TABLE IF NOT EXISTS trace_points (
     seq                 INTEGER NOT NULL,   -- capture order
     t_s                 DOUBLE NOT NULL,    -- seconds since traces.t0_epoch (negative: the handshake)
     direction           VARCHAR NOT NULL,   -- down (server to client, the data) | up (the client's ACKs and updates)
-    packet_number       BIGINT NOT NULL,
+    packet_number       BIGINT NOT NULL,    -- TCP: the capture's frame number
     packet_bytes        INTEGER,            -- the QUIC packet's size
     stream_bytes        INTEGER,            -- down: download-stream bytes in this packet (retransmissions too)
     sent_max            BIGINT,             -- highest offset + length sent

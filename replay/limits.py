@@ -1,0 +1,200 @@
+"""What held a run back: its transfer's time split by the limit the sender was at, from its trace.
+
+A pure function over what a traced run already yields (replay/trace.py's sender series: one point per 1-RTT
+packet the server's namespace saw, with the sender's bytes sent, in flight and its credits after it) and the
+run's own counters (each end's CPU seconds, the client's socket drops, the link's drops and configured rate),
+so that a notebook, ``qreplay why`` and a test compute the same thing. No I/O.
+
+The transfer runs from the request's arrival at the server (the series' t = 0) to the last packet that
+carried download-stream bytes. Each stretch between two consecutive points of that span (either direction:
+an update coming up ends a stretch too) is charged whole to one limit, judged from the sender's state after
+the point that opens it, by the first rule that holds:
+
+1. ``receive_window_stream`` / ``receive_window_connection``: the sender within one MSS (the run's largest
+   STREAM frame) of the credit the receiver gave (MAX_STREAM_DATA of the download stream, MAX_DATA), or
+   blocked by it as a STREAM_DATA_BLOCKED / DATA_BLOCKED frame said, until the credit rose past that limit.
+   The download stream carries nearly all of the connection's bytes (the rest: HTTP/3's control and QPACK
+   streams, tens of bytes), so both are held against the stream's highest offset sent. Where both bind, the
+   one with less room left (a blocked frame names it); an exact tie is the stream's.
+2. ``loss_recovery``: from a retransmission (a packet whose stream bytes lie below the highest offset sent
+   before it) until the bytes acknowledged reach the highest offset sent when it was sent (NewReno's recovery
+   point, RFC 6582: what was in flight at the loss has been delivered). Where the client's socket dropped
+   datagrams and the link did not, the loss was the receiver's: that time is charged to
+   ``receiver_cpu_socket`` instead (in proportion when both dropped). After that, as long as the sender's
+   window (its qlog's congestion window, else its bytes in flight) has not regained the largest it had before
+   the loss, time that rules 4 and 7 would charge to the congestion window is the loss's too: the window
+   that binds is the one the loss cut (a multiplicative decrease), not one the path set.
+3. ``link``: the link has a configured rate and the bytes in flight exceed its bandwidth-delay product (the
+   rate x the run's smallest RTT sample) by more than one MSS: the excess waits in the emulator's queue,
+   which is non-empty, so the link's rate is what delivers.
+4. ``congestion_window``, when the sender's qlog gave its window: in flight within one MSS of it.
+5. ``sender_cpu``: a core near saturation at the sender over the run (the server's CPU seconds over the
+   client's lifetime at least CPU_SATURATED); then ``receiver_cpu_socket``: the client's likewise, or its
+   socket dropped datagrams. (Run-level: the counters say how busy an end was, not when.) Also an end's CPU,
+   the busier one's, when the link has no rate (no queue to wait in) and the latest RTT sample is at least
+   RTT_INFLATED times the smallest: the packets waited in an endpoint, not on the path (a machine whose cores
+   are shared shows so where no process reaches CPU_SATURATED).
+6. ``application``: nothing in flight (less than one MSS), the sender at no credit: it had nothing to send
+   (before the first body byte, too).
+7. ``congestion_window``: what is left: data in flight, the sender at no credit, queue or CPU limit (RFC
+   4898's SndLimTimeCwnd is likewise the remainder once the receiver's window and the sender's application
+   are accounted for).
+
+``stream_limit`` (requests waiting for a stream: STREAMS_BLOCKED) is in the breakdown's categories but not
+inferred yet: the trace reads no STREAMS_BLOCKED frames, so it is 0 for every run.
+
+Points thinned out of a long trace (trace.downsample keeps every flow-control frame and RTT sample, thins the
+rest evenly) lengthen the stretches around them; the shares stay those of the kept points.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+#: the categories, in the order reports show them
+LIMITS = ("receive_window_stream", "receive_window_connection", "stream_limit", "congestion_window",
+          "loss_recovery", "link", "sender_cpu", "receiver_cpu_socket", "application")
+#: CPU seconds per second of the run at which an end counts as saturated (one core; the rest is the
+#: process's start and end, which its CPU seconds include and the transfer does not)
+CPU_SATURATED = 0.85
+DEFAULT_MSS = 1200  # RFC 9000's smallest datagram, when the trace carries no STREAM frame
+#: an RTT sample this many times the run's smallest, on a link without a rate, is time spent in an endpoint
+RTT_INFLATED = 2.0
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run's counters say beside its trace (runs columns; None where not measured)."""
+
+    wall_s: float | None = None  # the client's lifetime
+    server_cpu_s: float | None = None
+    client_cpu_s: float | None = None
+    rate_bps: int | None = None  # the link's configured rate (down)
+    client_socket_drops: int = 0  # datagrams the client's full receive buffer dropped
+    link_drops: int = 0  # datagrams the link dropped (loss and queue, down)
+
+    @classmethod
+    def from_run(cls, run: Mapping) -> "RunFacts":
+        """From a runs row (its ``counters``: the JSON text of the flattened counter deltas)."""
+        counters = json.loads(run.get("counters") or "{}")
+        return cls(run.get("wall_s"), run.get("server_cpu_s"), run.get("client_cpu_s"), run.get("rate_bps"),
+                   int(counters.get("client_udp_rcvbuf_errors") or 0),
+                   int((counters.get("link_down_dropped_loss") or 0) + (counters.get("link_down_dropped_queue") or 0)))
+
+    def share(self, cpu_s: float | None) -> float | None:
+        return cpu_s / self.wall_s if cpu_s is not None and self.wall_s else None
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    fractions: dict[str, float]  # every category of LIMITS, summing to 1
+    limited_by: str  # the largest
+    transfer_s: float
+    basis: dict = field(default_factory=dict)  # what the rules used: mss, min_rtt_ms, bdp_bytes, cpu shares
+
+
+def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakdown | None:
+    """The run's transfer time split by limit (the module's rules); None when the trace holds no
+    download-stream byte after t = 0."""
+    points = sorted((p for p in points if p["t_s"] >= 0), key=lambda p: p["t_s"])
+    data = [p for p in points if p["direction"] == "down" and p.get("stream_bytes")]
+    if not data:
+        return None
+    end = data[-1]["t_s"]
+    points = [p for p in points if p["t_s"] <= end]
+    mss = max(p["stream_bytes"] for p in data) or DEFAULT_MSS
+    rtts = [p["rtt_ms"] for p in points if p.get("rtt_ms") is not None and p["rtt_ms"] > 0]
+    min_rtt_ms = min(rtts) if rtts else None
+    bdp = facts.rate_bps / 8 * min_rtt_ms / 1000 if facts.rate_bps and min_rtt_ms else None
+    sender_share, receiver_share = facts.share(facts.server_cpu_s), facts.share(facts.client_cpu_s)
+    drops = facts.client_socket_drops + facts.link_drops
+    socket_loss = facts.client_socket_drops / drops if drops else 0.0
+    seconds = dict.fromkeys(LIMITS, 0.0)
+    seconds["application"] = points[0]["t_s"]  # the request's arrival to the first point: nothing sent yet
+    blocked: dict[str, int] = {}  # which credit a *_BLOCKED frame named, and at what limit
+    sent_before, recovery_point, rtt_ms = 0, None, None
+    peak, cut = 0, None  # the sender's largest window since the last loss began; the one a loss cut
+    for point, after in zip(points, points[1:]):
+        span = after["t_s"] - point["t_s"]
+        if point["direction"] == "down":
+            if point.get("stream_data_blocked") is not None:
+                blocked["stream"] = point["stream_data_blocked"]
+            if point.get("data_blocked") is not None:
+                blocked["connection"] = point["data_blocked"]
+        window_now = point.get("cwnd") if point.get("cwnd") is not None else point.get("in_flight") or 0
+        if point["direction"] == "down" and point.get("stream_bytes") and point["sent_max"] <= sent_before:
+            if recovery_point is None:  # a loss episode begins: the window it cuts is the largest before it
+                cut, peak = max(cut or 0, peak), 0
+            recovery_point = max(recovery_point or 0, sent_before)  # a retransmission
+        elif recovery_point is not None and (point.get("acked") or 0) >= recovery_point:
+            recovery_point = None
+        peak = max(peak, window_now)
+        if cut is not None and recovery_point is None and window_now >= cut:
+            cut = None  # regained
+        sent_before = max(sent_before, point.get("sent_max") or 0)
+        rtt_ms = point.get("rtt_ms") or rtt_ms
+        window = _window(point, mss, blocked)
+        if window:
+            seconds[window] += span
+        elif recovery_point is not None:
+            seconds["receiver_cpu_socket"] += span * socket_loss
+            seconds["loss_recovery"] += span * (1 - socket_loss)
+        else:
+            inflated = not facts.rate_bps and rtt_ms is not None and min_rtt_ms and rtt_ms >= RTT_INFLATED * min_rtt_ms
+            limit = _sender_limit(point, mss, bdp, sender_share, receiver_share, facts.client_socket_drops, inflated)
+            seconds["loss_recovery" if limit == "congestion_window" and cut is not None else limit] += span
+    total = sum(seconds.values())
+    if total <= 0:  # one packet: the whole body in the first datagram
+        seconds["application"] = total = 1.0
+    fractions = {name: value / total for name, value in seconds.items()}
+    basis = {"mss": mss, "min_rtt_ms": min_rtt_ms, "bdp_bytes": bdp, "sender_cpu_share": sender_share,
+             "receiver_cpu_share": receiver_share, "client_socket_drops": facts.client_socket_drops,
+             "link_drops": facts.link_drops, "cwnd_known": any(p.get("cwnd") is not None for p in points)}
+    return Breakdown(fractions, max(LIMITS, key=fractions.get), end, basis)
+
+
+def columns(points: Iterable[Mapping], facts: RunFacts) -> dict:
+    """The runs columns of a traced run's breakdown: ``limited_by`` and ``limits`` (JSON: fractions, transfer_s
+    and basis); both None when the trace holds no transfer."""
+    found = breakdown(points, facts)
+    if found is None:
+        return {"limited_by": None, "limits": None}
+    return {"limited_by": found.limited_by, "limits": json.dumps(
+        {"fractions": found.fractions, "transfer_s": found.transfer_s, "basis": found.basis})}
+
+
+def _window(point: Mapping, mss: int, blocked: dict[str, int]) -> str | None:
+    """Which receive window the sender is at after ``point`` (rule 1), or None."""
+    room = {}
+    for which, credit in (("stream", point.get("stream_credit")), ("connection", point.get("conn_credit"))):
+        if credit is None:
+            continue
+        if which in blocked and credit > blocked[which]:
+            del blocked[which]  # the credit rose past the limit the sender said it was blocked at
+        if which in blocked or credit - (point.get("sent_max") or 0) <= mss:
+            room[which] = credit - (point.get("sent_max") or 0) - (mss if which in blocked else 0)
+    if not room:
+        return None
+    return f"receive_window_{min(room, key=lambda w: (room[w], w != 'stream'))}"
+
+
+def _sender_limit(point: Mapping, mss: int, bdp: float | None, sender_share: float | None,
+                  receiver_share: float | None, socket_drops: int, inflated: bool) -> str:
+    """Rules 3-7 for a sender at no receive window and not in loss recovery; ``inflated``: the latest RTT
+    sample grew in an endpoint."""
+    in_flight = point.get("in_flight") or 0
+    if bdp is not None and in_flight > bdp + mss:
+        return "link"
+    if point.get("cwnd") is not None and in_flight >= point["cwnd"] - mss:
+        return "congestion_window"
+    if sender_share is not None and sender_share >= CPU_SATURATED:
+        return "sender_cpu"
+    if (receiver_share is not None and receiver_share >= CPU_SATURATED) or socket_drops:
+        return "receiver_cpu_socket"
+    if inflated:
+        return "sender_cpu" if (sender_share or 0) > (receiver_share or 0) else "receiver_cpu_socket"
+    if in_flight < mss:
+        return "application"
+    return "congestion_window"

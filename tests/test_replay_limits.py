@@ -1,0 +1,261 @@
+"""What held a run back (replay/limits.py): the rules on made points, and engineered cases on the real testbed,
+each built to hit one limit and labelled as built."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import duckdb
+import pytest
+
+from common.process import ns_command
+from replay import limits, sets
+from replay.link import LinkConfig
+from replay.commands.why import why_lines
+from replay.runner import Condition, Experiment, open_path, run_experiment, run_once
+from replay.stacks import get_stack
+from replay.stacks.base import RunOptions
+
+WINDOW = 131_072
+MSS = 1200
+
+
+def _down(t, sent_max, in_flight, stream_credit=10**9, conn_credit=10**9, **more):
+    return {"t_s": t, "direction": "down", "stream_bytes": MSS, "sent_max": sent_max, "in_flight": in_flight,
+            "stream_credit": stream_credit, "conn_credit": conn_credit, **more}
+
+
+def _up(t, sent_max, in_flight, stream_credit=10**9, conn_credit=10**9, **more):
+    return {"t_s": t, "direction": "up", "stream_bytes": None, "sent_max": sent_max, "in_flight": in_flight,
+            "stream_credit": stream_credit, "conn_credit": conn_credit, **more}
+
+
+def test_a_sender_at_its_stream_credit_is_receive_window_limited():
+    """10 ms sending up to the credit, then 30 ms at it until MAX_STREAM_DATA re-opens it: 3/4 receive window."""
+    points = [_down(0.0, 1200, 1200, stream_credit=12_000), _down(0.01, 12_000, 12_000, stream_credit=12_000),
+              _up(0.04, 12_000, 0, stream_credit=24_000), _down(0.05, 13_200, 1200, stream_credit=24_000)]
+    found = limits.breakdown(points)
+    assert found.limited_by == "receive_window_stream"
+    assert found.fractions["receive_window_stream"] == pytest.approx(0.6)  # 0.01-0.04 of 0.05
+    assert sum(found.fractions.values()) == pytest.approx(1)
+    assert set(found.fractions) == set(limits.LIMITS)
+
+
+def test_the_tighter_credit_binds_and_a_blocked_frame_names_it():
+    """Both credits near: the one with less room. A DATA_BLOCKED frame holds the sender at the connection's
+    credit until MAX_DATA raises it past the limit the frame named, even a packet's length below it."""
+    tight = [_down(0.0, 10_000, 5000, stream_credit=10_900, conn_credit=10_500), _down(0.01, 10_000, 5000)]
+    assert limits.breakdown(tight).limited_by == "receive_window_connection"
+    blocked = [_down(0.0, 8000, 3000, conn_credit=10_000, data_blocked=10_000), _down(0.01, 8000, 3000,
+                                                                                    conn_credit=10_000),
+               _up(0.02, 8000, 0, conn_credit=20_000), _down(0.03, 9200, 1200, conn_credit=20_000)]
+    found = limits.breakdown(blocked)
+    assert found.fractions["receive_window_connection"] == pytest.approx(2 / 3)
+
+
+def test_in_flight_beyond_the_links_bdp_is_the_link():
+    """50 Mbit/s and a 10 ms RTT: a BDP of 62,500 bytes; 100,000 in flight leaves a queue, 30,000 does not."""
+    facts = limits.RunFacts(rate_bps=50_000_000)
+    points = [_up(0.0, 0, 0, rtt_ms=10.0), _down(0.001, 1200, 30_000), _down(0.011, 50_000, 100_000),
+              _down(0.041, 90_000, 100_000)]
+    found = limits.breakdown(points, facts)
+    assert found.limited_by == "link" and found.fractions["link"] == pytest.approx(30 / 41)
+    assert found.basis["bdp_bytes"] == pytest.approx(62_500)
+    assert limits.breakdown(points).fractions["link"] == 0  # no configured rate: never the link
+
+
+def test_retransmissions_are_loss_recovery_or_the_receivers_socket():
+    """A packet below the highest offset sent is a retransmission; where the client's socket, not the link,
+    dropped the datagrams, its time is the receiver's."""
+    points = [_down(0.0, 12_000, 12_000), _down(0.01, 12_000, 12_000), _down(0.02, 13_200, 12_000)]
+    assert limits.breakdown(points).fractions["loss_recovery"] == pytest.approx(0.5)
+    socket = limits.breakdown(points, limits.RunFacts(client_socket_drops=3))
+    assert socket.fractions["loss_recovery"] == 0 and socket.limited_by == "receiver_cpu_socket"
+
+
+def test_a_saturated_core_and_an_idle_sender():
+    points = [_down(0.0, 1200, 20_000), _down(0.01, 2400, 20_000), _down(0.02, 3600, 0), _down(0.03, 4800, 0)]
+    assert limits.breakdown(points).fractions == pytest.approx(
+        {**dict.fromkeys(limits.LIMITS, 0.0), "congestion_window": 2 / 3, "application": 1 / 3})
+    busy = limits.RunFacts(wall_s=1.0, server_cpu_s=0.95, client_cpu_s=0.3)
+    assert limits.breakdown(points, busy).fractions["sender_cpu"] == pytest.approx(1)
+    assert limits.breakdown(points, limits.RunFacts(wall_s=1.0, server_cpu_s=0.3, client_cpu_s=0.9)
+                            ).limited_by == "receiver_cpu_socket"
+    # the sender's qlog shows its window full: that, not its CPU
+    full = [{**p, "cwnd": 20_000} for p in points]
+    assert limits.breakdown(full, busy).fractions["congestion_window"] == pytest.approx(2 / 3)
+
+
+def test_a_window_cut_by_a_loss_is_the_losss_until_regained():
+    """A loss at 0.02 s (a retransmission) halves the flight of 20,000 bytes; the recovery point (13,200, the
+    highest offset sent then) is acknowledged at 0.03, after which the cut window is still the loss's until the
+    flight is 20,000 again (at 0.05)."""
+    delivered = {"acked": 13_200}
+    points = [_down(0.0, 12_000, 20_000), _down(0.01, 13_200, 20_000), _down(0.02, 12_000, 10_000),
+              _up(0.03, 13_200, 10_000, **delivered), _down(0.04, 14_400, 15_000, **delivered),
+              _down(0.05, 15_600, 20_000, **delivered), _down(0.06, 16_800, 20_000, **delivered)]
+    found = limits.breakdown(points)
+    assert found.fractions["loss_recovery"] == pytest.approx(3 / 6)
+    assert found.fractions["congestion_window"] == pytest.approx(3 / 6)
+
+
+def test_rtt_grown_in_an_endpoint_is_its_cpu():
+    """No rate on the link: a sample ten times the smallest waited in an endpoint, the busier one."""
+    points = [_up(0.0, 0, 0, rtt_ms=0.1), _down(0.001, 1200, 20_000), _up(0.002, 1200, 20_000, rtt_ms=1.0),
+              _down(0.003, 2400, 20_000)]
+    facts = limits.RunFacts(wall_s=1.0, server_cpu_s=0.3, client_cpu_s=0.4)
+    assert limits.breakdown(points, facts).fractions["receiver_cpu_socket"] == pytest.approx(1 / 3)
+    assert limits.breakdown(points, limits.RunFacts(rate_bps=10**9)).fractions["receiver_cpu_socket"] == 0
+
+
+def test_no_transfer_no_breakdown():
+    assert limits.breakdown([_up(0.0, 0, 0)]) is None
+    assert limits.columns([], limits.RunFacts()) == {"limited_by": None, "limits": None}
+
+
+# --- engineered cases on the real testbed --------------------------------------------------------------
+
+NGTCP2 = get_stack("ngtcp2")
+AIOQUIC = get_stack("aioquic")
+
+
+@pytest.fixture(scope="module")
+def engineered(tmp_path_factory):
+    """One traced download of 2 MB under each condition built to hit one limit (ngtcp2's, aioquic's for the
+    CPU); ({case: runs row}, the results file)."""
+    for stack in (NGTCP2, AIOQUIC):
+        if stack.unavailable_reason():
+            pytest.skip(f"{stack.name}: {stack.unavailable_reason()}")
+    results = tmp_path_factory.mktemp("limits") / "r.duckdb"
+    firefox = sets.resolve_one("firefox")  # windows of 12-24 MiB: none binds unless a condition says so
+    cases = {"stream": Condition(sets.with_overrides(firefox, [f"initial_max_stream_data_bidi_local={WINDOW}"]),
+                                 None, LinkConfig(delay_down_ms=30)),
+             "connection": Condition(sets.with_overrides(firefox, [f"initial_max_data={WINDOW}"]), None,
+                                     LinkConfig(delay_down_ms=30)),
+             "link": Condition(firefox, None, LinkConfig(delay_down_ms=10, rate_bps=50_000_000)),
+             "loss": Condition(firefox, None, LinkConfig(delay_down_ms=10, loss_pct=3.0)),
+             # aioquic's Python at both ends of a path with no delay: the machine's cores, not the path
+             "cpu": Condition(firefox, None, LinkConfig(), stack=AIOQUIC)}
+    experiment = Experiment("single", NGTCP2, list(cases.values()),
+                            RunOptions(size=2_000_000, timeout_s=30, trace=True), reps=1)
+    rows = run_experiment(experiment, results)
+    stored = {r[0]: r[1:] for r in duckdb.connect(str(results), read_only=True).execute(
+        "SELECT run_id, limited_by, limits FROM runs").fetchall()}
+    named = {}
+    for case, row in zip(cases, rows):
+        assert row["status"] == "ok", row.get("error")
+        assert stored[row["run_id"]][0] == row["limited_by"]
+        named[case] = {**row, "fractions": json.loads(stored[row["run_id"]][1])["fractions"]}
+    return named, results
+
+
+def test_a_small_client_stream_window_at_30_ms_is_the_stream_window(engineered):
+    run = engineered[0]["stream"]
+    assert run["limited_by"] == "receive_window_stream", run["fractions"]
+    # the rest is slow start's first round trips, before the flight reaches the window
+    assert run["fractions"]["receive_window_stream"] > 0.5
+    assert run["fractions"]["receive_window_connection"] == 0
+
+
+def test_a_small_initial_max_data_is_the_connection_window(engineered):
+    run = engineered[0]["connection"]
+    assert run["limited_by"] == "receive_window_connection", run["fractions"]
+    assert run["fractions"]["receive_window_connection"] > 0.5
+    assert run["fractions"]["receive_window_stream"] == 0
+
+
+def test_a_50_mbit_link_is_the_link(engineered):
+    run = engineered[0]["link"]
+    assert run["limited_by"] == "link", run["fractions"]
+    assert run["fractions"]["link"] > 0.5
+    assert run["fractions"]["receive_window_stream"] == run["fractions"]["receive_window_connection"] == 0
+
+
+def test_3_percent_loss_is_loss_recovery(engineered):
+    """Retransmissions, and the congestion window the losses keep cut below what it was before them."""
+    run = engineered[0]["loss"]
+    assert run["limited_by"] == "loss_recovery", run["fractions"]
+    assert run["fractions"]["loss_recovery"] > 0.5
+
+
+def test_aioquic_at_0_ms_is_an_ends_cpu(engineered):
+    """No delay, no rate: RTT samples many times the smallest are packets waiting in an endpoint."""
+    run = engineered[0]["cpu"]
+    assert run["limited_by"] in ("sender_cpu", "receiver_cpu_socket"), run["fractions"]
+    assert run["fractions"]["sender_cpu"] + run["fractions"]["receiver_cpu_socket"] > 0.5
+
+
+def _qreplay(*args: str) -> subprocess.CompletedProcess:
+    """qreplay of this checkout (the tests run from its root)."""
+    return subprocess.run([sys.executable, "-c", "from replay.cli import main; main()", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_why_names_each_conditions_limit(engineered, tmp_path):
+    runs, results = engineered
+    shown = _qreplay("why", str(results))
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines == why_lines(results)
+    # after the anomalies, if any: the experiment, then one line a condition, each naming its limit first
+    header = next(i for i, line in enumerate(lines) if line.startswith("experiment "))
+    labels = [line.split(": ")[1].split(" (")[0] for line in lines[header + 1:]]
+    assert labels == [runs[case]["limited_by"] for case in runs]
+    assert labels[:4] == ["receive_window_stream", "receive_window_connection", "link", "loss_recovery"]
+    # a file written before runs stored their breakdown: computed from the stored trace points, as the runner does
+    older = tmp_path / "older.duckdb"
+    shutil.copy(results, older)
+    with duckdb.connect(str(older)) as con:
+        con.execute("UPDATE runs SET limited_by = NULL, limits = NULL")
+    assert why_lines(older) == lines
+    with duckdb.connect(str(older)) as con:
+        con.execute("DELETE FROM traces")
+    assert all("none traced (qreplay --trace" in line for line in why_lines(older)[1:])
+
+
+def test_a_window_bound_run_short_of_its_window_model_is_an_anomaly_shown_first(engineered, tmp_path):
+    """The stream-window case's window model (ngtcp2's measured rule, 128 KiB, 30 ms, 2 MB, its start charged)
+    allows 17-27 Mbit/s: at 5 Mbit/s the condition heads the report as an anomaly."""
+    runs, results = engineered
+    slowed = tmp_path / "slowed.duckdb"
+    shutil.copy(results, slowed)
+    with duckdb.connect(str(slowed)) as con:
+        con.execute("UPDATE runs SET goodput_mbps = 5 WHERE run_id = ?", [runs["stream"]["run_id"]])
+    lines = why_lines(slowed)
+    assert lines[0].startswith("anomalies") and "initial_max_stream_data_bidi_local=131072" in lines[1]
+    assert "5.0 Mbit/s, below what its receive_window_stream allows" in lines[1]
+    assert "its window model: " in next(line for line in lines[3:] if "bidi_local=131072" in line)
+
+
+def test_why_of_no_results_file_is_one_line(tmp_path):
+    for path, said in ((tmp_path / "none.duckdb", "does not exist"), (tmp_path / "text.duckdb", "cannot open")):
+        if said == "cannot open":
+            path.write_text("not a database")
+        shown = _qreplay("why", str(path))
+        assert shown.returncode == 2 and said in shown.stderr, shown.stderr
+        assert len(shown.stderr.strip().splitlines()) == 1 and "Traceback" not in shown.stderr
+
+
+TCP_H2 = get_stack("tcp-h2")
+
+
+@pytest.mark.skipif(TCP_H2.unavailable_reason() is not None, reason=f"tcp-h2: {TCP_H2.unavailable_reason()}")
+def test_tcp_with_a_tiny_receive_buffer_agrees_with_the_kernels_chronographs():
+    """tcp-h2 at 30 ms with the client's TCP receive buffer held at 64 KiB (its namespace's tcp_rmem: no knob
+    sets it yet): the capture's breakdown and the kernel's own account of the server's socket (tcpi_rwnd_limited
+    over tcpi_busy_time) both say the receiver's window held the transfer, within 10 percentage points."""
+    link = LinkConfig(delay_down_ms=30)
+    with open_path("auto", link) as path:
+        subprocess.run(ns_command(path.client_ns, ["sysctl", "-q", "-w", "net.ipv4.tcp_rmem=4096 65536 65536"]),
+                       check=True)
+        row = run_once(TCP_H2, path, Condition(sets.resolve_one("firefox"), None, link),
+                       RunOptions(size=2_000_000, timeout_s=30, trace=True), 1, "tcp-rmem", "auto")
+    assert row["status"] == "ok", row.get("error")
+    kernel = json.loads(row["counters"])
+    kernel_share = kernel["sender_rwnd_limited_s"] / kernel["sender_busy_s"]
+    capture_share = json.loads(row["limits"])["fractions"]["receive_window_connection"]
+    assert row["limited_by"] == "receive_window_connection"
+    assert kernel_share > 0.5 and abs(capture_share - kernel_share) < 0.10, (capture_share, kernel)
