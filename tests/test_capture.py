@@ -159,9 +159,21 @@ def test_as_set_says_it_writes_into_the_checkout_by_default() -> None:
             f"elsewhere); qreplay --set {name} replays it\n") in done.stderr
 
 
+def test_a_capture_cut_short_keeps_what_came_before_with_one_warning(tmp_path: Path) -> None:
+    truncated = tmp_path / "truncated.pcapng"
+    truncated.write_bytes(CHROMIUM.read_bytes()[:3000])  # inside the third packet, after the first ClientHello (packets 1-2)
+    done = qscan("pcap", str(truncated), "--json", "--out", str(tmp_path / "cut.duckdb"))
+    assert done.returncode == 0, done.stderr
+    warning, summary = done.stderr.splitlines()
+    assert warning.startswith("qscan: warning: ") and "at byte 2,916 (after packet 2)" in warning, warning
+    assert [json.loads(line)["frame"] for line in done.stdout.splitlines()] == [2]
+    with duckdb.connect(str(tmp_path / "cut.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT list(frame) FROM client_hellos").fetchone()[0] == [2]
+
+
 def test_bad_captures_give_one_line_and_status_2(tmp_path: Path) -> None:
     truncated = tmp_path / "truncated.pcapng"
-    truncated.write_bytes(CHROMIUM.read_bytes()[:3000])
+    truncated.write_bytes(CHROMIUM.read_bytes()[:1000])  # inside the first packet
     dns_only = tmp_path / "dns.pcap"
     subprocess.run(
         ["text2pcap", "-q", "-4", "10.0.0.1,10.0.0.2", "-u", "5353,53", "-", str(dns_only)],
@@ -172,8 +184,8 @@ def test_bad_captures_give_one_line_and_status_2(tmp_path: Path) -> None:
     text = tmp_path / "notes.txt"
     text.write_text("These are notes, not packets.\n")
     cases = {
-        truncated: "cut short",
-        text: "isn't a capture file",
+        truncated: "the capture ends inside a block",
+        text: "not a pcap or pcapng capture",
         dns_only: "no QUIC",
         tmp_path / "missing.pcap": "no such capture file",
     }
