@@ -129,7 +129,7 @@ class _Connection:
     version: int
     format: InitialFormat  # the version's, or for a greased version that of the keys that opened its Initial
     original_dcid: bytes
-    client_keys: CryptoContext
+    client_keys: CryptoContext | None  # None once the ClientHello was handed over (no key log)
     first_frame: int
     client_initial: CryptoStream | None = field(default_factory=CryptoStream)  # None once parsed
     largest_client_pn: int = 0
@@ -239,19 +239,41 @@ class HelloExtractor:
 
     def _client_initial(self, flow: Flow, packet: LongPacket, datagram: Datagram, key_version: int) -> bool:
         """Open a client Initial with the keys of ``key_version``; False when they do not open it."""
-        connection = self._by_dcid.get((flow, packet.dcid)) or self._by_flow.get(flow)
+        key = (flow, packet.dcid)
+        connection = self._by_dcid.get(key) or self._by_flow.get(flow)
         if connection is not None and connection.version != packet.version:
             connection = None  # after Version Negotiation: a new attempt, with a ClientHello of its own
+        if connection is not None and connection.client_keys is None:
+            # Its ClientHello was handed over and its keys let go (they are most of a connection's memory):
+            # on its flow, an Initial that is not a new connection's is one of its own.
+            if key not in self._by_dcid:
+                keys = initial_keys(packet.dcid, key_version, of_client=True)
+                opened = unprotect(packet, keys)
+                if opened is not None:
+                    return self._opened(flow, packet, datagram, key_version, keys, opened)
+            self._remember(key, connection)
+            self.summary.initial_packets += 1
+            return True
         opened = unprotect(packet, connection.client_keys, connection.largest_client_pn) if connection else None
         if opened is None:
             keys = initial_keys(packet.dcid, key_version, of_client=True)
             opened = unprotect(packet, keys)
             if opened is None:
                 return False
-            connection = _Connection(flow, packet.version, INITIAL_FORMATS[key_version], packet.dcid, keys, datagram.frame)
-            self._by_flow[flow] = connection
+            return self._opened(flow, packet, datagram, key_version, keys, opened)
         assert connection is not None
-        self._remember((flow, packet.dcid), connection)
+        return self._add(connection, key, opened, datagram)
+
+    def _opened(self, flow: Flow, packet: LongPacket, datagram: Datagram, key_version: int, keys: CryptoContext,
+                opened: tuple[int, bytes]) -> bool:
+        """A client Initial that ``keys``, derived from its own DCID, opened: a new connection."""
+        connection = _Connection(flow, packet.version, INITIAL_FORMATS[key_version], packet.dcid, keys, datagram.frame)
+        self._by_flow[flow] = connection
+        return self._add(connection, (flow, packet.dcid), opened, datagram)
+
+    def _add(self, connection: _Connection, key: tuple[Flow, bytes], opened: tuple[int, bytes], datagram: Datagram) -> bool:
+        """An opened client Initial of ``connection``: its CRYPTO frames, and the ClientHello once complete."""
+        self._remember(key, connection)
         self.summary.initial_packets += 1
         packet_number, payload = opened
         connection.largest_client_pn = max(connection.largest_client_pn, packet_number)
@@ -293,7 +315,8 @@ class HelloExtractor:
         )
         self._ready.append(connection.record)
         if self._keylog is None:
-            connection.record = _TAKEN  # the caller holds it now; the connection only has to recognise retransmissions
+            # The caller holds the record now; the connection only has to recognise its retransmissions.
+            connection.record, connection.client_keys = _TAKEN, None
         else:
             connection.handshake_secret = self._keylog.get(hello.random)
             connection.server_initial, connection.server_handshake, connection.pending_handshake = CryptoStream(), CryptoStream(), []
