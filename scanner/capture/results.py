@@ -152,8 +152,8 @@ def hellos_to_arrow(scan_id: int, first_id: int, capture_file: str, hellos: list
 @dataclass
 class HelloTally:
     """What a stream of ClientHellos held, in memory that does not grow with their number: how many of
-    each parameter set (and the first ClientHello of each), of each version and client, the first ``keep``
-    ClientHellos, and the one numbered ``wanted``."""
+    each parameter set (and the first ClientHello of each) and of each version, the first ``keep``
+    ClientHellos, and the one numbered ``wanted``. (Not how many clients: that grows with the capture.)"""
 
     keep: int = 20
     wanted: int | None = None
@@ -162,7 +162,6 @@ class HelloTally:
     sets: Counter[str] = field(default_factory=Counter)
     first_of_set: dict[str, ClientHelloRecord] = field(default_factory=dict)
     versions: Counter[int] = field(default_factory=Counter)
-    clients: Counter[str] = field(default_factory=Counter)
     wanted_hello: ClientHelloRecord | None = None
 
     def add(self, hellos: list[ClientHelloRecord]) -> None:
@@ -171,7 +170,6 @@ class HelloTally:
             self.sets[fingerprint] += 1
             self.first_of_set.setdefault(fingerprint, hello)
             self.versions[hello.quic_version] += 1
-            self.clients[hello.client or hello.src_ip] += 1
             if hello.hello_id == self.wanted:
                 self.wanted_hello = hello
         self.count += len(hellos)

@@ -211,7 +211,7 @@ def _report(tally: HelloTally, summary: CaptureSummary, as_json: bool, out: Opti
         cli_console().print(table)
         return
     versions = ", ".join(f"{version_name(v)} {n:,}" for v, n in tally.versions.most_common(5))
-    title = (f"{tally.count:,} ClientHellos from {len(tally.clients):,} clients in {len(tally.sets):,} parameter sets "
+    title = (f"{tally.count:,} ClientHellos in {len(tally.sets):,} parameter sets "
              f"({versions}){stored}; the {min(TOP_SETS, len(tally.sets))} most common sets")
     table = Table(title=title, caption=f"{left_out}. --json prints every ClientHello.")
     for column in ("set", "ClientHellos", "share", "first (id, client, sni)", "performance parameters as sent"):
