@@ -308,3 +308,17 @@ def test_summary_counts_what_no_key_opens(tmp_path: Path) -> None:
         "no complete QUIC ClientHello among 9 long-header datagrams (0 client Initials opened, 3 not "
         "(T051 1, draft-26 1, draft-29 1), 5 packets of other versions (0x1a2a3a4a 3, Q050 2), 1 Version Negotiation)"
     ), done.stderr
+
+
+def test_workers_store_what_one_process_stores(tmp_path: Path) -> None:
+    """Two worker processes, each following half of the connections, and one process give the same rows,
+    numbered alike (a big capture is read by one worker per core)."""
+    tables = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"{workers}.duckdb"
+        done = qscan("pcap", str(MIXED), "--out", str(out), "--workers", workers)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        with duckdb.connect(str(out), read_only=True) as con:
+            tables.append((con.execute("SELECT * FROM client_hellos ORDER BY hello_id").fetchall(),
+                           con.execute("SELECT * FROM client_hello_parameters ORDER BY ALL").fetchall()))
+    assert len(tables[0][0]) == 5 and tables[0] == tables[1]

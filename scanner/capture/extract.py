@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from zlib import crc32
 from pathlib import Path
 
 from aioquic.quic.crypto import CryptoContext
@@ -84,6 +85,15 @@ class CaptureSummary:
     other_versions: Counter[int] = field(default_factory=Counter)
     version_negotiation: int = 0  # Version Negotiation packets (servers' answers; no ClientHello in them)
     bad_client_hellos: int = 0  # complete CRYPTO messages that are no parseable ClientHello
+
+    def add(self, other: "CaptureSummary") -> None:
+        """Count in what another worker saw of the same capture."""
+        self.datagrams += other.datagrams
+        self.initial_packets += other.initial_packets
+        self.unopened_initials.update(other.unopened_initials)
+        self.other_versions.update(other.other_versions)
+        self.version_negotiation += other.version_negotiation
+        self.bad_client_hellos += other.bad_client_hellos
 
     def left_out(self) -> str:
         """What the capture holds that yields no ClientHello, for the line that says none was found."""
@@ -378,43 +388,56 @@ _UNPARSEABLE = ClientHelloRecord(0, 0, 0, 0.0, "", 0, "", 0, 0, b"", None, (), d
 _TAKEN = ClientHelloRecord(0, 0, 0, 0.0, "", 0, "", 0, 0, b"", None, (), decode_transport_parameters(b""), None)
 
 
+def shard_of(datagram: Datagram, shards: int) -> int:
+    """Which of ``shards`` workers reads this datagram's connection: the same for both directions of a UDP
+    flow, and the same in every process (Python's own str hash is salted per process)."""
+    ends = crc32(datagram.src_ip.encode()) ^ crc32(datagram.dst_ip.encode()) ^ datagram.src_port ^ datagram.dst_port
+    return ends % shards
+
+
 class CaptureScan:
     """The ClientHellos of a capture, read as a stream: ``batches`` yields their records in capture order,
     a few thousand at a time, so a capture of any size takes bounded memory; ``summary`` counts what was
     seen so far, ``datagrams.offset`` how far the file has been read, and after the last batch
-    ``datagrams.damage`` says where a damaged or cut-short file stopped being read."""
+    ``datagrams.damage`` says where a damaged or cut-short file stopped being read. With ``shard`` =
+    (index, count) only the connections ``shard_of`` gives to ``index`` are followed (one worker's share)."""
 
     def __init__(
-        self, path: Path | str, keylog: Path | str | None = None, client: str | None = None, ports: tuple[int, ...] = ()
+        self, path: Path | str, keylog: Path | str | None = None, client: str | None = None, ports: tuple[int, ...] = (),
+        shard: tuple[int, int] = (0, 1),
     ) -> None:
         secrets = read_keylog(keylog) if keylog is not None else None
         self.path = Path(path)
         self.datagrams = CaptureDatagrams(path, ports)
         self._extractor = HelloExtractor(secrets, client)
         self.summary = self._extractor.summary
+        self._shard = shard
 
     def batches(self, size: int = 5_000) -> Iterator[list[ClientHelloRecord]]:
+        """Lists of records, one every ``size`` long-header datagrams read (empty when none completed then,
+        so that a worker's progress is heard of), and the rest at the end."""
         extractor = self._extractor
         feed, take = extractor.feed, extractor.take
+        index, shards = self._shard
         for count, datagram in enumerate(self.datagrams, 1):
-            feed(datagram)
+            if shards == 1 or shard_of(datagram, shards) == index:
+                feed(datagram)
             if not count % size:
-                ready = take()
-                if ready:
-                    yield ready
-        ready = extractor.finish()
-        if ready:
-            yield ready
+                yield take()
+        yield extractor.finish()
 
     def nothing_found(self) -> ToolError:
-        """The error for a capture that held no complete ClientHello, saying what it held instead."""
-        summary, damage = self.summary, self.datagrams.damage
-        cut = f" before the file's damage ({damage})" if damage is not None else ""
-        if summary.datagrams == 0:
-            return ToolError(f"{self.path}: no QUIC long-header packets in this capture{cut}")
-        return ToolError(
-            f"{self.path}: no complete QUIC ClientHello among {summary.datagrams} long-header datagrams{cut} ({summary.left_out()})"
-        )
+        return nothing_found(self.path, self.summary, self.datagrams.damage)
+
+
+def nothing_found(path: Path, summary: CaptureSummary, damage: Damage | None) -> ToolError:
+    """The error for a capture that held no complete ClientHello, saying what it held instead."""
+    cut = f" before the file's damage ({damage})" if damage is not None else ""
+    if summary.datagrams == 0:
+        return ToolError(f"{path}: no QUIC long-header packets in this capture{cut}")
+    return ToolError(
+        f"{path}: no complete QUIC ClientHello among {summary.datagrams} long-header datagrams{cut} ({summary.left_out()})"
+    )
 
 
 def read_capture(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from scanner.browser import BrowserCapture
 from scanner.capture.extract import CaptureResult, ClientHelloRecord
@@ -75,16 +76,28 @@ class CaptureWriter:
         self.hello_ids: list[int] = []  # (first, last + 1) once anything was stored
 
     def add(self, hellos: list[ClientHelloRecord]) -> None:
-        if not hellos:
+        self.add_tables(*hellos_to_arrow(self._capture_file, hellos))
+
+    def add_tables(self, hellos: pa.Table, parameters: pa.Table) -> None:
+        """Store ``hellos_to_arrow``'s tables (of one process or several): numbered in frame order, after
+        every ClientHello the file holds."""
+        if not hellos.num_rows:
             return
         if self._store is None:
             self._store = open_store(self._out)
             self.scan_id = self._store.begin_scan(*self._begin)
             self._next_id = self._store.con.execute("SELECT coalesce(max(hello_id), 0) + 1 FROM client_hellos").fetchone()[0]
             self.hello_ids = [self._next_id, self._next_id]
-        table, parameters = hellos_to_arrow(self.scan_id, self._next_id, self._capture_file, hellos)
-        self._store.append_queued({"client_hellos": table, "client_hello_parameters": parameters}, "client_hello_parameters")
-        self._next_id += len(hellos)
+        hellos = hellos.sort_by("frame")
+        frames = hellos.column("frame")
+        ids = pa.array(range(self._next_id, self._next_id + hellos.num_rows), pa.int64())
+        hellos = hellos.set_column(hellos.schema.get_field_index("hello_id"), "hello_id", ids)
+        hellos = hellos.set_column(hellos.schema.get_field_index("scan_id"), "scan_id", pa.array([self.scan_id] * hellos.num_rows, pa.int32()))
+        # a parameter row's hello_id is its ClientHello's frame until here
+        at = pc.index_in(parameters.column("hello_id").cast(pa.int32()), value_set=frames)
+        parameters = parameters.set_column(0, "hello_id", pc.add(at.cast(pa.int64()), self._next_id))
+        self._store.append_queued({"client_hellos": hellos, "client_hello_parameters": parameters}, "client_hello_parameters")
+        self._next_id += hellos.num_rows
         self.hello_ids[1] = self._next_id
 
     def close(self) -> None:
@@ -113,11 +126,14 @@ def store_capture(
     return writer.scan_id, list(range(*writer.hello_ids))
 
 
-def hellos_to_arrow(scan_id: int, first_id: int, capture_file: str, hellos: list[ClientHelloRecord]) -> tuple[pa.Table, pa.Table]:
-    hello_ids = list(range(first_id, first_id + len(hellos)))
+def hellos_to_arrow(capture_file: str, hellos: list[ClientHelloRecord]) -> tuple[pa.Table, pa.Table]:
+    """The store's rows of ``hellos`` (a worker builds them; ``CaptureWriter.add_tables`` stores them): until
+    they are stored, hello_id is the ClientHello's frame, unique in a capture (a datagram belongs to one
+    connection and completes at most its one ClientHello), and scan_id is 0."""
+    hello_ids = [h.frame for h in hellos]
     param_sets = [h.parameter_set for h in hellos]
     columns: dict[str, list] = {
-        "scan_id": [scan_id] * len(hellos),
+        "scan_id": [0] * len(hellos),
         "hello_id": hello_ids,
         "capture_file": [capture_file] * len(hellos),
         "seen_at": [dt.datetime.fromtimestamp(h.time, dt.timezone.utc) for h in hellos],
@@ -163,6 +179,19 @@ class HelloTally:
     first_of_set: dict[str, ClientHelloRecord] = field(default_factory=dict)
     versions: Counter[int] = field(default_factory=Counter)
     wanted_hello: ClientHelloRecord | None = None
+
+    def merge(self, other: "HelloTally") -> None:
+        """Count in another worker's tally of the same capture (its ClientHellos numbered by frame order
+        again: each worker numbers only its own)."""
+        self.count += other.count
+        self.sets.update(other.sets)
+        self.versions.update(other.versions)
+        for fingerprint, hello in other.first_of_set.items():
+            if fingerprint not in self.first_of_set or hello.frame < self.first_of_set[fingerprint].frame:
+                self.first_of_set[fingerprint] = hello
+        self.first = sorted(self.first + other.first, key=lambda hello: hello.frame)[: self.keep]
+        for number, hello in enumerate(self.first, 1):
+            hello.hello_id = number
 
     def add(self, hellos: list[ClientHelloRecord]) -> None:
         for hello in hellos:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import os
 import shlex
 import sys
 import tempfile
@@ -20,6 +21,7 @@ from rich.table import Table
 from scanner.browser import BROWSERS, capture_browser
 from scanner.capture.extract import CaptureScan, CaptureSummary, ClientHelloRecord, version_name
 from common.tshark import tshark_version
+from scanner.capture.parallel import PARALLEL_BYTES, ShardedScan
 from scanner.capture.results import CaptureWriter, HelloTally, browser_set_document, choose_hello, set_document, store_capture
 from common.cliapp import output_dir, output_file
 from common.setfiles import SETS_DIR
@@ -47,6 +49,7 @@ def pcap(
     sets_dir: Annotated[Path, typer.Option("--sets-dir", callback=output_dir, help="where --as-set writes")] = SETS_DIR,
     as_json: Annotated[bool, typer.Option("--json", help="print every ClientHello as a JSON line instead of a table")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress line")] = False,
+    workers: Annotated[int, typer.Option("--workers", min=0, help="processes reading the capture, each following its share of the connections (0: one per core for captures of 64 MiB and more, else 1; always 1 with --json, --keylog or --as-set)")] = 0,
 ) -> None:
     """Every QUIC ClientHello in a capture: SNI, ALPN, version and all client transport parameters in wire order.
 
@@ -54,12 +57,18 @@ def pcap(
     summarised by parameter set (--json lists them all). A capture cut short or damaged keeps every
     ClientHello before the damage, with one warning that says where the file stops being readable.
     """
-    scan = CaptureScan(capture, keylog, client)
+    one_process = as_json or keylog is not None or as_set is not None  # these want every record in this process
+    if workers == 0:
+        big = capture.is_file() and capture.stat().st_size >= PARALLEL_BYTES
+        workers = (os.cpu_count() or 1) if big and not one_process else 1
+    scan: CaptureScan | ShardedScan = CaptureScan(capture, keylog, client) if workers == 1 or one_process else ShardedScan(capture, client, workers)
     tally = HelloTally(keep=LISTED, wanted=hello)
     writer = CaptureWriter(out, capture, "pcap", {"capture": str(capture), "keylog": str(keylog) if keylog else None}, _command_line()) if out else None
     try:
         with _reading(scan, tally, not quiet and sys.stderr.isatty()):
-            for batch in scan.batches():
+            if isinstance(scan, ShardedScan):
+                scan.run(writer, tally)
+            for batch in scan.batches() if isinstance(scan, CaptureScan) else ():
                 if writer is not None:
                     writer.add(batch)
                 tally.add(batch)
@@ -74,7 +83,7 @@ def pcap(
             writer.close()
     if not tally.count:
         raise scan.nothing_found()  # which names the damage, if any
-    damage = scan.datagrams.damage
+    damage = scan.datagrams.damage if isinstance(scan, CaptureScan) else scan.damage
     if damage is not None:
         print(f"qscan: warning: {capture}: {damage}; the {tally.count:,} ClientHello(s) before it are kept", file=sys.stderr)
     if as_set:
@@ -95,7 +104,7 @@ pcap.__doc__ = (pcap.__doc__ or "").replace("{LISTED}", str(LISTED))
 
 
 @contextlib.contextmanager
-def _reading(scan: CaptureScan, tally: HelloTally, shown: bool) -> Iterator[None]:
+def _reading(scan: CaptureScan | ShardedScan, tally: HelloTally, shown: bool) -> Iterator[None]:
     """One progress line on stderr while the capture is read (a terminal only), refreshed from a thread so
     that it moves through stretches of packets that hold no ClientHello."""
     if not shown:
@@ -105,12 +114,13 @@ def _reading(scan: CaptureScan, tally: HelloTally, shown: bool) -> Iterator[None
         TextColumn("capture"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[hellos]:,} ClientHellos"),
         TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=cli_console(stderr=True), transient=True,
     )
-    task = progress.add_task("read", total=scan.datagrams.size, hellos=0)
+    size, offset = (scan.datagrams.size, lambda: scan.datagrams.offset) if isinstance(scan, CaptureScan) else (scan.size, lambda: scan.offset)
+    task = progress.add_task("read", total=size, hellos=0)
     done = threading.Event()
 
     def refresh() -> None:
         while not done.wait(0.25):
-            progress.update(task, completed=scan.datagrams.offset, hellos=tally.count)
+            progress.update(task, completed=offset(), hellos=tally.count)
 
     with progress:
         updater = threading.Thread(target=refresh, daemon=True)
@@ -214,13 +224,13 @@ def _report(tally: HelloTally, summary: CaptureSummary, as_json: bool, out: Opti
     title = (f"{tally.count:,} ClientHellos in {len(tally.sets):,} parameter sets "
              f"({versions}){stored}; the {min(TOP_SETS, len(tally.sets))} most common sets")
     table = Table(title=title, caption=f"{left_out}. --json prints every ClientHello.")
-    for column in ("set", "ClientHellos", "share", "first (id, client, sni)", "performance parameters as sent"):
+    for column in ("set", "ClientHellos", "share", "first seen (frame, client, sni)", "performance parameters as sent"):
         table.add_column(column, overflow="fold")
     for fingerprint, count in tally.sets.most_common(TOP_SETS):
         first = tally.first_of_set[fingerprint]
         table.add_row(
             fingerprint, f"{count:,}", f"{count / tally.count:.1%}",
-            f"{first.hello_id} {first.client or f'{first.src_ip}:{first.src_port}'} {first.sni or ''}".strip(),
+            f"{first.frame} {first.client or f'{first.src_ip}:{first.src_port}'} {first.sni or ''}".strip(),
             describe(first.parameter_set),
         )
     cli_console().print(table)
