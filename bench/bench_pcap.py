@@ -12,8 +12,9 @@ bytes after each connection (traffic with no ClientHello, which both tools must 
 case for qscan, whose work is per ClientHello.
 
 Both commands run as subprocesses under /usr/bin/time, tshark first (`tshark -n -M 100000 -r FILE`, its output
-to /dev/null), then `qscan pcap FILE --out STORE`; the capture and the store are deleted afterwards. Printed:
-wall and CPU seconds and peak memory of each, and the ratio of qscan's wall time to tshark's.
+to /dev/null), then `qscan pcap FILE --out STORE` (one worker process per core, as for any capture this size),
+then the same with --workers 1; the capture and the store are deleted afterwards. Printed: wall and CPU
+seconds and peak memory of each, and the ratio of qscan's wall time to tshark's.
 """
 
 from __future__ import annotations
@@ -149,12 +150,17 @@ def main() -> None:
         qscan = timed([str(QSCAN), "pcap", str(capture), "--out", str(store)])
         with duckdb.connect(str(store), read_only=True) as con:
             stored = con.execute("SELECT count(*) FROM client_hellos").fetchone()[0]
-        print(f"qscan pcap  : {qscan.wall:7.1f} s wall, {qscan.cpu:7.1f} s CPU, peak {qscan.peak_mib:,.0f} MiB, "
-              f"{stored:,} ClientHellos stored ({hellos / qscan.wall:,.0f}/s)")
+        print(f"qscan pcap  : {qscan.wall:7.1f} s wall, {qscan.cpu:7.1f} s CPU, peak {qscan.peak_mib:,.0f} MiB (its largest "
+              f"process), {stored:,} ClientHellos stored ({hellos / qscan.wall:,.0f}/s)")
         print(f"ratio       : {qscan.wall / tshark.wall:.2f} (qscan / tshark, wall) [goal: <= 1]; "
               f"load average now {os.getloadavg()[0]:.1f}")
         print("qscan's summary, as printed:\n" + "\n".join(qscan.stdout.splitlines()[:8]))
         assert stored == hellos, f"stored {stored} ClientHellos of {hellos}"
+        store.unlink()
+        # The same in one process: what the workers (one per core, chosen for a file this size) bring here.
+        one = timed([str(QSCAN), "pcap", str(capture), "--out", str(store), "--workers", "1"])
+        print(f"--workers 1 : {one.wall:7.1f} s wall, {one.cpu:7.1f} s CPU, peak {one.peak_mib:,.0f} MiB: "
+              f"ratio to tshark {one.wall / tshark.wall:.2f}; load average now {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
