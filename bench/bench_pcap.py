@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/bench_pcap.py [--gigabytes 2] [--other-packets 0] [--dir /tmp]
 
+(--dir /dev/shm keeps the 2.3 GB of capture and store in memory where the disk is short of room.)
+
 The capture is made from the real ClientHellos of datasets/captures/mixed-clients.pcapng (Chromium's over
 two Initial packets, Firefox's two, ngtcp2's, aioquic's): each connection's first-flight Initials are opened,
 given a new random Destination Connection ID, protected again under the Initial keys that DCID derives, and
