@@ -3,7 +3,9 @@
 frame order, numbered as one process would number them, and writes nothing else.
 
 Reading the file twice costs a few microseconds a packet; opening an Initial and its ClientHello costs a
-hundred, so the work splits nearly evenly. The rows of one worker are stored once every worker has read
+hundred, so the work splits nearly evenly, and each worker's share of CPU is half of one process's plus the
+reading and a second interpreter's start. That pays only with a core free for each worker: on the busy 2-core
+machine of bench_pcap's runs two workers were no faster than one (qscan pcap --workers, default 1). The rows of one worker are stored once every worker has read
 past them (each reports how far it read with every batch), so the file's numbering does not depend on
 which worker is faster, and what is held back stays within a batch or two.
 """
@@ -23,11 +25,6 @@ from scanner.capture.extract import CaptureScan, CaptureSummary, nothing_found
 from scanner.capture.frontend import CaptureDatagrams
 from scanner.capture.results import CaptureWriter, HelloTally, hellos_to_arrow
 from tparams.errors import ToolError
-
-# Captures at least this large are read by one worker per core (below it, starting the workers costs
-# more than they save).
-PARALLEL_BYTES = 64 * 1024 * 1024
-
 
 def _worker(path: str, client: str | None, shard: tuple[int, int], keep: int, results: multiprocessing.Queue) -> None:
     index = shard[0]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import os
 import shlex
 import sys
 import tempfile
@@ -21,7 +20,7 @@ from rich.table import Table
 from scanner.browser import BROWSERS, capture_browser
 from scanner.capture.extract import CaptureScan, CaptureSummary, ClientHelloRecord, version_name
 from common.tshark import tshark_version
-from scanner.capture.parallel import PARALLEL_BYTES, ShardedScan
+from scanner.capture.parallel import ShardedScan
 from scanner.capture.results import CaptureWriter, HelloTally, browser_set_document, choose_hello, set_document, store_capture
 from common.cliapp import output_dir, output_file
 from common.setfiles import SETS_DIR
@@ -49,7 +48,7 @@ def pcap(
     sets_dir: Annotated[Path, typer.Option("--sets-dir", callback=output_dir, help="where --as-set writes")] = SETS_DIR,
     as_json: Annotated[bool, typer.Option("--json", help="print every ClientHello as a JSON line instead of a table")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress line")] = False,
-    workers: Annotated[int, typer.Option("--workers", min=0, help="processes reading the capture, each following its share of the connections (0: one per core for captures of 64 MiB and more, else 1; always 1 with --json, --keylog or --as-set)")] = 0,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="processes reading the capture, each following its share of the connections (1 with --json, --keylog or --as-set); more were no faster on a busy 2-core machine (docs/benchmarks.md)")] = 1,
 ) -> None:
     """Every QUIC ClientHello in a capture: SNI, ALPN, version and all client transport parameters in wire order.
 
@@ -58,9 +57,6 @@ def pcap(
     ClientHello before the damage, with one warning that says where the file stops being readable.
     """
     one_process = as_json or keylog is not None or as_set is not None  # these want every record in this process
-    if workers == 0:
-        big = capture.is_file() and capture.stat().st_size >= PARALLEL_BYTES
-        workers = (os.cpu_count() or 1) if big and not one_process else 1
     scan: CaptureScan | ShardedScan = CaptureScan(capture, keylog, client) if workers == 1 or one_process else ShardedScan(capture, client, workers)
     tally = HelloTally(keep=LISTED, wanted=hello)
     writer = CaptureWriter(out, capture, "pcap", {"capture": str(capture), "keylog": str(keylog) if keylog else None}, _command_line()) if out else None
