@@ -209,13 +209,19 @@ class ScanStore:
         if not count:
             return 0
         tables = {"handshakes": pa.concat_tables(handshakes), "handshake_parameters": pa.concat_tables(parameters)}
+        self.append_queued(tables, "handshake_parameters")
+        self._next_handshake_id = first_id
+        return count
+
+    def append_queued(self, tables: Mapping[str, pa.Table], parameters: str) -> None:
+        """Insert Arrow tables in one transaction on the writer thread (see ``append_columns``), with the
+        ``parameter_names`` rows the param_id column of table ``parameters`` needs."""
         self._drain()
-        names = self.parameter_names(tables["handshake_parameters"].column("param_id"))
+        tables = dict(tables)
+        names = self.parameter_names(tables[parameters].column("param_id"))
         if names.num_rows:
             tables["parameter_names"] = names
         self._pending = self._writer.submit(self._write_combined, tables)
-        self._next_handshake_id = first_id
-        return count
 
 
 def apply_schema(con: duckdb.DuckDBPyConnection, name: str, version: int, ddl: str) -> None:

@@ -159,9 +159,21 @@ def test_as_set_says_it_writes_into_the_checkout_by_default() -> None:
             f"elsewhere); qreplay --set {name} replays it\n") in done.stderr
 
 
+def test_a_capture_cut_short_keeps_what_came_before_with_one_warning(tmp_path: Path) -> None:
+    truncated = tmp_path / "truncated.pcapng"
+    truncated.write_bytes(CHROMIUM.read_bytes()[:3000])  # inside the third packet, after the first ClientHello (packets 1-2)
+    done = qscan("pcap", str(truncated), "--json", "--out", str(tmp_path / "cut.duckdb"))
+    assert done.returncode == 0, done.stderr
+    warning, summary = done.stderr.splitlines()
+    assert warning.startswith("qscan: warning: ") and "at byte 2,916 (after packet 2)" in warning, warning
+    assert [json.loads(line)["frame"] for line in done.stdout.splitlines()] == [2]
+    with duckdb.connect(str(tmp_path / "cut.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT list(frame) FROM client_hellos").fetchone()[0] == [2]
+
+
 def test_bad_captures_give_one_line_and_status_2(tmp_path: Path) -> None:
     truncated = tmp_path / "truncated.pcapng"
-    truncated.write_bytes(CHROMIUM.read_bytes()[:3000])
+    truncated.write_bytes(CHROMIUM.read_bytes()[:1000])  # inside the first packet
     dns_only = tmp_path / "dns.pcap"
     subprocess.run(
         ["text2pcap", "-q", "-4", "10.0.0.1,10.0.0.2", "-u", "5353,53", "-", str(dns_only)],
@@ -172,8 +184,8 @@ def test_bad_captures_give_one_line_and_status_2(tmp_path: Path) -> None:
     text = tmp_path / "notes.txt"
     text.write_text("These are notes, not packets.\n")
     cases = {
-        truncated: "cut short",
-        text: "isn't a capture file",
+        truncated: "the capture ends inside a block",
+        text: "not a pcap or pcapng capture",
         dns_only: "no QUIC",
         tmp_path / "missing.pcap": "no such capture file",
     }
@@ -296,3 +308,17 @@ def test_summary_counts_what_no_key_opens(tmp_path: Path) -> None:
         "no complete QUIC ClientHello among 9 long-header datagrams (0 client Initials opened, 3 not "
         "(T051 1, draft-26 1, draft-29 1), 5 packets of other versions (0x1a2a3a4a 3, Q050 2), 1 Version Negotiation)"
     ), done.stderr
+
+
+def test_workers_store_what_one_process_stores(tmp_path: Path) -> None:
+    """Two worker processes, each following half of the connections, and one process give the same rows,
+    numbered alike (a big capture is read by one worker per core)."""
+    tables = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"{workers}.duckdb"
+        done = qscan("pcap", str(MIXED), "--out", str(out), "--workers", workers)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        with duckdb.connect(str(out), read_only=True) as con:
+            tables.append((con.execute("SELECT * FROM client_hellos ORDER BY hello_id").fetchall(),
+                           con.execute("SELECT * FROM client_hello_parameters ORDER BY ALL").fetchall()))
+    assert len(tables[0][0]) == 5 and tables[0] == tables[1]

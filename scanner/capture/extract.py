@@ -11,15 +11,18 @@ Negotiation counts again: that is what it sent.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
+from zlib import crc32
 from pathlib import Path
 
 from aioquic.quic.crypto import CryptoContext
 from aioquic.quic.packet import QuicPacketType, QuicProtocolVersion
 from aioquic.tls import CipherSuite
 
-from scanner.capture.frontend import Datagram, long_header_datagrams
+from common.pcap import Damage
+from scanner.capture.frontend import CaptureDatagrams, Datagram
 from scanner.handshake.hello import TRANSPORT_PARAMETERS_EXTENSIONS, parse_client_hello
 from scanner.handshake.messages import read_encrypted_extensions, read_server_hello
 from scanner.handshake.packets import (
@@ -36,6 +39,7 @@ from scanner.handshake.packets import (
 )
 from tparams.codec import DecodedParameters, decode_transport_parameters
 from tparams.errors import ToolError
+from tparams.paramset import ParamSet
 from tparams.registry import id_for
 
 _USER_AGENT_ID = id_for("user_agent")
@@ -64,6 +68,11 @@ class ClientHelloRecord:
     client: str | None  # a label given by the caller, else Google's user_agent parameter
     server_transport_parameters: DecodedParameters | None = None
 
+    @cached_property
+    def parameter_set(self) -> ParamSet:
+        """The twelve as sent: the store, the summary and a set file all ask for them."""
+        return ParamSet.from_decoded(self.transport_parameters)
+
 
 @dataclass
 class CaptureSummary:
@@ -76,6 +85,15 @@ class CaptureSummary:
     other_versions: Counter[int] = field(default_factory=Counter)
     version_negotiation: int = 0  # Version Negotiation packets (servers' answers; no ClientHello in them)
     bad_client_hellos: int = 0  # complete CRYPTO messages that are no parseable ClientHello
+
+    def add(self, other: "CaptureSummary") -> None:
+        """Count in what another worker saw of the same capture."""
+        self.datagrams += other.datagrams
+        self.initial_packets += other.initial_packets
+        self.unopened_initials.update(other.unopened_initials)
+        self.other_versions.update(other.other_versions)
+        self.version_negotiation += other.version_negotiation
+        self.bad_client_hellos += other.bad_client_hellos
 
     def left_out(self) -> str:
         """What the capture holds that yields no ClientHello, for the line that says none was found."""
@@ -112,6 +130,7 @@ def version_name(version: int) -> str:
 class CaptureResult:
     hellos: list[ClientHelloRecord]
     summary: CaptureSummary
+    damage: Damage | None = None  # where a damaged or cut-short capture stopped being read
 
 
 @dataclass
@@ -120,20 +139,21 @@ class _Connection:
     version: int
     format: InitialFormat  # the version's, or for a greased version that of the keys that opened its Initial
     original_dcid: bytes
-    client_keys: CryptoContext
+    client_keys: CryptoContext | None  # None once the ClientHello was handed over (no key log)
     first_frame: int
     client_initial: CryptoStream | None = field(default_factory=CryptoStream)  # None once parsed
     largest_client_pn: int = 0
     record: ClientHelloRecord | None = None
-    # server side, only followed with a key log
+    # server side, only followed with a key log (allocated then: a capture of many clients holds many connections)
     server_keys: CryptoContext | None = None
-    server_initial: CryptoStream = field(default_factory=CryptoStream)
+    server_initial: CryptoStream | None = None
     handshake_secret: bytes | None = None  # SERVER_HANDSHAKE_TRAFFIC_SECRET from the key log
     cipher_suite: CipherSuite | None = None
     handshake_keys: CryptoContext | None = None
-    server_handshake: CryptoStream = field(default_factory=CryptoStream)
-    pending_handshake: list[LongPacket] = field(default_factory=list)
+    server_handshake: CryptoStream | None = None
+    pending_handshake: list[LongPacket] | None = None
     done_server: bool = False
+    keys_held: int = 0  # entries of HelloExtractor._by_dcid that lead here
 
 
 def read_keylog(path: Path | str) -> dict[bytes, bytes]:
@@ -155,16 +175,56 @@ def read_keylog(path: Path | str) -> dict[bytes, bytes]:
     return secrets
 
 
+# Connections followed at once. Past this the one whose client was heard from longest ago is forgotten, so
+# a capture of any length takes bounded memory (about 2 KB a connection): a client Initial of a forgotten
+# connection would count as a new one, which takes this many newer connections in between.
+MAX_CONNECTIONS = 100_000
+
+
 class HelloExtractor:
-    """Feed datagrams in capture order; collects one record per complete ClientHello."""
+    """Feed datagrams in capture order; ``take`` hands over the records of complete ClientHellos.
+
+    Without a key log a record is ready as soon as its ClientHello is complete; with one it waits for
+    ``finish`` (the end of the capture), since the server's EncryptedExtensions may come in any later packet.
+    """
 
     def __init__(self, keylog: dict[bytes, bytes] | None = None, client: str | None = None):
         self._keylog = keylog
         self._client = client
+        # by (flow, DCID), least recently used first
         self._by_dcid: dict[tuple[Flow, bytes], _Connection] = {}
         self._by_flow: dict[Flow, _Connection] = {}  # the latest connection whose client sends on the flow
-        self.hellos: list[ClientHelloRecord] = []
+        self._ready: list[ClientHelloRecord] = []
+        self._count = 0
         self.summary = CaptureSummary()
+
+    def take(self) -> list[ClientHelloRecord]:
+        """The records ready since the last call, in the order their ClientHellos completed."""
+        if self._keylog is not None:
+            return []
+        ready, self._ready = self._ready, []
+        return ready
+
+    def finish(self) -> list[ClientHelloRecord]:
+        """Every record not yet taken: call once the capture has been fed."""
+        ready, self._ready = self._ready, []
+        return ready
+
+    def _remember(self, key: tuple[Flow, bytes], connection: _Connection) -> None:
+        """Map ``key`` to ``connection`` as the most recently used; forget the least recent past MAX_CONNECTIONS."""
+        by_dcid = self._by_dcid
+        previous = by_dcid.pop(key, None)
+        if previous is not connection:
+            if previous is not None:
+                previous.keys_held -= 1
+            connection.keys_held += 1
+        by_dcid[key] = connection
+        while len(by_dcid) > MAX_CONNECTIONS:
+            oldest = next(iter(by_dcid))
+            gone = by_dcid.pop(oldest)
+            gone.keys_held -= 1
+            if not gone.keys_held and self._by_flow.get(gone.flow) is gone:
+                del self._by_flow[gone.flow]
 
     def feed(self, datagram: Datagram) -> None:
         self.summary.datagrams += 1
@@ -189,19 +249,41 @@ class HelloExtractor:
 
     def _client_initial(self, flow: Flow, packet: LongPacket, datagram: Datagram, key_version: int) -> bool:
         """Open a client Initial with the keys of ``key_version``; False when they do not open it."""
-        connection = self._by_dcid.get((flow, packet.dcid)) or self._by_flow.get(flow)
+        key = (flow, packet.dcid)
+        connection = self._by_dcid.get(key) or self._by_flow.get(flow)
         if connection is not None and connection.version != packet.version:
             connection = None  # after Version Negotiation: a new attempt, with a ClientHello of its own
+        if connection is not None and connection.client_keys is None:
+            # Its ClientHello was handed over and its keys let go (they are most of a connection's memory):
+            # on its flow, an Initial that is not a new connection's is one of its own.
+            if key not in self._by_dcid:
+                keys = initial_keys(packet.dcid, key_version, of_client=True)
+                opened = unprotect(packet, keys)
+                if opened is not None:
+                    return self._opened(flow, packet, datagram, key_version, keys, opened)
+            self._remember(key, connection)
+            self.summary.initial_packets += 1
+            return True
         opened = unprotect(packet, connection.client_keys, connection.largest_client_pn) if connection else None
         if opened is None:
             keys = initial_keys(packet.dcid, key_version, of_client=True)
             opened = unprotect(packet, keys)
             if opened is None:
                 return False
-            connection = _Connection(flow, packet.version, INITIAL_FORMATS[key_version], packet.dcid, keys, datagram.frame)
-            self._by_flow[flow] = connection
+            return self._opened(flow, packet, datagram, key_version, keys, opened)
         assert connection is not None
-        self._by_dcid[(flow, packet.dcid)] = connection
+        return self._add(connection, key, opened, datagram)
+
+    def _opened(self, flow: Flow, packet: LongPacket, datagram: Datagram, key_version: int, keys: CryptoContext,
+                opened: tuple[int, bytes]) -> bool:
+        """A client Initial that ``keys``, derived from its own DCID, opened: a new connection."""
+        connection = _Connection(flow, packet.version, INITIAL_FORMATS[key_version], packet.dcid, keys, datagram.frame)
+        self._by_flow[flow] = connection
+        return self._add(connection, (flow, packet.dcid), opened, datagram)
+
+    def _add(self, connection: _Connection, key: tuple[Flow, bytes], opened: tuple[int, bytes], datagram: Datagram) -> bool:
+        """An opened client Initial of ``connection``: its CRYPTO frames, and the ClientHello once complete."""
+        self._remember(key, connection)
         self.summary.initial_packets += 1
         packet_number, payload = opened
         connection.largest_client_pn = max(connection.largest_client_pn, packet_number)
@@ -224,8 +306,9 @@ class HelloExtractor:
         decoded = decode_transport_parameters(hello.transport_parameters, "client", connection.format.sixteen_bit_parameters)
         user_agent = next((p.raw for p in decoded.parameters if p.id == _USER_AGENT_ID), None)
         src_ip, src_port, dst_ip, dst_port = connection.flow
+        self._count += 1
         connection.record = ClientHelloRecord(
-            hello_id=len(self.hellos) + 1,
+            hello_id=self._count,
             first_frame=connection.first_frame,
             frame=datagram.frame,
             time=datagram.time,
@@ -240,14 +323,19 @@ class HelloExtractor:
             transport_parameters=decoded,
             client=self._client or (user_agent.decode(errors="replace") if user_agent else None),
         )
-        self.hellos.append(connection.record)
-        if self._keylog is not None and hello.random in self._keylog:
-            connection.handshake_secret = self._keylog[hello.random]
+        self._ready.append(connection.record)
+        if self._keylog is None:
+            # The caller holds the record now; the connection only has to recognise its retransmissions.
+            connection.record, connection.client_keys = _TAKEN, None
+        else:
+            connection.handshake_secret = self._keylog.get(hello.random)
+            connection.server_initial, connection.server_handshake, connection.pending_handshake = CryptoStream(), CryptoStream(), []
 
     def _server_packet(self, connection: _Connection, packet: LongPacket) -> None:
         """Follow the server far enough to read its EncryptedExtensions (key log only)."""
         if connection.done_server or connection.record is None or connection.record is _UNPARSEABLE:
             return
+        assert connection.server_initial is not None and connection.server_handshake is not None and connection.pending_handshake is not None
         if packet.packet_type == QuicPacketType.INITIAL and connection.cipher_suite is None:
             if connection.server_keys is None:
                 # The packet's version, not the ClientHello's: a server may switch to another
@@ -277,7 +365,7 @@ class HelloExtractor:
                 self._server_handshake(connection, packet)
 
     def _server_handshake(self, connection: _Connection, packet: LongPacket) -> None:
-        assert connection.handshake_keys is not None and connection.record is not None
+        assert connection.handshake_keys is not None and connection.record is not None and connection.server_handshake is not None
         opened = unprotect(packet, connection.handshake_keys)
         message = connection.server_handshake.add_frames(opened[1], connection.format.google_frames) if opened else None
         if message is None:
@@ -294,15 +382,62 @@ class HelloExtractor:
             )
 
 
-# Marks a connection whose ClientHello did not parse, so that retransmissions are not parsed again.
+# Mark a connection whose ClientHello did not parse, so that retransmissions are not parsed again, and one
+# whose record was handed over (without a key log nothing is added to it later).
 _UNPARSEABLE = ClientHelloRecord(0, 0, 0, 0.0, "", 0, "", 0, 0, b"", None, (), decode_transport_parameters(b""), None)
+_TAKEN = ClientHelloRecord(0, 0, 0, 0.0, "", 0, "", 0, 0, b"", None, (), decode_transport_parameters(b""), None)
 
 
-def extract_hellos(datagrams: Iterable[Datagram], keylog: dict[bytes, bytes] | None = None, client: str | None = None) -> CaptureResult:
-    extractor = HelloExtractor(keylog, client)
-    for datagram in datagrams:
-        extractor.feed(datagram)
-    return CaptureResult(extractor.hellos, extractor.summary)
+def shard_of(datagram: Datagram, shards: int) -> int:
+    """Which of ``shards`` workers reads this datagram's connection: the same for both directions of a UDP
+    flow, and the same in every process (Python's own str hash is salted per process)."""
+    ends = crc32(datagram.src_ip.encode()) ^ crc32(datagram.dst_ip.encode()) ^ datagram.src_port ^ datagram.dst_port
+    return ends % shards
+
+
+class CaptureScan:
+    """The ClientHellos of a capture, read as a stream: ``batches`` yields their records in capture order,
+    a few thousand at a time, so a capture of any size takes bounded memory; ``summary`` counts what was
+    seen so far, ``datagrams.offset`` how far the file has been read, and after the last batch
+    ``datagrams.damage`` says where a damaged or cut-short file stopped being read. With ``shard`` =
+    (index, count) only the connections ``shard_of`` gives to ``index`` are followed (one worker's share)."""
+
+    def __init__(
+        self, path: Path | str, keylog: Path | str | None = None, client: str | None = None, ports: tuple[int, ...] = (),
+        shard: tuple[int, int] = (0, 1),
+    ) -> None:
+        secrets = read_keylog(keylog) if keylog is not None else None
+        self.path = Path(path)
+        self.datagrams = CaptureDatagrams(path, ports)
+        self._extractor = HelloExtractor(secrets, client)
+        self.summary = self._extractor.summary
+        self._shard = shard
+
+    def batches(self, size: int = 5_000) -> Iterator[list[ClientHelloRecord]]:
+        """Lists of records, one every ``size`` long-header datagrams read (empty when none completed then,
+        so that a worker's progress is heard of), and the rest at the end."""
+        extractor = self._extractor
+        feed, take = extractor.feed, extractor.take
+        index, shards = self._shard
+        for count, datagram in enumerate(self.datagrams, 1):
+            if shards == 1 or shard_of(datagram, shards) == index:
+                feed(datagram)
+            if not count % size:
+                yield take()
+        yield extractor.finish()
+
+    def nothing_found(self) -> ToolError:
+        return nothing_found(self.path, self.summary, self.datagrams.damage)
+
+
+def nothing_found(path: Path, summary: CaptureSummary, damage: Damage | None) -> ToolError:
+    """The error for a capture that held no complete ClientHello, saying what it held instead."""
+    cut = f" before the file's damage ({damage})" if damage is not None else ""
+    if summary.datagrams == 0:
+        return ToolError(f"{path}: no QUIC long-header packets in this capture{cut}")
+    return ToolError(
+        f"{path}: no complete QUIC ClientHello among {summary.datagrams} long-header datagrams{cut} ({summary.left_out()})"
+    )
 
 
 def read_capture(
@@ -311,13 +446,11 @@ def read_capture(
     client: str | None = None,
     ports: tuple[int, ...] = (),
 ) -> CaptureResult:
-    """Every ClientHello in a pcap/pcapng file; ToolError when there is none or the file is bad."""
-    secrets = read_keylog(keylog) if keylog is not None else None
-    result = extract_hellos(long_header_datagrams(path, ports), secrets, client)
-    if not result.hellos:
-        summary = result.summary
-        if summary.datagrams == 0:
-            raise ToolError(f"{path}: no QUIC long-header packets in this capture")
-        raise ToolError(f"{path}: no complete QUIC ClientHello among {summary.datagrams} long-header datagrams ({summary.left_out()})")
-    return result
-
+    """Every ClientHello in a pcap/pcapng file, held in memory (for small captures: a browser's run, a test
+    vector; CaptureScan streams big ones). A damaged or cut-short file gives what came before the damage,
+    which ``damage`` names; ToolError when there is no ClientHello before it or the file is no capture."""
+    scan = CaptureScan(path, keylog, client, ports)
+    hellos = [hello for batch in scan.batches() for hello in batch]
+    if not hellos:
+        raise scan.nothing_found()
+    return CaptureResult(hellos, scan.summary, scan.datagrams.damage)

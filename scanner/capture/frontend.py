@@ -1,16 +1,14 @@
-"""The capture front end: tshark (common/tshark.py) yields the raw UDP payloads that may
-hold QUIC long-header packets.
+"""The capture front end: the UDP payloads of a pcap or pcapng file that may hold QUIC long-header packets,
+read by common/pcap.py straight from the file.
 
-pyshark's per-packet objects cost about a millisecond each (it parses
-tshark's JSON/PDML in Python), far too slow for 100,000 Initials. So the
-selection happens inside tshark with a display filter on the first payload
-byte, tshark prints only the few fields needed, and Python just reads lines
-(bench/bench_pcap.py measures both ways).
+tshark's own reading (a display filter on the first payload byte, the payload printed as hex) cost more than
+tshark's whole decode of the file before Python saw a byte, and it refused a file cut short as a whole; reading
+the records here costs a few microseconds a packet, streams files of any size, and keeps what comes before a
+damaged record (bench/bench_pcap.py times the whole command beside tshark).
 """
 
 from __future__ import annotations
 
-import binascii
 import socket
 import struct
 import subprocess
@@ -23,20 +21,6 @@ from common.tshark import tshark_path
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
-# Long header bit set. The QUIC dissector is switched off: its heuristics cost
-# time, and tshark 4.0 drops packets whose QUIC bit is greased (RFC 9287).
-LONG_HEADER_FILTER = "udp.payload[0] & 0x80"
-_FIELDS = (
-    "frame.number",
-    "frame.time_epoch",
-    "ip.src",
-    "ipv6.src",
-    "udp.srcport",
-    "ip.dst",
-    "ipv6.dst",
-    "udp.dstport",
-    "udp.payload",
-)
 
 
 @dataclass(frozen=True)
@@ -63,58 +47,64 @@ def write_udp_pcap(path: Path | str, datagrams: Iterable[Datagram]) -> None:
     pcap.write(path, pcap.LINKTYPE_RAW, frames())
 
 
-def tshark_command(path: Path | str, display_filter: str, fields: tuple[str, ...]) -> list[str]:
-    command = [tshark_path(), "-n", "-r", str(path), "--disable-protocol", "quic", "-Y", display_filter]
-    command += ["-T", "fields", "-E", "separator=/t", "-E", "occurrence=l"]
-    for field in fields:
-        command += ["-e", field]
-    return command
+class CaptureDatagrams:
+    """Every UDP payload in a capture whose first byte has the long-header bit set, in capture order.
+
+    ``ports`` keeps only datagrams from or to one of them. Iteration stops at the end of the file or at the
+    first damaged or cut-short record; ``damage`` then says where, and every datagram before it has been
+    yielded. A missing file or one that is no capture is a ToolError at once.
+    """
+
+    def __init__(self, path: Path | str, ports: tuple[int, ...] = ()) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ToolError(f"{self.path}: no such capture file")
+        try:
+            self.size = self.path.stat().st_size
+            self._reader = pcap.CaptureReader(self.path)
+        except pcap.CaptureFileError as exc:
+            raise ToolError(f"cannot read capture {self.path}: {exc}") from None
+        except OSError as exc:
+            raise ToolError(f"cannot read capture {self.path}: {exc.strerror}") from None
+        self._ports = frozenset(ports)
+
+    @property
+    def damage(self) -> pcap.Damage | None:
+        return self._reader.damage
+
+    @property
+    def offset(self) -> int:
+        """Bytes of the file read so far."""
+        return self._reader.offset
+
+    @property
+    def packets(self) -> int:
+        """Packets of the file read so far (of any kind)."""
+        return self._reader.packets
+
+    def __iter__(self) -> Iterator[Datagram]:
+        ports, udp_datagram, ntop = self._ports, pcap.udp_datagram, socket.inet_ntop
+        for number, when, link, frame in self._reader:
+            try:
+                udp = udp_datagram(link, frame)
+            except IndexError:  # a frame cut inside its link or IP header by the snap length
+                continue
+            if udp is None or not udp[4] or not udp[4][0] & 0x80:
+                continue
+            source, source_port, destination, destination_port, payload = udp
+            if ports and source_port not in ports and destination_port not in ports:
+                continue
+            family = socket.AF_INET if len(source) == 4 else socket.AF_INET6
+            yield Datagram(number, when, ntop(family, source), source_port, ntop(family, destination), destination_port, payload)
 
 
 def long_header_datagrams(path: Path | str, ports: tuple[int, ...] = ()) -> Iterator[Datagram]:
-    """Every UDP payload in the capture whose first byte has the long-header bit set.
-
-    ``ports`` narrows the selection (either end) inside tshark. A missing,
-    unreadable, or truncated capture raises ToolError after the packets before
-    the damage have been yielded, so the caller decides what partial data is worth.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ToolError(f"{path}: no such capture file")
-    display_filter = LONG_HEADER_FILTER
-    if ports:
-        display_filter += " && udp.port in {" + " ".join(str(p) for p in ports) + "}"
-    process = subprocess.Popen(
-        tshark_command(path, display_filter, _FIELDS), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    assert process.stdout is not None and process.stderr is not None
-    try:
-        # Bytes, not text: the payload column is most of the output, and unhexlify reads bytes.
-        for line in process.stdout:
-            columns = line.rstrip(b"\n").split(b"\t")
-            if len(columns) != len(_FIELDS) or not columns[8]:
-                continue
-            frame, when, src4, src6, sport, dst4, dst6, dport, payload = columns
-            yield Datagram(
-                int(frame),
-                float(when),
-                (src4 or src6).decode(),
-                int(sport),
-                (dst4 or dst6).decode(),
-                int(dport),
-                binascii.unhexlify(payload),
-            )
-        stderr = process.stderr.read().decode(errors="replace")
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-    if process.returncode != 0:
-        problem = next(
-            (line.removeprefix("tshark: ") for line in stderr.splitlines() if line.startswith("tshark:")),
-            f"tshark exited with status {process.returncode}",
-        )
-        raise ToolError(f"cannot read capture {path}: {problem}")
+    """CaptureDatagrams for callers that want all or nothing: a damaged capture raises ToolError after the
+    datagrams before the damage have been yielded, so the caller decides what partial data is worth."""
+    datagrams = CaptureDatagrams(path, ports)
+    yield from datagrams
+    if datagrams.damage is not None:
+        raise ToolError(f"cannot read all of capture {datagrams.path}: {datagrams.damage}")
 
 
 # Integer parameters tshark 4.0 names with a field of their own (tls.quic.parameter.<name>).

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import shlex
+from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from scanner.browser import BrowserCapture
 from scanner.capture.extract import CaptureResult, ClientHelloRecord
@@ -55,25 +58,82 @@ def open_store(path: Path | str) -> ScanStore:
     return store
 
 
+class CaptureWriter:
+    """ClientHellos appended to a scan store batch by batch, as one scan: the store is opened and the scan
+    begun with the first batch (a capture without a ClientHello leaves no file), each batch is one
+    transaction committed on the store's writer thread while the next is read, and the scan is finished on
+    ``close``."""
+
+    def __init__(self, out: Path | str, capture_file: Path | str, kind: str, settings: Mapping[str, Any], command_line: str | None = None):
+        self._out = out
+        self._store: ScanStore | None = None
+        if Path(out).exists():
+            open_store(out).close()  # a foreign or newer file is refused before a big capture is read, not after
+        self._capture_file = str(capture_file)
+        self._begin = (kind, settings, command_line)
+        self.scan_id: int | None = None
+        self._next_id = 0
+        self.hello_ids: list[int] = []  # (first, last + 1) once anything was stored
+
+    def add(self, hellos: list[ClientHelloRecord]) -> None:
+        self.add_tables(*hellos_to_arrow(self._capture_file, hellos))
+
+    def add_tables(self, hellos: pa.Table, parameters: pa.Table) -> None:
+        """Store ``hellos_to_arrow``'s tables (of one process or several): numbered in frame order, after
+        every ClientHello the file holds."""
+        if not hellos.num_rows:
+            return
+        if self._store is None:
+            self._store = open_store(self._out)
+            self.scan_id = self._store.begin_scan(*self._begin)
+            self._next_id = self._store.con.execute("SELECT coalesce(max(hello_id), 0) + 1 FROM client_hellos").fetchone()[0]
+            self.hello_ids = [self._next_id, self._next_id]
+        hellos = hellos.sort_by("frame")
+        frames = hellos.column("frame")
+        ids = pa.array(range(self._next_id, self._next_id + hellos.num_rows), pa.int64())
+        hellos = hellos.set_column(hellos.schema.get_field_index("hello_id"), "hello_id", ids)
+        hellos = hellos.set_column(hellos.schema.get_field_index("scan_id"), "scan_id", pa.array([self.scan_id] * hellos.num_rows, pa.int32()))
+        # a parameter row's hello_id is its ClientHello's frame until here
+        at = pc.index_in(parameters.column("hello_id").cast(pa.int32()), value_set=frames)
+        parameters = parameters.set_column(0, "hello_id", pc.add(at.cast(pa.int64()), self._next_id))
+        self._store.append_queued({"client_hellos": hellos, "client_hello_parameters": parameters}, "client_hello_parameters")
+        self._next_id += hellos.num_rows
+        self.hello_ids[1] = self._next_id
+
+    def close(self) -> None:
+        if self._store is None:
+            return
+        try:
+            assert self.scan_id is not None
+            self._store.finish_scan(self.scan_id)
+        finally:
+            self._store.close()
+
+    def __enter__(self) -> "CaptureWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def store_capture(
     out: Path | str, result: CaptureResult, capture_file: Path | str, kind: str, settings: Mapping[str, Any], command_line: str | None = None
 ) -> tuple[int, list[int]]:
     """Append every ClientHello of ``result`` as one batch; (scan_id, hello_ids)."""
-    with open_store(out) as store:
-        scan_id = store.begin_scan(kind, settings, command_line)
-        first_id = store.con.execute("SELECT coalesce(max(hello_id), 0) + 1 FROM client_hellos").fetchone()[0]
-        hellos, parameters = hellos_to_arrow(scan_id, first_id, str(capture_file), result.hellos)
-        names = store.parameter_names(parameters.column("param_id"))
-        store.append({"client_hellos": hellos, "client_hello_parameters": parameters, "parameter_names": names})
-        store.finish_scan(scan_id)
-    return scan_id, list(range(first_id, first_id + len(result.hellos)))
+    with CaptureWriter(out, capture_file, kind, settings, command_line) as writer:
+        writer.add(result.hellos)
+    assert writer.scan_id is not None
+    return writer.scan_id, list(range(*writer.hello_ids))
 
 
-def hellos_to_arrow(scan_id: int, first_id: int, capture_file: str, hellos: list[ClientHelloRecord]) -> tuple[pa.Table, pa.Table]:
-    hello_ids = list(range(first_id, first_id + len(hellos)))
-    param_sets = [ParamSet.from_decoded(h.transport_parameters) for h in hellos]
+def hellos_to_arrow(capture_file: str, hellos: list[ClientHelloRecord]) -> tuple[pa.Table, pa.Table]:
+    """The store's rows of ``hellos`` (a worker builds them; ``CaptureWriter.add_tables`` stores them): until
+    they are stored, hello_id is the ClientHello's frame, unique in a capture (a datagram belongs to one
+    connection and completes at most its one ClientHello), and scan_id is 0."""
+    hello_ids = [h.frame for h in hellos]
+    param_sets = [h.parameter_set for h in hellos]
     columns: dict[str, list] = {
-        "scan_id": [scan_id] * len(hellos),
+        "scan_id": [0] * len(hellos),
         "hello_id": hello_ids,
         "capture_file": [capture_file] * len(hellos),
         "seen_at": [dt.datetime.fromtimestamp(h.time, dt.timezone.utc) for h in hellos],
@@ -105,12 +165,45 @@ def hellos_to_arrow(scan_id: int, first_id: int, capture_file: str, hellos: list
     return pa.Table.from_pydict(columns, schema=HELLO_SCHEMA), parameters
 
 
-def distinct_sets(hellos: list[ClientHelloRecord]) -> dict[str, list[ClientHelloRecord]]:
-    """ClientHellos grouped by the fingerprint of their twelve parameters, in capture order."""
-    groups: dict[str, list[ClientHelloRecord]] = {}
-    for hello in hellos:
-        groups.setdefault(ParamSet.from_decoded(hello.transport_parameters).fingerprint(), []).append(hello)
-    return groups
+@dataclass
+class HelloTally:
+    """What a stream of ClientHellos held, in memory that does not grow with their number: how many of
+    each parameter set (and the first ClientHello of each) and of each version, the first ``keep``
+    ClientHellos, and the one numbered ``wanted``. (Not how many clients: that grows with the capture.)"""
+
+    keep: int = 20
+    wanted: int | None = None
+    count: int = 0
+    first: list[ClientHelloRecord] = field(default_factory=list)
+    sets: Counter[str] = field(default_factory=Counter)
+    first_of_set: dict[str, ClientHelloRecord] = field(default_factory=dict)
+    versions: Counter[int] = field(default_factory=Counter)
+    wanted_hello: ClientHelloRecord | None = None
+
+    def merge(self, other: "HelloTally") -> None:
+        """Count in another worker's tally of the same capture (its ClientHellos numbered by frame order
+        again: each worker numbers only its own)."""
+        self.count += other.count
+        self.sets.update(other.sets)
+        self.versions.update(other.versions)
+        for fingerprint, hello in other.first_of_set.items():
+            if fingerprint not in self.first_of_set or hello.frame < self.first_of_set[fingerprint].frame:
+                self.first_of_set[fingerprint] = hello
+        self.first = sorted(self.first + other.first, key=lambda hello: hello.frame)[: self.keep]
+        for number, hello in enumerate(self.first, 1):
+            hello.hello_id = number
+
+    def add(self, hellos: list[ClientHelloRecord]) -> None:
+        for hello in hellos:
+            fingerprint = hello.parameter_set.fingerprint()
+            self.sets[fingerprint] += 1
+            self.first_of_set.setdefault(fingerprint, hello)
+            self.versions[hello.quic_version] += 1
+            if hello.hello_id == self.wanted:
+                self.wanted_hello = hello
+        self.count += len(hellos)
+        if len(self.first) < self.keep:
+            self.first.extend(hellos[: self.keep - len(self.first)])
 
 
 def set_document(name: str, hello: ClientHelloRecord, provenance: Mapping[str, Any], description: str) -> dict[str, Any]:
@@ -122,28 +215,28 @@ def set_document(name: str, hello: ClientHelloRecord, provenance: Mapping[str, A
         for p in decoded.parameters
         if p.name not in PERFORMANCE_PARAMETERS and spec_for(p.id).type not in _CONNECTION_SPECIFIC
     ]
-    return document_for(name, "client", ParamSet.from_decoded(decoded), provenance, description, extra)
+    return document_for(name, "client", hello.parameter_set, provenance, description, extra)
 
 
-def choose_hello(hellos: list[ClientHelloRecord], hello_id: int | None) -> ClientHelloRecord:
-    """The ClientHello a set file is made from: the one asked for, or the only parameter set present."""
-    if hello_id is not None:
-        for hello in hellos:
-            if hello.hello_id == hello_id:
-                return hello
-        raise ToolError(f"no ClientHello {hello_id} in the capture (it has 1..{len(hellos)})")
-    groups = distinct_sets(hellos)
-    if len(groups) > 1:
-        listing = "; ".join(f"{', '.join(str(h.hello_id) for h in group)}" for group in groups.values())
-        raise ToolError(f"the capture holds {len(groups)} different client sets (ClientHellos {listing}); pick one with --hello")
-    return hellos[0]
+def choose_hello(tally: HelloTally) -> ClientHelloRecord:
+    """The ClientHello a set file is made from: the one asked for (``tally.wanted``), or the only parameter set present."""
+    if tally.wanted is not None:
+        if tally.wanted_hello is None:
+            raise ToolError(f"no ClientHello {tally.wanted} in the capture (it has 1..{tally.count})")
+        return tally.wanted_hello
+    if len(tally.sets) > 1:
+        listing = "; ".join(f"{n} like ClientHello {tally.first_of_set[s].hello_id}" for s, n in tally.sets.most_common(5))
+        more = f"; {len(tally.sets) - 5} more sets" if len(tally.sets) > 5 else ""
+        raise ToolError(f"the capture holds {len(tally.sets)} different client sets ({listing}{more}); pick one with --hello")
+    return next(iter(tally.first_of_set.values()))
 
 
 def browser_set_document(captured: BrowserCapture) -> dict[str, Any]:
     """The set file of one browser run; refused when the browser sent different sets."""
-    groups = distinct_sets(captured.result.hellos)
-    if len(groups) > 1:
-        raise ToolError(f"{captured.label} sent {len(groups)} different parameter sets in one run; not saving a set")
+    tally = HelloTally()
+    tally.add(captured.result.hellos)
+    if len(tally.sets) > 1:
+        raise ToolError(f"{captured.label} sent {len(tally.sets)} different parameter sets in one run; not saving a set")
     provenance = {
         "source": "qscan browser (scanner.browser): headless browser against gtlsserver on loopback, captured with tshark",
         "browser": captured.browser,

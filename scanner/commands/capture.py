@@ -2,26 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import shlex
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from scanner.browser import BROWSERS, capture_browser
-from scanner.capture.extract import CaptureResult, ClientHelloRecord, read_capture
+from scanner.capture.extract import CaptureScan, CaptureSummary, ClientHelloRecord, version_name
 from common.tshark import tshark_version
-from scanner.capture.results import browser_set_document, choose_hello, set_document, store_capture
+from scanner.capture.parallel import ShardedScan
+from scanner.capture.results import CaptureWriter, HelloTally, browser_set_document, choose_hello, set_document, store_capture
 from common.cliapp import output_dir, output_file
 from common.setfiles import SETS_DIR
 from common.terminal import cli_console
 from tparams.paramset import ParamSet
 from tparams.setfile import describe
 
+# Up to this many ClientHellos are listed one a row; more are summarised by parameter set, the TOP_SETS most common.
+LISTED = 20
+TOP_SETS = 10
 
 
 def register(app: typer.Typer) -> None:
@@ -37,14 +46,44 @@ def pcap(
     hello: Annotated[Optional[int], typer.Option("--hello", help="which ClientHello --as-set uses when the capture holds several different sets")] = None,
     client: Annotated[Optional[str], typer.Option("--client", help="label for the client column (default: Google user_agent when sent)")] = None,
     sets_dir: Annotated[Path, typer.Option("--sets-dir", callback=output_dir, help="where --as-set writes")] = SETS_DIR,
-    as_json: Annotated[bool, typer.Option("--json", help="print the ClientHellos as JSON lines instead of a table")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print every ClientHello as a JSON line instead of a table")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress line")] = False,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="processes reading the capture, each following its share of the connections (1 with --json, --keylog or --as-set); more were no faster on a busy 2-core machine (docs/benchmarks.md)")] = 1,
 ) -> None:
-    """Every QUIC ClientHello in a capture: SNI, ALPN, version and all client transport parameters in wire order."""
-    result = read_capture(capture, keylog, client)
-    if out is not None:
-        store_capture(out, result, capture, "pcap", {"capture": str(capture), "keylog": str(keylog) if keylog else None}, _command_line())
+    """Every QUIC ClientHello in a capture: SNI, ALPN, version and all client transport parameters in wire order.
+
+    A capture of any size is read as a stream and stored batch by batch; more than {LISTED} ClientHellos are
+    summarised by parameter set (--json lists them all). A capture cut short or damaged keeps every
+    ClientHello before the damage, with one warning that says where the file stops being readable.
+    """
+    one_process = as_json or keylog is not None or as_set is not None  # these want every record in this process
+    scan: CaptureScan | ShardedScan = CaptureScan(capture, keylog, client) if workers == 1 or one_process else ShardedScan(capture, client, workers)
+    tally = HelloTally(keep=LISTED, wanted=hello)
+    writer = CaptureWriter(out, capture, "pcap", {"capture": str(capture), "keylog": str(keylog) if keylog else None}, _command_line()) if out else None
+    try:
+        with _reading(scan, tally, not quiet and sys.stderr.isatty()):
+            if isinstance(scan, ShardedScan):
+                scan.run(writer, tally)
+            for batch in scan.batches() if isinstance(scan, CaptureScan) else ():
+                if writer is not None:
+                    writer.add(batch)
+                tally.add(batch)
+                if as_json:
+                    sys.stdout.writelines(json.dumps(hello_summary(h)) + "\n" for h in batch)
+                # The connections followed so far live on for many batches; without this, Python's cycle
+                # collector walks all of them again and again, a quarter of the time on bench_pcap's capture.
+                gc.freeze()
+    finally:
+        gc.unfreeze()
+        if writer is not None:
+            writer.close()
+    if not tally.count:
+        raise scan.nothing_found()  # which names the damage, if any
+    damage = scan.datagrams.damage if isinstance(scan, CaptureScan) else scan.damage
+    if damage is not None:
+        print(f"qscan: warning: {capture}: {damage}; the {tally.count:,} ClientHello(s) before it are kept", file=sys.stderr)
     if as_set:
-        chosen = choose_hello(result.hellos, hello)
+        chosen = choose_hello(tally)
         provenance = {
             "source": f"qscan pcap {capture.name}",
             "method": "ClientHello extracted from the capture by qscan (scanner.capture)",
@@ -54,7 +93,39 @@ def pcap(
             "tshark": tshark_version(),
         }
         _write_set(sets_dir, as_set, set_document(as_set, chosen, provenance, f"client set from ClientHello {chosen.hello_id} of {capture.name}"))
-    _report(result, as_json, out)
+    _report(tally, scan.summary, as_json, out)
+
+
+pcap.__doc__ = (pcap.__doc__ or "").replace("{LISTED}", str(LISTED))
+
+
+@contextlib.contextmanager
+def _reading(scan: CaptureScan | ShardedScan, tally: HelloTally, shown: bool) -> Iterator[None]:
+    """One progress line on stderr while the capture is read (a terminal only), refreshed from a thread so
+    that it moves through stretches of packets that hold no ClientHello."""
+    if not shown:
+        yield
+        return
+    progress = Progress(
+        TextColumn("capture"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[hellos]:,} ClientHellos"),
+        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=cli_console(stderr=True), transient=True,
+    )
+    size, offset = (scan.datagrams.size, lambda: scan.datagrams.offset) if isinstance(scan, CaptureScan) else (scan.size, lambda: scan.offset)
+    task = progress.add_task("read", total=size, hellos=0)
+    done = threading.Event()
+
+    def refresh() -> None:
+        while not done.wait(0.25):
+            progress.update(task, completed=offset(), hellos=tally.count)
+
+    with progress:
+        updater = threading.Thread(target=refresh, daemon=True)
+        updater.start()
+        try:
+            yield
+        finally:
+            done.set()
+            updater.join()
 
 
 def browser(
@@ -77,7 +148,12 @@ def browser(
             store_capture(out, captured.result, captured.capture_file, "browser", settings, _command_line())
         if save_set:
             _write_set(sets_dir, captured.label, browser_set_document(captured))
-    _report(captured.result, as_json, out)
+    tally = HelloTally(keep=LISTED)
+    tally.add(captured.result.hellos)
+    if as_json:
+        for hello in captured.result.hellos:
+            print(json.dumps(hello_summary(hello)))
+    _report(tally, captured.result.summary, as_json, out)
 
 
 def _write_set(sets_dir: Path, name: str, document: dict[str, Any]) -> None:
@@ -106,34 +182,51 @@ def hello_summary(hello: ClientHelloRecord) -> dict[str, Any]:
         "sni": hello.sni,
         "alpn": list(hello.alpn),
         "client": hello.client,
-        "parameters": ParamSet.from_decoded(hello.transport_parameters).as_sent(),
+        "parameters": hello.parameter_set.as_sent(),
         "wire_order": [f"0x{p.id:x}" for p in hello.transport_parameters.parameters],
         "findings": [f._asdict() for f in hello.transport_parameters.findings],
         "server_parameters": None if server is None else ParamSet.from_decoded(server).as_sent(),
     }
 
 
-def _report(result: CaptureResult, as_json: bool, out: Optional[Path]) -> None:
-    summary = f"{result.summary.datagrams} long-header datagrams: {result.summary.left_out()}"
+def _report(tally: HelloTally, summary: CaptureSummary, as_json: bool, out: Optional[Path]) -> None:
+    """What was found: every ClientHello when there are at most LISTED, else how many of each parameter set
+    (the most common first); with ``as_json`` the ClientHellos went to stdout already and this is one line
+    on stderr."""
+    left_out = f"{summary.datagrams} long-header datagrams: {summary.left_out()}"
     if as_json:
-        for hello in result.hellos:
-            print(json.dumps(hello_summary(hello)))
         # What was left out, by version, on stderr: stdout stays one JSON document a line.
-        print(f"qscan: {len(result.hellos)} ClientHello(s) in {summary}", file=sys.stderr)
+        print(f"qscan: {tally.count} ClientHello(s) in {left_out}", file=sys.stderr)
         return
-    table = Table(title=f"{len(result.hellos)} ClientHello(s)" + (f" -> {out}" if out else ""))
-    table.caption = summary
-    for column in ("id", "client", "sni", "alpn", "set", "performance parameters as sent", "all"):
+    stored = f" -> {out}" if out else ""
+    if tally.count <= LISTED:
+        table = Table(title=f"{tally.count} ClientHello(s){stored}", caption=left_out)
+        for column in ("id", "client", "sni", "alpn", "set", "performance parameters as sent", "all"):
+            table.add_column(column, overflow="fold")
+        for hello in tally.first:
+            params = hello.parameter_set
+            table.add_row(
+                str(hello.hello_id),
+                hello.client or f"{hello.src_ip}:{hello.src_port}",
+                hello.sni or "",
+                ",".join(hello.alpn),
+                params.fingerprint(),
+                describe(params),
+                str(len(hello.transport_parameters.parameters)),
+            )
+        cli_console().print(table)
+        return
+    versions = ", ".join(f"{version_name(v)} {n:,}" for v, n in tally.versions.most_common(5))
+    title = (f"{tally.count:,} ClientHellos in {len(tally.sets):,} parameter sets "
+             f"({versions}){stored}; the {min(TOP_SETS, len(tally.sets))} most common sets")
+    table = Table(title=title, caption=f"{left_out}. --json prints every ClientHello.")
+    for column in ("set", "ClientHellos", "share", "first seen (frame, client, sni)", "performance parameters as sent"):
         table.add_column(column, overflow="fold")
-    for hello in result.hellos:
-        params = ParamSet.from_decoded(hello.transport_parameters)
+    for fingerprint, count in tally.sets.most_common(TOP_SETS):
+        first = tally.first_of_set[fingerprint]
         table.add_row(
-            str(hello.hello_id),
-            hello.client or f"{hello.src_ip}:{hello.src_port}",
-            hello.sni or "",
-            ",".join(hello.alpn),
-            params.fingerprint(),
-            describe(params),
-            str(len(hello.transport_parameters.parameters)),
+            fingerprint, f"{count:,}", f"{count / tally.count:.1%}",
+            f"{first.frame} {first.client or f'{first.src_ip}:{first.src_port}'} {first.sni or ''}".strip(),
+            describe(first.parameter_set),
         )
     cli_console().print(table)
