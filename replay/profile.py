@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import itertools
 import os
 import re
 import select
@@ -141,6 +142,10 @@ def unavailable_reason() -> str | None:
 
 
 def executable_of(argv: list[str]) -> str:
+    """The program ``argv`` runs, through env(1)'s assignments: a command line with an environment is started so
+    (stacks.base.Applied.command), and env execs the program in the same process, the one that is sampled."""
+    if Path(argv[0]).name == "env":
+        argv = list(itertools.dropwhile(lambda word: "=" in word, argv[1:])) or argv
     return shutil.which(argv[0]) or argv[0]
 
 

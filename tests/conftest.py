@@ -31,9 +31,10 @@ _SESSION_NAMESPACE = re.compile(rf"qlab[a-z]*{SESSION_TAG}-")
 # `make test` runs the suite on two workers (pytest-xdist, --dist loadgroup): a module's tests stay on one worker
 # in their order, so its module-scoped lab, scan or server starts once; a test that needs no such sharing may
 # name a group of its own (the manual's pages, each on a private /run). The groups start longest first, so the
-# workers end together: these took 65-130 s each of a 27-minute serial run (2026-11-28), most others under 40 s.
-LONGEST_GROUPS = ("manual-qscan.md", "test_replay_browsers", "test_notebooks", "test_library", "manual-identification.md",
-                  "test_replay_cli", "manual-scale.md", "manual-qreplay.md", "test_codec")
+# workers end together: these took 60-235 s each of an 18-minute run on two workers (2026-11-28), most others under 40 s.
+LONGEST_GROUPS = ("manual-qscan.md", "test_replay_browsers", "test_notebooks", "manual-qreplay.md",
+                  "manual-identification.md", "test_library", "test_demo", "manual-scale.md", "test_replay_cli",
+                  "test_codec", "test_campaign")
 
 
 # Each worker its own temporary directory (runs' work directories, browser profiles), so that a test checking what

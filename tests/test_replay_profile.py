@@ -158,3 +158,12 @@ def test_cli_profile_option_and_plot(tmp_path):
                            str(tmp_path / "plots")], capture_output=True, text=True)
     assert plot.returncode == 0, plot.stderr
     assert len([line for line in plot.stdout.splitlines() if line.endswith(".svg")]) == 2
+
+
+def test_a_program_started_through_env_is_profiled_as_itself():
+    """A stack whose command line carries an environment starts through env(1) (aioquic's h3 server names its
+    document root so): env execs the program in its own process, so the program decides the profiler, not env."""
+    python = profile.executable_of([sys.executable])
+    assert profile.executable_of(["env", "QREPLAY_HTDOCS=/tmp/x", sys.executable, "-m", "replay.aioquic_endpoints"]) \
+        == python and profile.is_python(python)
+    assert not profile.gated(["env", "SSLKEYLOGFILE=/tmp/k", sys.executable, "-m", "x"])
