@@ -12,8 +12,6 @@ MAGIC = 0xA1B2C3D4  # little-endian, microsecond timestamps
 FILE_HEADER = struct.Struct("<IHHiIII")
 RECORD_HEADER = struct.Struct("<IIII")
 LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_IPV4 = 1, 101, 228
-#: bytes before the IP header, by link type: Ethernet (veth), raw IP (tun, our own files), raw IPv4
-LINK_HEADER_BYTES = {LINKTYPE_ETHERNET: 14, LINKTYPE_RAW: 0, LINKTYPE_IPV4: 0}
 
 
 @dataclass(frozen=True)
@@ -260,7 +258,7 @@ _IPV6_EXTENSIONS = {0, 43, 60}  # hop-by-hop, routing, destination options: skip
 _UDP = 17
 
 
-def _ip_start(link: int, frame: bytes) -> tuple[int, int] | None:
+def ip_start(link: int, frame: bytes) -> tuple[int, int] | None:
     """(where the IP header starts, 4 or 6) in a frame of link type ``link``; None for other traffic."""
     if link == LINKTYPE_ETHERNET:
         at, ethertype = 14, int.from_bytes(frame[12:14], "big")
@@ -291,7 +289,7 @@ def udp_datagram(link: int, frame: bytes) -> tuple[bytes, int, bytes, int, bytes
     """(source address, source port, destination address, destination port, payload) of a UDP datagram in
     an IPv4 or IPv6 frame, addresses as packed bytes; None for anything else, for a fragment of a datagram
     (not reassembled), and for a frame the capture cut before the UDP header."""
-    start = _ip_start(link, frame)
+    start = ip_start(link, frame)
     if start is None:
         return None
     at, version = start

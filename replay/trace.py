@@ -279,13 +279,14 @@ def split_burst(payload: bytes) -> list[bytes]:
 def split_bursts(data: bytes) -> tuple[bytes, int]:
     """A pcap file (libpcap format, as dumpcap -P writes it) with every IPv4 UDP burst split into its
     datagrams (checksum 0: none, as IPv4 allows); returns the new file and how many bursts it split."""
-    link = pcap.LINK_HEADER_BYTES.get(pcap.linktype(data))
+    link = pcap.linktype(data)
     if link is None:
         return data, 0
     out, split = [data[:pcap.FILE_HEADER.size]], 0
     for rec in pcap.records(data):
-        frame, ip = rec.frame, link
-        if len(frame) < ip + 28 or frame[ip] >> 4 != 4 or frame[ip + 9] != 17 or not rec.whole:
+        frame = rec.frame
+        ip, version = pcap.ip_start(link, frame) or (0, None)
+        if version != 4 or len(frame) < ip + 28 or frame[ip + 9] != 17 or not rec.whole:
             out.append(pcap.RECORD_HEADER.pack(rec.seconds, rec.micros, len(frame), rec.original_length) + frame)
             continue
         header = (frame[ip] & 0x0F) * 4
