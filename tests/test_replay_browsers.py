@@ -266,6 +266,9 @@ def _upload(stack, tb: Testbed, server: str, server_set: NamedSet | None = None)
                     RunOptions(size=UPLOAD_SIZE, timeout_s=40, workload=UPLOAD), 1, "test", "auto", get_stack(server))
 
 
+# Load-sensitive: with a third test process beside the suite's three workers on 2 cores, Firefox's upload to caddy
+# (which also answers on TCP) once went over TCP instead of h3 (2026-11-28, a fresh clone's run); not explained yet.
+@pytest.mark.timing
 @pytest.mark.parametrize("browser", BROWSERS)
 def test_each_browser_uploads_through_two_libraries_h3_servers_and_the_server_counts_its_bytes(browser):
     """aioquic's own h3 server and caddy's quic-go (its body counted behind it on loopback) each answer the
@@ -311,6 +314,7 @@ def test_a_browsers_requests_workload_stores_requests_per_second_and_latencies(t
     assert 10 <= ttfb <= p99 and 10 <= p50 <= p90 <= p99 < duration * 1000  # each at least the round trip
 
 
+@pytest.mark.timing  # goodput against the default set's, measured
 def test_a_small_server_stream_window_binds_a_browsers_upload():
     """aioquic's server advertising initial_max_stream_data_bidi_remote = 16 KiB at 30 ms lets Chromium send at
     most 16 KiB a round trip (4.4 Mbit/s): its upload goodput falls well below the default set's (1 MiB; 11-16
