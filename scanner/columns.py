@@ -101,7 +101,7 @@ _RECORD_FIELDS = [
 
 
 @contextlib.contextmanager
-def _pause_gc() -> Iterator[None]:
+def pause_gc() -> Iterator[None]:
     # A batch allocates millions of small tuples and lists, none of them cyclic;
     # the cyclic collector's passes over them cost a third of the conversion.
     enabled = gc.isenabled()
@@ -147,7 +147,7 @@ def handshake_columns(records: Iterable[HandshakeRecord]) -> HandshakeColumns:
     the derived set/order columns, whose records are grouped with array
     operations on the long form.
     """
-    with _pause_gc():
+    with pause_gc():
         return _columns(list(records))
 
 
@@ -160,23 +160,23 @@ def _columns(records: list[HandshakeRecord]) -> HandshakeColumns:
     columns["finished_at"] = _timestamps(columns["finished_at"])
     columns["handshake_id"] = np.arange(count, dtype=np.int64)
     columns["certificates"] = _certificate_column(records)
-    decoded = [r.decoded for r in records]
-    columns["findings"] = [
-        None if d is None else [f._asdict() for f in d.findings] if d.findings else [] for d in decoded
-    ]
+    long_form, derived = extension_columns([r.decoded for r in records])
+    columns.update(derived)
+    parameters = pa.Table.from_arrays(long_form, schema=PARAMETER_SCHEMA)
+    return HandshakeColumns(pa.Table.from_pydict(columns, schema=_BATCH_SCHEMA), parameters)
+
+
+def extension_columns(decoded: list[DecodedParameters | None]) -> tuple[list[pa.Array], dict[str, Any]]:
+    """The long form of a batch of transport-parameter extensions (None: none received) and their
+    per-record columns: the long form's columns are each row's record (its index in ``decoded``), then
+    LONG_FORM_FIELDS; the per-record ones are ``findings`` and the twelve, set and order fingerprints.
+    Scans and captures both store what this gives."""
+    columns: dict[str, Any] = {
+        "findings": [None if d is None else [f._asdict() for f in d.findings] if d.findings else [] for d in decoded]
+    }
     rows = _ParameterRows(decoded)
     values, texts = rows.values()
-    parameters = pa.Table.from_arrays(
-        [
-            pa.array(rows.records),
-            pa.array(rows.positions.astype(np.int32)),
-            pa.array(rows.ids),
-            values,
-            texts,
-            rows.raw,
-        ],
-        schema=PARAMETER_SCHEMA,
-    )
+    long_form = [pa.array(rows.records), pa.array(rows.positions.astype(np.int32)), pa.array(rows.ids), values, texts, rows.raw]
     # Derived columns: one row per distinct (twelve, order), gathered by each record's group.
     group = _group_records(decoded, rows, values.fill_null(-1).to_numpy())
     representatives = np.unique(group[group >= 0])
@@ -184,7 +184,7 @@ def _columns(records: list[HandshakeRecord]) -> HandshakeColumns:
     take = pa.array(np.searchsorted(representatives, group).astype(np.int32), mask=group < 0)
     distinct = pa.Table.from_pylist([dict(zip(_DERIVED_COLUMNS, row)) for row in derived], _DERIVED_SCHEMA)
     columns.update(zip(_DERIVED_COLUMNS, distinct.take(take).columns))
-    return HandshakeColumns(pa.Table.from_pydict(columns, schema=_BATCH_SCHEMA), parameters)
+    return long_form, columns
 
 
 def _timestamps(moments: tuple[dt.datetime, ...]) -> pa.Array:
