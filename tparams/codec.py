@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Union
 
-from tparams.registry import ParamType, spec_for
+from tparams.registry import REGISTRY, ParamType, spec_for
 from tparams.varint import VARINT_MAX, encode_varint, read_varint
 
 Sender = Literal["client", "server"]
@@ -240,20 +240,31 @@ def _add_parameter(
 ) -> None:
     """Decode one parameter's value by its registered type and note what is wrong with it."""
     position = len(parameters)
-    spec = spec_for(param_id)
-    value, kind, detail = _decode_value(spec.type, raw)
+    known = _KNOWN.get(param_id)
+    if known is None:
+        spec = spec_for(param_id)
+        known = (spec.name, spec.type, _RANGES.get(spec.name), spec.server_only)
+    name, spec_type, limits, server_only = known
+    # A varint whose first byte says it fills the value is the whole value (most parameters): read here
+    if spec_type is ParamType.VARINT and raw and len(raw) == 1 << (raw[0] >> 6):
+        value: Value = int.from_bytes(raw, "big") & ~(0xC0 << ((len(raw) - 1) * 8))
+        kind = None
+    else:
+        value, kind, detail = _decode_value(spec_type, raw)
     if kind:
-        findings.append(Finding(kind, f"{spec.name}: {detail}", position, param_id))
-    elif spec.name in _RANGES and isinstance(value, int):
-        low, high = _RANGES[spec.name]
-        if not low <= value <= high:
-            findings.append(Finding(OUT_OF_RANGE, f"{spec.name}={value} outside [{low}, {high}]", position, param_id))
+        findings.append(Finding(kind, f"{name}: {detail}", position, param_id))
+    elif limits is not None and type(value) is int and not limits[0] <= value <= limits[1]:
+        findings.append(Finding(OUT_OF_RANGE, f"{name}={value} outside [{limits[0]}, {limits[1]}]", position, param_id))
     if param_id in seen:
-        findings.append(Finding(DUPLICATE, f"{spec.name} sent again", position, param_id))
-    if sender == "client" and spec.server_only:
-        findings.append(Finding(SERVER_ONLY, f"{spec.name} sent by a client", position, param_id))
+        findings.append(Finding(DUPLICATE, f"{name} sent again", position, param_id))
+    if server_only and sender == "client":
+        findings.append(Finding(SERVER_ONLY, f"{name} sent by a client", position, param_id))
     seen.add(param_id)
-    parameters.append(TransportParameter(position, param_id, spec.name, raw, value))
+    parameters.append(TransportParameter(position, param_id, name, raw, value))
+
+
+# What decoding a registered parameter takes, looked up once per parameter rather than rebuilt
+_KNOWN = {i: (spec.name, spec.type, _RANGES.get(spec.name), spec.server_only) for i, spec in REGISTRY.items()}
 
 
 def encode_value(param_id: int, value: Value) -> bytes:
