@@ -9,7 +9,6 @@ scan's ``server_params`` view), and the browser aliases ``firefox``,
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,7 +125,11 @@ def list_sets(sets_dir: Path = SETS_DIR) -> list[dict]:
     """Built-in sets and what each alias currently means (for `qreplay sets`)."""
     rows = []
     for name in builtin_names(sets_dir):
-        document = json.loads((sets_dir / f"{name}.json").read_text())
+        try:
+            document = read_set_document(sets_dir / f"{name}.json")
+        except ToolError as exc:  # one damaged file names itself; the other sets are still listed
+            rows.append({"name": name, "role": "damaged", "description": str(exc), "parameters": {}})
+            continue
         rows.append({"name": name, "role": document.get("role"), "description": document.get("description", ""),
                      "parameters": document.get("parameters", {})})
     aliases = {alias: resolve_alias(alias, sets_dir) for alias in ALIASES}

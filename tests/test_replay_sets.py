@@ -70,3 +70,25 @@ def test_scan_top_n_reads_the_server_params_view(tmp_path):
     with pytest.raises(ToolError, match="holds 2 distinct server sets, fewer than the top 99"):
         sets.resolve(f"{scan}:top99")  # never fewer sets than asked, unsaid
     assert [s.role for s in found] == ["server", "server"]
+
+
+def test_a_cut_or_damaged_set_file_is_refused_in_one_line_with_its_byte(tmp_path):
+    """A set file is one JSON document: cut anywhere, no set in it can be trusted; the error names the byte
+    where it stops being readable, and the other sets of the directory are still listed."""
+    real = (sets.SETS_DIR / "chrome-109.json").read_bytes()
+    shutil.copy(sets.SETS_DIR / "alpha.json", tmp_path)
+    # inside a key, after a comma, inside a number, at the last brace, and inside a UTF-8 character
+    for cut in (len(real) // 3, real.index(b",", len(real) // 2) + 1, real.rindex(b"}") - 1, len(real) - 2):
+        (tmp_path / "cut.json").write_bytes(real[:cut])
+        with pytest.raises(ToolError) as err:
+            sets.resolve_one(str(tmp_path / "cut.json"))
+        message = str(err.value)
+        assert "\n" not in message and "is damaged at byte" in message and f"of {cut:,}" in message, message
+        listed = {row["name"]: row for row in sets.list_sets(tmp_path)}
+        assert listed["cut"]["role"] == "damaged" and listed["alpha"]["role"] != "damaged"
+    (tmp_path / "cut.json").write_bytes(b'{"name": "caf\xc3')
+    with pytest.raises(ToolError, match=r"no UTF-8 at byte 13 of 14"):
+        sets.load_file(tmp_path / "cut.json")
+    (tmp_path / "cut.json").write_bytes(b"[1, 2]")
+    with pytest.raises(ToolError, match="holds a JSON list"):
+        sets.load_file(tmp_path / "cut.json")

@@ -504,6 +504,9 @@ def register(app: typer.Typer) -> None:
             rows += [{"name": s.name, "role": "scan", "description": s.source,
                       "parameters": {k: v for k, v in s.params.as_sent().items() if v is not None}}
                      for s in sets_api.top_sets(scan, top)]
+        for row in rows:
+            if row["role"] == "damaged":
+                print(f"qreplay: warning: {row['description']}; listed as damaged, the other sets as read", file=sys.stderr)
         if json_output:
             for row in rows:
                 typer.echo(json.dumps(row))
