@@ -33,6 +33,7 @@ import fcntl
 import json
 import re
 import shutil
+import sys
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -150,7 +151,8 @@ def open_campaign(campaign_dir: str | Path) -> duckdb.DuckDBPyConnection:
             if table not in present:
                 con.execute(sql)  # in the schema, in no shard: empty, as in a file that never wrote it
                 continue
-            con.execute(f'CREATE VIEW "{table}" AS {_table_view(con, root, table, schema["lookup_keys"].get(table))}')
+            paths = [shard[table]["file"] for shard in shards.values() if table in shard]
+            con.execute(f'CREATE VIEW "{table}" AS {_table_view(con, paths, schema["lookup_keys"].get(table))}')
         for sql in schema["macros"]:
             con.execute(sql)
         for sql in schema["views"]:
@@ -253,10 +255,20 @@ def _shard_files(con: duckdb.DuckDBPyConnection, root: str, schema: dict) -> dic
     ``file`` and ``components``); mixed versions and half-done exports refused here, before any view exists."""
     pattern = f"{root}/*/campaign=*/vantage=*/campaign_shard=*/*.parquet"
     metadata: dict[str, dict[str, str]] = {name: {} for (name,) in con.execute("SELECT file FROM glob(?)", [pattern]).fetchall()}
-    for name, key, value in con.execute("SELECT file_name, key, value FROM parquet_kv_metadata(?)", [pattern]).fetchall():
+    damaged: dict[str, str] = {}
+    try:
+        rows = con.execute("SELECT file_name, key, value FROM parquet_kv_metadata(?)", [pattern]).fetchall()
+    except duckdb.Error:  # a damaged or cut file somewhere: read the footers one by one to find it
+        rows = []
+        for name in sorted(metadata):
+            try:
+                rows += con.execute("SELECT file_name, key, value FROM parquet_kv_metadata(?)", [name]).fetchall()
+            except duckdb.Error as exc:
+                damaged[name] = first_line(exc)
+    for name, key, value in rows:
         metadata.setdefault(name, {})[key.decode()] = value.decode()
     shards: dict[tuple[str, str, str], dict[str, dict]] = {}
-    for name in sorted(metadata):
+    for name in sorted(set(metadata) - set(damaged)):
         match = _FILE.search(name)
         meta = metadata[name]
         if match is None or _META_SCHEMA not in meta:
@@ -268,6 +280,18 @@ def _shard_files(con: duckdb.DuckDBPyConnection, root: str, schema: dict) -> dic
                                 f"v{schema['components'].get(component)}; mixed schema versions")
         table, *labels = match.groups()
         shards.setdefault(tuple(labels), {})[table] = json.loads(meta[_META_SHARD]) | {"file": name, "components": versions}
+    left_out: dict[tuple[str, ...], list[str]] = {}
+    for name in sorted(damaged):
+        match = _FILE.search(name)
+        left_out.setdefault(tuple(match.groups()[1:]) if match else (), []).append(name)
+    for labels, names in left_out.items():
+        # The whole shard is left out (its other tables without this one would not add up); the others are read.
+        shards.pop(labels, None)  # type: ignore[arg-type]
+        problems = "; ".join(f"{name} is damaged ({damaged[name]})" for name in names)
+        print(f"qscan: warning: {problems}; shard {'/'.join(labels)} left out, {len(shards)} other shard(s) read",
+              file=sys.stderr)
+    if damaged and not shards:
+        raise ToolError(f"campaign {root}: no readable shard (every one has a damaged file, first {min(damaged)})")
     for labels, files in shards.items():
         if len({meta["export_id"] for meta in files.values()}) > 1:
             raise ToolError(f"shard {'/'.join(labels)} of {root} holds tables of different exports "
@@ -333,8 +357,10 @@ def _create_offsets(con: duckdb.DuckDBPyConnection, shards: Mapping[tuple[str, s
         con.executemany(f"INSERT INTO campaign_shards VALUES ({', '.join('?' * (3 + len(FILE_LOCAL_IDS)))})", rows)
 
 
-def _table_view(con: duckdb.DuckDBPyConnection, root: str, table: str, lookup_key: list[str] | None) -> str:
-    source = (f"read_parquet('{_sql(root)}/{table}/campaign=*/vantage=*/campaign_shard=*/*.parquet', "
+def _table_view(con: duckdb.DuckDBPyConnection, files: list[str], lookup_key: list[str] | None) -> str:
+    """A table's view over its files: each shard's, listed (a damaged shard's are left out)."""
+    listed = ", ".join(f"'{_sql(name)}'" for name in files)
+    source = (f"read_parquet([{listed}], "
               f"hive_partitioning = true, hive_types = {_hive_types()}, union_by_name = true)")
     if lookup_key:
         keys = ", ".join(f'"{c}"' for c in lookup_key)
