@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Hashable, TypeVar
@@ -79,18 +79,43 @@ def parse_lines(lines: Iterable[str], parse: Callable[[str], Item]) -> tuple[lis
 
 def read_lines(source: str, parse: Callable[[str], Item], what: str,
                strict: bool = False) -> tuple[list[Item], list[BadLine]]:
-    """Read FILE (or ``-`` for stdin) with ``parse_lines``. With ``strict`` any bad line rejects the file."""
+    """Read FILE (or ``-`` for stdin) with ``parse_lines``. With ``strict`` any bad line rejects the file.
+
+    A last line without its newline is left out as a bad line: a file cut short (a copy or a download
+    stopped) ends so, and a cut address or name may still parse, as another one (2001:db8::1234 cut to
+    2001:db8::12); a file written whole ends its last line."""
+    ending = _Ending()
     if source == "-":
-        items, bad = parse_lines(sys.stdin, parse)
+        items, bad = parse_lines(ending.lines(sys.stdin), parse)
     else:
         try:
             with Path(source).open(encoding="utf-8", errors="replace") as handle:
-                items, bad = parse_lines(handle, parse)
+                items, bad = parse_lines(ending.lines(handle), parse)
         except OSError as exc:
             raise ToolError(f"cannot read {what} {source}: {exc.strerror or exc}") from None
+    if ending.unfinished:
+        bad.append(BadLine(ending.number, ending.unfinished, "the file ends inside this line (no newline after it: "
+                                                             "cut short?), left out"))
     if strict and bad:
         raise ToolError(f"{source}: {len(bad)} malformed line(s), first {bad[0]} (--strict)")
     return items, bad
+
+
+class _Ending:
+    """Passes a file's lines on but holds back a last one that has no newline (``unfinished``, its
+    text without comment, and ``number``)."""
+
+    def __init__(self) -> None:
+        self.unfinished = ""
+        self.number = 0
+
+    def lines(self, stream: Iterable[str]) -> Iterator[str]:
+        for self.number, line in enumerate(stream, start=1):
+            if line.endswith("\n"):
+                yield line
+            else:
+                self.unfinished = line.split("#", 1)[0].strip()
+                yield ""  # the line's number still counts
 
 
 def parse_targets(lines: Iterable[str]) -> tuple[list[Target], list[BadLine]]:

@@ -158,6 +158,34 @@ def test_target_lines():
     assert [b.line_number for b in bad] == [4, 5]
 
 
+def test_a_targets_file_or_hitlist_cut_short_keeps_its_whole_lines_and_names_the_cut_one(tmp_path: Path):
+    """A last line without its newline may be cut (2001:2::1234 cut to 2001:2::12 still parses, as another
+    address): it is left out and named; every whole line before it is kept."""
+    from scanner.discovery.hitlist import parse_ipv6
+    from scanner.targets import read_lines, read_targets
+
+    whole = "198.18.0.1,443,alpha.lab.test\n# lab\n2001:2::1234,8443\n198.18.0.20\n"
+    hitlist = "2001:2::1\n2001:2::1234\n2001:2::abcd\n"
+    path = tmp_path / "cut.txt"
+    for text, parse, kept in ((whole, None, 3), (hitlist, parse_ipv6, 3)):
+        for cut in range(1, len(text)):
+            path.write_text(text[:cut])
+            items, bad = read_targets(str(path)) if parse is None else read_lines(str(path), parse, "hitlist")
+            lines = text[:cut].split("\n")
+            ended = [line for line in lines[:-1] if line and not line.startswith("#")]
+            assert len(items) == len(ended) <= kept, (cut, items)
+            if lines[-1] and not lines[-1].startswith("#"):  # the cut line, named with its number
+                assert [(b.line_number, b.text) for b in bad] == [(len(lines), lines[-1])] and "cut short" in bad[0].reason
+            else:
+                assert bad == []
+    # The command scans the whole lines and says which one it left out (loopback's discard port: no answer).
+    path.write_text("127.0.0.1,9\n127.0.0.1,19")
+    result = subprocess.run([QSCAN, "targets", str(path), "--out", str(tmp_path / "a.duckdb"), "--timeout", "0.2", "--json"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and result.stderr.count("\n") == 1 and "line 2" in result.stderr and "cut short" in result.stderr, result.stderr
+    assert '"bad_lines": 1' in result.stdout
+
+
 def test_strict_rejects_file_and_lenient_reports_lines(tmp_path: Path):
     targets = tmp_path / "t.txt"
     targets.write_text("not-an-ip\n")
