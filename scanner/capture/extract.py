@@ -67,6 +67,7 @@ class ClientHelloRecord:
     transport_parameters: DecodedParameters
     client: str | None  # a label given by the caller, else Google's user_agent parameter
     server_transport_parameters: DecodedParameters | None = None
+    sixteen_bit: bool = False  # the extensions' framing before draft-27 (16-bit ids and lengths)
 
     @cached_property
     def parameter_set(self) -> ParamSet:
@@ -344,6 +345,7 @@ class HelloExtractor:
             alpn=hello.alpn,
             transport_parameters=decoded,
             client=self._client or (user_agent.decode(errors="replace") if user_agent else None),
+            sixteen_bit=connection.format.sixteen_bit_parameters,
         )
         self._ready.append(connection.record)
         if self._keylog is None:

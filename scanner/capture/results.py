@@ -19,7 +19,7 @@ from scanner.capture.extract import CaptureResult, ClientHelloRecord
 from common.tshark import tshark_version
 from scanner.columns import LONG_FORM_FIELDS, TIMESTAMP, TRANSPORT_PARAMETER_FIELDS, extension_columns, pause_gc
 from scanner.store import SCHEMA_DIR, ScanStore
-from tparams.codec import DecodedParameters
+from tparams.codec import DecodedParameters, encode_transport_parameters
 from tparams.errors import ToolError
 from tparams.paramset import PERFORMANCE_PARAMETERS
 from tparams.registry import ParamType, spec_for
@@ -144,16 +144,25 @@ def hellos_to_arrow(capture_file: str, hellos: list[ClientHelloRecord]) -> tuple
         micros = np.round(np.array(columns.pop("time"), np.float64) * 1_000_000).astype(np.int64)
         columns["seen_at"] = pa.array(micros).view(TIMESTAMP)
         columns["alpn"] = [list(alpn) for alpn in columns["alpn"]]
-        client, derived = extension_columns([h.transport_parameters for h in hellos])
+        client, derived = extension_columns([_varint_framed(h.transport_parameters, h.sixteen_bit) for h in hellos])
         columns.update((name, derived[name]) for name in _EXTENSION_COLUMNS)
         columns["transport_parameters_raw"] = [h.transport_parameters.raw for h in hellos]
         server = [h.server_transport_parameters for h in hellos]
         columns["server_transport_parameters_raw"] = [None if s is None else s.raw for s in server]
         parameters = [_parameter_rows(frames, "client", client)]
         if any(s is not None for s in server):  # a key log's servers: their rows beside their clients'
-            parameters.append(_parameter_rows(frames, "server", extension_columns(server)[0]))
+            framed = [None if s is None else _varint_framed(s, h.sixteen_bit) for s, h in zip(server, hellos)]
+            parameters.append(_parameter_rows(frames, "server", extension_columns(framed)[0]))
         table = pa.concat_tables(parameters).sort_by([("hello_id", "ascending"), ("sender", "ascending"), ("position", "ascending")])
         return pa.Table.from_pydict(columns, schema=HELLO_SCHEMA), table
+
+
+def _varint_framed(decoded: DecodedParameters, sixteen_bit: bool) -> DecodedParameters:
+    """``decoded`` with its parameters framed as since draft-27, which ``extension_columns`` reads its rows
+    from (the stored transport_parameters_raw stays as sent)."""
+    if not sixteen_bit:
+        return decoded
+    return DecodedParameters(encode_transport_parameters(decoded.pairs()), decoded.parameters, decoded.findings)
 
 
 def _parameter_rows(frames: pa.Array, sender: str, long_form: list[pa.Array]) -> pa.Table:
