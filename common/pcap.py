@@ -3,28 +3,17 @@ captures, a trace's capture with its GSO bursts split): records read and written
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 from dataclasses import dataclass
 
 MAGIC = 0xA1B2C3D4  # little-endian, microsecond timestamps
 FILE_HEADER = struct.Struct("<IHHiIII")
 RECORD_HEADER = struct.Struct("<IIII")
 LINKTYPE_ETHERNET, LINKTYPE_RAW, LINKTYPE_IPV4 = 1, 101, 228
-
-
-@dataclass(frozen=True)
-class Record:
-    seconds: int
-    micros: int
-    frame: bytes
-    original_length: int
-
-    @property
-    def whole(self) -> bool:
-        """Whether the capture kept the whole frame (no snap length cut it)."""
-        return len(self.frame) == self.original_length
 
 
 def file_header(linktype: int) -> bytes:
@@ -50,16 +39,6 @@ def linktype(data: bytes) -> int | None:
         return None
     magic, *_, link = FILE_HEADER.unpack_from(data)
     return link if magic == MAGIC else None
-
-
-def records(data: bytes) -> Iterator[Record]:
-    """The records of a classic pcap (see ``linktype``), up to a truncated last one."""
-    at = FILE_HEADER.size
-    while at + RECORD_HEADER.size <= len(data):
-        seconds, micros, caplen, origlen = RECORD_HEADER.unpack_from(data, at)
-        at += RECORD_HEADER.size
-        yield Record(seconds, micros, data[at:at + caplen], origlen)
-        at += caplen
 
 
 def ipv4_checksum(header: bytes) -> int:
@@ -89,6 +68,10 @@ _MAX_RECORD = 16 * 1024 * 1024
 _READ_BUFFER = 1024 * 1024
 
 
+# (packet number from 1, time stamp in seconds, link type, frame as captured, its original length)
+Packet = tuple[int, float, int, bytes, int]
+
+
 class CaptureFileError(ValueError):
     """The file is no pcap or pcapng capture at all (nothing in it can be read)."""
 
@@ -109,16 +92,17 @@ class Damage:
 class CaptureReader:
     """The packets of a classic pcap (either byte order, micro- or nanosecond clock) or a pcapng file (every
     section and interface with its own link type, clock and byte order), in file order, streamed:
-    ``for number, time, link, frame in reader``. Iteration stops at the end of the file or at the first
+    ``for number, time, link, frame, original_length in reader`` (the length on the wire, longer than
+    ``frame`` where the snap length cut it); a file's bytes already in memory are read with ``in_memory``. Iteration stops at the end of the file or at the first
     damaged or cut-short record, which ``damage`` then names; every packet before it has been yielded.
     ``offset`` is how far the file has been read (for progress)."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, file: BinaryIO | None = None) -> None:
         self.path = path
         self.damage: Damage | None = None
         self.offset = 0
         self.packets = 0
-        self._file = open(path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115 - closed when iteration ends
+        self._file = file or open(path, "rb", buffering=_READ_BUFFER)  # noqa: SIM115 - closed when iteration ends
         head = self._file.read(24)
         if len(head) >= 4 and int.from_bytes(head[:4], "little") == PCAPNG_SECTION:
             self._records = self._pcapng(head)
@@ -131,7 +115,11 @@ class CaptureReader:
             self._file.close()
             raise CaptureFileError("not a pcap or pcapng capture (unknown magic number)")
 
-    def __iter__(self) -> Iterator[tuple[int, float, int, bytes]]:
+    @classmethod
+    def in_memory(cls, data: bytes) -> "CaptureReader":
+        return cls("(in memory)", io.BytesIO(data))
+
+    def __iter__(self) -> Iterator[Packet]:
         try:
             yield from self._records
         finally:
@@ -140,7 +128,7 @@ class CaptureReader:
     def _stop(self, offset: int, problem: str) -> None:
         self.damage = Damage(offset, self.packets, problem)
 
-    def _pcap(self, head: bytes) -> Iterator[tuple[int, float, int, bytes]]:
+    def _pcap(self, head: bytes) -> Iterator[Packet]:
         order, ticks = _PCAP_MAGICS[int.from_bytes(head[:4], "little")]
         link = struct.unpack(order + "I", head[20:24])[0] & 0x0FFFFFFF  # the top bits carry FCS flags
         header = struct.Struct(order + "IIII")
@@ -153,7 +141,7 @@ class CaptureReader:
                 if raw:
                     self._stop(at, f"the capture ends inside a record header ({len(raw)} of 16 bytes)")
                 break
-            seconds, fraction, caplen, _ = unpack(raw)
+            seconds, fraction, caplen, original = unpack(raw)
             if caplen > _MAX_RECORD:
                 self._stop(at, f"a damaged record header (captured length {caplen:,})")
                 break
@@ -164,9 +152,9 @@ class CaptureReader:
             at += 16 + caplen
             number += 1
             self.offset, self.packets = at, number
-            yield number, seconds + fraction / ticks, link, frame
+            yield number, seconds + fraction / ticks, link, frame, original
 
-    def _pcapng(self, head: bytes) -> Iterator[tuple[int, float, int, bytes]]:
+    def _pcapng(self, head: bytes) -> Iterator[Packet]:
         read = self._file.read
         pending = head  # bytes already read of the next block
         at = 0
@@ -207,26 +195,26 @@ class CaptureReader:
             self.offset = at
             packet = None
             if kind == 6 and length >= 32:  # Enhanced Packet Block
-                interface, high, low, caplen = struct.unpack_from(order + "IIII", block, 8)
-                packet = interface, (high << 32) | low, block[28 : 28 + caplen]
+                interface, high, low, caplen, original = struct.unpack_from(order + "IIIII", block, 8)
+                packet = interface, (high << 32) | low, block[28 : 28 + caplen], original
             elif kind == 3 and length >= 16 and interfaces:  # Simple Packet Block: interface 0, no time stamp
                 original = struct.unpack_from(order + "I", block, 8)[0]
-                packet = 0, None, block[12 : 12 + min(original, interfaces[0][1] or original, length - 16)]
+                packet = 0, None, block[12 : 12 + min(original, interfaces[0][1] or original, length - 16)], original
             elif kind == 2 and length >= 32:  # Packet Block (obsolete)
-                interface, _, high, low, caplen = struct.unpack_from(order + "HHIII", block, 8)
-                packet = interface, (high << 32) | low, block[28 : 28 + caplen]
+                interface, _, high, low, caplen, original = struct.unpack_from(order + "HHIIII", block, 8)
+                packet = interface, (high << 32) | low, block[28 : 28 + caplen], original
             elif kind == 1 and length >= 20:  # Interface Description Block
                 interfaces.append(_interface(order, block))
             if packet is None:
                 continue
-            interface, ticks, frame = packet
+            interface, ticks, frame, original = packet
             if interface >= len(interfaces):
                 self._stop(at - length, f"a packet of interface {interface}, which the file never describes")
                 break
             link, _, per_second, offset = interfaces[interface]
             number += 1
             self.packets = number
-            yield number, 0.0 if ticks is None else offset + ticks / per_second, link, frame
+            yield number, 0.0 if ticks is None else offset + ticks / per_second, link, frame, original
 
 
 def _interface(order: str, block: bytes) -> tuple[int, int, int, int]:

@@ -283,11 +283,11 @@ def split_bursts(data: bytes) -> tuple[bytes, int]:
     if link is None:
         return data, 0
     out, split = [data[:pcap.FILE_HEADER.size]], 0
-    for rec in pcap.records(data):
-        frame = rec.frame
+    for _, when, _, frame, original in pcap.CaptureReader.in_memory(data):
+        seconds, micros = divmod(round(when * 1_000_000), 1_000_000)  # exact: the file's clock is microseconds
         ip, version = pcap.ip_start(link, frame) or (0, None)
-        if version != 4 or len(frame) < ip + 28 or frame[ip + 9] != 17 or not rec.whole:
-            out.append(pcap.RECORD_HEADER.pack(rec.seconds, rec.micros, len(frame), rec.original_length) + frame)
+        if version != 4 or len(frame) < ip + 28 or frame[ip + 9] != 17 or len(frame) != original:
+            out.append(pcap.RECORD_HEADER.pack(seconds, micros, len(frame), original) + frame)
             continue
         header = (frame[ip] & 0x0F) * 4
         udp = ip + header
@@ -298,7 +298,7 @@ def split_bursts(data: bytes) -> tuple[bytes, int]:
             struct.pack_into("!H", ip_header, 2, header + 8 + len(part))
             struct.pack_into("!H", ip_header, 10, 0)
             struct.pack_into("!H", ip_header, 10, pcap.ipv4_checksum(bytes(ip_header)))
-            out.append(pcap.record(rec.seconds, rec.micros, frame[:ip] + ip_header + frame[udp:udp + 4]
+            out.append(pcap.record(seconds, micros, frame[:ip] + ip_header + frame[udp:udp + 4]
                                    + struct.pack("!HH", 8 + len(part), 0) + part))
     return b"".join(out), split
 

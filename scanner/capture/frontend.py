@@ -84,7 +84,7 @@ class CaptureDatagrams:
 
     def __iter__(self) -> Iterator[Datagram]:
         ports, udp_datagram, ntop = self._ports, pcap.udp_datagram, socket.inet_ntop
-        for number, when, link, frame in self._reader:
+        for number, when, link, frame, _ in self._reader:
             try:
                 udp = udp_datagram(link, frame)
             except IndexError:  # a frame cut inside its link or IP header by the snap length
