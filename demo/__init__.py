@@ -1,13 +1,16 @@
 """The demo: the whole pipeline on the built-in lab, start to finish, told in one screen and one page.
 
-Brings the lab up, scans every lab server from the client namespace, tears the lab down whatever happens,
+Brings the lab up, scans every lab server from the client namespace (naming each one's library, as `qscan
+targets --identify` does), tears the lab down whatever happens,
 replays the browsers' client sets through a real QUIC stack over the emulated link, replays a small part of
 the thesis's campaign on every stack usable here, LSQUIC too where a build is configured (`qreplay reproduce
 --quick`, figures 5.3a, 5.4 and 5.6, with its report beside the published numbers), traces one run per stack
 at the smallest connection window, downloads across every pair of those stacks at 30 ms (`qreplay pairs`, a
 heat map), holds both browsers against their own sets replayed on two stacks (`qreplay fidelity --quick`,
 where the browsers are installed), runs QuicSand's workloads (request-response, upload) on a Rust, a Go and a
-Python stack beside TCP's reference, and renders the analysis notebooks over both result files.
+Python stack beside TCP's reference, predicts what every scanned server set does to a browser's upload and page
+load and spot-checks a few with the real browsers through each set's own library (`qreplay impact --check`),
+and renders the analysis notebooks over both result files.
 
 The terminal gets one line a step with its headline result (and each warning once per stack and set); every
 table, progress line and tool message goes to the log (demo.log), and index.html beside it links every
@@ -475,8 +478,9 @@ def write_index(path: Path, entries: list[Entry], plan: DemoPlan, started: datet
         f"<!doctype html><meta charset=utf-8><title>quictp demo</title><style>{style}</style>\n"
         f"<h1>The demo's results</h1>\n<p>The {plan.name} demo of {started:%Y-%m-%d %H:%M} UTC: a scan of the lab's "
         "servers, their parameter sets replayed through real QUIC stacks over an emulated link, the thesis's "
-        "figures reproduced, every client against every server, the browsers against their own sets, and "
-        "QuicSand's workloads beside TCP. What each step found:</p>\n"
+        "figures reproduced, every client against every server, the browsers against their own sets, "
+        "QuicSand's workloads beside TCP, and what the scanned server sets do to browsers (predicted, spot-checked). "
+        "What each step found:</p>\n"
         f"<pre>{html.escape(chr(10).join(said))}</pre>\n<p>Each file the demo wrote, and what it holds:</p>\n"
         f"<table>\n{chr(10).join(rows)}\n</table>\n")
     return path
