@@ -429,7 +429,8 @@ def _impact(story: Story, plan: DemoPlan, scan: Path, check: bool) -> list[Entry
     capped = result.tables["upload_shares"].filter((pl.col("upload_binding") != LINK) & (pl.col("browser") == "chromium")
                                                    & (pl.col("rtt_ms") == 30.0))
     headline = (f"8 the lab's server sets against browsers (qreplay impact): chromium's upload capped below "
-                f"{options.rate_mbps:g} Mbit/s at 30 ms on {capped['share_pct'].sum():.0f}% of endpoints")
+                f"{options.rate_mbps:g} Mbit/s at 30 ms on {capped['share_pct'].sum():.0f}% of endpoints"
+                + (f" (most by {capped.sort('share_pct')['upload_binding'][-1]})" if capped.height else ""))
     if result.checks is not None:
         measured = result.checks.filter(pl.col("checked"))
         bound = measured.filter(pl.col("window_bound"))
