@@ -1,13 +1,16 @@
 """The demo: the whole pipeline on the built-in lab, start to finish, told in one screen and one page.
 
-Brings the lab up, scans every lab server from the client namespace, tears the lab down whatever happens,
+Brings the lab up, scans every lab server from the client namespace (naming each one's library, as `qscan
+targets --identify` does), tears the lab down whatever happens,
 replays the browsers' client sets through a real QUIC stack over the emulated link, replays a small part of
 the thesis's campaign on every stack usable here, LSQUIC too where a build is configured (`qreplay reproduce
 --quick`, figures 5.3a, 5.4 and 5.6, with its report beside the published numbers), traces one run per stack
 at the smallest connection window, downloads across every pair of those stacks at 30 ms (`qreplay pairs`, a
 heat map), holds both browsers against their own sets replayed on two stacks (`qreplay fidelity --quick`,
 where the browsers are installed), runs QuicSand's workloads (request-response, upload) on a Rust, a Go and a
-Python stack beside TCP's reference, and renders the analysis notebooks over both result files.
+Python stack beside TCP's reference, predicts what every scanned server set does to a browser's upload and page
+load and spot-checks a few with the real browsers through each set's own library (`qreplay impact --check`),
+and renders the analysis notebooks over both result files.
 
 The terminal gets one line a step with its headline result (and each warning once per stack and set); every
 table, progress line and tool message goes to the log (demo.log), and index.html beside it links every
@@ -47,6 +50,11 @@ class DemoPlan:
     workload_stacks: tuple[str, ...] = ("quinn", "quic-go", "aioquic", "tcp-h2")
     workload_requests: int = 200
     upload_size: int = 5_000_000
+    # qreplay impact's spot checks: candidates (most endpoints, worst), browsers, upload, page objects
+    impact_candidates: tuple[int, int] = (3, 3)
+    impact_browsers: tuple[str, ...] = ("chromium", "firefox")
+    impact_upload: int = 2_000_000
+    impact_objects: int = 20
 
 
 REPLAY_SETS = ("firefox", "chrome")
@@ -64,7 +72,8 @@ FULL = DemoPlan("full", replay_size=20_000_000, replay_reps=2, reproduce_figures
 QUICK = DemoPlan("quick", replay_size=2_000_000, replay_reps=1, reproduce_figures=frozenset({"5.6"}),
                  reproduce_size=2_000_000, reproduce_reps=1, stacks=("ngtcp2", "quic-go"), trace_size=1_000_000,
                  pairs_size=2_000_000, fidelity={"delays_ms": [30.0], "reps": 1, "size": 2_000_000},
-                 workload_stacks=("quic-go", "tcp-h2"), workload_requests=50, upload_size=1_000_000)
+                 workload_stacks=("quic-go", "tcp-h2"), workload_requests=50, upload_size=1_000_000,
+                 impact_candidates=(1, 1), impact_browsers=("chromium",), impact_upload=1_000_000, impact_objects=10)
 
 
 def _mb(size: int) -> str:
@@ -171,6 +180,7 @@ def run_demo(out: Path | None, fmt: str = "table", html_dir: Path | None = None,
             entries += _pairs(story, plan, replay_path.with_name(f"{replay_path.stem}-pairs"), stacks)
             entries += _fidelity(story, plan, replay_path)
             entries += _workloads(story, plan, replay_path)
+        entries += _impact(story, plan, out, replay)
         if html_dir is not None:
             entries += _notebooks(story, out, html_dir, _replay_path(out) if replay else None)
     index = write_index(out.parent / "index.html", entries, plan, started, story.said)
@@ -183,6 +193,7 @@ def _scan(story: Story, out: Path, fmt: str, instance: str | None) -> list[Entry
     from lab import Lab
     from lab.core import DEFAULT_INSTANCE
     from scanner.engine import ScanSettings
+    from scanner.identify import identify_into, load_signatures
     from scanner.report import build_report, render
     from scanner.scan import scan_into
     from scanner.targets import Target
@@ -190,8 +201,11 @@ def _scan(story: Story, out: Path, fmt: str, instance: str | None) -> list[Entry
     story.say("bringing up the lab and scanning every lab server ...")
     with Lab.up(instance=instance or DEFAULT_INSTANCE) as lab:
         targets = [Target(s.ip, s.port, s.sni) for s in lab.servers]
+        settings, records = ScanSettings(timeout=3.0), []
         with lab.in_client():
-            outcome = scan_into(out, targets, ScanSettings(timeout=3.0), kind="demo")
+            outcome = scan_into(out, targets, settings, kind="demo", on_batch=records.extend)
+            # each server's library named, as `qscan targets --identify` does: qreplay impact needs whose rule
+            identify_into(out, targets, settings, load_signatures(), records)
     report = build_report(out, top=10)
     text = render(report, fmt)
     print(text)
@@ -395,11 +409,48 @@ def _workloads(story: Story, plan: DemoPlan, results: Path) -> list[Entry]:
     return []
 
 
+def _impact(story: Story, plan: DemoPlan, scan: Path, check: bool) -> list[Entry]:
+    """`qreplay impact` on the scan: what the lab's server sets do to the browsers' uploads and page loads,
+    predicted for every set, and (with the replay) spot-checked with real browsers through each set's library."""
+    import polars as pl
+
+    from replay.impact import LINK
+    from replay.impact_check import CheckOptions, TOLERANCE
+    from replay.impact_report import ImpactOptions, run_impact
+
+    out_dir = scan.with_name(f"{scan.stem}-impact")
+    top, worst = plan.impact_candidates
+    options = ImpactOptions(top=top, worst=worst, check=CheckOptions(
+        browsers=plan.impact_browsers, upload_bytes=plan.impact_upload, objects=plan.impact_objects) if check else None)
+    result = run_impact(scan, out_dir, options, execute=lambda experiment, out: story.execute(experiment, out,
+                                                                                              summary=False))
+    for line in result.summary_lines():
+        print(line)
+    capped = result.tables["upload_shares"].filter((pl.col("upload_binding") != LINK) & (pl.col("browser") == "chromium")
+                                                   & (pl.col("rtt_ms") == 30.0))
+    headline = (f"8 the lab's server sets against browsers (qreplay impact): chromium's upload capped below "
+                f"{options.rate_mbps:g} Mbit/s at 30 ms on {capped['share_pct'].sum():.0f}% of endpoints"
+                + (f" (most by {capped.sort('share_pct')['upload_binding'][-1]})" if capped.height else ""))
+    if result.checks is not None:
+        measured = result.checks.filter(pl.col("checked"))
+        bound = measured.filter(pl.col("window_bound"))
+        headline += (f"; spot checks: {measured.height} of {result.checks.height} cases measured, window-bound "
+                     f"{bound['within_tolerance'].sum()} of {bound.height} within {TOLERANCE:.0%}")
+    story.say(headline)
+    story.warn()
+    return [Entry(out_dir / "report.html", "What every server set of the scan does to a browser's upload and page "
+                                           "load: predicted, spot-checked with real browsers through the set's own "
+                                           "library where the project has its h3 server (self-contained page)."),
+            Entry(out_dir / "impact.duckdb", "Its tables (DuckDB): predictions, endpoint shares, lifting values, "
+                                             "spot checks measured beside predicted."),
+            Entry(out_dir / "spot_checks.duckdb", "The spot checks' browser runs (a qreplay results file).")]
+
+
 def _notebooks(story: Story, scan: Path, html_dir: Path, replay_db: Path | None) -> list[Entry]:
     from scanner.analysis import render_notebooks
 
     pages = render_notebooks(scan, html_dir, replay_db=replay_db)
-    story.say(f"8 rendered {len(pages)} analysis notebooks over the results into {html_dir}")
+    story.say(f"9 rendered {len(pages)} analysis notebooks over the results into {html_dir}")
     sentences = {"parameter_popularity": "The scan's parameter sets and values, counted as the thesis counts "
                                          "them (notebook).",
                  "scan_comparison": "Two scans side by side, what changed between them (here the scan with "
@@ -428,8 +479,9 @@ def write_index(path: Path, entries: list[Entry], plan: DemoPlan, started: datet
         f"<!doctype html><meta charset=utf-8><title>quictp demo</title><style>{style}</style>\n"
         f"<h1>The demo's results</h1>\n<p>The {plan.name} demo of {started:%Y-%m-%d %H:%M} UTC: a scan of the lab's "
         "servers, their parameter sets replayed through real QUIC stacks over an emulated link, the thesis's "
-        "figures reproduced, every client against every server, the browsers against their own sets, and "
-        "QuicSand's workloads beside TCP. What each step found:</p>\n"
+        "figures reproduced, every client against every server, the browsers against their own sets, "
+        "QuicSand's workloads beside TCP, and what the scanned server sets do to browsers (predicted, spot-checked). "
+        "What each step found:</p>\n"
         f"<pre>{html.escape(chr(10).join(said))}</pre>\n<p>Each file the demo wrote, and what it holds:</p>\n"
         f"<table>\n{chr(10).join(rows)}\n</table>\n")
     return path

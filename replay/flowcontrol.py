@@ -181,10 +181,16 @@ def client_window_bound(client: dict, rtt_ms: float, stack: str, size: int | Non
     when the stack's rule is unknown, the set sends neither, or there is no round trip to bound.
     ``rules``: the written-down UPDATE_RULES, or measured ones (replay.measured_rules)."""
     rule = rules.get(stack)
-    if rule is None:
-        return None
-    bounds = [window_bound(int(client[name]), rtt_ms, rule, size, name)
-              for name in ("initial_max_data", "initial_max_stream_data_bidi_local")
-              if client.get(name) is not None]
+    return None if rule is None else receiver_window_bound(
+        client, rtt_ms, rule, ("initial_max_data", "initial_max_stream_data_bidi_local"), size)
+
+
+def receiver_window_bound(sent: dict, rtt_ms: float, rule: UpdateRule, windows: tuple[str, ...],
+                          size: int | None = None) -> WindowBound | None:
+    """The tighter of a receiver's ``windows`` as ``sent`` (a download's client: its connection and local stream
+    windows; an upload's server: its connection and remote stream windows), re-opened by ``rule``, the
+    sender starting from ``rule.initial_cwnd``; None where the set sends none of them or there is no RTT."""
+    bounds = [window_bound(int(sent[name]), rtt_ms, rule, size, name) for name in windows
+              if sent.get(name) is not None]
     bounds = [b for b in bounds if b is not None]
     return min(bounds, key=lambda b: b.low_mbps) if bounds else None

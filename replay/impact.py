@@ -114,7 +114,7 @@ def receiver_rule(library: str | None, rules: Mapping[str, UpdateRule], rule_key
 
 
 def check_note(library: str | None, h3_server: str | None) -> str:
-    """Why a set is not checked (the spot check with real browsers is run separately)."""
+    """Why a set is not checked (the spot checks, replay/impact_check.py, run only with --check)."""
     if h3_server:
         return f"not checked yet: can be, through {h3_server}'s h3 server"
     if library is None or library == UNKNOWN:
@@ -298,7 +298,9 @@ def spot_check_candidates(predictions: pl.DataFrame, top: int = 5, worst: int = 
                     pl.col("check_note").first(),
                     (pl.col("upload_steady_mbps") / pl.col("rate_mbps")).min().alias("worst_upload_share"),
                     (pl.col("page_load_ms") / pl.col("page_load_unbound_ms")).max().alias("worst_page_slowdown")))
-    most = per_set.sort("endpoints", "set_fingerprint", descending=[True, False]).head(top)
+    # among sets of as many endpoints, those whose library has an h3 server here first: they can be checked
+    most = per_set.sort("endpoints", pl.col("h3_server").is_null(), "set_fingerprint",
+                        descending=[True, False, False]).head(top)
     worst_sets = (per_set.filter(~pl.col("set_fingerprint").is_in(most["set_fingerprint"].implode()))
                   .sort(pl.col("worst_upload_share").fill_null(-1), pl.col("worst_page_slowdown").fill_null(math.inf),
                         "endpoints", descending=[False, True, True]).head(worst))

@@ -18,12 +18,14 @@ import duckdb
 import polars as pl
 
 from common.markdown import markdown_table
-from replay import impact
+from replay import impact, impact_check
 from replay.figures import markdown_page, pyplot, save_png
 from replay.measured_rules import load_update_rules
+from replay.impact_check import CheckOptions, Execute, mark_checked, run_checks
 from replay.sets import resolve_one
 from tparams.errors import ToolError, first_line
 from tparams.libraries import LIBRARIES
+from tparams.paramset import PERFORMANCE_PARAMETERS
 
 # The scan components this reads, at the versions it knows (scanner/store.py, scanner/identify.py).
 SCAN_VERSION = 3
@@ -44,8 +46,9 @@ class ImpactOptions:
     request_bytes: int = impact.REQUEST_BYTES
     concurrency: int | None = None
     assumed_fraction: float = impact.ASSUMED_FRACTION
-    top: int = 5
-    worst: int = 5
+    top: int = 3
+    worst: int = 3
+    check: CheckOptions | None = None  # None: predict only; else run the candidates with the browsers
 
 
 @dataclass
@@ -54,6 +57,7 @@ class ImpactResult:
     endpoints: int
     sets: int
     predictions: pl.DataFrame
+    checks: pl.DataFrame | None = None
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     files: list[Path] = field(default_factory=list)
 
@@ -76,8 +80,21 @@ class ImpactResult:
                 return ", ".join(f"{rtt:g} ms {shares.get(rtt, 0.0):.1f}%" for rtt in rtts)
             lines.append(f"{browser}: upload capped below the link: {text(capped)}; "
                          f"page load slowed by the server's set: {text(slowed)}")
-        lines.append("not checked with real browsers (checked = false); candidates: qreplay impact's spot_checks table")
+        lines.append(self.check_line())
         return lines
+
+    def check_line(self) -> str:
+        """One line on the spot checks: how many cases were measured, how many of the window-bound ones came
+        within the tolerance, how many sets could not be checked."""
+        if self.checks is None:
+            return "not checked with real browsers (checked = false); candidates: qreplay impact's spot_checks table"
+        checked = self.checks.filter(pl.col("checked"))
+        bound = checked.filter(pl.col("window_bound"))
+        unchecked = self.checks.filter(~pl.col("checked"))["set_fingerprint"].n_unique()
+        return (f"spot checks: {checked.height} of {self.checks.height} cases measured with real browsers; "
+                f"window-bound {bound['within_tolerance'].sum()} of {bound.height} within "
+                f"{impact_check.TOLERANCE:.0%} of predicted; {unchecked} sets with a case not checked (why: "
+                "spot_check_results)")
 
 
 def read_sets(path: str | Path) -> tuple[pl.DataFrame, int]:
@@ -90,13 +107,13 @@ def read_sets(path: str | Path) -> tuple[pl.DataFrame, int]:
         _check_scan(con, str(path))
         frame = con.sql(f"""
             WITH latest AS (
-                SELECT DISTINCT ON (ip, port, sni) ip, port, set_fingerprint, {', '.join(impact.SET_COLUMNS)}
+                SELECT DISTINCT ON (ip, port, sni) ip, port, set_fingerprint, {', '.join(PERFORMANCE_PARAMETERS)}
                 FROM server_params ORDER BY ip, port, sni, handshake_id DESC
             ), verdicts AS (
                 SELECT DISTINCT ON (ip, port) ip, port, library FROM server_library ORDER BY ip, port, identified_at DESC
             )
             SELECT set_fingerprint, v.library, count(*) AS endpoints,
-                   {', '.join(f'any_value({c}) AS {c}' for c in impact.SET_COLUMNS)}
+                   {', '.join(f'any_value({c}) AS {c}' for c in PERFORMANCE_PARAMETERS)}
             FROM latest LEFT JOIN verdicts v USING (ip, port)
             GROUP BY set_fingerprint, v.library
             ORDER BY endpoints DESC, set_fingerprint, v.library
@@ -156,21 +173,44 @@ def h3_servers() -> dict[str, str]:
     return servers
 
 
-def run_impact(scan: str | Path, out_dir: str | Path | None, options: ImpactOptions = ImpactOptions()) -> ImpactResult:
-    """Predict for every set of ``scan``; with ``out_dir``, write its tables, report and figures there."""
+def run_impact(scan: str | Path, out_dir: str | Path | None, options: ImpactOptions = ImpactOptions(),
+               execute: Execute | None = None) -> ImpactResult:
+    """Predict for every set of ``scan``; with ``options.check``, run the spot checks (their runs into
+    ``out_dir``/spot_checks.duckdb, or ``execute``'s way); with ``out_dir``, write the tables, report and
+    figures there."""
     sets, endpoints = read_sets(scan)
+    rules, keys, servers = load_update_rules(), rule_keys(), h3_servers()
     predictions = impact.predict(
-        sets, browser_clients(options.concurrency), load_update_rules(), rule_keys(), h3_servers(),
+        sets, browser_clients(options.concurrency), rules, keys, servers,
         delays_ms=options.delays_ms, rate_mbps=options.rate_mbps, upload_bytes=options.upload_bytes,
         objects=options.objects, object_bytes=options.object_bytes, request_bytes=options.request_bytes,
         assumed_fraction=options.assumed_fraction)
-    result = ImpactResult(str(scan), endpoints, sets.height, predictions, {
+    candidates = impact.spot_check_candidates(predictions, options.top, options.worst)
+    checks = None
+    if options.check is not None:
+        if out_dir is None:
+            raise ToolError("the spot checks store their runs: give an output directory")
+        check = options.check
+        chosen = sets.join(candidates.select("set_fingerprint", "library"), on=["set_fingerprint", "library"],
+                           nulls_equal=True)
+        # the prediction again, for the check's own sizes and round-trip times: measured beside predicted alike
+        at_check = impact.predict(
+            chosen, browser_clients(check.objects), rules, keys, servers, delays_ms=check.delays_ms,
+            rate_mbps=options.rate_mbps, upload_bytes=check.upload_bytes, objects=check.objects,
+            object_bytes=check.object_bytes, request_bytes=options.request_bytes,
+            assumed_fraction=options.assumed_fraction)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        checks = run_checks(str(scan), sets, candidates, at_check, check, options.rate_mbps,
+                            Path(out_dir) / "spot_checks.duckdb", execute)
+        predictions = mark_checked(predictions, checks)
+    result = ImpactResult(str(scan), endpoints, sets.height, predictions, checks, {
         "predictions": predictions,
         "upload_shares": impact.endpoint_shares(predictions, "upload_binding"),
         "page_shares": impact.endpoint_shares(predictions, "page_binding"),
         "lifting_values": impact.lifting_values(predictions),
         "rules": impact.rule_table(predictions),
-        "spot_checks": impact.spot_check_candidates(predictions, options.top, options.worst),
+        "spot_checks": candidates,
+        **({} if checks is None else {"spot_check_results": checks}),
     })
     if out_dir is not None:
         result.files = write_outputs(result, Path(out_dir), options)
@@ -243,9 +283,9 @@ def _markdown(result: ImpactResult, options: ImpactOptions, figures: list[tuple[
         f"Scan `{result.scan}`: {result.endpoints:,} endpoints, {result.sets:,} distinct sets x identified "
         f"library; predicted {when} (load {os.getloadavg()[0]:.1f}) by `qreplay impact` with: "
         + ", ".join(f"{k} {v}" for k, v in asdict(options).items()) + ".",
-        "**Nothing here was measured with a browser** (`checked` is false in every row): these are the window "
-        "model's and the stream-credit model's predictions (replay/flowcontrol.py, replay/impact.py). A parameter "
-        "not sent counts as RFC 9000's default, 0.",
+        "These are the window model's and the stream-credit model's predictions (replay/flowcontrol.py, "
+        "replay/impact.py); `checked` is true only where a spot check measured the set with a real browser (the "
+        "last section). A parameter not sent counts as RFC 9000's default, 0.",
         "## Uploads",
         f"The browser sends; the server's `initial_max_stream_data_bidi_remote` and `initial_max_data` bound its "
         f"flight at what the server re-opens a round trip (its library's update rule, the burst bound). A set "
@@ -268,12 +308,34 @@ def _markdown(result: ImpactResult, options: ImpactOptions, figures: list[tuple[
         "Browsers as senders: " + "; ".join(f"{name}: {source}" for name, (_, source) in impact.BROWSER_CWND.items())
         + ".",
         "## Spot-check candidates",
-        "The sets covering most endpoints and the worst ones, to be checked with real browsers through their "
-        "library's h3 server (none is checked yet; a set whose library has no h3 server here is predicted only):",
+        "The sets covering most endpoints (among as many, those whose library has an h3 server here first) and "
+        "the worst ones, checked with real browsers through their own library's h3 server by `--check` (a set "
+        "whose library has no h3 server here is predicted only):",
         _table(t["spot_checks"].select("why", "set_fingerprint", "library", "endpoints", *impact.SET_COLUMNS,
                                        "worst_upload_share", "worst_page_slowdown", "check_note")),
+        *_check_section(result, options),
     ]
     return "\n\n".join(parts) + "\n"
+
+
+def _check_section(result: ImpactResult, options: ImpactOptions) -> list[str]:
+    if result.checks is None:
+        return ["**Not spot-checked** (run with `--check`): `checked` is false in every row."]
+    check = options.check
+    return [
+        "## Spot checks: measured beside predicted",
+        f"Each case run {check.reps} time(s) with the real browser through the h3 server of the set's identified "
+        f"library, in the testbed at {', '.join(f'{d:g}' for d in check.delays_ms)} ms (all of the delay on the "
+        f"server-to-client direction, its rate {options.rate_mbps:g} Mbit/s; the upload's direction is not rate "
+        f"limited): an upload of {check.upload_bytes:,} bytes (Mbit/s, the page's own clock to the server's "
+        f"count) and a page of {check.objects} objects of {check.object_bytes:,} bytes requested at once (ms from "
+        "the first request to the last body byte; the page's load opened the connection, so the predicted time "
+        "leaves the handshake's round trip out). The prediction is the same model at the check's sizes. A run "
+        "counts only where the server sent the set's values of the parameters the model uses (the browser's "
+        f"capture). {result.check_line()}. The runs: `spot_checks.duckdb` (`qreplay plot`, `qreplay why`).",
+        _table(result.checks.select("workload", "browser", "rtt_ms", "library", "set_fingerprint", "server_stack",
+                                    "binding", "predicted", "measured", "ratio", "unit", "note")),
+    ]
 
 
 def _pivot(shares: pl.DataFrame, column: str) -> pl.DataFrame:

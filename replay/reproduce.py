@@ -28,16 +28,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from common.markdown import markdown_table
-from replay.flowcontrol import UpdateRule, WindowBound, client_window_bound, stream_credit_bound
+from replay.flowcontrol import (
+    UpdateRule, WindowBound, client_window_bound, receiver_window_bound, stream_credit_bound,
+)
 from replay.measured_rules import load_update_rules
+from replay.impact import BROWSER_CWND, UPLOAD_PARAMETERS
 from replay.figures import draw_band, legend_beside, markdown_page, pyplot, save_png
 from replay.link import LinkConfig
 from replay import statistics, store
 from replay.runner import Condition, Experiment, run_experiment
-from replay.sets import NamedSet, resolve_one, with_overrides
+from replay.sets import NamedSet, own_set, resolve_one, with_overrides
+from replay.stacks import get_stack
 from replay.stacks.base import REPO_ROOT, RunOptions, Stack, default_timeout_s
 from tparams.errors import ToolError
-from tparams.workloads import DOWNLOAD, REQUESTS, Workload
+from tparams.workloads import DOWNLOAD, REQUESTS, UPLOAD, Workload
 
 HEADLINES_CSV = REPO_ROOT / "datasets" / "reference" / "goodput_headlines.csv"
 MB = 1_000_000
@@ -69,6 +73,13 @@ TABLE_5_6 = (100, 128, 100000, 256, 16)
 STREAMS_VALUES = tuple(sorted({*TABLE_5_6, 4, 50, 200}))
 STREAMS_CONCURRENCY = 100
 STREAMS_RESPONSE_BYTES = 1000
+# The server-side twins (issue 34): the thesis swept the client's windows under a download, where they bound the
+# server's sending; the server's own windows bound what a browser sends, an upload, and its stream limit how many
+# requests a page has open. Each browser is the client (its own parameters), the stack the server, LSQUIC's
+# default server set with the swept value (as the thesis's sweeps held the other side at LSQUIC's defaults).
+SERVER_TWINS = {"server-5.4": "initial_max_data", "server-5.6": "initial_max_stream_data_bidi_remote"}
+SERVER_STREAMS_FIGURE = "server-streams"
+TWIN_BROWSERS = ("chromium", "firefox")
 
 FIGURE_TITLES = {
     "5.1a": "Same set on client and server, goodput vs delay",
@@ -80,6 +91,10 @@ FIGURE_TITLES = {
     "5.4": f"Client initial_max_data sweep at {SWEEP_DELAY_MS} ms (packets: figure 5.5)",
     "5.6": f"Client initial_max_stream_data_bidi_local sweep at {SWEEP_DELAY_MS} ms (packets: figure 5.7)",
     STREAMS_FIGURE: f"Server {STREAMS_PARAM} sweep at {SWEEP_DELAY_MS} ms, {STREAMS_CONCURRENCY} requests at once",
+    **{figure: f"Server {param} sweep at {SWEEP_DELAY_MS} ms under each browser's upload (twin of "
+               f"{figure.removeprefix('server-')})" for figure, param in SERVER_TWINS.items()},
+    SERVER_STREAMS_FIGURE: f"Server {STREAMS_PARAM} at table 5.6's values under each browser's page load, "
+                           f"{SWEEP_DELAY_MS} ms",
 }
 PACKET_FIGURES = {"5.4": "5.5", "5.6": "5.7"}
 
@@ -94,6 +109,7 @@ class FigurePlan:
     requests: int = 1
     concurrency: int = 1
     side: str = "client"  # whose set a sweep varies
+    browsers: tuple[str, ...] = ()  # the clients where they are browsers (the stack is then the server only)
 
     @property
     def kind(self) -> str:
@@ -110,7 +126,14 @@ class FigurePlan:
         param = self.conditions[0].sweep_param
         if param and param not in stack.settable.get(self.side, frozenset()):
             return f"{stack.name}'s {self.side} cannot set {param}"
-        return stack.workload_refusal(self.options())
+        if not self.browsers:
+            return stack.workload_refusal(self.options())
+        if not (stack.serves_page and stack.serves("h3")):
+            return f"{stack.name} has no h3 server a browser loads a page from"
+        for browser in map(get_stack, self.browsers):
+            if reason := browser.unavailable_reason() or stack.page_refusal(browser, self.options()):
+                return reason
+        return None
 
 
 # The thesis ran configuration 4 with initial_max_data 4,294,967,295: LSQUIC keeps the value in 32 bits,
@@ -155,6 +178,27 @@ def _sweep_figure(figure: str, param: str, values, size: int, reps: int, side: s
                                     for v in values), size, reps, side=side, **workload)
 
 
+def _twin_figure(figure: str, param: str, values, size: int, reps: int, **workload) -> FigurePlan:
+    """A server-side twin: each browser against the stack's server sending LSQUIC's default server set with
+    ``param`` swept."""
+    link = LinkConfig(delay_down_ms=SWEEP_DELAY_MS)
+    return FigurePlan(figure, tuple(
+        Condition(own_set(browser), _twin_server_set(param, v), link, param, v, stack=browser)
+        for browser in map(get_stack, TWIN_BROWSERS) for v in values), size, reps, side="server",
+        browsers=TWIN_BROWSERS, **workload)
+
+
+def _twin_server_set(param: str, value: int) -> NamedSet:
+    return with_overrides(resolve_one("lsquic-server-default"), [f"{param}={value}"])
+
+
+def _twins(data_values, bidi_values, size: int, streams_values, requests: int, reps: int) -> list[FigurePlan]:
+    return [_twin_figure("server-5.4", SERVER_TWINS["server-5.4"], data_values, size, reps, workload=UPLOAD),
+            _twin_figure("server-5.6", SERVER_TWINS["server-5.6"], bidi_values, size, reps, workload=UPLOAD),
+            _twin_figure(SERVER_STREAMS_FIGURE, STREAMS_PARAM, streams_values, STREAMS_RESPONSE_BYTES, reps,
+                         workload=REQUESTS, requests=requests, concurrency=STREAMS_CONCURRENCY)]
+
+
 def _streams_figure(values, requests: int, reps: int) -> FigurePlan:
     return _sweep_figure(STREAMS_FIGURE, STREAMS_PARAM, values, STREAMS_RESPONSE_BYTES, reps, "server",
                          workload=REQUESTS, requests=requests, concurrency=STREAMS_CONCURRENCY)
@@ -175,6 +219,7 @@ def plan_campaign(quick: bool = False, figures: set[str] | None = None, size: in
             _sweep_figure("5.4", "initial_max_data", (196608, 15728640), 20 * MB, 2),
             _sweep_figure("5.6", "initial_max_stream_data_bidi_local", (131072, 12582912), 10 * MB, 2),
             _streams_figure((4, 16, 100, 128, 256), 400, 2),
+            *_twins((196608, 1572864), (131072, 1048576), 2 * MB, (16, 100), 200, 1),
         ]
     else:
         plans = [
@@ -187,6 +232,7 @@ def plan_campaign(quick: bool = False, figures: set[str] | None = None, size: in
             _sweep_figure("5.4", "initial_max_data", INITIAL_MAX_DATA_VALUES, 100 * MB, 3),
             _sweep_figure("5.6", "initial_max_stream_data_bidi_local", BIDI_LOCAL_VALUES, 100 * MB, 3),
             _streams_figure(STREAMS_VALUES, 1000, 3),
+            *_twins(INITIAL_MAX_DATA_VALUES, BIDI_LOCAL_VALUES, 10 * MB, TABLE_5_6, 400, 2),
         ]
     if figures:
         # The packet figures come out of their sweeps' runs: asking for one runs its sweep.
@@ -230,6 +276,12 @@ def run_campaign(stacks: list[Stack], plans: list[FigurePlan], results: str | Pa
     for plan, stack in runnable:
         tags = {"campaign": campaign, "figure": plan.figure, "mode": mode, "load_1min": round(os.getloadavg()[0], 2),
                 "not_run": not_run}
+        if plan.browsers:  # the browsers are the clients, the stack their server
+            tags["browsers"] = list(plan.browsers)
+            execute(Experiment(plan.kind, get_stack(plan.browsers[0]), list(plan.conditions), plan.options(),
+                               plan.reps, link_backend, command_line, udp_buffer_bytes=udp_buffer_bytes, tags=tags,
+                               server_stack=stack), Path(results))
+            continue
         execute(Experiment(plan.kind, stack, list(plan.conditions), plan.options(), plan.reps, link_backend,
                            command_line, udp_buffer_bytes=udp_buffer_bytes, tags=tags), Path(results))
     return campaign
@@ -310,12 +362,17 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
     finally:
         con.close()
     chosen_configs = [configs[e[0]] for e in chosen]
-    out = Campaign(campaign, chosen_configs[0].get("mode", "full"), results, sorted({e[1] for e in chosen}),
+    # a server-side twin's experiment is its browser's, its stack the server: the campaign's stack is that
+    twin = {e[0] for e in chosen if configs[e[0]].get("browsers")}
+    stack_of = {e[0]: configs[e[0]]["server_stack"] if e[0] in twin else e[1] for e in chosen}
+    version_of = {e[0]: configs[e[0]].get("server_stack_version" if e[0] in twin else "stack_version")
+                  for e in chosen}
+    out = Campaign(campaign, chosen_configs[0].get("mode", "full"), results, sorted(set(stack_of.values())),
                    chosen[0][2], max((e[3] for e in chosen if e[3]), default=None),
                    [c["load_1min"] for c in chosen_configs if c.get("load_1min") is not None],
                    sorted(summary["link_backend"].drop_nulls().unique().to_list()),
                    sorted({c["udp_buffer_bytes"] for c in chosen_configs if c.get("udp_buffer_bytes")}),
-                   {e[1]: configs[e[0]]["stack_version"] for e in chosen if configs[e[0]].get("stack_version")},
+                   {stack_of[e[0]]: version_of[e[0]] for e in chosen if version_of[e[0]]},
                    chosen_configs[0].get("not_run", []))
     rules = load_update_rules()
     for s in summary.iter_rows(named=True):  # one experiment per figure and stack
@@ -326,13 +383,24 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
         mean, stddev = ((s["mean_requests_per_s"], s["stddev_requests_per_s"]) if requests else
                         (s["mean_mbps"], s["stddev_mbps"]))
         windowed = not loss and not requests
+        label, bound, steady = s["stack"], None, None
+        if s["experiment_id"] in twin:
+            label = f"{s['stack']} to {s['server_stack']}"
+            if s["workload"] == UPLOAD.name and s["server_stack"] in rules and rtt:
+                # the upload's receiver is the server: its windows, its rule, the browser's start as the sender
+                rule = replace(rules[s["server_stack"]], initial_cwnd=BROWSER_CWND[s["stack"]][0])
+                sent = _twin_server_set(s["sweep_param"], s["sweep_value"]).params.as_sent()
+                bound, steady = (receiver_window_bound(sent, rtt, rule, UPLOAD_PARAMETERS, whole)
+                                 for whole in (size, None))
+        elif windowed:
+            bound = client_window_bound(requested, rtt, s["stack"], size, rules)
+            steady = client_window_bound(requested, rtt, s["stack"], rules=rules)
         out.summaries.append(ConditionSummary(
-            s["stack"], configs[s["experiment_id"]]["figure"], s["set_name"], s["server_set_name"], s["delay_ms"],
+            label, configs[s["experiment_id"]]["figure"], s["set_name"], s["server_set_name"], s["delay_ms"],
             loss, s["sweep_param"], s["sweep_value"], size, s["runs"], s["failed"], s["n"], mean, stddev,
             s["client_socket_drop_pct"], s["mean_client_tx_packets"], s["mean_server_tx_packets"],
             s["mean_client_cpu_share"], s["mean_server_cpu_share"],
-            client_window_bound(requested, rtt, s["stack"], size, rules) if windowed else None,
-            client_window_bound(requested, rtt, s["stack"], rules=rules) if windowed else None,
+            bound, steady,
             "requests/s" if requests else "Mbit/s", s["requests"] or 1, s["concurrency"] or 1,
             stream_credit_bound(s["sweep_value"], s["concurrency"], rtt)
             if requests and s["sweep_param"] == STREAMS_PARAM and rtt else None))
@@ -721,7 +789,7 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
     reached = {stack: max((s.mean for s in data.summaries if s.stack == stack and s.mean and s.unit == "Mbit/s"),
                           default=0) for stack in data.stacks}
     bounded = [s for s in data.summaries if s.bound and s.mean is not None and not s.figure.startswith("5.2")
-               and s.steady.low_mbps < min(reached[s.stack], WINDOW_TABLE_BELOW)]
+               and s.stack in reached and s.steady.low_mbps < min(reached[s.stack], WINDOW_TABLE_BELOW)]
     parts += ["", markdown_table(
         ["figure", "stack", "condition", "binding window", "model (Mbit/s)", "measured (Mbit/s)", "position",
          "thesis", "client socket drops", "verdict"],
@@ -740,7 +808,7 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
         parts += ["", f"## {title}: {FIGURE_TITLES.get(figure) or _packets_title(figure)}", "",
                   f"![{title}]({path.name})", ""]
         rows = [s for s in data.summaries if s.figure == figure or PACKET_FIGURES.get(s.figure) == figure]
-        if figure == STREAMS_FIGURE:
+        if figure in (STREAMS_FIGURE, SERVER_STREAMS_FIGURE):
             parts += _streams_section(rows)
         elif figure in PACKET_FIGURES.values():
             parts.append(markdown_table(["stack", "condition", "client packets", "server packets", "goodput"],

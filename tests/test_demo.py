@@ -86,7 +86,7 @@ def test_quick_demo_fits_a_screen_and_its_page_loads_whole(tmp_path, served):
     assert len(printed) <= SCREEN_LINES, "\n".join(printed)
     # one headline a step, each step there; the details went to the log, which is longer than the screen
     steps = [line.split()[0] for line in printed if line[:1].isdigit()]
-    assert steps == [str(n) for n in range(1, 9)], "\n".join(printed)
+    assert steps == [str(n) for n in range(1, 10)], "\n".join(printed)
     warnings = [line for line in printed if "warning" in line]
     assert len(warnings) == len(set(warnings)), "\n".join(warnings)  # once per stack and set, never per run
     log = (out / "demo.log").read_text()
@@ -96,7 +96,8 @@ def test_quick_demo_fits_a_screen_and_its_page_loads_whole(tmp_path, served):
     fetched = dict(seen["fetched"])
     # every report, results file and rendered notebook the demo made is linked, and every link is there
     for wanted in ("demo.log", "scan.duckdb", "scan-replay.duckdb", "scan-replay-reproduce/report.html",
-                   "scan-replay-reproduce/figure_5.6.png", "scan-replay-pairs/pairs.html", "replay_goodput.html"):
+                   "scan-replay-reproduce/figure_5.6.png", "scan-replay-pairs/pairs.html", "replay_goodput.html",
+                   "scan-impact/report.html", "scan-impact/spot_checks.duckdb"):
         assert f"{served}/{wanted}" in fetched, sorted(fetched)
     assert {href: status for href, status in fetched.items() if status != 200} == {}
     assert seen["images"] and all(width > 0 for _, width in seen["images"]), seen["images"]

@@ -6,6 +6,7 @@ file, and bad scans end in one line."""
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,55 @@ def test_delivery_rounds_doubles_then_holds_the_flight():
     for size in (1_000, 12_000, 100_000, 1_000_000):
         for initial, flight in ((12_000, 125_000), (46_720, 2_500_000), (12_000, 5_000), (46_720, 46_720)):
             assert delivery_rounds(size, initial, flight) == played(size, initial, flight), (size, initial, flight)
+
+
+# --- the spot checks: real Chromium through the identified library's own h3 server ------------------------
+
+SMALL_AIOQUIC = ParamSet(initial_max_data=16_777_216, initial_max_stream_data_bidi_remote=16_384,
+                         initial_max_streams_bidi=100)
+
+
+@pytest.mark.lab
+@pytest.mark.timing  # a goodput against its prediction
+def test_spot_checks_measure_through_the_identified_librarys_server_and_mark_the_rest_not_checked(tmp_path: Path):
+    """aioquic's set with a 16 KiB initial_max_stream_data_bidi_remote (two endpoints, the commonest) is checked
+    with Chromium through aioquic's own h3 server at 30 ms: the window binds the measured upload as predicted
+    (the model cannot be exceeded), the report names the parameter, the runs are stored as qreplay runs; kwik's
+    set (the worst page) has no h3 server here and is marked not checked with no run at all."""
+    from replay.impact_check import CheckOptions
+    from replay.stacks import get_stack
+
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root (network namespaces)")
+    for name in ("chromium", "aioquic"):
+        if reason := get_stack(name).unavailable_reason():
+            pytest.skip(reason)
+    endpoints = [("192.0.2.1", SMALL_AIOQUIC, "aioquic"), ("192.0.2.2", SMALL_AIOQUIC, "aioquic"),
+                 ("192.0.2.10", FEW_STREAMS, "kwik")]
+    path = tmp_path / "scan.duckdb"
+    with ScanStore.open(path) as store:
+        store.append_records(store.begin_scan("targets", {}), [record(ip, params) for ip, params, _ in endpoints])
+    store_identifications(path, pl.DataFrame({
+        "ip": [ip for ip, *_ in endpoints], "port": [443] * 3, "library": [lib for *_, lib in endpoints],
+        "identified_at": [NOW] * 3, "library_evidence": ["test"] * 3}, schema_overrides={"port": pl.Int32}))
+    options = ImpactOptions(delays_ms=(30,), top=1, worst=1, check=CheckOptions(
+        browsers=("chromium",), upload_bytes=1_000_000, objects=5))
+    result = run_impact(path, tmp_path / "out", options)
+    checks = result.checks
+    upload = checks.filter((pl.col("library") == "aioquic") & (pl.col("workload") == "upload")).row(0, named=True)
+    assert upload["checked"], upload["note"]
+    assert (upload["server_stack"], upload["binding"]) == ("aioquic", "initial_max_stream_data_bidi_remote")
+    assert upload["window_bound"] and upload["measured"] < 1.25 * upload["predicted"], upload
+    assert upload["ratio"] == pytest.approx(upload["measured"] / upload["predicted"])
+    page = checks.filter((pl.col("library") == "aioquic") & (pl.col("workload") == "requests")).row(0, named=True)
+    assert page["checked"] and page["measured"] > 0, page["note"]
+    kwik = checks.filter(pl.col("library") == "kwik")
+    assert kwik.height == 2 and not any(kwik["checked"]) and kwik["run_ids"].to_list() == ["", ""]
+    assert set(kwik["note"]) == {"not checked: the project has no h3 server of kwik"}
+    marked = result.predictions.filter(pl.col("checked"))
+    assert marked.select("library", "browser", "rtt_ms").rows() == [("aioquic", "chromium", 30.0)]
+    stored = duckdb.connect(str(tmp_path / "out" / "spot_checks.duckdb"), read_only=True).execute(
+        "SELECT server_stack, workload, status, bytes FROM runs ORDER BY workload").fetchall()
+    assert stored == [("aioquic", "requests", "ok", 5 * 10_000), ("aioquic", "upload", "ok", 1_000_000)]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Spot checks: measured beside predicted" in report and "no h3 server of kwik" in report

@@ -11,8 +11,9 @@ import duckdb
 import pytest
 
 from replay.flowcontrol import UPDATE_RULES, window_bound
-from replay.reproduce import (FULL_CAMPAIGN_TIME, STREAMS_CONCURRENCY, STREAMS_FIGURE, TABLE_5_6, build_report,
-                              load_campaign, plan_campaign, read_headlines, run_campaign)
+from replay.reproduce import (FULL_CAMPAIGN_TIME, SERVER_STREAMS_FIGURE, SERVER_TWINS, STREAMS_CONCURRENCY,
+                              STREAMS_FIGURE, TABLE_5_6, build_report, load_campaign, plan_campaign, read_headlines,
+                              run_campaign)
 from replay.stacks import get_stack
 from tparams.errors import ToolError
 from test_replay_cli import qreplay
@@ -54,7 +55,8 @@ def test_every_published_headline_has_its_conditions_in_the_full_campaign():
             assert ("initial_max_data", int(row["setting"].removeprefix("default_"))) in swept
         if row["experiment"] == "client_bidi_local":
             assert ("initial_max_stream_data_bidi_local", int(row["setting"])) in swept
-    assert {"5.1a", "5.1b", "5.2a", "5.2b", "5.3a", "5.3b", "5.4", "5.6", STREAMS_FIGURE} == set(plans)
+    assert {"5.1a", "5.1b", "5.2a", "5.2b", "5.3a", "5.3b", "5.4", "5.6", STREAMS_FIGURE, *SERVER_TWINS,
+            SERVER_STREAMS_FIGURE} == set(plans)
 
 
 def test_the_stream_count_figure_sweeps_the_servers_popular_limits_around_the_clients_concurrency():
@@ -148,3 +150,51 @@ def test_the_servers_stream_limit_caps_requests_per_second_as_the_credit_model_s
     assert "Not run: figure streams on ngtcp2 (ngtcp2's client speaks only the download workload" in markdown
     assert "| quinn | initial_max_streams_bidi=4, 30 ms | 1 |" in markdown
     assert [p.name for p in files.figures] == ["figure_streams.png"]
+
+
+def test_the_server_side_twins_sweep_the_servers_windows_under_each_browsers_upload():
+    """Figures 5.4 and 5.6 swept the client's windows under a download; their twins sweep the server's
+    initial_max_data and initial_max_stream_data_bidi_remote under an upload by each browser, and table 5.6's
+    stream limits under a page load: the browsers are the clients, the stack only their server, and a server
+    that cannot count an upload's bytes or set the parameter is left out in a line."""
+    plans = {p.figure: p for p in plan_campaign()}
+    for figure, param in SERVER_TWINS.items():
+        plan = plans[figure]
+        assert plan.options().workload.name == "upload" and plan.side == "server"
+        assert {c.stack.name for c in plan.conditions} == {"chromium", "firefox"}
+        assert all(c.server.params.as_sent()[param] == c.sweep_value for c in plan.conditions)
+    streams = plans[SERVER_STREAMS_FIGURE]
+    assert {c.sweep_value for c in streams.conditions} == set(TABLE_5_6)
+    assert streams.options().workload.name == "requests"
+    if get_stack("chromium").unavailable_reason() or get_stack("firefox").unavailable_reason():
+        return
+    assert "answers a PUT as a GET" in plans["server-5.6"].refusal(get_stack("ngtcp2"))
+    assert plans["server-5.6"].refusal(get_stack("tcp-h2")) == "tcp-h2's server cannot set " \
+        "initial_max_stream_data_bidi_remote"
+    assert plans["server-5.6"].refusal(get_stack("aioquic")) is None
+
+
+@pytest.mark.timing  # goodput against the window model
+@pytest.mark.lab
+def test_a_small_server_stream_window_holds_each_browsers_upload_to_the_model_in_the_twin(tmp_path):
+    """aioquic's server at 30 ms with initial_max_stream_data_bidi_remote 131,072: each browser's 1 MB upload
+    is held to at most a whole window a round trip (the model's upper bound, with slack), and the report draws
+    and tabulates the twin under the browser and server's name."""
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root (network namespaces)")
+    for name in ("chromium", "firefox", "aioquic"):
+        if reason := get_stack(name).unavailable_reason():
+            pytest.skip(reason)
+    (plan,) = plan_campaign(quick=True, figures={"server-5.6"}, reps=1)
+    plan = dataclasses.replace(plan, size=1_000_000,
+                               conditions=tuple(c for c in plan.conditions if c.sweep_value == 131072))
+    campaign = run_campaign([get_stack("aioquic")], [plan], tmp_path / "r.duckdb")
+    files = build_report(tmp_path / "r.duckdb", tmp_path, campaign)
+    rows = {s.stack: s for s in load_campaign(tmp_path / "r.duckdb").summaries}
+    assert set(rows) == {"chromium to aioquic", "firefox to aioquic"}
+    for row in rows.values():
+        assert row.n == 1 and row.bound.binding == "initial_max_stream_data_bidi_remote", row
+        assert row.mean <= 1.25 * row.bound.span[1], (row.mean, row.bound)
+    markdown = files.markdown.read_text()
+    assert "| chromium to aioquic |" in markdown and "twin of 5.6" in markdown
+    assert [p.name for p in files.figures] == ["figure_server-5.6.png"]
