@@ -75,8 +75,10 @@ class Experiment:
     def __post_init__(self) -> None:
         for client, server in {self.stacks(c) for c in self.conditions} or {self.stacks(None)}:
             if not server.serves(client.protocol) and client.needs_page:
+                why = server.library.no_h3_server if server.library and client.protocol == "h3" else None
                 raise ToolError(f"{server.name}'s server speaks {server.protocol}, not {client.protocol}: it has no "
-                                f"{client.protocol} server here for {client.name} to load a page from")
+                                f"{client.protocol} server here for {client.name} to load a page from"
+                                + (f" ({why})" if why else ""))
             if not server.serves(client.protocol):
                 raise ToolError(f"{client.name}'s client speaks {client.protocol}, {server.name}'s server "
                                 f"{server.protocol}: no download between them")

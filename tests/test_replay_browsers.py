@@ -1,6 +1,6 @@
 """The installed browsers as qreplay clients: real Chromium and Firefox ESR downloading, uploading and making
-many requests through the real testbed to real servers (ngtcp2's gtlsserver, aioquic's and caddy's over h3,
-caddy over h2 on TCP), a few MB each."""
+many requests through the real testbed to real servers (ngtcp2's gtlsserver, the h3 servers of aioquic, caddy,
+quiche, quinn and tquic, caddy over h2 on TCP), a few MB each."""
 
 from __future__ import annotations
 
@@ -288,10 +288,44 @@ def test_each_browser_uploads_through_two_libraries_h3_servers_and_the_server_co
             assert 0.5 < row["goodput_mbps"] < 1000
 
 
+OWN_H3_SERVERS = ("quiche", "quinn", "tquic")  # each library's own HTTP/3 layer (lab_server_common::page)
+
+
+@pytest.mark.timing  # beside the upload test above: a browser run each, a few seconds
+@pytest.mark.parametrize("browser", BROWSERS)
+def test_each_browser_loads_and_uploads_through_quiche_quinn_and_tquics_own_h3_servers(browser):
+    """quiche's h3 module, the h3 crate over quinn and tquic's h3 module each serve the page and answer its PUT
+    with the number of body bytes they read, over a connection carrying the server set asked (the window the
+    server sent, decrypted from its EncryptedExtensions, is the set's); one of them serves a GET of /<size>."""
+    stack = _usable(browser)
+    for server in OWN_H3_SERVERS:
+        if get_stack(server).unavailable_reason():
+            pytest.skip(get_stack(server).unavailable_reason())
+    window = 262_144
+    server_set = NamedSet(f"bidi_remote={window}", ParamSet(initial_max_stream_data_bidi_remote=window), "test",
+                          "server")
+    with Testbed(link=LinkConfig(delay_down_ms=10)) as tb:
+        for server in OWN_H3_SERVERS:
+            row = _upload(stack, tb, server, server_set)
+            assert row["status"] == "ok", (server, row.get("error"))
+            assert (row["server_stack"], row["workload"], row["protocol_seen"]) == (server, "upload", "h3")
+            assert row["bytes"] == UPLOAD_SIZE and "the count of body bytes it read" in row["timing"]
+            assert row["server_rx_bytes"] > UPLOAD_SIZE > row["server_tx_bytes"], row["counters"]
+            assert json.loads(row["transport_seen"])["server_sent"]["initial_max_stream_data_bidi_remote"] == window
+        # every run above loaded the page; a GET of /<size> through one server per browser (a browser run takes ~10 s)
+        server = OWN_H3_SERVERS[BROWSERS.index(browser)]
+        row = run_once(stack, tb, Condition(own_set(stack), server_set, tb.link),
+                       RunOptions(size=UPLOAD_SIZE, timeout_s=40), 1, "test", "auto", get_stack(server))
+        assert row["status"] == "ok", (server, row.get("error"))
+        assert (row["workload"], row["protocol_seen"], row["bytes"]) == ("download", "h3", UPLOAD_SIZE), server
+        assert row["server_tx_bytes"] > UPLOAD_SIZE, row["counters"]
+
+
 def test_a_server_that_cannot_count_an_upload_or_speaks_no_h3_is_refused_in_one_line(tmp_path):
     for args, said in ((["--stack", "firefox", "--workload", "upload"], "gtlsserver 0.12 answers a PUT as a GET"),
-                       (["--stack", "chromium", "--server-stack", "quiche"],
-                        "quiche's server speaks hq-interop, not h3")):
+                       (["--stack", "chromium", "--server-stack", "s2n-quic"],
+                        "s2n-quic's server speaks hq-interop, not h3: it has no h3 server here for chromium to load a "
+                        "page from (its h3 crate (s2n-quic-h3")):
         done = qreplay(*args, "--size", "1MB", "--out", str(tmp_path / "r.duckdb"))
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
     assert not (tmp_path / "r.duckdb").exists()

@@ -68,6 +68,8 @@ class Library:
     #: its programs by program_cli role ("lab-server", "replay-server", "replay-client"): a file of build/bin,
     #: a Python module, or a command on PATH
     programs: Mapping[str, str] = field(default_factory=dict)
+    #: why the project has no HTTP/3 server of it for a browser (checked where the library's h3 layer would be)
+    no_h3_server: str | None = None
 
     def fixed_for(self, role: Literal["client", "server"]) -> dict[str, int | bool]:
         """What its ``role`` sends whatever it is told."""
@@ -164,6 +166,8 @@ LIBRARIES: tuple[Library, ...] = (
         held_out={"application": {"alpn": _ALPN, "cid_length": 11, "disable_active_migration": True},
                   "parameters": {**_FLOW, "max_idle_timeout": 12_345}},
         programs=_built("s2n-quic"),
+        no_h3_server="its h3 crate (s2n-quic-h3, in the s2n-quic repository) is not published on crates.io "
+                     "(`cargo info s2n-quic-h3`, 2026-11-28), so no h3 server of it builds from pinned crates",
     ),
     Library(
         "tquic", "tquic", _crates("tquic"), "{versions} (lab/servers/tquic)",

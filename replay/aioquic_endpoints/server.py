@@ -20,9 +20,9 @@ from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.events import ProtocolNegotiated, StreamDataReceived
 
+from replay.stacks.base import HTDOCS_ENV
 from replay.aioquic_endpoints.common import Endpoint, command_line, configuration, parse_request, send_paced
 
-HTDOCS_ENV = "QREPLAY_HTDOCS"  # the directory whose files the server's HTTP/3 side serves
 _SIZE = re.compile(r"/(\d+)")
 _FILE = re.compile(r"/([A-Za-z0-9_.-]+)")
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 
-from replay.aioquic_endpoints.server import HTDOCS_ENV
 from replay.stacks.base import ReplayProgram
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
@@ -21,14 +20,6 @@ class Aioquic(ReplayProgram):
     cc_names = frozenset({"cubic"})  # (and Reno, aioquic's default, which qreplay does not offer)
     serves_page = True  # over h3: the files of workdir/htdocs (QREPLAY_HTDOCS)
     page_protocol = frozenset({"down", "up", "many"})
-
-    def serves(self, protocol: str) -> bool:
-        return protocol in ("hq-interop", "h3")
-
-    def server_command(self, params, opts, ip, port, workdir):
-        argv, applied = super().server_command(params, opts, ip, port, workdir)
-        (workdir / "htdocs").mkdir(exist_ok=True)
-        return ["env", f"{HTDOCS_ENV}={workdir / 'htdocs'}", *argv], applied
 
     def command(self, role) -> list[str]:
         return [sys.executable, "-m", self.library.programs[f"replay-{role}"]]

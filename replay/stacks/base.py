@@ -322,6 +322,9 @@ def which(binary: str) -> str | None:
     return shutil.which(binary)
 
 
+#: the directory whose files a replay program's HTTP/3 side serves (a browser's page), by environment variable
+HTDOCS_ENV = "QREPLAY_HTDOCS"
+
 SERVER_NAME = "qreplay.lab"  # the server's name in its certificate (a browser maps it to the server's address)
 
 
@@ -347,6 +350,11 @@ class ReplayProgram(Stack):
     (any other as not applied)."""
 
     many_clients = True
+
+    def serves(self, protocol: str) -> bool:
+        """Its program's server speaks hq-interop, and HTTP/3 too (the library's own h3 layer, chosen by the
+        client's ALPN) where it serves a browser's page."""
+        return protocol == "hq-interop" or (self.serves_page and protocol == "h3")
 
     def workload_refusal(self, opts: RunOptions) -> str | None:
         if workload_needs(opts) <= self.replay_protocol:
@@ -406,6 +414,9 @@ class ReplayProgram(Stack):
     def server_command(self, params, opts, ip, port, workdir):
         key, cert = ensure_certificate(workdir)
         applied = self.flags(params, opts, "server")
+        if self.serves_page:
+            (workdir / "htdocs").mkdir(exist_ok=True)
+            applied.env[HTDOCS_ENV] = str(workdir / "htdocs")
         return applied.command([*self.command("server"), *program_cli.arguments("replay-server", {
             "listen": program_cli.address(ip, port), "cert": cert, "key": key}), *applied.flags]), applied
 

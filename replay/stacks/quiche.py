@@ -13,6 +13,9 @@ streams. Pinned, the ceilings are initial_max_data and the window of the
 stream the endpoint receives on (client bidi_local, server bidi_remote);
 --autotune raises them to 24 MiB / 16 MiB. --cc bbr is quiche's BBRv2
 (gcongestion); qlog is the crate's ``qlog`` feature, one .sqlog per connection.
+
+Its server speaks HTTP/3 beside hq-interop (quiche's own h3 module, chosen by the client's ALPN): a browser
+loads its page, downloads and uploads through quiche configured with any set (lab_server_common::page).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class Quiche(ReplayProgram):
     name = "quiche"
     settable = {"client": PARAMETERS, "server": PARAMETERS}
     writes_qlog = True
+    serves_page = True  # over h3: the files of workdir/htdocs (QREPLAY_HTDOCS)
+    page_protocol = frozenset({"down", "up", "many"})
 
 
 STACK = Quiche()

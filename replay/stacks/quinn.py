@@ -13,6 +13,9 @@ counts as applied, any other as not applied.
 quinn has no window auto-tuning: a receiver re-opens a window as data is read but never grows it, so
 the windows are always pinned and ``--autotune`` changes nothing. Congestion control: CUBIC (quinn's
 default) and BBR. qlog: quinn-proto's ``qlog`` feature, one file per connection.
+
+Its server speaks HTTP/3 beside hq-interop (the ``h3`` crate over quinn, ``h3-quinn``, chosen by the client's
+ALPN): a browser loads its page, downloads and uploads through quinn configured with any set (lab_server_common::page).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class Quinn(ReplayProgram):
                 "server": frozenset((*COMMON, STREAM_WINDOW["server"], "disable_active_migration"))}
     autotune_note = "quinn 0.11 has no window auto-tuning: its windows stayed at the advertised values"
     writes_qlog = True
+    serves_page = True  # over h3: the files of workdir/htdocs (QREPLAY_HTDOCS)
+    page_protocol = frozenset({"down", "up", "many"})
 
 
 STACK = Quinn()

@@ -15,6 +15,9 @@ stream window (connection.rs, ensure_window_lower_bound), so an
 initial_max_data below 1.5 x the download stream's window does not stay put.
 Congestion control: CUBIC and BBR (v1; tquic's default is BBR, so cubic is set
 explicitly). qlog: one JSON-SEQ file per connection. Key log: both sides.
+
+Its server speaks HTTP/3 beside hq-interop (tquic's own h3 module, chosen by the client's ALPN): a browser
+loads its page, downloads and uploads through tquic configured with any set (lab_server_common::page).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ class Tquic(ReplayProgram):
     autotune_note = None
     writes_qlog = True
     cc_names = frozenset({"cubic", "bbr"})
+    serves_page = True  # over h3: the files of workdir/htdocs (QREPLAY_HTDOCS)
+    page_protocol = frozenset({"down", "up", "many"})
 
 
 STACK = Tquic()

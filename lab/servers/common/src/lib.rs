@@ -2,6 +2,7 @@
 //! (address, certificate, flow-control values, what the application chooses)
 //! and a clean exit on SIGTERM. The qreplay programs' own part is in `replay`.
 
+pub mod page;
 pub mod replay;
 
 use std::net::SocketAddr;

@@ -5,6 +5,7 @@
 //! quiche's next timer is due.
 
 mod client;
+mod h3;
 mod server;
 
 use std::collections::hash_map::RandomState;

@@ -6,6 +6,9 @@ use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Instant;
 
+use crate::h3;
+
+use lab_server_common::page::H3_ALPN;
 use lab_server_common::refuse;
 use lab_server_common::replay::{self, ServerArgs, MAX_REQUEST};
 
@@ -13,6 +16,8 @@ struct Client {
     connection: quiche::Connection,
     /// Per stream: the request read so far, then the body bytes still to send.
     streams: HashMap<u64, Transfer>,
+    /// The HTTP/3 side, once a client that negotiated h3 (a browser) has completed its handshake.
+    h3: Option<h3::Session>,
     /// When quiche's pacer lets the next packet go.
     release: Option<Instant>,
     stats_printed: bool,
@@ -40,6 +45,8 @@ struct Server {
 pub fn run(args: ServerArgs) {
     let mut config =
         super::config(&args.options, args.options.parameters.flow_control.initial_max_stream_data_bidi_remote);
+    // h3 beside hq-interop, for a browser (our own clients offer hq-interop only).
+    config.set_application_protos(&[replay::ALPN, H3_ALPN]).expect("ALPN");
     config
         .load_cert_chain_from_pem_file(&args.listener.cert.to_string_lossy())
         .unwrap_or_else(|e| refuse(&format!("{}: {e}", args.listener.cert.display())));
@@ -100,7 +107,7 @@ impl Server {
                     return;
                 };
                 super::trace(&mut connection, &self.options, "server");
-                let client = Client { connection, streams: HashMap::new(), release: None, stats_printed: false };
+                let client = Client { connection, streams: HashMap::new(), h3: None, release: None, stats_printed: false };
                 self.clients.insert(id.clone(), client);
             }
         }
@@ -113,6 +120,15 @@ impl Client {
     /// Reads requests and queues as much body as quiche takes (it buffers up to its send capacity).
     fn serve(&mut self, body: &[u8]) {
         let connection = &mut self.connection;
+        if connection.application_proto() == H3_ALPN {
+            if self.h3.is_none() && connection.is_established() {
+                self.h3 = h3::Session::start(connection);
+            }
+            if let Some(session) = &mut self.h3 {
+                session.serve(connection, body);
+            }
+            return;
+        }
         let mut request = [0u8; MAX_REQUEST + 1];
         for stream_id in connection.readable() {
             while let Ok((len, fin)) = connection.stream_recv(stream_id, &mut request) {

@@ -3,6 +3,7 @@
 
 mod client;
 mod config;
+mod h3;
 mod server;
 
 use lab_server_common::replay::{self, Role};

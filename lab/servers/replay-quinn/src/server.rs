@@ -8,7 +8,8 @@ use lab_server_common::refuse;
 use lab_server_common::replay::{
     body_chunk, pieces, print_sender_stats, upload_answer, Direction, Request, ServerArgs, ALPN, MAX_REQUEST,
 };
-use quinn::crypto::rustls::QuicServerConfig;
+use lab_server_common::page::H3_ALPN;
+use quinn::crypto::rustls::{HandshakeData, QuicServerConfig};
 use quinn::{Connecting, Connection, ConnectionError, QlogStream, RecvStream, SendStream, VarInt};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -30,7 +31,8 @@ pub async fn run(args: ServerArgs) {
         .with_protocol_versions(&[&rustls::version::TLS13])
         .and_then(|builder| builder.with_no_client_auth().with_single_cert(certs, key))
         .unwrap_or_else(|e| refuse(&e.to_string()));
-    tls.alpn_protocols = vec![ALPN.to_vec()];
+    // h3 beside hq-interop, for a browser (our own clients offer hq-interop only).
+    tls.alpn_protocols = vec![ALPN.to_vec(), H3_ALPN.to_vec()];
     if let Some(path) = &options.keylog {
         tls.key_log = KeyLogFile::open(path);
     }
@@ -63,8 +65,13 @@ pub async fn run(args: ServerArgs) {
 async fn serve(connecting: Result<Connecting, ConnectionError>, body: Bytes, qlog: Option<QlogFile>) {
     let Ok(connecting) = connecting else { return };
     let Ok(connection) = connecting.await else { return };
-    while let Ok((send, recv)) = connection.accept_bi().await {
-        tokio::spawn(answer(send, recv, body.clone()));
+    let alpn = connection.handshake_data().and_then(|data| data.downcast::<HandshakeData>().ok()).and_then(|d| d.protocol);
+    if alpn.as_deref() == Some(H3_ALPN) {
+        crate::h3::serve(connection.clone(), body).await;
+    } else {
+        while let Ok((send, recv)) = connection.accept_bi().await {
+            tokio::spawn(answer(send, recv, body.clone()));
+        }
     }
     print_stats(&connection);
     if let Some(mut qlog) = qlog {

@@ -2,6 +2,7 @@
 //! QUIC work through TransportHandler callbacks; `net` moves its datagrams and fires its timers.
 
 mod client;
+mod h3;
 mod net;
 mod server;
 

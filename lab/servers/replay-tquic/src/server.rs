@@ -1,13 +1,15 @@
 //! The server: any number of connections at once, each request answered with its body from one
 //! shared buffer (tquic takes `Bytes`, so a slice of it is a reference count, not a copy).
 
+use std::collections::HashMap;
 use std::io::Write;
 
 use bytes::Bytes;
+use lab_server_common::page::H3_ALPN;
 use lab_server_common::replay::{body_chunk, print_sender_stats, requested_size, Options, ServerArgs};
 use tquic::{Connection, Endpoint, TlsConfig, TransportHandler};
 
-use crate::net;
+use crate::{h3, net};
 
 /// Where a request stream stands; the stream's context in tquic.
 enum Exchange {
@@ -19,9 +21,18 @@ enum Exchange {
 struct Server {
     options: Options,
     body: Bytes,
+    /// The HTTP/3 side of each connection that negotiated h3 (a browser's), by the connection's index.
+    sessions: HashMap<u64, h3::Session>,
 }
 
 impl Server {
+    /// The HTTP/3 session of `conn`, served now; false if it speaks hq-interop.
+    fn serve_h3(&mut self, conn: &mut Connection) -> bool {
+        let Some(session) = conn.index().and_then(|index| self.sessions.get_mut(&index)) else { return false };
+        session.serve(conn, &self.body);
+        true
+    }
+
     fn send_body(&self, conn: &mut Connection, stream_id: u64) {
         let Some(Exchange::Body { mut remaining }) = exchange(conn, stream_id).map(|state| &*state) else {
             return;
@@ -61,9 +72,19 @@ impl TransportHandler for Server {
         crate::attach_logs(conn, &self.options);
     }
 
-    fn on_conn_established(&mut self, _: &mut Connection) {}
+    fn on_conn_established(&mut self, conn: &mut Connection) {
+        if conn.application_proto() == H3_ALPN {
+            if let (Some(index), Some(session)) = (conn.index(), h3::Session::start(conn)) {
+                self.sessions.insert(index, session);
+                self.serve_h3(conn);
+            }
+        }
+    }
 
     fn on_conn_closed(&mut self, conn: &mut Connection) {
+        if let Some(index) = conn.index() {
+            self.sessions.remove(&index);
+        }
         let (packets_sent, packets_lost) = (conn.stats().sent_count, conn.stats().lost_count);
         let (bytes_sent, bytes_lost) = (conn.stats().sent_bytes, conn.stats().lost_bytes);
         let mut stats = vec![
@@ -90,6 +111,9 @@ impl TransportHandler for Server {
     }
 
     fn on_stream_readable(&mut self, conn: &mut Connection, stream_id: u64) {
+        if self.serve_h3(conn) {
+            return;
+        }
         let mut buffer = [0u8; 4096];
         while let Ok((len, fin)) = conn.stream_read(stream_id, &mut buffer) {
             let request = match exchange(conn, stream_id) {
@@ -119,6 +143,9 @@ impl TransportHandler for Server {
     }
 
     fn on_stream_writable(&mut self, conn: &mut Connection, stream_id: u64) {
+        if self.serve_h3(conn) {
+            return;
+        }
         self.send_body(conn, stream_id);
     }
 
@@ -131,14 +158,15 @@ pub fn run(args: ServerArgs) {
     let tls = TlsConfig::new_server_config(
         &args.listener.cert.to_string_lossy(),
         &args.listener.key.to_string_lossy(),
-        vec![lab_server_common::replay::ALPN.to_vec()],
+        // h3 beside hq-interop, for a browser (our own clients offer hq-interop only).
+        vec![lab_server_common::replay::ALPN.to_vec(), H3_ALPN.to_vec()],
         false,
     )
     .unwrap_or_else(|e| {
         lab_server_common::refuse(&format!("{} / {}: {e}", args.listener.cert.display(), args.listener.key.display()))
     });
     let config = crate::config(&args.options, tls, true);
-    let server = Server { options: args.options, body: Bytes::from(body_chunk()) };
+    let server = Server { options: args.options, body: Bytes::from(body_chunk()), sessions: HashMap::new() };
     let mut endpoint =
         Endpoint::new(Box::new(config), true, Box::new(server), std::rc::Rc::new(net::Sender(socket.clone())));
     // Until SIGTERM, which lab_server_common's handler turns into exit status 0.
