@@ -40,8 +40,18 @@ the point that opens it, by the first rule that holds:
    4898's SndLimTimeCwnd is likewise the remainder once the receiver's window and the sender's application
    are accounted for).
 
-``stream_limit`` (requests waiting for a stream: STREAMS_BLOCKED) is in the breakdown's categories but not
-inferred yet: the trace reads no STREAMS_BLOCKED frames, so it is 0 for every run.
+``stream_limit`` (between rules 2 and 3): requests waiting for a stream. While the client has opened as many
+bidirectional streams as the server had allowed one smallest RTT before (its initial_max_streams_bidi, raised
+by MAX_STREAMS: the capture is the server's, and a raise it sends can bring a request no sooner than a round
+trip later) and has requests left (the run's requests beyond the streams opened, or a STREAMS_BLOCKED frame at that limit, until
+the credit rises past it), the time is the stream limit's: the sender sends only the responses of the
+streams it was allowed, and whatever paces those (its congestion window, an idle wait for the next request)
+paces them because the requests behind them cannot be made: each admitted round of requests takes its
+round trips however large the window. Like a receive window, a credit the receiver gave. Inferred from the
+trace and the run's request count; a STREAMS_BLOCKED frame is the evidence where the request count is not
+known.
+
+A run of many requests is one transfer: its span ends with the last packet carrying any stream's bytes.
 
 Points thinned out of a long trace (trace.downsample keeps every flow-control frame and RTT sample, thins the
 rest evenly) lengthen the stretches around them; the shares stay those of the kept points.
@@ -49,6 +59,7 @@ rest evenly) lengthen the stretches around them; the shares stay those of the ke
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -74,6 +85,7 @@ class RunFacts:
     rate_bps: int | None = None  # the link's configured rate (down)
     client_socket_drops: int = 0  # datagrams the client's full receive buffer dropped
     link_drops: int = 0  # datagrams the link dropped (loss and queue, down)
+    requests: int | None = None  # the requests the run made (one a stream)
 
     @classmethod
     def from_run(cls, run: Mapping) -> "RunFacts":
@@ -81,7 +93,8 @@ class RunFacts:
         counters = json.loads(run.get("counters") or "{}")
         return cls(run.get("wall_s"), run.get("server_cpu_s"), run.get("client_cpu_s"), run.get("rate_bps"),
                    int(counters.get("client_udp_rcvbuf_errors") or 0),
-                   int((counters.get("link_down_dropped_loss") or 0) + (counters.get("link_down_dropped_queue") or 0)))
+                   int((counters.get("link_down_dropped_loss") or 0) + (counters.get("link_down_dropped_queue") or 0)),
+                   run.get("requests"))
 
     def share(self, cpu_s: float | None) -> float | None:
         return cpu_s / self.wall_s if cpu_s is not None and self.wall_s else None
@@ -99,12 +112,12 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     """The run's transfer time split by limit (the module's rules); None when the trace holds no
     download-stream byte after t = 0."""
     points = sorted((p for p in points if p["t_s"] >= 0), key=lambda p: p["t_s"])
-    data = [p for p in points if p["direction"] == "down" and p.get("stream_bytes")]
+    data = [p for p in points if p["direction"] == "down" and (p.get("stream_bytes_all") or p.get("stream_bytes"))]
     if not data:
         return None
     end = data[-1]["t_s"]
     points = [p for p in points if p["t_s"] <= end]
-    mss = max(p["stream_bytes"] for p in data) or DEFAULT_MSS
+    mss = max(p.get("stream_bytes_all") or p["stream_bytes"] for p in data) or DEFAULT_MSS
     rtts = [p["rtt_ms"] for p in points if p.get("rtt_ms") is not None and p["rtt_ms"] > 0]
     min_rtt_ms = min(rtts) if rtts else None
     bdp = facts.rate_bps / 8 * min_rtt_ms / 1000 if facts.rate_bps and min_rtt_ms else None
@@ -114,6 +127,8 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     seconds = dict.fromkeys(LIMITS, 0.0)
     seconds["application"] = points[0]["t_s"]  # the request's arrival to the first point: nothing sent yet
     blocked: dict[str, int] = {}  # which credit a *_BLOCKED frame named, and at what limit
+    streams_blocked = None  # the stream limit a STREAMS_BLOCKED frame named, until the credit rises past it
+    credit_times = [(p["t_s"], p["streams_credit"]) for p in points if p.get("streams_credit") is not None]
     sent_before, recovery_point, rtt_ms = 0, None, None
     peak, cut = 0, None  # the sender's largest window since the last loss began; the one a loss cut
     for point, after in zip(points, points[1:]):
@@ -123,6 +138,13 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
                 blocked["stream"] = point["stream_data_blocked"]
             if point.get("data_blocked") is not None:
                 blocked["connection"] = point["data_blocked"]
+        if point.get("streams_blocked") is not None:
+            streams_blocked = point["streams_blocked"]
+        credit, opened = _answerable(credit_times, point["t_s"] - (min_rtt_ms or 0) / 1000), point.get("streams_open") or 0
+        if streams_blocked is not None and credit is not None and credit > streams_blocked:
+            streams_blocked = None
+        waiting = credit is not None and opened >= credit and (
+            streams_blocked is not None or (facts.requests or 0) > opened)
         window_now = point.get("cwnd") if point.get("cwnd") is not None else point.get("in_flight") or 0
         if point["direction"] == "down" and point.get("stream_bytes") and point["sent_max"] <= sent_before:
             if recovery_point is None:  # a loss episode begins: the window it cuts is the largest before it
@@ -141,6 +163,8 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
         elif recovery_point is not None:
             seconds["receiver_cpu_socket"] += span * socket_loss
             seconds["loss_recovery"] += span * (1 - socket_loss)
+        elif waiting:
+            seconds["stream_limit"] += span
         else:
             inflated = not facts.rate_bps and rtt_ms is not None and min_rtt_ms and rtt_ms >= RTT_INFLATED * min_rtt_ms
             limit = _sender_limit(point, mss, bdp, sender_share, receiver_share, facts.client_socket_drops, inflated)
@@ -163,6 +187,12 @@ def columns(points: Iterable[Mapping], facts: RunFacts) -> dict:
         return {"limited_by": None, "limits": None}
     return {"limited_by": found.limited_by, "limits": json.dumps(
         {"fractions": found.fractions, "transfer_s": found.transfer_s, "basis": found.basis})}
+
+
+def _answerable(credit_times: list[tuple[float, int]], before: float) -> int | None:
+    """The stream credit the server had given by time ``before`` (the first known before the first point)."""
+    at = bisect.bisect_right(credit_times, (before, float("inf")))
+    return credit_times[max(at - 1, 0)][1] if credit_times else None
 
 
 def _window(point: Mapping, mss: int, blocked: dict[str, int]) -> str | None:

@@ -18,6 +18,7 @@ from replay.commands.why import why_lines
 from replay.runner import Condition, Experiment, open_path, run_experiment, run_once
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
+from tparams.workloads import REQUESTS
 
 WINDOW = 131_072
 MSS = 1200
@@ -111,6 +112,22 @@ def test_rtt_grown_in_an_endpoint_is_its_cpu():
     assert limits.breakdown(points, limits.RunFacts(rate_bps=10**9)).fractions["receiver_cpu_socket"] == 0
 
 
+def test_requests_at_the_servers_stream_credit_are_the_stream_limit():
+    """A 10 ms RTT, 8 requests, a credit of 4 streams: 4 opened at once wait until MAX_STREAMS (sent at 0.01)
+    can have brought the next request (0.02), which arrives at 0.021; a STREAMS_BLOCKED frame alone says so
+    too where the request count is not known, and a client with no requests left is not waiting."""
+    def at(t, direction, opened, credit, **more):
+        point = (_down if direction == "down" else _up)(t, 1200 * (1 + int(t * 1000)), 1200, **more)
+        return {**point, "streams_open": opened, "streams_credit": credit}
+    points = [at(0.0, "up", 4, 4, rtt_ms=10.0), at(0.001, "down", 4, 4), at(0.01, "down", 4, 8),
+              at(0.021, "up", 8, 8), at(0.022, "down", 8, 8), at(0.03, "down", 8, 8)]
+    found = limits.breakdown(points, limits.RunFacts(requests=8))
+    assert found.fractions["stream_limit"] == pytest.approx(0.021 / 0.03)
+    assert limits.breakdown(points, limits.RunFacts(requests=4)).fractions["stream_limit"] == 0
+    declared = [points[0], {**points[1], "direction": "up", "streams_blocked": 4}, *points[2:]]
+    assert limits.breakdown(declared).fractions["stream_limit"] == pytest.approx(0.02 / 0.03)
+
+
 def test_no_transfer_no_breakdown():
     assert limits.breakdown([_up(0.0, 0, 0)]) is None
     assert limits.columns([], limits.RunFacts()) == {"limited_by": None, "limits": None}
@@ -186,6 +203,26 @@ def test_aioquic_at_0_ms_is_an_ends_cpu(engineered):
     run = engineered[0]["cpu"]
     assert run["limited_by"] in ("sender_cpu", "receiver_cpu_socket"), run["fractions"]
     assert run["fractions"]["sender_cpu"] + run["fractions"]["receiver_cpu_socket"] > 0.5
+
+
+QUIC_GO = get_stack("quic-go")
+
+
+@pytest.mark.skipif(QUIC_GO.unavailable_reason() is not None, reason=f"quic-go: {QUIC_GO.unavailable_reason()}")
+def test_a_server_allowing_4_streams_under_100_concurrent_requests_is_the_stream_limit(tmp_path):
+    """quic-go, 100 requests of 10 kB all at once, 10 ms down: a server that allows 4 streams (its
+    initial_max_streams_bidi, raised one stream at a time as they close) makes the requests wait for streams,
+    inferred from the trace (the streams the client opened against the credit the server sent), not declared
+    by the run; the same server allowing 100 does not."""
+    firefox = sets.resolve_one("firefox")
+    conditions = [Condition(firefox, sets.with_overrides(firefox, [f"initial_max_streams_bidi={streams}"]),
+                            LinkConfig(delay_down_ms=10)) for streams in (4, 100)]
+    options = RunOptions(size=10_000, timeout_s=30, trace=True, workload=REQUESTS, requests=100, concurrency=100)
+    few, many = run_experiment(Experiment("single", QUIC_GO, conditions, options, reps=1), tmp_path / "r.duckdb")
+    assert few["status"] == many["status"] == "ok", (few.get("error"), many.get("error"))
+    shares = [json.loads(run["limits"])["fractions"] for run in (few, many)]
+    assert few["limited_by"] == "stream_limit" and shares[0]["stream_limit"] > 0.5, shares[0]
+    assert many["limited_by"] != "stream_limit" and shares[1]["stream_limit"] < 0.1, shares[1]
 
 
 def _qreplay(*args: str) -> subprocess.CompletedProcess:
