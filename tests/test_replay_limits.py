@@ -225,6 +225,33 @@ def test_a_server_allowing_4_streams_under_100_concurrent_requests_is_the_stream
     assert many["limited_by"] != "stream_limit" and shares[1]["stream_limit"] < 0.1, shares[1]
 
 
+@pytest.mark.timing
+@pytest.mark.skipif(NGTCP2.unavailable_reason() is not None, reason=f"ngtcp2: {NGTCP2.unavailable_reason()}")
+def test_aes_ni_off_in_the_senders_crypto_library_is_the_senders_cpu_with_crypto_risen(tmp_path):
+    """The Kempf thesis's case on ngtcp2 (GnuTLS, told by its own CPU-feature mask, the aes_ni knob) at 0 ms:
+    profiled over 100 MB, the server's CRYPTO share and CRYPTO CPU seconds per GB rise (measured 2026-11-28,
+    load 4-5: 7% to 88% and 0.1 to 2.9 s/GB); a traced 20 MB run with AES-NI off is held by the sender's CPU,
+    and `qreplay why` shows the server's profile beside that label."""
+    firefox = sets.resolve_one("firefox")
+    results = tmp_path / "r.duckdb"
+    pair = [Condition(firefox, None, LinkConfig(), knobs={"aes_ni": value}) for value in (True, False)]
+    on, off = run_experiment(Experiment("single", NGTCP2, pair, RunOptions(size=100_000_000, timeout_s=60,
+                                                                             profile=True), reps=1), results)
+    assert on["status"] == off["status"] == "ok", (on.get("error"), off.get("error"))
+    with duckdb.connect(str(results), read_only=True) as con:
+        crypto = {aes: {"share": share, "cpu_s_per_gb": per_gb} for aes, share, per_gb in con.execute(
+            "SELECT r.aes_ni, p.share, p.cpu_s_per_gb FROM profiles p JOIN runs r USING (run_id) "
+            "WHERE p.endpoint = 'server' AND p.component = 'CRYPTO'").fetchall()}
+    assert "GNUTLS_CPUID_OVERRIDE=" in off["server_argv"] and "GNUTLS_CPUID_OVERRIDE" not in on["server_argv"]
+    assert crypto[False]["share"] > crypto[True]["share"] + 0.2, crypto
+    assert crypto[False]["cpu_s_per_gb"] > 2 * crypto[True]["cpu_s_per_gb"], crypto
+    traced, = run_experiment(Experiment("single", NGTCP2, pair[1:], RunOptions(
+        size=20_000_000, timeout_s=60, trace=True, profile=True), reps=1), results)
+    assert traced["limited_by"] == "sender_cpu", traced["limits"]
+    shown = next(line for line in why_lines(results) if "sender_cpu (1 of 1 traced runs" in line)
+    assert "server profile: " in shown and "a core at the server's" in shown, shown
+
+
 def _qreplay(*args: str) -> subprocess.CompletedProcess:
     """qreplay of this checkout (the tests run from its root)."""
     return subprocess.run([sys.executable, "-c", "from replay.cli import main; main()", *args], capture_output=True,
@@ -280,17 +307,22 @@ TCP_H2 = get_stack("tcp-h2")
 
 
 @pytest.mark.skipif(TCP_H2.unavailable_reason() is not None, reason=f"tcp-h2: {TCP_H2.unavailable_reason()}")
-def test_tcp_with_a_tiny_receive_buffer_agrees_with_the_kernels_chronographs():
-    """tcp-h2 at 30 ms with the client's TCP receive buffer held at 64 KiB (its namespace's tcp_rmem: no knob
-    sets it yet): the capture's breakdown and the kernel's own account of the server's socket (tcpi_rwnd_limited
-    over tcpi_busy_time) both say the receiver's window held the transfer, within 10 percentage points."""
+def test_tcp_with_a_tiny_receive_buffer_agrees_with_the_kernels_chronographs(tmp_path):
+    """tcp-h2 at 30 ms with the client's TCP receive buffer held at 64 KiB (the tcp_receive_buffer knob, stored
+    with the run): the capture's breakdown and the kernel's own account of the server's socket (tcpi_rwnd_limited
+    over tcpi_busy_time) both say the receiver's window held the transfer, within 10 percentage points. The
+    namespace's setting is the kernel's again after the run."""
     link = LinkConfig(delay_down_ms=30)
     with open_path("auto", link) as path:
-        subprocess.run(ns_command(path.client_ns, ["sysctl", "-q", "-w", "net.ipv4.tcp_rmem=4096 65536 65536"]),
-                       check=True)
+        before = subprocess.run(ns_command(path.client_ns, ["sysctl", "-n", "net.ipv4.tcp_rmem"]),
+                                capture_output=True, text=True, check=True).stdout
         row = run_once(TCP_H2, path, Condition(sets.resolve_one("firefox"), None, link),
-                       RunOptions(size=2_000_000, timeout_s=30, trace=True), 1, "tcp-rmem", "auto")
+                       RunOptions(size=2_000_000, timeout_s=30, trace=True, knobs={"tcp_receive_buffer": 65_536}),
+                       1, "tcp-rmem", "auto")
+        assert subprocess.run(ns_command(path.client_ns, ["sysctl", "-n", "net.ipv4.tcp_rmem"]),
+                              capture_output=True, text=True, check=True).stdout == before
     assert row["status"] == "ok", row.get("error")
+    assert row["tcp_receive_buffer"] == row["tcp_receive_buffer_requested"] == 65_536
     kernel = json.loads(row["counters"])
     kernel_share = kernel["sender_rwnd_limited_s"] / kernel["sender_busy_s"]
     capture_share = json.loads(row["limits"])["fractions"]["receive_window_connection"]
