@@ -269,6 +269,10 @@ def test_why_names_each_conditions_limit(engineered, tmp_path):
     labels = [line.split(": ")[1].split(" (")[0] for line in lines[header + 1:]]
     assert labels == [runs[case]["limited_by"] for case in runs]
     assert labels[:4] == ["receive_window_stream", "receive_window_connection", "link", "loss_recovery"]
+    # each modelled limit's prediction beside it: the window model, the link's rate, a core's worth of CPU
+    condition_lines = lines[header + 1:]
+    assert "(its window model: " in condition_lines[0] and "(the link's rate: 50.0 Mbit/s)" in condition_lines[2]
+    assert "CPU s/GB (its CPU seconds)" in condition_lines[4], condition_lines[4]
     # a file written before runs stored their breakdown: computed from the stored trace points, as the runner does
     older = tmp_path / "older.duckdb"
     shutil.copy(results, older)
@@ -292,6 +296,18 @@ def test_a_window_bound_run_short_of_its_window_model_is_an_anomaly_shown_first(
     assert lines[0].startswith("anomalies") and "initial_max_stream_data_bidi_local=131072" in lines[1]
     assert "5.0 Mbit/s, below what its receive_window_stream allows" in lines[1]
     assert "its window model: " in next(line for line in lines[3:] if "bidi_local=131072" in line)
+
+
+def test_a_link_bound_run_far_below_its_rate_is_an_anomaly_saying_what_differed(engineered, tmp_path):
+    """The 50 Mbit/s link's condition at 20 Mbit/s is well short of the link's rate: an anomaly naming its share
+    of time at the link and the other limits."""
+    runs, results = engineered
+    slowed = tmp_path / "slowed.duckdb"
+    shutil.copy(results, slowed)
+    with duckdb.connect(str(slowed)) as con:
+        con.execute("UPDATE runs SET goodput_mbps = 20 WHERE run_id = ?", [runs["link"]["run_id"]])
+    anomaly = next(line for line in why_lines(slowed) if "below what its link allows" in line)
+    assert "(the link's rate: 50.0 Mbit/s)" in anomaly and "of the time at link" in anomaly, anomaly
 
 
 def test_why_of_no_results_file_is_one_line(tmp_path):
