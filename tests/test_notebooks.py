@@ -141,9 +141,13 @@ def test_notebooks_execute_and_put_our_tables_beside_the_published_ones(scans, r
     section = replay[replay.index("Why a figure comes out as it does"):replay.index("Ratios beside the thesis")]
     assert "ngtcp2" in section and "quic-go" in section and "196608" in section, section[:2000]
     assert html["replay_goodput"].count("data:image/png") >= 3
+    # What held them: the traced sweep's 196,608-byte connection window at 30 ms, as a bar and in why's report.
+    held = replay[replay.index("What held the runs back"):replay.index("Ratios beside the thesis")]
+    assert "receive_window_connection (" in held and "time at each limit" in held, held[:2000]
+    assert html["replay_goodput"].count("data:image/png") >= 4
     fidelity = " ".join(replay[replay.index("Do replayed browser sets behave like the browsers?"):].split())
     if get_stack("firefox").unavailable_reason() is None:
         assert "beside its set firefox-" in fidelity and "ngtcp2 pinned" in fidelity
-        assert html["replay_goodput"].count("data:image/png") >= 4
+        assert html["replay_goodput"].count("data:image/png") >= 5
     else:
         assert "No browser runs beside replayed sets in this file" in fidelity

@@ -14,6 +14,7 @@ import pytest
 from common.process import ns_command
 from replay import limits, sets
 from replay.link import LinkConfig
+from replay.commands.plot import load_limits, plot_results
 from replay.commands.why import why_lines
 from replay.runner import Condition, Experiment, open_path, run_experiment, run_once
 from replay.stacks import get_stack
@@ -308,6 +309,15 @@ def test_a_link_bound_run_far_below_its_rate_is_an_anomaly_saying_what_differed(
         con.execute("UPDATE runs SET goodput_mbps = 20 WHERE run_id = ?", [runs["link"]["run_id"]])
     anomaly = next(line for line in why_lines(slowed) if "below what its link allows" in line)
     assert "(the link's rate: 50.0 Mbit/s)" in anomaly and "of the time at link" in anomaly, anomaly
+
+
+def test_plot_draws_each_conditions_breakdown_beside_its_goodput(engineered, tmp_path):
+    runs, results = engineered
+    written = plot_results(results, tmp_path / "plots")
+    assert tmp_path / "plots" / "limits.png" in written
+    assert "What held the runs back" in (tmp_path / "plots" / "report.html").read_text()
+    frame = load_limits(results)
+    assert frame["limited_by"].to_list() == [run["limited_by"] for run in runs.values()]
 
 
 def test_why_of_no_results_file_is_one_line(tmp_path):
