@@ -131,6 +131,7 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     credit_times = [(p["t_s"], p["streams_credit"]) for p in points if p.get("streams_credit") is not None]
     sent_before, recovery_point, rtt_ms = 0, None, None
     peak, cut = 0, None  # the sender's largest window since the last loss began; the one a loss cut
+    at_window = 0.0  # time with in flight within one MSS of the qlog's window, whatever rule charged it
     for point, after in zip(points, points[1:]):
         span = after["t_s"] - point["t_s"]
         if point["direction"] == "down":
@@ -157,6 +158,8 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
             cut = None  # regained
         sent_before = max(sent_before, point.get("sent_max") or 0)
         rtt_ms = point.get("rtt_ms") or rtt_ms
+        if point.get("cwnd") is not None and (point.get("in_flight") or 0) >= point["cwnd"] - mss:
+            at_window += span
         window = _window(point, mss, blocked)
         if window:
             seconds[window] += span
@@ -173,9 +176,13 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     if total <= 0:  # one packet: the whole body in the first datagram
         seconds["application"] = total = 1.0
     fractions = {name: value / total for name, value in seconds.items()}
+    cwnd_known = any(p.get("cwnd") is not None for p in points)
     basis = {"mss": mss, "min_rtt_ms": min_rtt_ms, "bdp_bytes": bdp, "sender_cpu_share": sender_share,
              "receiver_cpu_share": receiver_share, "client_socket_drops": facts.client_socket_drops,
-             "link_drops": facts.link_drops, "cwnd_known": any(p.get("cwnd") is not None for p in points)}
+             "link_drops": facts.link_drops, "cwnd_known": cwnd_known,
+             # the share of the transfer at the window itself: what a stack's own qlog can be held against (the
+             # congestion window's share is larger where the remainder, rule 7, is paced or ACK-clocked sending)
+             "at_window_share": at_window / total if cwnd_known else None}
     return Breakdown(fractions, max(LIMITS, key=fractions.get), end, basis)
 
 

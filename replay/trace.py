@@ -415,11 +415,8 @@ def sender_series(packets: list[Packet], client_params: dict[str, int],
     return points, summary
 
 
-def qlog_events(lines: Iterable[str]) -> tuple[dict[int, float], list[tuple[float, int]]]:
-    """From a sender's qlog (JSON-SEQ, any of the stacks' drafts): when each 1-RTT packet number was sent,
-    and (time, congestion window) of each recovery metrics update, in the qlog's own time unit."""
-    sent: dict[int, float] = {}
-    windows: list[tuple[float, int]] = []
+def _qlog_records(lines: Iterable[str]) -> Iterator[tuple[str, dict, float]]:
+    """(name, data, time) of each event of a qlog (JSON-SEQ, any of the stacks' drafts)."""
     for line in lines:
         line = line.strip().lstrip("\x1e")
         if not line.startswith("{"):
@@ -428,14 +425,51 @@ def qlog_events(lines: Iterable[str]) -> tuple[dict[int, float], list[tuple[floa
             event = json.loads(line)
         except ValueError:
             continue  # a line cut short by the process's end
-        name, data, when = event.get("name", ""), event.get("data") or {}, event.get("time")
-        if when is None:
-            continue
-        if name.endswith("packet_sent") and (data.get("header") or {}).get("packet_type") in ("1RTT", "1rtt"):
-            sent.setdefault(data["header"].get("packet_number"), float(when))
+        if event.get("time") is not None:
+            yield event.get("name", ""), event.get("data") or {}, float(event["time"])
+
+
+def _one_rtt_sent(name: str, data: dict) -> bool:
+    return name.endswith("packet_sent") and (data.get("header") or {}).get("packet_type") in ("1RTT", "1rtt")
+
+
+def qlog_events(lines: Iterable[str]) -> tuple[dict[int, float], list[tuple[float, int]]]:
+    """From a sender's qlog: when each 1-RTT packet number was sent, and (time, congestion window) of each
+    recovery metrics update, in the qlog's own time unit."""
+    sent: dict[int, float] = {}
+    windows: list[tuple[float, int]] = []
+    for name, data, when in _qlog_records(lines):
+        if _one_rtt_sent(name, data):
+            sent.setdefault(data["header"].get("packet_number"), when)
         elif name.endswith("metrics_updated") and isinstance(data.get("congestion_window"), int):
-            windows.append((float(when), data["congestion_window"]))
+            windows.append((when, data["congestion_window"]))
     return sent, windows
+
+
+def qlog_window_share(lines: Iterable[str], mss: int) -> float | None:
+    """The stack's own account of its congestion window, for holding a breakdown against: the share of its
+    1-RTT sending span (its first 1-RTT packet sent to its last) during which the latest metrics update it
+    wrote had bytes in flight within ``mss`` of its congestion window. None where its qlog reports neither."""
+    sent_times: list[float] = []
+    updates: list[tuple[float, int, int]] = []  # (time, window, in flight), each as last reported
+    window = in_flight = None
+    for name, data, when in _qlog_records(lines):
+        if _one_rtt_sent(name, data):
+            sent_times.append(when)
+        elif name.endswith("metrics_updated"):
+            window = data.get("congestion_window", window)
+            in_flight = data.get("bytes_in_flight", in_flight)
+            if window is not None and in_flight is not None:
+                updates.append((when, window, in_flight))
+    if len(sent_times) < 2 or not updates:
+        return None
+    start, end = min(sent_times), max(sent_times)
+    full = 0.0
+    for (when, window, flight), (after, _, _) in zip(updates, [*updates[1:], (end, 0, 0)]):
+        span = min(after, end) - max(when, start)
+        if span > 0 and flight >= window - mss:
+            full += span
+    return full / (end - start) if end > start else None
 
 
 def attach_congestion_window(points: list[dict], sent: dict[int, float], windows: list[tuple[float, int]],
