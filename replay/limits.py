@@ -22,15 +22,17 @@ the point that opens it, by the first rule that holds:
    datagrams and the link did not, the loss was the receiver's: that time is charged to
    ``receiver_cpu_socket`` instead (in proportion when both dropped). After that, as long as the sender's
    window (its qlog's congestion window, else its bytes in flight) has not regained the largest it had before
-   the loss, time that rules 4 and 7 would charge to the congestion window is the loss's too: the window
-   that binds is the one the loss cut (a multiplicative decrease), not one the path set.
+   the loss, time that rules 4 and 7 would charge to the congestion window is the loss's too (the socket's, in
+   the same proportion): the window that binds is the one the loss cut (a multiplicative decrease), not one
+   the path set. A socket's drops reach the breakdown only so, through the losses they caused: a run-level
+   count says nothing of when the rest of the run was held by what.
 3. ``link``: the link has a configured rate and the bytes in flight exceed its bandwidth-delay product (the
    rate x the run's smallest RTT sample) by more than one MSS: the excess waits in the emulator's queue,
    which is non-empty, so the link's rate is what delivers.
 4. ``congestion_window``, when the sender's qlog gave its window: in flight within one MSS of it.
 5. ``sender_cpu``: a core near saturation at the sender over the run (the server's CPU seconds over the
-   client's lifetime at least CPU_SATURATED); then ``receiver_cpu_socket``: the client's likewise, or its
-   socket dropped datagrams. (Run-level: the counters say how busy an end was, not when.) Also an end's CPU,
+   client's lifetime at least CPU_SATURATED); then ``receiver_cpu_socket``: the client's likewise. (Run-level:
+   the counters say how busy an end was, not when.) Also an end's CPU,
    the busier one's, when the link has no rate (no queue to wait in) and the latest RTT sample is at least
    RTT_INFLATED times the smallest: the packets waited in an endpoint, not on the path (a machine whose cores
    are shared shows so where no process reaches CPU_SATURATED).
@@ -170,8 +172,12 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
             seconds["stream_limit"] += span
         else:
             inflated = not facts.rate_bps and rtt_ms is not None and min_rtt_ms and rtt_ms >= RTT_INFLATED * min_rtt_ms
-            limit = _sender_limit(point, mss, bdp, sender_share, receiver_share, facts.client_socket_drops, inflated)
-            seconds["loss_recovery" if limit == "congestion_window" and cut is not None else limit] += span
+            limit = _sender_limit(point, mss, bdp, sender_share, receiver_share, inflated)
+            if limit == "congestion_window" and cut is not None:  # the window a loss cut: the loss's
+                seconds["receiver_cpu_socket"] += span * socket_loss
+                seconds["loss_recovery"] += span * (1 - socket_loss)
+            else:
+                seconds[limit] += span
     total = sum(seconds.values())
     if total <= 0:  # one packet: the whole body in the first datagram
         seconds["application"] = total = 1.0
@@ -218,7 +224,7 @@ def _window(point: Mapping, mss: int, blocked: dict[str, int]) -> str | None:
 
 
 def _sender_limit(point: Mapping, mss: int, bdp: float | None, sender_share: float | None,
-                  receiver_share: float | None, socket_drops: int, inflated: bool) -> str:
+                  receiver_share: float | None, inflated: bool) -> str:
     """Rules 3-7 for a sender at no receive window and not in loss recovery; ``inflated``: the latest RTT
     sample grew in an endpoint."""
     in_flight = point.get("in_flight") or 0
@@ -228,7 +234,7 @@ def _sender_limit(point: Mapping, mss: int, bdp: float | None, sender_share: flo
         return "congestion_window"
     if sender_share is not None and sender_share >= CPU_SATURATED:
         return "sender_cpu"
-    if (receiver_share is not None and receiver_share >= CPU_SATURATED) or socket_drops:
+    if receiver_share is not None and receiver_share >= CPU_SATURATED:
         return "receiver_cpu_socket"
     if inflated:
         return "sender_cpu" if (sender_share or 0) > (receiver_share or 0) else "receiver_cpu_socket"
