@@ -45,8 +45,8 @@ the point that opens it, by the first rule that holds:
 ``stream_limit`` (between rules 2 and 3): requests waiting for a stream. While the client has opened as many
 bidirectional streams as the server had allowed one smallest RTT before (its initial_max_streams_bidi, raised
 by MAX_STREAMS: the capture is the server's, and a raise it sends can bring a request no sooner than a round
-trip later) and has requests left (the run's requests beyond the streams opened, or a STREAMS_BLOCKED frame at that limit, until
-the credit rises past it), the time is the stream limit's: the sender sends only the responses of the
+trip later) and has requests left (the run's requests beyond the streams opened, or a STREAMS_BLOCKED frame
+at that limit, until the credit rises past it), the time is the stream limit's: the sender sends only the responses of the
 streams it was allowed, and whatever paces those (its congestion window, an idle wait for the next request)
 paces them because the requests behind them cannot be made: each admitted round of requests takes its
 round trips however large the window. Like a receive window, a credit the receiver gave. Inferred from the
@@ -143,7 +143,8 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
                 blocked["connection"] = point["data_blocked"]
         if point.get("streams_blocked") is not None:
             streams_blocked = point["streams_blocked"]
-        credit, opened = _answerable(credit_times, point["t_s"] - (min_rtt_ms or 0) / 1000), point.get("streams_open") or 0
+        credit = _answerable(credit_times, point["t_s"] - (min_rtt_ms or 0) / 1000)
+        opened = point.get("streams_open") or 0
         if streams_blocked is not None and credit is not None and credit > streams_blocked:
             streams_blocked = None
         waiting = credit is not None and opened >= credit and (

@@ -231,7 +231,8 @@ def limits_summary(con: duckdb.DuckDBPyConnection):
     frame = con.sql(f"SELECT run_id, experiment_id, {', '.join(keys)}, started_at, status, goodput_mbps, limited_by, "
                     f"requested_client, {shares}, json_extract(limits, '$.basis.min_rtt_ms')::DOUBLE AS min_rtt_ms, "
                     "server_cpu_s / wall_s AS server_cpu_share, client_cpu_s / wall_s AS client_cpu_share, "
-                    "server_cpu_s * 1e9 / bytes AS server_cpu_s_per_gb, client_cpu_s * 1e9 / bytes AS client_cpu_s_per_gb "
+                    "server_cpu_s * 1e9 / bytes AS server_cpu_s_per_gb, "
+                    "client_cpu_s * 1e9 / bytes AS client_cpu_s_per_gb "
                     "FROM runs").pl()
     frame = frame.update(_unstored_limits(con), on="run_id")
     group = ["experiment_id", *keys]
