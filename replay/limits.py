@@ -22,15 +22,17 @@ the point that opens it, by the first rule that holds:
    datagrams and the link did not, the loss was the receiver's: that time is charged to
    ``receiver_cpu_socket`` instead (in proportion when both dropped). After that, as long as the sender's
    window (its qlog's congestion window, else its bytes in flight) has not regained the largest it had before
-   the loss, time that rules 4 and 7 would charge to the congestion window is the loss's too: the window
-   that binds is the one the loss cut (a multiplicative decrease), not one the path set.
+   the loss, time that rules 4 and 7 would charge to the congestion window is the loss's too (the socket's, in
+   the same proportion): the window that binds is the one the loss cut (a multiplicative decrease), not one
+   the path set. A socket's drops reach the breakdown only so, through the losses they caused: a run-level
+   count says nothing of when the rest of the run was held by what.
 3. ``link``: the link has a configured rate and the bytes in flight exceed its bandwidth-delay product (the
    rate x the run's smallest RTT sample) by more than one MSS: the excess waits in the emulator's queue,
    which is non-empty, so the link's rate is what delivers.
 4. ``congestion_window``, when the sender's qlog gave its window: in flight within one MSS of it.
 5. ``sender_cpu``: a core near saturation at the sender over the run (the server's CPU seconds over the
-   client's lifetime at least CPU_SATURATED); then ``receiver_cpu_socket``: the client's likewise, or its
-   socket dropped datagrams. (Run-level: the counters say how busy an end was, not when.) Also an end's CPU,
+   client's lifetime at least CPU_SATURATED); then ``receiver_cpu_socket``: the client's likewise. (Run-level:
+   the counters say how busy an end was, not when.) Also an end's CPU,
    the busier one's, when the link has no rate (no queue to wait in) and the latest RTT sample is at least
    RTT_INFLATED times the smallest: the packets waited in an endpoint, not on the path (a machine whose cores
    are shared shows so where no process reaches CPU_SATURATED).
@@ -40,8 +42,18 @@ the point that opens it, by the first rule that holds:
    4898's SndLimTimeCwnd is likewise the remainder once the receiver's window and the sender's application
    are accounted for).
 
-``stream_limit`` (requests waiting for a stream: STREAMS_BLOCKED) is in the breakdown's categories but not
-inferred yet: the trace reads no STREAMS_BLOCKED frames, so it is 0 for every run.
+``stream_limit`` (between rules 2 and 3): requests waiting for a stream. While the client has opened as many
+bidirectional streams as the server had allowed one smallest RTT before (its initial_max_streams_bidi, raised
+by MAX_STREAMS: the capture is the server's, and a raise it sends can bring a request no sooner than a round
+trip later) and has requests left (the run's requests beyond the streams opened, or a STREAMS_BLOCKED frame
+at that limit, until the credit rises past it), the time is the stream limit's: the sender sends only the responses of the
+streams it was allowed, and whatever paces those (its congestion window, an idle wait for the next request)
+paces them because the requests behind them cannot be made: each admitted round of requests takes its
+round trips however large the window. Like a receive window, a credit the receiver gave. Inferred from the
+trace and the run's request count; a STREAMS_BLOCKED frame is the evidence where the request count is not
+known.
+
+A run of many requests is one transfer: its span ends with the last packet carrying any stream's bytes.
 
 Points thinned out of a long trace (trace.downsample keeps every flow-control frame and RTT sample, thins the
 rest evenly) lengthen the stretches around them; the shares stay those of the kept points.
@@ -49,6 +61,7 @@ rest evenly) lengthen the stretches around them; the shares stay those of the ke
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -74,6 +87,7 @@ class RunFacts:
     rate_bps: int | None = None  # the link's configured rate (down)
     client_socket_drops: int = 0  # datagrams the client's full receive buffer dropped
     link_drops: int = 0  # datagrams the link dropped (loss and queue, down)
+    requests: int | None = None  # the requests the run made (one a stream)
 
     @classmethod
     def from_run(cls, run: Mapping) -> "RunFacts":
@@ -81,7 +95,8 @@ class RunFacts:
         counters = json.loads(run.get("counters") or "{}")
         return cls(run.get("wall_s"), run.get("server_cpu_s"), run.get("client_cpu_s"), run.get("rate_bps"),
                    int(counters.get("client_udp_rcvbuf_errors") or 0),
-                   int((counters.get("link_down_dropped_loss") or 0) + (counters.get("link_down_dropped_queue") or 0)))
+                   int((counters.get("link_down_dropped_loss") or 0) + (counters.get("link_down_dropped_queue") or 0)),
+                   run.get("requests"))
 
     def share(self, cpu_s: float | None) -> float | None:
         return cpu_s / self.wall_s if cpu_s is not None and self.wall_s else None
@@ -99,12 +114,12 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     """The run's transfer time split by limit (the module's rules); None when the trace holds no
     download-stream byte after t = 0."""
     points = sorted((p for p in points if p["t_s"] >= 0), key=lambda p: p["t_s"])
-    data = [p for p in points if p["direction"] == "down" and p.get("stream_bytes")]
+    data = [p for p in points if p["direction"] == "down" and (p.get("stream_bytes_all") or p.get("stream_bytes"))]
     if not data:
         return None
     end = data[-1]["t_s"]
     points = [p for p in points if p["t_s"] <= end]
-    mss = max(p["stream_bytes"] for p in data) or DEFAULT_MSS
+    mss = max(p.get("stream_bytes_all") or p["stream_bytes"] for p in data) or DEFAULT_MSS
     rtts = [p["rtt_ms"] for p in points if p.get("rtt_ms") is not None and p["rtt_ms"] > 0]
     min_rtt_ms = min(rtts) if rtts else None
     bdp = facts.rate_bps / 8 * min_rtt_ms / 1000 if facts.rate_bps and min_rtt_ms else None
@@ -114,8 +129,11 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     seconds = dict.fromkeys(LIMITS, 0.0)
     seconds["application"] = points[0]["t_s"]  # the request's arrival to the first point: nothing sent yet
     blocked: dict[str, int] = {}  # which credit a *_BLOCKED frame named, and at what limit
+    streams_blocked = None  # the stream limit a STREAMS_BLOCKED frame named, until the credit rises past it
+    credit_times = [(p["t_s"], p["streams_credit"]) for p in points if p.get("streams_credit") is not None]
     sent_before, recovery_point, rtt_ms = 0, None, None
     peak, cut = 0, None  # the sender's largest window since the last loss began; the one a loss cut
+    at_window = 0.0  # time with in flight within one MSS of the qlog's window, whatever rule charged it
     for point, after in zip(points, points[1:]):
         span = after["t_s"] - point["t_s"]
         if point["direction"] == "down":
@@ -123,6 +141,14 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
                 blocked["stream"] = point["stream_data_blocked"]
             if point.get("data_blocked") is not None:
                 blocked["connection"] = point["data_blocked"]
+        if point.get("streams_blocked") is not None:
+            streams_blocked = point["streams_blocked"]
+        credit = _answerable(credit_times, point["t_s"] - (min_rtt_ms or 0) / 1000)
+        opened = point.get("streams_open") or 0
+        if streams_blocked is not None and credit is not None and credit > streams_blocked:
+            streams_blocked = None
+        waiting = credit is not None and opened >= credit and (
+            streams_blocked is not None or (facts.requests or 0) > opened)
         window_now = point.get("cwnd") if point.get("cwnd") is not None else point.get("in_flight") or 0
         if point["direction"] == "down" and point.get("stream_bytes") and point["sent_max"] <= sent_before:
             if recovery_point is None:  # a loss episode begins: the window it cuts is the largest before it
@@ -135,23 +161,35 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
             cut = None  # regained
         sent_before = max(sent_before, point.get("sent_max") or 0)
         rtt_ms = point.get("rtt_ms") or rtt_ms
+        if point.get("cwnd") is not None and (point.get("in_flight") or 0) >= point["cwnd"] - mss:
+            at_window += span
         window = _window(point, mss, blocked)
         if window:
             seconds[window] += span
         elif recovery_point is not None:
             seconds["receiver_cpu_socket"] += span * socket_loss
             seconds["loss_recovery"] += span * (1 - socket_loss)
+        elif waiting:
+            seconds["stream_limit"] += span
         else:
             inflated = not facts.rate_bps and rtt_ms is not None and min_rtt_ms and rtt_ms >= RTT_INFLATED * min_rtt_ms
-            limit = _sender_limit(point, mss, bdp, sender_share, receiver_share, facts.client_socket_drops, inflated)
-            seconds["loss_recovery" if limit == "congestion_window" and cut is not None else limit] += span
+            limit = _sender_limit(point, mss, bdp, sender_share, receiver_share, inflated)
+            if limit == "congestion_window" and cut is not None:  # the window a loss cut: the loss's
+                seconds["receiver_cpu_socket"] += span * socket_loss
+                seconds["loss_recovery"] += span * (1 - socket_loss)
+            else:
+                seconds[limit] += span
     total = sum(seconds.values())
     if total <= 0:  # one packet: the whole body in the first datagram
         seconds["application"] = total = 1.0
     fractions = {name: value / total for name, value in seconds.items()}
+    cwnd_known = any(p.get("cwnd") is not None for p in points)
     basis = {"mss": mss, "min_rtt_ms": min_rtt_ms, "bdp_bytes": bdp, "sender_cpu_share": sender_share,
              "receiver_cpu_share": receiver_share, "client_socket_drops": facts.client_socket_drops,
-             "link_drops": facts.link_drops, "cwnd_known": any(p.get("cwnd") is not None for p in points)}
+             "link_drops": facts.link_drops, "cwnd_known": cwnd_known,
+             # the share of the transfer at the window itself: what a stack's own qlog can be held against (the
+             # congestion window's share is larger where the remainder, rule 7, is paced or ACK-clocked sending)
+             "at_window_share": at_window / total if cwnd_known else None}
     return Breakdown(fractions, max(LIMITS, key=fractions.get), end, basis)
 
 
@@ -163,6 +201,12 @@ def columns(points: Iterable[Mapping], facts: RunFacts) -> dict:
         return {"limited_by": None, "limits": None}
     return {"limited_by": found.limited_by, "limits": json.dumps(
         {"fractions": found.fractions, "transfer_s": found.transfer_s, "basis": found.basis})}
+
+
+def _answerable(credit_times: list[tuple[float, int]], before: float) -> int | None:
+    """The stream credit the server had given by time ``before`` (the first known before the first point)."""
+    at = bisect.bisect_right(credit_times, (before, float("inf")))
+    return credit_times[max(at - 1, 0)][1] if credit_times else None
 
 
 def _window(point: Mapping, mss: int, blocked: dict[str, int]) -> str | None:
@@ -181,7 +225,7 @@ def _window(point: Mapping, mss: int, blocked: dict[str, int]) -> str | None:
 
 
 def _sender_limit(point: Mapping, mss: int, bdp: float | None, sender_share: float | None,
-                  receiver_share: float | None, socket_drops: int, inflated: bool) -> str:
+                  receiver_share: float | None, inflated: bool) -> str:
     """Rules 3-7 for a sender at no receive window and not in loss recovery; ``inflated``: the latest RTT
     sample grew in an endpoint."""
     in_flight = point.get("in_flight") or 0
@@ -191,7 +235,7 @@ def _sender_limit(point: Mapping, mss: int, bdp: float | None, sender_share: flo
         return "congestion_window"
     if sender_share is not None and sender_share >= CPU_SATURATED:
         return "sender_cpu"
-    if (receiver_share is not None and receiver_share >= CPU_SATURATED) or socket_drops:
+    if receiver_share is not None and receiver_share >= CPU_SATURATED:
         return "receiver_cpu_socket"
     if inflated:
         return "sender_cpu" if (sender_share or 0) > (receiver_share or 0) else "receiver_cpu_socket"

@@ -17,6 +17,7 @@ import fcntl
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -27,7 +28,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common.process import ExitedEarly, NotListening, Process, wait_listening
+from common.process import ExitedEarly, NotListening, Process, ns_command, wait_listening
 from replay import limits, profile, store, trace
 from replay.cpuidle import ShallowIdle
 from replay.link import LinkConfig, select_backend
@@ -208,6 +209,32 @@ def _wait_listening(client: Stack, server_stack: Stack, ns: str | None, port: in
 
 
 @contextmanager
+def namespace_sysctls(ns: str | None, sysctls: Mapping[str, str]) -> Iterator[None]:
+    """``sysctls`` set in namespace ``ns`` for the block, each restored after it; RuntimeError (the run fails,
+    saying why) without a namespace: the host's own settings are never changed."""
+    if not sysctls:
+        yield
+        return
+    if ns is None:
+        raise RuntimeError(f"{', '.join(sysctls)} needs the testbed's namespaces; --link loopback has none")
+    before = {}
+    try:
+        for name, value in sysctls.items():
+            read = subprocess.run(ns_command(ns, ["sysctl", "-n", name]), capture_output=True, text=True)
+            if read.returncode:
+                raise RuntimeError(f"cannot read {name} in {ns}: {read.stderr.strip()}")
+            before[name] = read.stdout.strip()
+            written = subprocess.run(ns_command(ns, ["sysctl", "-q", "-w", f"{name}={value}"]), capture_output=True,
+                                     text=True)
+            if written.returncode:
+                raise RuntimeError(f"cannot set {name}={value} in {ns}: {written.stderr.strip()}")
+        yield
+    finally:
+        for name, value in before.items():
+            subprocess.run(ns_command(ns, ["sysctl", "-q", "-w", f"{name}={value}"]), check=False)
+
+
+@contextmanager
 def _run_workdir() -> Iterator[Path]:
     """A scratch directory for one run, removed afterwards."""
     workdir = Path(tempfile.mkdtemp(prefix="qreplay-run-"))
@@ -293,7 +320,11 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         clients: list[_Client] = []
         tracing, captured = contextlib.ExitStack(), None
         profiling = profile.Profiling(workdir) if options.profile else None
+        settings = contextlib.ExitStack()
         try:
+            # a knob's kernel settings, before the client starts: its sockets, and those the server accepts
+            for ns, sysctls in ((path.client_ns, client_applied.sysctls), (path.server_ns, server_applied.sysctls)):
+                settings.enter_context(namespace_sysctls(ns, sysctls))
             _wait_listening(stack, server_stack, path.server_ns, port, server)
             if profiling:  # attached before the client starts, so the server's part is sampled whole
                 profiling.attach("server", server_stack.name, profile.executable_of(server_argv), server.program_pid())
@@ -360,6 +391,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                 row["client_cpu_s"], row["client_maxrss_kb"] = (
                     None if any(u[k] is None for u in usages) else sum(u[k] for u in usages) for k in (0, 1))
             server.stop()
+            settings.close()
             row["server_cpu_s"], row["server_maxrss_kb"] = server.usage()
             server_stdout.seek(0)
             sender = server_stack.parse_server_output(server_stdout.read().decode(errors="replace"))

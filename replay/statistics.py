@@ -218,8 +218,9 @@ def limits_summary(con: duckdb.DuckDBPyConnection):
     """Per experiment and condition, what held its runs back (runs.limited_by and runs.limits, replay/limits.py):
     runs, traced (those with a breakdown), ``limited_by`` (the label most of them carry, ties by the larger mean
     share), ``agreeing`` (how many carry it), the mean share of each limit of replay.limits.LIMITS over the
-    traced runs, the mean goodput of the successful ones and the client parameters asked (one run's); polars, in
-    the order the conditions first ran.
+    traced runs, the mean goodput of the successful ones and the client parameters asked (one run's), and over the
+    successful runs the mean smallest RTT the breakdowns measured and each end's CPU (seconds over the client's
+    lifetime, seconds per 10^9 bytes moved); polars, in the order the conditions first ran.
     Traced runs stored without a breakdown (before replay schema version 3) get theirs from their trace points."""
     import polars as pl
 
@@ -228,14 +229,20 @@ def limits_summary(con: duckdb.DuckDBPyConnection):
     keys = present_conditions(con)
     shares = ", ".join(f"json_extract(limits, '$.fractions.{name}')::DOUBLE AS {name}" for name in LIMITS)
     frame = con.sql(f"SELECT run_id, experiment_id, {', '.join(keys)}, started_at, status, goodput_mbps, limited_by, "
-                    f"requested_client, {shares} FROM runs").pl()
+                    f"requested_client, {shares}, json_extract(limits, '$.basis.min_rtt_ms')::DOUBLE AS min_rtt_ms, "
+                    "server_cpu_s / wall_s AS server_cpu_share, client_cpu_s / wall_s AS client_cpu_share, "
+                    "server_cpu_s * 1e9 / bytes AS server_cpu_s_per_gb, "
+                    "client_cpu_s * 1e9 / bytes AS client_cpu_s_per_gb "
+                    "FROM runs").pl()
     frame = frame.update(_unstored_limits(con), on="run_id")
     group = ["experiment_id", *keys]
     summary = frame.group_by(group, maintain_order=True).agg(
         pl.len().alias("runs"), pl.col("limited_by").count().alias("traced"),
         pl.col("started_at").min().alias("first_started"), pl.col("requested_client").first(),
         pl.col("goodput_mbps").filter(pl.col("status") == "ok").mean().alias("mean_mbps"),
-        *(pl.col(name).mean().alias(name) for name in LIMITS))
+        *(pl.col(name).mean().alias(name) for name in LIMITS),
+        *(pl.col(name).filter(pl.col("status") == "ok").mean() for name in (
+            "min_rtt_ms", "server_cpu_share", "client_cpu_share", "server_cpu_s_per_gb", "client_cpu_s_per_gb")))
     labels = (frame.filter(pl.col("limited_by").is_not_null()).group_by([*group, "limited_by"])
               .agg(pl.len().alias("agreeing")))
     summary = summary.join(labels, on=group, how="left", nulls_equal=True)

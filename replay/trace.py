@@ -35,7 +35,9 @@ from tparams.frames import (
     FRAME_DATA_BLOCKED,
     FRAME_MAX_DATA,
     FRAME_MAX_STREAM_DATA,
+    FRAME_MAX_STREAMS_BIDI,
     FRAME_STREAM_DATA_BLOCKED,
+    FRAME_STREAMS_BLOCKED_BIDI,
     FRAME_STREAM_FIRST,
     FRAME_STREAM_LAST,
     NON_ACK_ELICITING,
@@ -76,6 +78,8 @@ class Packet:
     max_stream_data: tuple[tuple[int, int], ...] = ()  # (stream id, limit)
     data_blocked: tuple[int, ...] = ()
     stream_data_blocked: tuple[tuple[int, int], ...] = ()
+    max_streams: tuple[int, ...] = ()  # MAX_STREAMS (bidirectional) limits
+    streams_blocked: tuple[int, ...] = ()  # STREAMS_BLOCKED (bidirectional) limits
     ack_eliciting: bool = True
 
 
@@ -85,6 +89,8 @@ class Decoded:
 
     packets: list[Packet] = field(default_factory=list)
     client_params: dict[str, int] = field(default_factory=dict)
+    #: the server's, from its EncryptedExtensions (a Handshake packet the key log decrypts)
+    server_params: dict[str, int] = field(default_factory=dict)
     undecrypted: int = 0  # short-header packets tshark could not decrypt (joined ones apart)
     # Datagrams in which the sender put a short-header packet after another, so that the first runs to the
     # datagram's end and no receiver can decrypt either (Firefox 153 sent such a GSO segment: two 39-byte
@@ -128,7 +134,7 @@ def _short_packet(quic: dict, when: float, down: bool) -> Packet | None:
     if not isinstance(header, dict) or not frames or "quic.packet_number" not in header:
         return None
     parts: dict[str, list] = {"streams": [], "acks": [], "max_data": [], "max_stream_data": [], "data_blocked": [],
-                              "stream_data_blocked": []}
+                              "stream_data_blocked": [], "max_streams": [], "streams_blocked": []}
     eliciting = False
     for frame in frames:
         kind = int(frame["quic.frame_type"])
@@ -148,6 +154,10 @@ def _short_packet(quic: dict, when: float, down: bool) -> Packet | None:
             # tshark 4.0 files STREAM_DATA_BLOCKED's limit under DATA_BLOCKED's field name
             parts["stream_data_blocked"].append((int(frame["quic.sdb.stream_id"]),
                                                  int(frame["quic.sb.stream_data_limit"])))
+        elif kind == FRAME_MAX_STREAMS_BIDI:
+            parts["max_streams"].append(int(frame["quic.ms.max_streams"]))
+        elif kind == FRAME_STREAMS_BLOCKED_BIDI:
+            parts["streams_blocked"].append(int(frame["quic.sib.stream_limit"]))
     return Packet(when, down, int(header["quic.packet_number"]), int(quic.get("quic.packet_length", 0)),
                   ack_eliciting=eliciting, **{k: tuple(v) for k, v in parts.items()})
 
@@ -183,6 +193,8 @@ def decode_datagram(layers: dict, server_ip: str, decoded: Decoded) -> None:
             _transport_parameters(quic, decoded.client_params)
         elif down and decoded.cipher is None and (code := _first(quic, "tls.handshake.ciphersuite")):
             decoded.cipher = CIPHER_SUITE_NAMES.get(int(code, 16), code)
+        elif down and not decoded.server_params:
+            _transport_parameters(quic, decoded.server_params)
 
 
 def _joined(header) -> bool:
@@ -323,9 +335,15 @@ def download_stream(packets: list[Packet]) -> int | None:
     return max(totals, key=totals.get) if totals else None
 
 
-def sender_series(packets: list[Packet], client_params: dict[str, int]) -> tuple[list[dict], dict]:
+def sender_series(packets: list[Packet], client_params: dict[str, int],
+                  server_params: dict[str, int] | None = None) -> tuple[list[dict], dict]:
     """One point per 1-RTT packet, t from the request's arrival at the server, with the sender's state
     after it, and a summary (download stream, t0, the client's windows and ack_delay_exponent).
+
+    Of every stream besides the download stream: the bytes a packet sent on all streams, and the requests'
+    streams (the client's bidirectional streams it has opened, against the credit the server gave: its
+    initial_max_streams_bidi, raised by MAX_STREAMS), so that a run of many requests shows its transfer's
+    whole span and the time its requests waited for a stream.
 
     Bytes in flight are the packet bytes of ack-eliciting packets neither acknowledged nor below the
     largest acknowledged by PACKET_THRESHOLD (RFC 9002's packet threshold; the time threshold is not
@@ -337,6 +355,8 @@ def sender_series(packets: list[Packet], client_params: dict[str, int]) -> tuple
     exponent = client_params.get("ack_delay_exponent", DEFAULT_ACK_DELAY_EXPONENT)
     conn_credit = client_params.get("initial_max_data")
     stream_credit = client_params.get("initial_max_stream_data_bidi_local")
+    streams_credit = (server_params or {}).get("initial_max_streams_bidi")
+    opened: set[int] = set()
     outstanding: dict[int, _Sent] = {}
     sent_max = sent_total = acked = in_flight = 0
     largest_acked = -1
@@ -353,10 +373,17 @@ def sender_series(packets: list[Packet], client_params: dict[str, int]) -> tuple
             if packet.ack_eliciting:
                 in_flight += packet.size
             point["stream_bytes"] = nbytes or None
+            point["stream_bytes_all"] = sum(f.length for f in packet.streams) or None
+            if packet.max_streams:
+                point["max_streams"] = max(packet.max_streams)
+                streams_credit = max(streams_credit or 0, point["max_streams"])
             blocked = [limit for sid, limit in packet.stream_data_blocked if sid == stream]
             point["data_blocked"] = max(packet.data_blocked) if packet.data_blocked else None
             point["stream_data_blocked"] = max(blocked) if blocked else None
         else:
+            opened.update(f.stream_id for f in packet.streams if f.stream_id % 4 == 0)  # client-initiated bidi
+            if packet.streams_blocked:
+                point["streams_blocked"] = max(packet.streams_blocked)
             for ack in packet.acks:
                 if ack.largest in outstanding and ack.largest > largest_acked:
                     # RFC 9002 5.1: a sample only when the largest acknowledged is newly acknowledged
@@ -379,7 +406,8 @@ def sender_series(packets: list[Packet], client_params: dict[str, int]) -> tuple
                 point["max_stream_data"] = max(updates)
                 stream_credit = max(stream_credit or 0, point["max_stream_data"])
         point.update(sent_max=sent_max, sent_total=sent_total, acked=acked, in_flight=in_flight,
-                     conn_credit=conn_credit, stream_credit=stream_credit)
+                     conn_credit=conn_credit, stream_credit=stream_credit, streams_open=len(opened),
+                     streams_credit=streams_credit)
         points.append(point)
     summary = {"download_stream": stream, "t0_epoch": t0, "ack_delay_exponent": exponent,
                "initial_max_data": client_params.get("initial_max_data"),
@@ -387,11 +415,8 @@ def sender_series(packets: list[Packet], client_params: dict[str, int]) -> tuple
     return points, summary
 
 
-def qlog_events(lines: Iterable[str]) -> tuple[dict[int, float], list[tuple[float, int]]]:
-    """From a sender's qlog (JSON-SEQ, any of the stacks' drafts): when each 1-RTT packet number was sent,
-    and (time, congestion window) of each recovery metrics update, in the qlog's own time unit."""
-    sent: dict[int, float] = {}
-    windows: list[tuple[float, int]] = []
+def _qlog_records(lines: Iterable[str]) -> Iterator[tuple[str, dict, float]]:
+    """(name, data, time) of each event of a qlog (JSON-SEQ, any of the stacks' drafts)."""
     for line in lines:
         line = line.strip().lstrip("\x1e")
         if not line.startswith("{"):
@@ -400,14 +425,51 @@ def qlog_events(lines: Iterable[str]) -> tuple[dict[int, float], list[tuple[floa
             event = json.loads(line)
         except ValueError:
             continue  # a line cut short by the process's end
-        name, data, when = event.get("name", ""), event.get("data") or {}, event.get("time")
-        if when is None:
-            continue
-        if name.endswith("packet_sent") and (data.get("header") or {}).get("packet_type") in ("1RTT", "1rtt"):
-            sent.setdefault(data["header"].get("packet_number"), float(when))
+        if event.get("time") is not None:
+            yield event.get("name", ""), event.get("data") or {}, float(event["time"])
+
+
+def _one_rtt_sent(name: str, data: dict) -> bool:
+    return name.endswith("packet_sent") and (data.get("header") or {}).get("packet_type") in ("1RTT", "1rtt")
+
+
+def qlog_events(lines: Iterable[str]) -> tuple[dict[int, float], list[tuple[float, int]]]:
+    """From a sender's qlog: when each 1-RTT packet number was sent, and (time, congestion window) of each
+    recovery metrics update, in the qlog's own time unit."""
+    sent: dict[int, float] = {}
+    windows: list[tuple[float, int]] = []
+    for name, data, when in _qlog_records(lines):
+        if _one_rtt_sent(name, data):
+            sent.setdefault(data["header"].get("packet_number"), when)
         elif name.endswith("metrics_updated") and isinstance(data.get("congestion_window"), int):
-            windows.append((float(when), data["congestion_window"]))
+            windows.append((when, data["congestion_window"]))
     return sent, windows
+
+
+def qlog_window_share(lines: Iterable[str], mss: int) -> float | None:
+    """The stack's own account of its congestion window, for holding a breakdown against: the share of its
+    1-RTT sending span (its first 1-RTT packet sent to its last) during which the latest metrics update it
+    wrote had bytes in flight within ``mss`` of its congestion window. None where its qlog reports neither."""
+    sent_times: list[float] = []
+    updates: list[tuple[float, int, int]] = []  # (time, window, in flight), each as last reported
+    window = in_flight = None
+    for name, data, when in _qlog_records(lines):
+        if _one_rtt_sent(name, data):
+            sent_times.append(when)
+        elif name.endswith("metrics_updated"):
+            window = data.get("congestion_window", window)
+            in_flight = data.get("bytes_in_flight", in_flight)
+            if window is not None and in_flight is not None:
+                updates.append((when, window, in_flight))
+    if len(sent_times) < 2 or not updates:
+        return None
+    start, end = min(sent_times), max(sent_times)
+    full = 0.0
+    for (when, window, flight), (after, _, _) in zip(updates, [*updates[1:], (end, 0, 0)]):
+        span = min(after, end) - max(when, start)
+        if span > 0 and flight >= window - mss:
+            full += span
+    return full / (end - start) if end > start else None
 
 
 def attach_congestion_window(points: list[dict], sent: dict[int, float], windows: list[tuple[float, int]],
@@ -445,7 +507,8 @@ def downsample(points: list[dict], limit: int = MAX_POINTS) -> list[dict]:
     (they are what the figures and the rule are made of), the others evenly thinned."""
     if len(points) <= limit:
         return points
-    marked = {"max_data", "max_stream_data", "data_blocked", "stream_data_blocked", "rtt_ms"}
+    marked = {"max_data", "max_stream_data", "data_blocked", "stream_data_blocked", "rtt_ms", "max_streams",
+              "streams_blocked"}
     keep = {i for i, p in enumerate(points) if any(p.get(name) is not None for name in marked)}
     rest = [i for i in range(len(points)) if i not in keep]
     step = max(1, len(rest) // max(1, limit - len(keep)))
@@ -671,7 +734,7 @@ def build_trace(run_id: str, decoded: Decoded, captured: dict,
                 qlog_lines: list[str] | None = None) -> tuple[dict, list[dict]]:
     """The `traces` row and the `trace_points` rows of one run; the sender's qlog, where it wrote one,
     adds its congestion window."""
-    points, summary = sender_series(decoded.packets, decoded.client_params)
+    points, summary = sender_series(decoded.packets, decoded.client_params, decoded.server_params)
     captured = {**captured, "cwnd_from_qlog": attach_congestion_window(points, *qlog_events(qlog_lines or []))}
     kept = downsample(points)
     row = {"run_id": run_id, **summary, "packets": len(points), "points": len(kept),

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from tparams.libraries import LIBRARIES, Crypto
+
 Role = Literal["client", "server"]
 Kind = Literal["choice", "switch", "boolean", "integer"]
 
@@ -36,11 +38,13 @@ class Rendering:
     argv: Callable[[object, Role], list[str]] | None = None
     #: environment variables the program reads
     env: Callable[[object, Role], dict[str, str]] | None = None
+    #: kernel settings of the end's network namespace (sysctl name -> value), set for the run and restored
+    sysctl: Callable[[object, Role], dict[str, str]] | None = None
 
     def program_options(self, name: str, value: object, role: Role) -> dict[str, object]:
         if self.options:
             return self.options(value, role)
-        return {} if self.argv or self.env else {name: value}
+        return {} if self.argv or self.env or self.sysctl else {name: value}
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,9 @@ class Knob:
     ran_by: str | None = None
     #: stack name -> why it cannot set the knob (the refusal's reason; otherwise a generic one)
     cannot: Mapping[str, str] = field(default_factory=dict)
+    #: whether our programs take it as an option (tparams.program_cli); False for a knob that reaches a library
+    #: or the kernel without them (an environment variable the crypto library reads, a namespace's sysctl)
+    program_option: bool = True
     #: the warning of a run whose stack ran another value than asked ({stack}, {asked}, {ran}); None: the
     #: stacks' own notes say why (a knob of ``ran_by``)
     fallback_note: str | None = None
@@ -154,4 +161,34 @@ ACK_FREQUENCY = Knob(
             "msquic": "msquic 2.5 chooses its ACK_FREQUENCY frames itself, with no setting",
             "tcp-h2": "TCP's delayed ACKs are the kernel's", "curl": "TCP's delayed ACKs are the kernel's"})
 
-KNOBS: dict[str, Knob] = {knob.name: knob for knob in (CC, AUTOTUNE, CIPHER, GSO, GRO, ACK_FREQUENCY)}
+
+
+def _aes_off(crypto: Crypto) -> Callable[[object, Role], dict[str, str]]:
+    return lambda value, role: dict(crypto.aes_off) if value is False and role == "server" else {}
+
+
+AES_NI = Knob(
+    "aes_ni", "the CPU's AES instructions (AES-NI, and carry-less multiply with them) in the sender's crypto "
+    "library; off: its own CPU-feature mask turns them off (the library's descriptor holds it), default on",
+    kind="boolean", program_option=False,
+    stacks={library.name: Rendering(env=_aes_off(library.crypto)) for library in LIBRARIES if library.crypto},
+    cannot={"quinn": "ring, rustls's provider in our quinn program, has no CPU-feature mask it reads",
+            "s2n-quic": "no CPU-feature mask of its crypto provider is known here"})
+
+
+def _tcp_rmem(value: object, role: Role) -> dict[str, str]:
+    # min, default, max: the buffer starts at the value and auto-tuning can grow it no further
+    return {"net.ipv4.tcp_rmem": f"4096 {int(value)} {int(value)}"} if role == "client" else {}
+
+
+TCP_RECEIVE_BUFFER = Knob(
+    "tcp_receive_buffer", "the receiver's TCP receive buffer in bytes, auto-tuning capped there (its "
+    "namespace's net.ipv4.tcp_rmem, for the run; default: the kernel's)",
+    kind="integer", decided_by="client", program_option=False,
+    stacks={name: Rendering(sysctl=_tcp_rmem) for name in ("tcp-h2", "curl")},
+    cannot={name: "a QUIC stack's receive buffer is its UDP socket's (--udp-buffer)" for name in (
+        "ngtcp2", "quic-go", "aioquic", "quinn", "quiche", "s2n-quic", "tquic", "msquic", "lsquic", "chromium",
+        "firefox")})
+
+KNOBS: dict[str, Knob] = {knob.name: knob for knob in (CC, AUTOTUNE, CIPHER, GSO, GRO, ACK_FREQUENCY, AES_NI,
+                                                       TCP_RECEIVE_BUFFER)}

@@ -45,6 +45,27 @@ class Package:
 
 
 @dataclass(frozen=True)
+class Crypto:
+    """The crypto library a QUIC library's TLS and packet protection run on, and what turns the CPU's AES
+    instructions off in it: the environment it reads when the program starts (its own CPU-feature mask)."""
+
+    name: str
+    #: AES-NI off, and carry-less multiply with it (AES-GCM's GHASH runs on it beside AES-NI): the Kempf
+    #: thesis's case, software AES
+    aes_off: Mapping[str, str]
+
+
+# OpenSSL's documented example mask: bit 57 (AES-NI) and bit 33 (PCLMULQDQ) of the first word cleared;
+# BoringSSL and quictls keep OpenSSL's variable and syntax
+_IA32CAP = {"OPENSSL_ia32cap": "~0x200000200000000"}
+OPENSSL, BORINGSSL, QUICTLS = Crypto("OpenSSL", _IA32CAP), Crypto("BoringSSL", _IA32CAP), Crypto("quictls", _IA32CAP)
+# GnuTLS's mask lists what stays on (x86: 0x2 AES-NI, 0x4 SSSE3, 0x8 PCLMUL, 0x10 AVX, 0x20 SHA-NI)
+GNUTLS = Crypto("GnuTLS", {"GNUTLS_CPUID_OVERRIDE": "0x34"})
+# Go's runtime reads its CPU features' switches from GODEBUG (internal/cpu's options)
+GO_CRYPTO = Crypto("Go crypto", {"GODEBUG": "cpu.aes=off,cpu.pclmulqdq=off"})
+
+
+@dataclass(frozen=True)
 class Library:
     """One library as we run it; ``name`` is its lab kind's and its replay stack's."""
 
@@ -70,6 +91,8 @@ class Library:
     programs: Mapping[str, str] = field(default_factory=dict)
     #: why the project has no HTTP/3 server of it for a browser (checked where the library's h3 layer would be)
     no_h3_server: str | None = None
+    #: the crypto library it runs on, where its CPU-feature mask is known (None: none it can be told)
+    crypto: Crypto | None = None
 
     def fixed_for(self, role: Literal["client", "server"]) -> dict[str, int | bool]:
         """What its ``role`` sends whatever it is told."""
@@ -122,6 +145,7 @@ LIBRARIES: tuple[Library, ...] = (
                                   "disable_active_migration": True, "active_connection_id_limit": 5},
                   "parameters": {**_FLOW, "max_idle_timeout": 0}},
         programs=_built("quiche"),
+        crypto=BORINGSSL,  # boring-sys
     ),
     Library(
         "ngtcp2", "ngtcp2", (Package("dpkg", "ngtcp2-server", "Debian ngtcp2-server"),),
@@ -136,6 +160,7 @@ LIBRARIES: tuple[Library, ...] = (
         held_out={"application": {"preferred_address": _PREFERRED_ADDRESS, "retry": True},
                   "parameters": {**_FLOW, "max_idle_timeout": 7_000}},
         programs={"lab-server": "gtlsserver", "replay-server": "gtlsserver", "replay-client": "gtlsclient"},
+        crypto=GNUTLS,  # the examples of Debian's ngtcp2 built on GnuTLS (gtls*)
     ),
     Library(
         "quinn", "quinn", _crates("quinn", "quinn-proto"), "{versions} (lab/servers/quinn)",
@@ -181,6 +206,7 @@ LIBRARIES: tuple[Library, ...] = (
         held_out={"application": {"alpn": _ALPN, "cid_length": 5, "active_connection_id_limit": 7, "retry": True},
                   "parameters": {**_FLOW, "max_idle_timeout": 0}},
         programs=_built("tquic"),
+        crypto=BORINGSSL,
     ),
     Library(
         "msquic", "msquic", _crates("msquic"), "{versions} (lab/servers/msquic)",
@@ -197,6 +223,7 @@ LIBRARIES: tuple[Library, ...] = (
         held_out={"application": {"alpn": _ALPN, "cid_length": 14, "datagrams": True},
                   "parameters": {**_POWER_OF_TWO_WINDOWS, "max_idle_timeout": 0}},
         programs=_built("msquic"),
+        crypto=QUICTLS,  # the msquic crate builds msquic on its quictls
     ),
     Library(
         "kwik", "kwik", (Package("maven", "kwik", where="kwik"), Package("maven", "flupke", where="kwik")),
@@ -230,6 +257,7 @@ LIBRARIES: tuple[Library, ...] = (
                   "parameters": {**_ONE_WINDOW, "max_idle_timeout": 600_000}},
         programs={"lab-server": "lab.aioquic_server", "replay-server": "replay.aioquic_endpoints.server",
                   "replay-client": "replay.aioquic_endpoints.client"},
+        crypto=OPENSSL,  # cryptography's wheel, which bundles its OpenSSL
     ),
     Library(
         "qh3", "qh3", (Package("pip", "qh3"),), "{versions} (lab/qh3_server.py)",
@@ -257,6 +285,7 @@ LIBRARIES: tuple[Library, ...] = (
         held_out={"application": {"alpn": _ALPN, "cid_length": 17, "datagrams": True, "retry": True},
                   "parameters": {**_ONE_WINDOW, "max_idle_timeout": 45_000}},
         programs={"lab-server": "quic-go", "replay-server": "qgserver", "replay-client": "qgclient"},
+        crypto=GO_CRYPTO,
     ),
     Library(
         "x-net-quic", "x/net/quic", (Package("go", "golang.org/x/net"),), "{versions} (lab/servers/x-net-quic)",
@@ -295,10 +324,11 @@ LIBRARIES: tuple[Library, ...] = (
     Library(
         "caddy", "quic-go", (Package("dpkg", "caddy", "Debian caddy"),), "caddy (quic-go), {versions}",
         programs={"lab-server": "caddy", "replay-server": "caddy"},
+        crypto=GO_CRYPTO,  # caddy runs quic-go
     ),
     # TCP's reference (replay/tcp/h2): Go's standard library, so the toolchain's version is what runs
     Library("tcp-h2", "net/http", (Package("go", "go", "Go"),), "{versions} net/http (replay/tcp/h2)",
-            programs={"replay-server": "h2", "replay-client": "h2"}),
+            programs={"replay-server": "h2", "replay-client": "h2"}, crypto=GO_CRYPTO),
 )
 
 _BY_NAME = {library.name: library for library in LIBRARIES}

@@ -70,7 +70,7 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
     Option("requests", "integer", "requests on the one connection, each of --size bytes (default 1)"),
     Option("concurrency", "integer", "requests open at once, each on its own stream (default 1)"),
     # what both ends of a qreplay run take besides the transport parameters: the knobs (tparams.knobs)
-    *(Option(knob.name, knob.kind, knob.help, choices=knob.choices) for knob in KNOBS.values()),
+    *(Option(knob.name, knob.kind, knob.help, choices=knob.choices) for knob in KNOBS.values() if knob.program_option),
     Option("keylog", "path", "append the TLS secrets in NSS key log format (what tshark reads) to this file"),
     Option("qlog_dir", "path", "write qlog files into this directory"),
     # what a lab server's application chooses beside flow control (lab.kinds.APPLICATION_CHOICES)
@@ -89,7 +89,8 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
 FLOW_CONTROL = ("max_idle_timeout", *(name for name in PERFORMANCE_PARAMETERS if name.startswith("initial_max_")))
 APPLICATION = ("alpn", "cid_length", "datagrams", "disable_active_migration", "active_connection_id_limit",
                "preferred_address", "retry")
-REPLAY = (*KNOBS, "keylog", "qlog_dir", *PERFORMANCE_PARAMETERS)
+REPLAY = (*(name for name, knob in KNOBS.items() if knob.program_option), "keylog", "qlog_dir",
+          *PERFORMANCE_PARAMETERS)
 
 Role = Literal["lab-server", "replay-server", "replay-client", "broken-server", "resolver"]
 #: each role's options, the address first

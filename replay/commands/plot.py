@@ -94,9 +94,51 @@ def plot_results(results: Path, out_dir: Path) -> list[Path]:
         _caption(ax, frame, "sweep_value")
         figures.append((f"Packet counts, {param}", save_png(fig, out_dir / f"packets_{param}.png")))
 
+    held = load_limits(results).filter(pl.col("traced") > 0)
+    if not held.is_empty():
+        figures.append(("What held the runs back", limits_figure(held, out_dir / "limits.png")))
+
     page = out_dir / "report.html"
     page.write_text(_html(results, figures, summary))
     return [path for _, path in figures] + [page]
+
+
+def load_limits(results: Path):
+    """Per experiment and condition, what held the traced runs back (statistics.limits_summary)."""
+    con = store.open_read_only(results)
+    try:
+        return statistics.limits_summary(con)
+    finally:
+        con.close()
+
+
+def limits_figure(frame, out: Path) -> Path:
+    """One stacked bar per traced condition, the mean share of its transfer's time at each limit
+    (replay/limits.py), with its mean goodput beside it on the right-hand axis."""
+    from replay.limits import LIMITS
+
+    plt = pyplot()
+    differing = statistics.varying(frame)
+    key = [f"{i}: {statistics.describe(row, differing)}" for i, row in enumerate(frame.iter_rows(named=True), 1)]
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.8 * frame.height + 4), 5 + 0.18 * len(key)))
+    colours = dict(zip(LIMITS, plt.get_cmap("tab10").colors))
+    bottoms = [0.0] * frame.height
+    for name in LIMITS:
+        heights = [row[name] or 0.0 for row in frame.iter_rows(named=True)]
+        if any(heights):
+            ax.bar(range(frame.height), heights, bottom=bottoms, color=colours[name], width=0.6, label=name)
+            bottoms = [b + h for b, h in zip(bottoms, heights)]
+    goodput = ax.twinx()
+    goodput.plot(range(frame.height), frame["mean_mbps"].to_list(), "kD", label="goodput")
+    goodput.set_ylim(0, (frame["mean_mbps"].max() or 1) * 1.15)
+    goodput.set_ylabel("goodput (Mbit/s, black diamonds)")
+    # numbered bars and a key under the axes: a condition's words are too long for a tick
+    ax.set_xticks(range(frame.height), [str(i) for i in range(1, frame.height + 1)])
+    ax.set(ylim=(0, 1), ylabel="share of the transfer's time", title="What held the runs back, beside goodput")
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.1, 1.0))
+    ax.annotate("\n".join([*key, f"all: {statistics.shared(frame)}"]), (0, 0), (0, -24), xycoords="axes fraction",
+                textcoords="offset points", fontsize="x-small", va="top", wrap=True)
+    return save_png(fig, out)
 
 
 def traced_runs(results: Path, run_id: str | None):
@@ -315,7 +357,8 @@ def register(app: typer.Typer) -> None:
         profile: Annotated[bool, typer.Option("--profile", help="Draw profiled runs (qreplay --profile): a flame "
                                               "graph (SVG) of each endpoint, CPU per GB by component.")] = False,
     ) -> None:
-        """Goodput vs delay per set with deviation bands, sweep curves and packet counts (PNG + HTML)."""
+        """Goodput vs delay per set with deviation bands, sweep curves and packet counts, and for traced runs what
+        held them back beside their goodput (PNG + HTML)."""
         out_dir = out_dir or results.with_name(results.stem + "-plots")
         if run_id and not (trace or profile):
             raise ToolError("a RUN_ID is for --trace or --profile")

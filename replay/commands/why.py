@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from replay import statistics, store
-from replay.flowcontrol import WindowBound, client_window_bound
+from replay.flowcontrol import client_window_bound
 from replay.limits import LIMITS
 from replay.measured_rules import load_update_rules
 
@@ -17,26 +18,95 @@ from replay.measured_rules import load_update_rules
 SHOWN_SHARE = 0.05
 #: how far below its model's lower bound a goodput may fall before it is an anomaly (processing adds to the RTT)
 SLACK = 0.1
+#: ... below a bound that is a ceiling (the link's rate, a core's worth of the end's CPU per GB), which a run's
+#: start, its headers and its other limits keep it under
+CEILING_SLACK = 0.25
+#: the components shown beside a CPU label (of the busier end's profile)
+SHOWN_COMPONENTS = 3
+#: the end whose CPU a CPU label names
+CPU_ENDS = {"sender_cpu": "server", "receiver_cpu_socket": "client"}
 
 
-def prediction(row: dict, rules) -> WindowBound | None:
+@dataclass(frozen=True)
+class Bound:
+    """What a condition's limit allows, Mbit/s, and what says so."""
+
+    low: float
+    high: float
+    basis: str  # e.g. "its window model", "the link's rate"
+    slack: float  # how far below ``low`` an anomaly begins
+
+    def text(self) -> str:
+        return f"{self.low:,.1f}" if self.low == self.high else f"{self.low:,.1f} to {self.high:,.1f}"
+
+    def short_of(self, mbps: float | None) -> bool:
+        return mbps is not None and mbps < self.low * (1 - self.slack)
+
+
+def profile_components(con) -> tuple[list[str], dict[tuple, dict[str, list[tuple[str, float, float]]]]]:
+    """The profiled runs' components per experiment and condition (the profile_summary view), by endpoint:
+    [(component, mean share, mean CPU seconds per GB)], largest share first; keyed by the experiment and the
+    conditions returned beside (those both the runs and the view hold)."""
+    view = {row[0] for row in con.execute("DESCRIBE profile_summary").fetchall()}
+    shared = [k for k in statistics.present_conditions(con) if k in view]
+    found: dict[tuple, dict[str, list]] = {}
+    for row in con.sql(f"SELECT experiment_id, {', '.join(shared)}, endpoint, component, mean_share, "
+                       "mean_cpu_s_per_gb FROM profile_summary ORDER BY mean_share DESC").fetchall():
+        found.setdefault(row[:1 + len(shared)], {}).setdefault(row[-4], []).append(tuple(row[-3:]))
+    return shared, found
+
+
+def prediction(row: dict, rules, components: dict[str, list] | None = None) -> Bound | None:
     """What the limit a condition was held by allows, where a model of it exists: for a receive window, the
     window model (replay/flowcontrol.py) with the client stack's measured update rule, the download's start
-    charged, at the link's round trip. None for other limits (not modelled yet)."""
-    if not (row["limited_by"] or "").startswith("receive_window") or not row["requested_client"]:
-        return None
-    return client_window_bound(json.loads(row["requested_client"]), row["delay_ms"] + (row.get("delay_up_ms") or 0),
-                               row["stack"], row["size_bytes"], rules)
+    charged, at the link's round trip; for the link, its configured rate; for an end's CPU, a core's worth of
+    that end's CPU per GB (8 / (CPU seconds per 10^9 bytes) Gbit/s), from its profile where the condition was
+    profiled, else from the run's own CPU seconds. None for other limits (not modelled)."""
+    label = row["limited_by"] or ""
+    if label.startswith("receive_window") and row["requested_client"]:
+        window = client_window_bound(json.loads(row["requested_client"]),
+                                     row["delay_ms"] + (row.get("delay_up_ms") or 0), row["stack"], row["size_bytes"],
+                                     rules)
+        return Bound(*window.span, "its window model", SLACK) if window else None
+    if label == "link" and row.get("rate_bps"):
+        return Bound(row["rate_bps"] / 1e6, row["rate_bps"] / 1e6, "the link's rate", CEILING_SLACK)
+    if label in CPU_ENDS:
+        end = CPU_ENDS[label]
+        profiled = sum(cpu or 0 for _, _, cpu in (components or {}).get(end, []))
+        per_gb = profiled or row.get(f"{end}_cpu_s_per_gb")
+        if per_gb:
+            source = "its profile" if profiled else "its CPU seconds"
+            return Bound(8000 / per_gb, 8000 / per_gb, f"a core at the {end}'s {per_gb:.2f} CPU s/GB ({source})",
+                         CEILING_SLACK)
+    return None
+
+
+def differed(row: dict) -> str:
+    """What an anomalous condition's runs show beside its limit's model: the share of their time at that limit
+    and the largest others, the smallest RTT measured against the link's, the CPU an end was busy."""
+    label = row["limited_by"]
+    others = ", ".join(f"{name} {row[name]:.0%}" for name in sorted(LIMITS, key=lambda n: -(row[n] or 0))
+                       if name != label and (row[name] or 0) >= SHOWN_SHARE)
+    parts = [f"{row[label]:.0%} of the time at {label}" + (f" (the rest: {others})" if others else "")]
+    configured = row["delay_ms"] + (row.get("delay_up_ms") or 0)
+    if row.get("min_rtt_ms") and configured and row["min_rtt_ms"] > configured * (1 + SLACK):
+        parts.append(f"smallest RTT {row['min_rtt_ms']:.1f} ms against the link's {configured:g} ms")
+    if label in CPU_ENDS and row.get(f"{CPU_ENDS[label]}_cpu_share") is not None:
+        parts.append(f"the {CPU_ENDS[label]} busy {row[f'{CPU_ENDS[label]}_cpu_share']:.0%} of the run")
+    return "; ".join(parts)
 
 
 def why_lines(results: Path) -> list[str]:
-    """The report as lines: the anomalies first (conditions whose mean goodput falls more than SLACK below what
-    their limit's model allows), then each experiment headed by what its conditions share and one line per
-    condition (those that differ): the limit most of its traced runs were held by, how many agree, the mean
-    share of every limit above SHOWN_SHARE, the mean goodput and the model's prediction where there is one."""
+    """The report as lines: the anomalies first (conditions whose mean goodput falls short of what their limit's
+    model allows: more than SLACK below a window model's lower bound, CEILING_SLACK below the link's rate or a
+    core's worth of the busier end's CPU per GB; each with what differed), then each experiment headed by what its
+    conditions share and one line per condition (those that differ): the limit most of its traced runs were held
+    by, how many agree, the mean share of every limit above SHOWN_SHARE, the mean goodput, the model's
+    prediction where there is one and, for a CPU limit, that end's profile's largest components."""
     con = store.open_read_only(results)
     try:
         summary = statistics.limits_summary(con)
+        shared, profiles = profile_components(con)
     finally:
         con.close()
     rules = load_update_rules()
@@ -54,16 +124,21 @@ def why_lines(results: Path) -> list[str]:
                 continue
             shares = ", ".join(f"{name} {row[name]:.0%}" for name in sorted(LIMITS, key=lambda n: -(row[n] or 0))
                                if (row[name] or 0) >= SHOWN_SHARE)
-            bound = prediction(row, rules)
-            predicted = f" (its window model: {bound.text()} Mbit/s)" if bound else ""
+            components = profiles.get((experiment, *(row[k] for k in shared)))
+            bound = prediction(row, rules, components)
+            predicted = f" ({bound.basis}: {bound.text()} Mbit/s)" if bound else ""
+            profiled = ""
+            if row["limited_by"] in CPU_ENDS and components and (end := CPU_ENDS[row["limited_by"]]) in components:
+                profiled = f"; {end} profile: " + ", ".join(
+                    f"{name} {share:.0%}" for name, share, _ in components[end][:SHOWN_COMPONENTS])
             lines.append(f"{head}{row['limited_by']} ({row['agreeing']} of {row['traced']} traced runs; "
-                         f"{row['runs']} runs); time at each limit: {shares}; {goodput}{predicted}")
-            if bound and row["mean_mbps"] is not None and row["mean_mbps"] < bound.span[0] * (1 - SLACK):
+                         f"{row['runs']} runs); time at each limit: {shares}; {goodput}{predicted}{profiled}")
+            if bound and bound.short_of(row["mean_mbps"]):
                 anomalies.append(f"  experiment {experiment[:8]}, {statistics.describe(row, differing)}: "
-                                 f"{goodput}, below what its {row['limited_by']} allows ({bound.text()} Mbit/s)")
+                                 f"{goodput}, below what its {row['limited_by']} allows ({bound.basis}: "
+                                 f"{bound.text()} Mbit/s); {differed(row)}")
     if anomalies:
-        lines = ["anomalies (goodput short of its limit's model by more than "
-                 f"{SLACK:.0%}):", *anomalies, *lines]
+        lines = ["anomalies (goodput well short of its limit's model):", *anomalies, *lines]
     return lines or [f"{results} holds no runs"]
 
 

@@ -97,13 +97,16 @@ class Applied:
     notes: list[str] = field(default_factory=list)
     #: environment variables the program is started with (a knob's rendering, a key log's path)
     env: dict[str, str] = field(default_factory=dict)
+    #: kernel settings of the end's namespace for the run (a knob's rendering), which the runner sets and restores
+    sysctls: dict[str, str] = field(default_factory=dict)
 
     def add_knobs(self, stack: "Stack", opts: "RunOptions", role: Role) -> dict[str, object]:
         """Take the knobs ``stack`` renders for ``role`` (its words and environment); return the options of our
         programs among them."""
-        options, words, env = stack.knob_renderings(opts, role)
+        options, words, env, sysctls = stack.knob_renderings(opts, role)
         self.flags += words
         self.env |= env
+        self.sysctls |= sysctls
         return options
 
     def command(self, argv: list[str]) -> list[str]:
@@ -199,12 +202,14 @@ class Stack(ABC):
             return getattr(self, knob.ran_by)(value, protocol)
         return value if knob.stacks and self.name in knob.stacks else None
 
-    def knob_renderings(self, opts: RunOptions, role: Role) -> tuple[dict[str, object], list[str], dict[str, str]]:
+    def knob_renderings(self, opts: RunOptions, role: Role
+                        ) -> tuple[dict[str, object], list[str], dict[str, str], dict[str, str]]:
         """The knobs asked in ``opts`` that this stack renders (tparams.knobs), for ``role``: (our programs'
-        options, words for a program not of ours, environment variables)."""
+        options, words for a program not of ours, environment variables, the namespace's sysctls)."""
         options: dict[str, object] = {}
         words: list[str] = []
         env: dict[str, str] = {}
+        sysctls: dict[str, str] = {}
         for knob in KNOBS.values():
             value = opts.knob(knob.name)
             rendering = knob.stacks.get(self.name) if knob.stacks else None
@@ -213,7 +218,8 @@ class Stack(ABC):
             options |= rendering.program_options(knob.name, value, role)
             words += rendering.argv(value, role) if rendering.argv else []
             env |= rendering.env(value, role) if rendering.env else {}
-        return options, words, env
+            sysctls |= rendering.sysctl(value, role) if rendering.sysctl else {}
+        return options, words, env, sysctls
 
     def refusals(self, opts: RunOptions, role: Role) -> list[str]:
         """Why this stack, as ``role``, cannot run what ``opts`` asks (one line each): a knob it decides and

@@ -74,7 +74,9 @@ class Caddy(Stack):
             f"\t@upload method PUT POST\n\treverse_proxy @upload 127.0.0.1:{{${PORT_ENV}}}\n"
             f"\troot * {htdocs}\n\tfile_server\n}}\n")
         applied = Applied(not_applied={k: v for k, v in (params.as_sent() if params else {}).items() if v is not None})
-        env = [f"HOME={home}", f"XDG_DATA_HOME={home / 'data'}", f"XDG_CONFIG_HOME={home / 'config'}"]
+        applied.add_knobs(self, opts, "server")  # a knob's environment (its crypto's CPU-feature mask)
+        env = [f"HOME={home}", f"XDG_DATA_HOME={home / 'data'}", f"XDG_CONFIG_HOME={home / 'config'}",
+               *(f"{name}={value}" for name, value in applied.env.items())]
         # The namespace's TCP congestion control is the h2 sender's (a per-namespace sysctl, set for every run).
         tcp_cc = f"net.ipv4.tcp_congestion_control={self.congestion_control(opts.cc, 'h2')}"
         return ["sh", "-c", 'sysctl -qw "$0" && exec "$@"', tcp_cc, "env", *env, sys.executable, "-m",

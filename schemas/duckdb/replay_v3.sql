@@ -153,8 +153,20 @@ CREATE TABLE IF NOT EXISTS trace_points (
     data_blocked        BIGINT,             -- down: a DATA_BLOCKED frame's limit
     stream_data_blocked BIGINT,             -- down: a STREAM_DATA_BLOCKED frame's limit (download stream)
     rtt_ms              DOUBLE,             -- up: ACK arrival - send time of its newly acked largest - ack_delay
-    cwnd                BIGINT              -- the sender's congestion window from its qlog, where known
+    cwnd                BIGINT,             -- the sender's congestion window from its qlog, where known
+    stream_bytes_all    INTEGER,            -- down: bytes of every stream in this packet
+    streams_open        INTEGER,            -- the client's bidirectional streams opened so far (its requests)
+    streams_credit      BIGINT,             -- the server's stream limit so far (initial_max_streams_bidi, MAX_STREAMS)
+    max_streams         BIGINT,             -- down: a MAX_STREAMS (bidirectional) frame's limit
+    streams_blocked     BIGINT              -- up: a STREAMS_BLOCKED (bidirectional) frame's limit
 );
+-- Added within v3 (old readers ignore them): the requests' streams of trace_points; a file written before
+-- gains the columns, NULL in its stored points.
+ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS stream_bytes_all INTEGER;
+ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS streams_open INTEGER;
+ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS streams_credit BIGINT;
+ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS max_streams BIGINT;
+ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS streams_blocked BIGINT;
 
 -- `qreplay --profile`: where each endpoint's CPU went during the transfer (replay/profile.py), sampled
 -- with call stacks (perf's cpu-clock for native programs, py-spy for Python ones) from the server's
