@@ -28,8 +28,6 @@ import datetime as dt
 import json
 import os
 import platform
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_parquet import measure as parquet_measure  # noqa: E402
 from procfs import process_cpu_seconds  # noqa: E402
 from lab.population import Population, population_lab, shard_namespace  # noqa: E402
+from common.slurm import single_node_cluster, unavailable_reason as slurm_unavailable  # noqa: E402
 from scanner import campaign_plan  # noqa: E402
 from scanner.campaign import QSCAN, CampaignSpec, run_local, union_check  # noqa: E402
 from scanner.campaign_store import open_campaign  # noqa: E402
@@ -98,66 +97,32 @@ def handshake_run(population: Population, namespaces: list[str], directory: Path
 
 def slurm_proof(population: Population, lab_instance: str, work: Path, measured: dict) -> str:
     """Submit the plan's job file as a 2-task array to a one-node Slurm; the shards' union checked."""
-    for tool in ("slurmctld", "slurmd", "sbatch"):
-        if shutil.which(tool) is None:
-            return f"not run: {tool} missing (Debian slurm-wlm; scripts/setup.sh installs it)"
+    if reason := slurm_unavailable():
+        return f"not run: {reason}"
     directory = work / "slurm-campaign"
     spec = CampaignSpec("slurm", (population.block,), 9, 2)
     projection = campaign_plan.project(population.network.num_addresses, 2, 5000, SETTINGS.concurrency, measured)
     job = work / "campaign.sbatch"
     script = campaign_plan.slurm_script(projection, spec, str(directory), netns_prefix=f"{lab_instance}-shard")
     job.write_text(script.replace("--cooldown 8", "--cooldown 1"))  # the lab answers at once
-    state = work / "slurm"
-    (state / "state").mkdir(parents=True)
-    (state / "spool").mkdir()
-    host = socket.gethostname().split(".")[0]
-    ports = [_free_port() for _ in range(2)]
-    conf = state / "slurm.conf"
-    conf.write_text("\n".join([
-        "ClusterName=qscanbench", f"SlurmctldHost={host}(127.0.0.1)", "AuthType=auth/none", "CredType=cred/none",
-        "SlurmUser=root", "SlurmdUser=root", f"SlurmctldPort={ports[0]}", f"SlurmdPort={ports[1]}",
-        f"StateSaveLocation={state / 'state'}", f"SlurmdSpoolDir={state / 'spool'}",
-        f"SlurmctldPidFile={state / 'slurmctld.pid'}", f"SlurmdPidFile={state / 'slurmd.pid'}",
-        f"SlurmctldLogFile={state / 'slurmctld.log'}", f"SlurmdLogFile={state / 'slurmd.log'}",
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none", "SchedulerType=sched/builtin", "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core", "ReturnToService=2", "MpiDefault=none",
-        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} State=UNKNOWN",
-        f"PartitionName=bench Nodes={host} Default=YES MaxTime=INFINITE State=UP", ""]))
-    env = {**os.environ, "SLURM_CONF": str(conf), "QSCAN": QSCAN}
-    daemons = [subprocess.Popen([daemon, "-D"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True) for daemon in ("slurmctld", "slurmd")]
     try:
-        deadline = time.monotonic() + 30
-        while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True,
-                                           text=True).stdout:
-            if time.monotonic() > deadline:
-                return f"not run: the one-node cluster did not come up in 30 s (see {state}/slurmctld.log)"
-            time.sleep(0.5)
-        started = time.monotonic()
-        done = subprocess.run(["sbatch", "--wait", f"--chdir={work}", str(job)], env=env, capture_output=True,
-                              text=True, timeout=600)
-        seconds = time.monotonic() - started
-        if done.returncode != 0:
-            logs = " | ".join(p.read_text()[-300:] for p in work.glob("qscan-slurm-*.log"))
-            return f"FAILED: sbatch exit {done.returncode}: {done.stderr.strip()} {logs}"
-        con = open_campaign(directory)
-        try:
-            check = union_check(con, population.responsive())
-        finally:
-            con.close()
-        return (f"2-task array job ran in {seconds:.1f} s; union {check['discovered']} discovered, "
-                f"{check['missing']} missing, {check['duplicates']} twice")
+        with single_node_cluster(work / "slurm", "qscanbench") as env:
+            started = time.monotonic()
+            done = subprocess.run(["sbatch", "--wait", f"--chdir={work}", str(job)], env=env | {"QSCAN": QSCAN},
+                                  capture_output=True, text=True, timeout=600)
+            seconds = time.monotonic() - started
+    except RuntimeError as exc:
+        return f"not run: {exc}"
+    if done.returncode != 0:
+        logs = " | ".join(p.read_text()[-300:] for p in work.glob("qscan-slurm-*.log"))
+        return f"FAILED: sbatch exit {done.returncode}: {done.stderr.strip()} {logs}"
+    con = open_campaign(directory)
+    try:
+        check = union_check(con, population.responsive())
     finally:
-        for daemon in daemons:
-            daemon.terminate()
-            daemon.wait(timeout=30)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        con.close()
+    return (f"2-task array job ran in {seconds:.1f} s; union {check['discovered']} discovered, "
+            f"{check['missing']} missing, {check['duplicates']} twice")
 
 
 def main() -> None:
