@@ -18,7 +18,17 @@ from the same run:
 
 Writes datasets/campaign/measured.json (what `qscan campaign plan` reads).
 
+``--replay`` measures qreplay campaigns instead (replay/campaign.py; nothing of the above):
+
+- the merge's time for 100,000 runs (two shards of copies of real runs, exported as the campaign layout);
+- the planner's projection against a small campaign's measured time: a first campaign of one repetition
+  each gives the run times, the plan projects the same campaign at three repetitions, which then runs;
+- run times of every usable replay stack at 20 MB, 0 and 40 ms, 0% and 1% loss, one run each, kept as the
+  campaign directory ``--replay-probe`` (default datasets/campaign/replay-probe, not committed), from which
+  docs/scale.md projects datasets/campaign/seeds.toml on 8 and 64 hosts.
+
     .venv/bin/python bench/bench_campaign.py [--parquet-records 200000] [--no-slurm]
+    .venv/bin/python bench/bench_campaign.py --replay [--no-probe]
 """
 
 from __future__ import annotations
@@ -125,13 +135,102 @@ def slurm_proof(population: Population, lab_instance: str, work: Path, measured:
             f"{check['missing']} missing, {check['duplicates']} twice")
 
 
+SMALL_CAMPAIGN = """campaign = "{name}"
+[[experiment]]
+name = "small"
+stacks = ["ngtcp2", "quic-go"]
+sets = ["firefox", "chrome"]
+size = ["1MB", "5MB"]
+reps = {reps}
+"""
+
+
+def replay_merge(runs: int, work: Path) -> float:
+    """Seconds `campaign.merge` takes for ``runs`` runs in two shards (copies of one small campaign's runs)."""
+    from replay import campaign as replay_campaign, store
+    from scanner.campaign_store import export_shard
+
+    seed = work / "seed.toml"
+    seed.write_text(SMALL_CAMPAIGN.format(name="mergebench", reps=1).replace('size = ["1MB", "5MB"]', 'size = "100KB"'))
+    plan = replay_campaign.load(seed)
+    replay_campaign.run_shard(plan, 0, 1, work / "seed")
+    for shard in range(2):
+        path = work / f"copies-{shard}.duckdb"
+        con = store.connect(path)
+        con.execute(f"ATTACH '{work / 'seed' / '_work' / 'main' / 'shard-0.duckdb'}' AS seed (READ_ONLY)")
+        con.execute("INSERT INTO experiments SELECT * FROM seed.experiments")
+        copies = runs // 2 // len(plan.runs) + 1
+        con.execute(f"INSERT INTO runs BY NAME SELECT r.* REPLACE (run_id || '-{shard}-' || i AS run_id) FROM seed.runs r, "
+                    f"range({copies}) t(i) LIMIT {runs // 2}")
+        con.close()
+        export_shard(path, work / "copies", campaign="mergebench", vantage="main", shard=str(shard),
+                     open_file=replay_campaign.read_only_results)
+    started = time.monotonic()
+    result = replay_campaign.merge(work / "copies", work / "copies.duckdb", partial=True)
+    seconds = time.monotonic() - started
+    assert result.runs == runs // 2 * 2, result
+    return seconds
+
+
+def replay_projection(work: Path) -> tuple[float, float]:
+    """(projected, measured) seconds of a small campaign on one host, projected from its first runs."""
+    from replay import campaign as replay_campaign
+
+    first, full = work / "first.toml", work / "full.toml"
+    first.write_text(SMALL_CAMPAIGN.format(name="first", reps=1))
+    full.write_text(SMALL_CAMPAIGN.format(name="full", reps=3))
+    replay_campaign.run_shard(replay_campaign.load(first), 0, 1, work / "first")
+    plan = replay_campaign.load(full)
+    projection = replay_campaign.project(plan, 1, *replay_campaign.measured_durations([work / "first"]))
+    result = replay_campaign.run_shard(plan, 0, 1, work / "full")
+    return projection.wall_seconds, result.seconds
+
+
+def replay_probe(directory: Path) -> str:
+    from replay import campaign as replay_campaign
+    from replay.stacks import every_stack
+
+    stacks = [name for name, stack in every_stack().items() if not stack.own_parameters and "client" in stack.roles
+              and stack.unavailable_reason() is None]
+    probe = directory.parent / "replay-probe.toml"
+    probe.write_text(f'campaign = "probe"\n[[experiment]]\nname = "stacks"\nstacks = {json.dumps(stacks)}\n'
+                     'sets = ["firefox"]\ndelays = ["0ms", "40ms"]\nlosses = ["0%", "1%"]\nsize = "20MB"\nreps = 1\n')
+    result = replay_campaign.run_shard(replay_campaign.load(probe), 0, 1, directory)
+    return f"{result.ran} runs of {', '.join(stacks)} in {result.seconds:.0f} s ({result.failed} failed)"
+
+
+def replay_main(args) -> None:
+    load = os.getloadavg()[0]
+    print(f"qreplay campaigns, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, load {load:.1f}, "
+          f"{os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory() as tmp:
+        seconds = replay_merge(args.merge_runs, Path(tmp))
+        print(f"merge of {args.merge_runs:,} runs (2 shards): {seconds:.1f} s")
+    with tempfile.TemporaryDirectory() as tmp:
+        projected, measured = replay_projection(Path(tmp))
+        print(f"small campaign (2 stacks x 2 sets x 2 sizes x 3 reps, one host): projected {projected:.1f} s from "
+              f"its first runs, measured {measured:.1f} s; ratio {measured / projected:.2f} (goal within 20%: "
+              f"{'met' if abs(measured / projected - 1) <= 0.2 else 'not met'})")
+    if not args.no_probe:
+        print(f"probe: {replay_probe(args.replay_probe)} into {args.replay_probe}")
+    print(f"load after: {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--zmap-rate", type=int, default=1_000_000, help="ZMap rate asked for (probes/s)")
     parser.add_argument("--parquet-records", type=int, default=200_000, help="records for the Parquet figures")
     parser.add_argument("--no-slurm", action="store_true", help="skip the Slurm array job")
     parser.add_argument("--out", type=Path, default=campaign_plan.MEASURED, help="where to write the figures")
+    parser.add_argument("--replay", action="store_true", help="measure qreplay campaigns instead (see above)")
+    parser.add_argument("--merge-runs", type=int, default=100_000, help="runs for the replay merge figure")
+    parser.add_argument("--no-probe", action="store_true", help="skip the replay stacks' run times")
+    parser.add_argument("--replay-probe", type=Path,
+                        default=campaign_plan.MEASURED.parent / "replay-probe", help="where the probe runs go")
     args = parser.parse_args()
+    if args.replay:
+        replay_main(args)
+        return
     population = Population()
     with tempfile.TemporaryDirectory() as tmp, population_lab(population, clients=2, instance=INSTANCE) as lab:
         work = Path(tmp)

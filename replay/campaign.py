@@ -32,7 +32,7 @@ import math
 import shlex
 import tomllib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import duckdb
@@ -193,7 +193,7 @@ def _key(values: dict, columns: tuple[str, ...]) -> tuple:
     return tuple(values[c] for c in columns)
 
 
-def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[float]]:
+def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[float], list[float]]:
     """Every stored run's seconds (its start to the next run's start on its host in its experiment, the last
     one's to the experiment's end there: set-up and teardown included) with its conditions, and each
     experiment's set-up seconds on a host (its start to its first run), from results files or campaign
@@ -201,8 +201,10 @@ def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[floa
     the directory)."""
     from scanner import campaign_store
 
-    runs, setups = [], []
+    runs, setups, fixed = [], [], []
     for source in sources:
+        for done in sorted(Path(source).glob(f"{campaign_store.WORK}/{VANTAGE}/shard-*.json")):
+            fixed.append(json.loads(done.read_text())["outside_seconds"])
         con = duckdb.connect() if campaign_store.is_campaign(source) else store.open_read_only(source)
         try:
             if campaign_store.is_campaign(source):
@@ -232,7 +234,7 @@ def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[floa
                 runs.append(dict(zip(KEYS[0], values)) | {"seconds": seconds})
             if setup is not None and setup >= 0:
                 setups.append(setup)
-    return runs, setups
+    return runs, setups, fixed
 
 
 def planned_values(plan_: Plan, run: PlannedRun) -> dict:
@@ -253,15 +255,18 @@ class Projection:
     matched: dict[str, int]  # runs estimated at each match level
     measured_runs: int
     setup_seconds: float
+    fixed_seconds: float
 
     @property
     def wall_seconds(self) -> float:
         return max(self.host_seconds)
 
 
-def project(plan_: Plan, hosts: int, measured: list[dict], setups: list[float]) -> Projection:
+def project(plan_: Plan, hosts: int, measured: list[dict], setups: list[float],
+            fixed: list[float] | None = None) -> Projection:
     """Each planned run's time is the mean of the measured runs of its conditions (falling back to coarser
-    matches, KEYS); a host's time is its runs' plus one set-up per experiment it has runs of."""
+    matches, KEYS); a host's time is its runs' plus one set-up per experiment it has runs of, plus a shard's
+    fixed cost (the mean of ``fixed``, measured shards' time outside their experiments)."""
     if hosts < 1:
         raise ToolError(f"hosts must be at least 1, not {hosts}")
     if not measured:
@@ -286,9 +291,10 @@ def project(plan_: Plan, hosts: int, measured: list[dict], setups: list[float]) 
                 seconds[run.shard(hosts)] += table[key]
                 experiments[run.shard(hosts)].add(run.experiment)
                 break
-    host_seconds = [s + setup * len(e) for s, e in zip(seconds, experiments)]
-    return Projection(hosts, len(plan_.runs), host_seconds, sum(seconds) + setup * len(plan_.experiments),
-                      {k: v for k, v in matched.items() if v}, len(measured), setup)
+    once = sum(fixed) / len(fixed) if fixed else 0.0
+    host_seconds = [s + setup * len(e) + once for s, e in zip(seconds, experiments)]
+    return Projection(hosts, len(plan_.runs), host_seconds, sum(seconds) + setup * len(plan_.experiments) + once,
+                      {k: v for k, v in matched.items() if v}, len(measured), setup, once)
 
 
 def projection_lines(plan_: Plan, p: Projection, file: str, directory: str) -> list[str]:
@@ -302,7 +308,8 @@ def projection_lines(plan_: Plan, p: Projection, file: str, directory: str) -> l
         f"on {p.hosts}:{' ' * max(1, 8 - len(str(p.hosts)))}{duration(p.wall_seconds)} (the slowest host's share; "
         f"{math.ceil(p.runs / p.hosts):,} runs at most a host)",
         "estimated:   " + ", ".join(f"{n:,} runs by {level}" for level, n in p.matched.items())
-        + f" (means of {p.measured_runs:,} measured runs; {p.setup_seconds:.1f} s set-up an experiment a host)",
+        + f" (means of {p.measured_runs:,} measured runs; {p.setup_seconds:.1f} s set-up an experiment a host, "
+        f"{p.fixed_seconds:.1f} s a host's own)",
         f"each host:   {shlex.join(host_argv(file, '<I>', p.hosts, directory))}",
     ]
 
@@ -322,6 +329,8 @@ class ShardResult:
     ran: int
     failed: int
     seconds: float
+    #: of them outside the experiments (opening the shard's file, exporting it): a host's fixed cost
+    outside_seconds: float = 0.0
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -355,20 +364,24 @@ def run_shard(plan_: Plan, shard: int, shards: int, directory: str | Path,
             con.close()
         share = plan_.share(shard, shards)
         todo = [run for run in share if run.run_id not in stored]
-        rows = []
+        rows, inside = [], 0.0
         for number, experiment in enumerate(plan_.experiments):
             planned = [(run.condition, run.rep, run.run_id) for run in todo if run.experiment == number]
             if planned:
+                begun = datetime.datetime.now()
                 rows += run_experiment(experiment, work, on_run, planned=planned)
+                inside += (datetime.datetime.now() - begun).total_seconds()
         campaign_store.export_shard(work, root, campaign=plan_.name, vantage=VANTAGE, shard=str(shard),
-                                    open_file=_read_only)
-    return ShardResult(shard, shards, len(share), len(share) - len(todo), len(rows),
-                       sum(row["status"] != "ok" for row in rows),
-                       (datetime.datetime.now() - started).total_seconds())
+                                    open_file=read_only_results)
+        seconds = (datetime.datetime.now() - started).total_seconds()
+        result = ShardResult(shard, shards, len(share), len(share) - len(todo), len(rows),
+                             sum(row["status"] != "ok" for row in rows), seconds, seconds - inside)
+        work.with_suffix(".json").write_text(json.dumps(asdict(result)) + "\n")  # the projection's fixed cost
+    return result
 
 
 @contextlib.contextmanager
-def _read_only(path: str | Path) -> Iterator[duckdb.DuckDBPyConnection]:
+def read_only_results(path: str | Path) -> Iterator[duckdb.DuckDBPyConnection]:
     con = store.open_read_only(path)
     try:
         yield con
