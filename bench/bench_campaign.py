@@ -18,7 +18,17 @@ from the same run:
 
 Writes datasets/campaign/measured.json (what `qscan campaign plan` reads).
 
+``--replay`` measures qreplay campaigns instead (replay/campaign.py; nothing of the above):
+
+- the merge's time for 100,000 runs (two shards of copies of real runs, exported as the campaign layout);
+- the planner's projection against a small campaign's measured time: a first campaign of one repetition
+  each gives the run times, the plan projects the same campaign at three repetitions, which then runs;
+- run times of every usable replay stack at 20 MB, 0 and 40 ms, 0% and 1% loss, one run each, kept as the
+  campaign directory ``--replay-probe`` (default datasets/campaign/replay-probe, not committed), from which
+  docs/scale.md projects datasets/campaign/seeds.toml on 8 and 64 hosts.
+
     .venv/bin/python bench/bench_campaign.py [--parquet-records 200000] [--no-slurm]
+    .venv/bin/python bench/bench_campaign.py --replay [--no-probe]
 """
 
 from __future__ import annotations
@@ -28,8 +38,6 @@ import datetime as dt
 import json
 import os
 import platform
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_parquet import measure as parquet_measure  # noqa: E402
 from procfs import process_cpu_seconds  # noqa: E402
 from lab.population import Population, population_lab, shard_namespace  # noqa: E402
+from common.slurm import single_node_cluster, unavailable_reason as slurm_unavailable  # noqa: E402
 from scanner import campaign_plan  # noqa: E402
 from scanner.campaign import QSCAN, CampaignSpec, run_local, union_check  # noqa: E402
 from scanner.campaign_store import open_campaign  # noqa: E402
@@ -98,66 +107,113 @@ def handshake_run(population: Population, namespaces: list[str], directory: Path
 
 def slurm_proof(population: Population, lab_instance: str, work: Path, measured: dict) -> str:
     """Submit the plan's job file as a 2-task array to a one-node Slurm; the shards' union checked."""
-    for tool in ("slurmctld", "slurmd", "sbatch"):
-        if shutil.which(tool) is None:
-            return f"not run: {tool} missing (Debian slurm-wlm; scripts/setup.sh installs it)"
+    if reason := slurm_unavailable():
+        return f"not run: {reason}"
     directory = work / "slurm-campaign"
     spec = CampaignSpec("slurm", (population.block,), 9, 2)
     projection = campaign_plan.project(population.network.num_addresses, 2, 5000, SETTINGS.concurrency, measured)
     job = work / "campaign.sbatch"
     script = campaign_plan.slurm_script(projection, spec, str(directory), netns_prefix=f"{lab_instance}-shard")
     job.write_text(script.replace("--cooldown 8", "--cooldown 1"))  # the lab answers at once
-    state = work / "slurm"
-    (state / "state").mkdir(parents=True)
-    (state / "spool").mkdir()
-    host = socket.gethostname().split(".")[0]
-    ports = [_free_port() for _ in range(2)]
-    conf = state / "slurm.conf"
-    conf.write_text("\n".join([
-        "ClusterName=qscanbench", f"SlurmctldHost={host}(127.0.0.1)", "AuthType=auth/none", "CredType=cred/none",
-        "SlurmUser=root", "SlurmdUser=root", f"SlurmctldPort={ports[0]}", f"SlurmdPort={ports[1]}",
-        f"StateSaveLocation={state / 'state'}", f"SlurmdSpoolDir={state / 'spool'}",
-        f"SlurmctldPidFile={state / 'slurmctld.pid'}", f"SlurmdPidFile={state / 'slurmd.pid'}",
-        f"SlurmctldLogFile={state / 'slurmctld.log'}", f"SlurmdLogFile={state / 'slurmd.log'}",
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none", "SchedulerType=sched/builtin", "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core", "ReturnToService=2", "MpiDefault=none",
-        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} State=UNKNOWN",
-        f"PartitionName=bench Nodes={host} Default=YES MaxTime=INFINITE State=UP", ""]))
-    env = {**os.environ, "SLURM_CONF": str(conf), "QSCAN": QSCAN}
-    daemons = [subprocess.Popen([daemon, "-D"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True) for daemon in ("slurmctld", "slurmd")]
     try:
-        deadline = time.monotonic() + 30
-        while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True,
-                                           text=True).stdout:
-            if time.monotonic() > deadline:
-                return f"not run: the one-node cluster did not come up in 30 s (see {state}/slurmctld.log)"
-            time.sleep(0.5)
-        started = time.monotonic()
-        done = subprocess.run(["sbatch", "--wait", f"--chdir={work}", str(job)], env=env, capture_output=True,
-                              text=True, timeout=600)
-        seconds = time.monotonic() - started
-        if done.returncode != 0:
-            logs = " | ".join(p.read_text()[-300:] for p in work.glob("qscan-slurm-*.log"))
-            return f"FAILED: sbatch exit {done.returncode}: {done.stderr.strip()} {logs}"
-        con = open_campaign(directory)
-        try:
-            check = union_check(con, population.responsive())
-        finally:
-            con.close()
-        return (f"2-task array job ran in {seconds:.1f} s; union {check['discovered']} discovered, "
-                f"{check['missing']} missing, {check['duplicates']} twice")
+        with single_node_cluster(work / "slurm", "qscanbench") as env:
+            started = time.monotonic()
+            done = subprocess.run(["sbatch", "--wait", f"--chdir={work}", str(job)], env=env | {"QSCAN": QSCAN},
+                                  capture_output=True, text=True, timeout=600)
+            seconds = time.monotonic() - started
+    except RuntimeError as exc:
+        return f"not run: {exc}"
+    if done.returncode != 0:
+        logs = " | ".join(p.read_text()[-300:] for p in work.glob("qscan-slurm-*.log"))
+        return f"FAILED: sbatch exit {done.returncode}: {done.stderr.strip()} {logs}"
+    con = open_campaign(directory)
+    try:
+        check = union_check(con, population.responsive())
     finally:
-        for daemon in daemons:
-            daemon.terminate()
-            daemon.wait(timeout=30)
+        con.close()
+    return (f"2-task array job ran in {seconds:.1f} s; union {check['discovered']} discovered, "
+            f"{check['missing']} missing, {check['duplicates']} twice")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+SMALL_CAMPAIGN = """campaign = "{name}"
+[[experiment]]
+name = "small"
+stacks = ["ngtcp2", "quic-go"]
+sets = ["firefox", "chrome"]
+size = ["1MB", "5MB"]
+reps = {reps}
+"""
+
+
+def replay_merge(runs: int, work: Path) -> float:
+    """Seconds `campaign.merge` takes for ``runs`` runs in two shards (copies of one small campaign's runs)."""
+    from replay import campaign as replay_campaign, store
+    from scanner.campaign_store import export_shard
+
+    seed = work / "seed.toml"
+    seed.write_text(SMALL_CAMPAIGN.format(name="mergebench", reps=1).replace('size = ["1MB", "5MB"]', 'size = "100KB"'))
+    plan = replay_campaign.load(seed)
+    replay_campaign.run_shard(plan, 0, 1, work / "seed")
+    for shard in range(2):
+        path = work / f"copies-{shard}.duckdb"
+        con = store.connect(path)
+        con.execute(f"ATTACH '{work / 'seed' / '_work' / 'main' / 'shard-0.duckdb'}' AS seed (READ_ONLY)")
+        con.execute("INSERT INTO experiments SELECT * FROM seed.experiments")
+        copies = runs // 2 // len(plan.runs) + 1
+        con.execute(f"INSERT INTO runs BY NAME SELECT r.* REPLACE (run_id || '-{shard}-' || i AS run_id) FROM seed.runs r, "
+                    f"range({copies}) t(i) LIMIT {runs // 2}")
+        con.close()
+        export_shard(path, work / "copies", campaign="mergebench", vantage="main", shard=str(shard),
+                     open_file=replay_campaign.read_only_results)
+    started = time.monotonic()
+    result = replay_campaign.merge(work / "copies", work / "copies.duckdb", partial=True)
+    seconds = time.monotonic() - started
+    assert result.runs == runs // 2 * 2, result
+    return seconds
+
+
+def replay_projection(work: Path) -> tuple[float, float]:
+    """(projected, measured) seconds of a small campaign on one host, projected from its first runs."""
+    from replay import campaign as replay_campaign
+
+    first, full = work / "first.toml", work / "full.toml"
+    first.write_text(SMALL_CAMPAIGN.format(name="first", reps=1))
+    full.write_text(SMALL_CAMPAIGN.format(name="full", reps=3))
+    replay_campaign.run_shard(replay_campaign.load(first), 0, 1, work / "first")
+    plan = replay_campaign.load(full)
+    projection = replay_campaign.project(plan, 1, *replay_campaign.measured_durations([work / "first"]))
+    result = replay_campaign.run_shard(plan, 0, 1, work / "full")
+    return projection.wall_seconds, result.seconds
+
+
+def replay_probe(directory: Path) -> str:
+    from replay import campaign as replay_campaign
+    from replay.stacks import every_stack
+
+    stacks = [name for name, stack in every_stack().items() if not stack.own_parameters and "client" in stack.roles
+              and stack.unavailable_reason() is None]
+    probe = directory.parent / "replay-probe.toml"
+    probe.write_text(f'campaign = "probe"\n[[experiment]]\nname = "stacks"\nstacks = {json.dumps(stacks)}\n'
+                     'sets = ["firefox"]\ndelays = ["0ms", "40ms"]\nlosses = ["0%", "1%"]\nsize = "20MB"\nreps = 1\n')
+    result = replay_campaign.run_shard(replay_campaign.load(probe), 0, 1, directory)
+    return f"{result.ran} runs of {', '.join(stacks)} in {result.seconds:.0f} s ({result.failed} failed)"
+
+
+def replay_main(args) -> None:
+    load = os.getloadavg()[0]
+    print(f"qreplay campaigns, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, load {load:.1f}, "
+          f"{os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory() as tmp:
+        seconds = replay_merge(args.merge_runs, Path(tmp))
+        print(f"merge of {args.merge_runs:,} runs (2 shards): {seconds:.1f} s")
+    with tempfile.TemporaryDirectory() as tmp:
+        projected, measured = replay_projection(Path(tmp))
+        print(f"small campaign (2 stacks x 2 sets x 2 sizes x 3 reps, one host): projected {projected:.1f} s from "
+              f"its first runs, measured {measured:.1f} s; ratio {measured / projected:.2f} (goal within 20%: "
+              f"{'met' if abs(measured / projected - 1) <= 0.2 else 'not met'})")
+    if not args.no_probe:
+        print(f"probe: {replay_probe(args.replay_probe)} into {args.replay_probe}")
+    print(f"load after: {os.getloadavg()[0]:.1f}")
 
 
 def main() -> None:
@@ -166,7 +222,15 @@ def main() -> None:
     parser.add_argument("--parquet-records", type=int, default=200_000, help="records for the Parquet figures")
     parser.add_argument("--no-slurm", action="store_true", help="skip the Slurm array job")
     parser.add_argument("--out", type=Path, default=campaign_plan.MEASURED, help="where to write the figures")
+    parser.add_argument("--replay", action="store_true", help="measure qreplay campaigns instead (see above)")
+    parser.add_argument("--merge-runs", type=int, default=100_000, help="runs for the replay merge figure")
+    parser.add_argument("--no-probe", action="store_true", help="skip the replay stacks' run times")
+    parser.add_argument("--replay-probe", type=Path,
+                        default=campaign_plan.MEASURED.parent / "replay-probe", help="where the probe runs go")
     args = parser.parse_args()
+    if args.replay:
+        replay_main(args)
+        return
     population = Population()
     with tempfile.TemporaryDirectory() as tmp, population_lab(population, clients=2, instance=INSTANCE) as lab:
         work = Path(tmp)

@@ -261,7 +261,7 @@ COUNTER_COLUMNS = tuple(f"{side}_{way}_{unit}" for side in ("client", "server")
 
 
 def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep: int,
-             experiment_id: str, backend: str, server_stack: Stack | None = None) -> dict:
+             experiment_id: str, backend: str, server_stack: Stack | None = None, run_id: str | None = None) -> dict:
     """One run of the options' workload (a download by default) by ``options.clients`` of ``stack``'s clients
     against ``server_stack``'s server (default: ``stack``'s); always returns a row, with status ok | timeout |
     failed."""
@@ -270,7 +270,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
     workload = options.workload
     requests, concurrency = workload.asked(options.requests, options.concurrency)
     row: dict = {
-        "experiment_id": experiment_id, "run_id": uuid.uuid4().hex,
+        "experiment_id": experiment_id, "run_id": run_id or uuid.uuid4().hex,
         "started_at": datetime.datetime.now(), "set_name": condition.client.name,
         "set_fingerprint": condition.client.params.fingerprint(),
         "server_set_name": condition.server.name if condition.server else None,
@@ -546,8 +546,13 @@ def run_order(conditions: list[Condition], reps: int) -> list[tuple[Condition, i
 
 
 def run_experiment(experiment: Experiment, results: str | Path,
-                   on_run: Callable[[dict], None] | None = None) -> list[dict]:
-    """Run every condition ``reps`` times in round-robin order, storing each round as one batch."""
+                   on_run: Callable[[dict], None] | None = None,
+                   planned: list[tuple[Condition, int, str]] | None = None) -> list[dict]:
+    """Run every condition ``reps`` times in round-robin order, storing each round as one batch.
+
+    ``planned``: (condition, rep, run id) in the order to run them instead (a campaign shard's share,
+    replay/campaign.py); each run is then stored on its own, with its traces, in one transaction under its
+    plan's run id, so a shard killed at any moment holds whole runs only and resumes by their ids."""
     server_stack = experiment.stacks(None)[1]
     used = {s.name: s for c in experiment.conditions for s in experiment.stacks(c)}
     for stack in {experiment.stack.name: experiment.stack, server_stack.name: server_stack, **used}.values():
@@ -579,7 +584,9 @@ def run_experiment(experiment: Experiment, results: str | Path,
     try:
         with contextlib.ExitStack() as held:
             try:
-                for condition, rep in run_order(experiment.conditions, experiment.reps):
+                order = planned if planned is not None else [
+                    (condition, rep, None) for condition, rep in run_order(experiment.conditions, experiment.reps)]
+                for condition, rep, run_id in order:
                     if condition.link != path_link or (batch and rep != batch[-1]["rep"]):
                         store.insert(con, "runs", batch)  # a finished round is kept even if the next fails
                         rows += batch
@@ -598,14 +605,19 @@ def run_experiment(experiment: Experiment, results: str | Path,
                     path_link = condition.link
                     client_stack, condition_server = experiment.stacks(condition)
                     row = run_once(client_stack, path, condition, experiment.options, rep,
-                                   experiment.experiment_id, experiment.link_backend, condition_server)
-                    if traced := row.pop("trace", None):
-                        store.insert(con, "traces", [traced[0]])
-                        store.insert(con, "trace_points", traced[1])
-                    if profiled := row.pop("profile", None):
-                        store.insert(con, "profiles", profiled[0])
-                        store.insert(con, "profile_stacks", profiled[1])
-                    batch.append(row)
+                                   experiment.experiment_id, experiment.link_backend, condition_server, run_id)
+                    with store.transaction(con) if run_id else nullcontext():
+                        if traced := row.pop("trace", None):
+                            store.insert(con, "traces", [traced[0]])
+                            store.insert(con, "trace_points", traced[1])
+                        if profiled := row.pop("profile", None):
+                            store.insert(con, "profiles", profiled[0])
+                            store.insert(con, "profile_stacks", profiled[1])
+                        if run_id:
+                            store.insert(con, "runs", [row])
+                            rows.append(row)
+                        else:
+                            batch.append(row)
                     if on_run:
                         on_run(row)
             finally:

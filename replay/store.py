@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -135,6 +136,18 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows: Iterable[Mapping], 
     finally:
         con.unregister("_batch")
     return len(rows)
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """All the block's writes or none of them (a kill -9 inside it leaves none after the WAL's replay)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
 
 
 def upsert_experiment(con: duckdb.DuckDBPyConnection, experiment: Mapping) -> None:

@@ -16,12 +16,10 @@ inside its own network namespace of a population lab (lab/population.py).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,13 +27,11 @@ from common.process import STARTED_PIDS, ns_command
 from tparams.errors import ToolError
 
 
-from scanner.campaign_store import export_shard
+from scanner.campaign_store import agree, export_shard, only_runner, work_file
 from scanner.discovery.ipv4 import prepare, scan_ipv4
 from scanner.discovery.plan import LAB_RANGE, make_plan, parse_cidr
 from scanner.engine import ScanSettings
 
-MANIFEST = "_campaign.json"
-WORK = "_work"  # leading underscore: Hive readers (DuckDB's globs, Spark) skip it
 QSCAN = str(Path(sys.executable).parent / "qscan")
 
 
@@ -75,10 +71,6 @@ class ShardResult:
     rows: dict[str, int]
 
 
-def work_file(directory: str | Path, vantage: str, shard: int) -> Path:
-    return Path(directory) / WORK / vantage / f"shard-{shard}.duckdb"
-
-
 def shard_argv(spec: CampaignSpec, shard: int | str, directory: str | Path, *, vantage: str, rate: int,
                cooldown: int, settings: ScanSettings, qscan: str = "qscan") -> list[str]:
     """The command the host of ``shard`` runs (``shard`` may be a shell expression, e.g. for Slurm)."""
@@ -97,12 +89,12 @@ def run_shard(directory: str | Path, spec: CampaignSpec, shard: int, *, vantage:
         raise ToolError(f"shard must be I/N with 0 <= I < N, not {shard}/{spec.shards}")
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
-    agree(root, spec)
+    agree(root, _manifest(spec))
     work = work_file(root, vantage, shard)
     work.parent.mkdir(parents=True, exist_ok=True)
     done = work.with_suffix(".done")
     label = f"shard {shard}/{spec.shards} of campaign {spec.name} (vantage {vantage})"
-    with _only_runner(work.with_suffix(".lock"), label):
+    with only_runner(work.with_suffix(".lock"), label):
         if done.exists():
             raise ToolError(f"{label} is already complete in {root}; refusing to run it twice")
         resumed = work.exists()
@@ -118,28 +110,8 @@ def run_shard(directory: str | Path, spec: CampaignSpec, shard: int, *, vantage:
     return outcome
 
 
-def agree(root: Path, spec: CampaignSpec) -> None:
-    """Record ``spec`` as the campaign's, or refuse it if the campaign is another one."""
-    path = root / MANIFEST
-    wanted = asdict(spec) | {"targets": list(spec.targets)}
-    with contextlib.suppress(FileExistsError):
-        with open(path, "x") as handle:  # the first shard to arrive writes it
-            handle.write(json.dumps(wanted, indent=1) + "\n")
-    held = json.loads(path.read_text())
-    differs = [f"{key} {held.get(key)} (this shard: {value})" for key, value in wanted.items() if held.get(key) != value]
-    if differs:
-        raise ToolError(f"{root} holds campaign {held.get('name')} with {', '.join(differs)}; "
-                        "shards of different scans would overlap: refusing")
-
-
-@contextlib.contextmanager
-def _only_runner(lock: Path, label: str) -> Iterator[None]:
-    with open(lock, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ToolError(f"{label} is being run by another process; refusing to run it twice") from None
-        yield
+def _manifest(spec: CampaignSpec) -> dict:
+    return asdict(spec) | {"targets": list(spec.targets)}
 
 
 def start_local(spec: CampaignSpec, directory: str | Path, namespaces: Sequence[str], *, vantage: str, rate: int,
@@ -148,7 +120,7 @@ def start_local(spec: CampaignSpec, directory: str | Path, namespaces: Sequence[
     if len(namespaces) < spec.shards:
         raise ToolError(f"{spec.shards} shards need as many client namespaces; the lab has {len(namespaces)}")
     Path(directory).mkdir(parents=True, exist_ok=True)
-    agree(Path(directory), spec)  # before any shard starts: a mismatch is one line, not N
+    agree(Path(directory), _manifest(spec))  # before any shard starts: a mismatch is one line, not N
     started = {}
     for shard in range(spec.shards) if shards is None else shards:
         argv = shard_argv(spec, shard, directory, vantage=vantage, rate=rate, cooldown=cooldown, settings=settings,

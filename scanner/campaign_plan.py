@@ -18,6 +18,7 @@ import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from common.slurm import array_job
 from tparams.errors import ToolError
 
 from scanner.campaign import CampaignSpec, shard_argv
@@ -145,26 +146,14 @@ def as_json(p: Projection, spec: CampaignSpec, directory: str, discovery: str = 
 
 def slurm_script(p: Projection, spec: CampaignSpec, directory: str, netns_prefix: str | None = None) -> str:
     """A Slurm array job: task I runs shard I (a requeued task resumes its shard)."""
-    limit = max(10, math.ceil(p.total_hours * 60 * 2))  # twice the projection, at least 10 minutes
+    limit = math.ceil(p.total_hours * 60 * 2)  # twice the projection, at least 10 minutes (array_job)
     command = shlex.join(host_command("zmap", spec, "SHARD", directory, p.rate, p.concurrency, qscan="QSCAN"))
     command = command.replace("SHARD/", '"${SLURM_ARRAY_TASK_ID}"/').replace("QSCAN", '"${QSCAN:-qscan}"', 1)
     if netns_prefix:
         command = f'ip netns exec {shlex.quote(netns_prefix)}"${{SLURM_ARRAY_TASK_ID}}" {command}'
-    return "\n".join([
-        "#!/bin/bash",
-        f"# qscan campaign {spec.name}: {p.hosts} shards of {', '.join(spec.targets) or 'the IPv4 space'}, "
-        f"projected {_hours(p.total_hours)} a shard (qscan campaign plan)",
-        f"#SBATCH --job-name=qscan-{spec.name}",
-        f"#SBATCH --array=0-{p.hosts - 1}",
-        "#SBATCH --ntasks=1",
-        "#SBATCH --cpus-per-task=1",
-        f"#SBATCH --time={limit // 60}:{limit % 60:02d}:00",
-        f"#SBATCH --output=qscan-{spec.name}-%A_%a.log",
-        "#SBATCH --requeue",
-        "set -euo pipefail",
-        f"exec {command}",
-        "",
-    ])
+    return array_job(f"qscan-{spec.name}", p.hosts, limit, command,
+                     f"qscan campaign {spec.name}: {p.hosts} shards of {', '.join(spec.targets) or 'the IPv4 space'}, "
+                     f"projected {_hours(p.total_hours)} a shard (qscan campaign plan)")
 
 
 def _hours(hours: float) -> str:

@@ -35,7 +35,7 @@ import re
 import shutil
 import sys
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import duckdb
@@ -45,6 +45,8 @@ from tparams.errors import ToolError, first_line
 from scanner.store import ScanStore
 
 SCHEMA_FILE = "_schema.json"
+MANIFEST = "_campaign.json"  # what every shard of a campaign must agree on
+WORK = "_work"  # each shard's own DuckDB file; leading underscore: Hive readers (DuckDB's globs, Spark) skip it
 FORMAT = "qscan-campaign/1"
 PARTITION_KEYS = ("campaign", "vantage", "campaign_shard")
 # Numbered from 1 in every scan file: colliding across shards.
@@ -52,28 +54,30 @@ FILE_LOCAL_IDS = ("scan_id", "handshake_id", "hello_id")
 # schema_version is _schema.json's "components" (and each file's metadata).
 _NOT_EXPORTED = {"schema_version"}
 _META_SCHEMA, _META_SHARD = "qscan_schema", "qscan_shard"
-# Shards of one campaign and vantage must not share a target (handshakes) or an address (discovery).
-_OVERLAP_KEYS = (("handshakes", ("ip", "port", "sni")), ("discovery", ("ip", "port")))
+# Shards of one campaign and vantage must not share a target (handshakes), an address (discovery) or a
+# planned replay run (runs, keyed by its plan id: qreplay campaigns).
+_OVERLAP_KEYS = (("handshakes", ("ip", "port", "sni")), ("discovery", ("ip", "port")), ("runs", ("run_id",)))
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _FILE = re.compile(r"/([^/]+)/campaign=([^/]+)/vantage=([^/]+)/campaign_shard=([^/]+)/[^/]+\.parquet$")
 
 
-def export_shard(store_path: str | Path, campaign_dir: str | Path, *, campaign: str, vantage: str, shard: str | int) -> dict[str, int]:
+def export_shard(store_path: str | Path, campaign_dir: str | Path, *, campaign: str, vantage: str, shard: str | int,
+                 open_file: Callable[[str | Path], contextlib.AbstractContextManager] | None = None) -> dict[str, int]:
     """Write every table of the scan file ``store_path`` as this shard's partition of ``campaign_dir``.
 
     Returns rows written per table. Re-exporting a shard replaces it. Refused
     (ToolError, nothing written): a label that is not a plain name, a schema
     component at another version than the campaign's, and a target
     (ip, port, sni) or discovered address that another shard of the same
-    campaign and vantage already holds.
+    campaign and vantage already holds. ``open_file`` opens the shard's file read-only as a context
+    manager giving a DuckDB connection (default: a qscan scan file; qreplay passes its results file's).
     """
     labels = {"campaign": campaign, "vantage": vantage, "campaign_shard": str(shard) if isinstance(shard, int) else shard}
     for key, value in labels.items():
         if not isinstance(value, str) or not _LABEL.fullmatch(value):
             raise ToolError(f"{key} label {value!r} is not a plain name (letters, digits, . _ -; not starting with . _ -)")
     root = Path(campaign_dir)
-    with ScanStore.open(store_path, read_only=True) as store, made_directory(root):
-        con = store.con
+    with (open_file or _scan_file)(store_path) as con, made_directory(root):
         ddl = catalog_ddl(con, _current(con))
         components = dict(con.execute("SELECT name, version FROM schema_version ORDER BY name").fetchall())
         tables = [t for t in ddl["tables"] if t not in _NOT_EXPORTED]
@@ -107,6 +111,40 @@ def export_shard(store_path: str | Path, campaign_dir: str | Path, *, campaign: 
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return rows
+
+
+@contextlib.contextmanager
+def _scan_file(path: str | Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    with ScanStore.open(path, read_only=True) as store:
+        yield store.con
+
+
+def work_file(directory: str | Path, vantage: str, shard: int) -> Path:
+    return Path(directory) / WORK / vantage / f"shard-{shard}.duckdb"
+
+
+def agree(root: Path, wanted: dict) -> None:
+    """Record ``wanted`` as the campaign's manifest, or refuse it if the campaign is another one."""
+    path = root / MANIFEST
+    with contextlib.suppress(FileExistsError):
+        with open(path, "x") as handle:  # the first shard to arrive writes it
+            handle.write(json.dumps(wanted, indent=1) + "\n")
+    held = json.loads(path.read_text())
+    differs = [f"{key} {held.get(key)} (this shard: {value})" for key, value in wanted.items() if held.get(key) != value]
+    if differs:
+        raise ToolError(f"{root} holds campaign {held.get('name')} with {', '.join(differs)}; "
+                        "shards of different campaigns would overlap: refusing")
+
+
+@contextlib.contextmanager
+def only_runner(lock: Path, label: str) -> Iterator[None]:
+    """Held while one process runs a shard: a second one is refused in one line."""
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ToolError(f"{label} is being run by another process; refusing to run it twice") from None
+        yield
 
 
 @contextlib.contextmanager
@@ -443,6 +481,8 @@ def _locked(root: Path) -> Iterator[None]:
 
 def endpoint(key: tuple) -> str:
     """(ip, port[, sni]) as a refusal names it: ``198.18.1.10:443 (sni alpha.lab.test)``."""
+    if len(key) == 1:  # a plan id (runs)
+        return str(key[0])
     return f"{key[0]}:{key[1]}" + (f" (sni {key[2]})" if len(key) > 2 and key[2] else "")
 
 

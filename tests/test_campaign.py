@@ -18,7 +18,8 @@ import pytest
 from conftest import lab_instance, lab_unavailable
 from common.netns import namespace_pids
 from lab.population import Part, Population, population_lab, shard_namespace
-from scanner.campaign import CampaignSpec, start_local, union_check, wait_local, work_file
+from scanner.campaign import CampaignSpec, start_local, union_check, wait_local
+from scanner.campaign_store import work_file
 from scanner.campaign_store import open_campaign
 from scanner.engine import ScanSettings
 from scanner.merge import merge_scans

@@ -1,0 +1,456 @@
+"""Replay campaigns: experiments written down as one TOML file, planned into runs, spread over hosts.
+
+A campaign file names experiments with the replay command line's own option
+names (``stacks``, ``sets``, ``server-set``, ``delays``, ``losses``, ``rate``,
+``size``, ``reps``, ``workload``, ``link``, each knob by its option, e.g.
+``cc``); ``size`` and each knob take one value or a list (a list is one more
+axis of conditions). :func:`plan` expands it into runs, each with a plan id
+(its ``run_id``), checking every stack, set and knob before any run.
+
+Order: per experiment, as ``qreplay`` runs one (replay/runner.py's
+``run_order``): conditions sharing a link together, rounds of one run per
+condition, the round's order rotated by one each repetition; the k-th run of
+that order goes to shard k mod N. So each host runs rounds over the
+conditions as one host does, and a condition's repetitions land on different
+hosts.
+
+A shard (:func:`run_shard`) stores each run on its own under its plan id in
+its own results file (``DIR/_work/main/shard-I.duckdb``), skipping the ids
+it holds (resume after kill -9), then exports it as its partition of the
+Parquet campaign directory ``DIR`` (scanner/campaign_store.py's layout and
+rules); :func:`merge` makes the partitions one results file again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import itertools
+import json
+import math
+import shlex
+import tomllib
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import duckdb
+
+from replay import store
+from replay.runner import Condition, Experiment, run_experiment, run_order
+from tparams.errors import ToolError, first_line
+from tparams.knobs import KNOBS
+
+VANTAGE = "main"  # the layout's vantage key: a replay campaign has one
+#: the campaign file's keys of an experiment (the replay command line's option names) and their defaults
+LIST_OPTIONS = {"stacks": ["ngtcp2"], "sets": ["firefox"], "delays": ["0ms"], "losses": ["0%"]}
+VALUE_OPTIONS = {"server-set": None, "server-stack": None, "delay-up": "0ms", "jitter": "0ms", "rate": None,
+                 "queue": None, "size": "5MB", "reps": 10, "workload": "download", "requests": 1, "concurrency": 1,
+                 "clients": 1, "link": "auto", "timeout": None, "udp-buffer": "1664KiB"}
+KNOB_OPTIONS = {knob.option[2:]: knob for knob in KNOBS.values()}
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    index: int  # position in the campaign's order
+    run_id: str
+    experiment: int  # index into Plan.experiments
+    condition: Condition
+    rep: int
+
+    def shard(self, shards: int) -> int:
+        return self.index % shards
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    experiments: list[Experiment]
+    runs: list[PlannedRun]
+    digest: str  # of the expanded plan: shards of one campaign must agree on it
+
+    def share(self, shard: int, shards: int) -> list[PlannedRun]:
+        return [run for run in self.runs if run.shard(shards) == shard]
+
+
+def load(path: str | Path) -> Plan:
+    """The campaign file ``path`` planned; every refusal one line (ToolError)."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ToolError(f"no campaign file {path}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ToolError(f"{path} is not a TOML campaign file: {exc}") from None
+    return plan(data, str(path))
+
+
+def plan(data: dict, source: str = "campaign") -> Plan:
+    name = data.get("campaign")
+    if not isinstance(name, str) or not name:
+        raise ToolError(f"{source}: give the campaign a name (campaign = \"NAME\")")
+    unknown = set(data) - {"campaign", "experiment"}
+    if unknown:
+        raise ToolError(f"{source}: unknown key {sorted(unknown)[0]!r} (a campaign has `campaign` and "
+                        "[[experiment]] tables)")
+    entries = data.get("experiment")
+    if not isinstance(entries, list) or not entries:
+        raise ToolError(f"{source}: no [[experiment]] tables")
+    experiments: list[Experiment] = []
+    for number, entry in enumerate(entries, 1):
+        experiments += _expand(name, entry, f"{source}: experiment {entry.get('name', number)!r}")
+    ids = [e.experiment_id for e in experiments]
+    if len(set(ids)) != len(ids):
+        raise ToolError(f"{source}: two experiments share a name and size; name each [[experiment]]")
+    runs: list[PlannedRun] = []
+    for number, experiment in enumerate(experiments):
+        for condition, rep in rotated_order(experiment.conditions, experiment.reps):
+            index = experiment.conditions.index(condition)
+            runs.append(PlannedRun(len(runs), f"{experiment.experiment_id}-c{index}-r{rep}", number, condition, rep))
+    described = [[e.experiment_id, e.tags, e.reps, e.link_backend] for e in experiments]
+    digest = hashlib.sha256(json.dumps([name, described, [r.run_id for r in runs]], default=str)
+                            .encode()).hexdigest()[:16]
+    return Plan(name, experiments, runs, digest)
+
+
+def rotated_order(conditions: list[Condition], reps: int) -> list[tuple[Condition, int]]:
+    """runner.run_order, each round's conditions rotated by one a repetition: dealt to N hosts in turn, a
+    condition's repetitions go to different hosts even when N divides the conditions."""
+    order, rounds = [], itertools.groupby(run_order(conditions, reps), key=lambda pair: (pair[0].link, pair[1]))
+    for _, members in rounds:
+        members = list(members)
+        shift = (members[0][1] - 1) % len(members)
+        order += members[shift:] + members[:shift]
+    return order
+
+
+def _values(entry: dict, key: str, default) -> list:
+    value = entry.get(key, default)
+    return value if isinstance(value, list) else [value]
+
+
+def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
+    """One [[experiment]] table as runner Experiments: one per size (a run's options hold one size)."""
+    from replay import sets as sets_api
+    from replay.commands.run import make_link, make_options, optional_stack, server_set
+    from replay.link import parse_size
+    from replay.sets import own_set
+    from replay.stacks import get_stack
+
+    if not isinstance(entry, dict):
+        raise ToolError(f"{where}: an experiment is a table of options")
+    known = {"name", *LIST_OPTIONS, *VALUE_OPTIONS, *KNOB_OPTIONS}
+    for key in entry:
+        if key not in known:
+            raise ToolError(f"{where}: unknown option {key!r} (known: {', '.join(sorted(known))})")
+    for key in LIST_OPTIONS:
+        if key in entry and (not isinstance(entry[key], list) or not entry[key]):
+            raise ToolError(f"{where}: {key} is a list, e.g. {key} = [{LIST_OPTIONS[key][0]!r}]")
+    label = str(entry.get("name", "experiment"))
+    option = {key: entry.get(key, default) for key, default in VALUE_OPTIONS.items() if key != "size"}
+    try:
+        stacks = [get_stack(str(name)) for name in entry.get("stacks", LIST_OPTIONS["stacks"])]
+        clients = [s for spec in entry.get("sets", LIST_OPTIONS["sets"]) for s in sets_api.resolve(str(spec))]
+        server = server_set(option["server-set"], None)
+        links = [make_link(str(d), str(option["delay-up"]), str(option["jitter"]), str(x),
+                         option["rate"] and str(option["rate"]), option["queue"] and str(option["queue"]))
+                 for d in entry.get("delays", LIST_OPTIONS["delays"]) for x in entry.get("losses", LIST_OPTIONS["losses"])]
+        axes = {knob.name: [knob.parse(str(v).lower()) if knob.kind != "switch" else bool(v)
+                            for v in _values(entry, key, None)] for key, knob in KNOB_OPTIONS.items() if key in entry}
+        knob_points = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+        experiments = []
+        for size in _values(entry, "size", VALUE_OPTIONS["size"]):
+            options = make_options(str(size), None, option["timeout"], workload=str(option["workload"]),
+                                   requests=int(option["requests"]), concurrency=int(option["concurrency"]),
+                                   clients=int(option["clients"]))
+            conditions = [Condition(c, server, lk, stack=s, knobs=k) for lk in links for k in knob_points
+                          for s in stacks for c in ([own_set(s)] if s.own_parameters else clients)]
+            identity = f"{campaign}/{label}/{size}"
+            experiments.append(Experiment(
+                "campaign", stacks[0], conditions, options, int(option["reps"]), str(option["link"]),
+                f"qreplay campaign run ({campaign}, experiment {label}, size {size})",
+                udp_buffer_bytes=parse_size(str(option["udp-buffer"]), "udp-buffer"),
+                tags={"campaign": campaign, "campaign_experiment": label},
+                experiment_id=hashlib.sha256(identity.encode()).hexdigest()[:12],
+                server_stack=optional_stack(option["server-stack"])))
+    except ToolError as exc:
+        raise ToolError(f"{where}: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise ToolError(f"{where}: {exc}") from None
+    if not 1 <= experiments[0].reps:
+        raise ToolError(f"{where}: reps must be at least 1")
+    return experiments
+
+
+# --- projection ----------------------------------------------------------------------------------
+
+#: what a run's time depends on, from the most exact match to the coarsest
+KEYS = (("stack", "server_stack", "delay_ms", "loss_pct", "rate_bps", "size_bytes", "workload"),
+        ("stack", "size_bytes"), ("stack",), ())
+
+
+def _key(values: dict, columns: tuple[str, ...]) -> tuple:
+    return tuple(values[c] for c in columns)
+
+
+def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[float], list[float]]:
+    """Every stored run's seconds (its start to the next run's start on its host in its experiment, the last
+    one's to the experiment's end there: set-up and teardown included) with its conditions, and each
+    experiment's set-up seconds on a host (its start to its first run), from results files or campaign
+    directories (a campaign's hosts told apart by their partitions; a merged file interleaves them: give
+    the directory)."""
+    from scanner import campaign_store
+
+    runs, setups, fixed = [], [], []
+    for source in sources:
+        for done in sorted(Path(source).glob(f"{campaign_store.WORK}/{VANTAGE}/shard-*.json")):
+            fixed.append(json.loads(done.read_text())["outside_seconds"])
+        con = duckdb.connect() if campaign_store.is_campaign(source) else store.open_read_only(source)
+        try:
+            if campaign_store.is_campaign(source):
+                _, shards = campaign_store.campaign_shards(con, source)
+                for table in ("runs", "experiments"):
+                    files = [tables[table]["file"] for tables in shards.values() if table in tables]
+                    con.execute(f"CREATE TEMP VIEW host_{table} AS SELECT * FROM read_parquet({files!r}, "
+                                "hive_partitioning = true, union_by_name = true)")
+                host = "campaign_shard"
+            else:
+                con.execute("CREATE TEMP VIEW host_runs AS SELECT * FROM runs")
+                con.execute("CREATE TEMP VIEW host_experiments AS SELECT * FROM experiments")
+                host = "'one'"
+            rows = con.execute(f"""
+                SELECT r.stack, r.server_stack, r.delay_ms, r.loss_pct, r.rate_bps, r.size_bytes, r.workload,
+                       epoch(coalesce(lead(r.started_at) OVER w, e.finished_at) - r.started_at) AS seconds,
+                       CASE WHEN row_number() OVER w = 1 THEN epoch(r.started_at - e.started_at) END AS setup
+                FROM (SELECT *, {host} AS host FROM host_runs) r
+                JOIN (SELECT *, {host} AS host FROM host_experiments) e USING (experiment_id, host)
+                WINDOW w AS (PARTITION BY r.experiment_id, r.host ORDER BY r.started_at)""").fetchall()
+        except duckdb.Error as exc:
+            raise ToolError(f"cannot read run times from {source}: {first_line(exc)}") from None
+        finally:
+            con.close()
+        for *values, seconds, setup in rows:
+            if seconds is not None and seconds > 0:
+                runs.append(dict(zip(KEYS[0], values)) | {"seconds": seconds})
+            if setup is not None and setup >= 0:
+                setups.append(setup)
+    return runs, setups, fixed
+
+
+def planned_values(plan_: Plan, run: PlannedRun) -> dict:
+    experiment = plan_.experiments[run.experiment]
+    client, server = experiment.stacks(run.condition)
+    link = run.condition.link
+    return {"stack": client.name, "server_stack": server.name, "delay_ms": link.delay_down_ms,
+            "loss_pct": link.loss_pct, "rate_bps": link.rate_bps, "size_bytes": experiment.options.size,
+            "workload": experiment.options.workload.name}
+
+
+@dataclass(frozen=True)
+class Projection:
+    hosts: int
+    runs: int
+    host_seconds: list[float]  # each host's share, set-ups included
+    one_host_seconds: float
+    matched: dict[str, int]  # runs estimated at each match level
+    measured_runs: int
+    setup_seconds: float
+    fixed_seconds: float
+
+    @property
+    def wall_seconds(self) -> float:
+        return max(self.host_seconds)
+
+
+def project(plan_: Plan, hosts: int, measured: list[dict], setups: list[float],
+            fixed: list[float] | None = None) -> Projection:
+    """Each planned run's time is the mean of the measured runs of its conditions (falling back to coarser
+    matches, KEYS); a host's time is its runs' plus one set-up per experiment it has runs of, plus a shard's
+    fixed cost (the mean of ``fixed``, measured shards' time outside their experiments)."""
+    if hosts < 1:
+        raise ToolError(f"hosts must be at least 1, not {hosts}")
+    if not measured:
+        raise ToolError("no measured runs to project from: give --measured with an earlier results file or "
+                        "campaign directory (a campaign's first runs, e.g. `qreplay campaign run` with reps = 1)")
+    means = []
+    for columns in KEYS:
+        groups: dict[tuple, list[float]] = {}
+        for run in measured:
+            groups.setdefault(_key(run, columns), []).append(run["seconds"])
+        means.append({key: sum(v) / len(v) for key, v in groups.items()})
+    setup = sum(setups) / len(setups) if setups else 0.0
+    names = ("condition", "stack and size", "stack", "any run")
+    matched = dict.fromkeys(names, 0)
+    seconds = [0.0] * hosts
+    experiments: list[set[int]] = [set() for _ in range(hosts)]
+    for run in plan_.runs:
+        values = planned_values(plan_, run)
+        for name, columns, table in zip(names, KEYS, means):
+            if (key := _key(values, columns)) in table:
+                matched[name] += 1
+                seconds[run.shard(hosts)] += table[key]
+                experiments[run.shard(hosts)].add(run.experiment)
+                break
+    once = sum(fixed) / len(fixed) if fixed else 0.0
+    host_seconds = [s + setup * len(e) + once for s, e in zip(seconds, experiments)]
+    return Projection(hosts, len(plan_.runs), host_seconds, sum(seconds) + setup * len(plan_.experiments) + once,
+                      {k: v for k, v in matched.items() if v}, len(measured), setup, once)
+
+
+def projection_lines(plan_: Plan, p: Projection, file: str, directory: str) -> list[str]:
+    from scanner.discovery.plan import duration
+
+    conditions = sum(len(e.conditions) for e in plan_.experiments)
+    return [
+        f"campaign:    {plan_.name} ({plan_.digest}): {len(plan_.experiments)} experiments, {conditions} conditions, "
+        f"{p.runs:,} runs",
+        f"one host:    {duration(p.one_host_seconds)}",
+        f"on {p.hosts}:{' ' * max(1, 8 - len(str(p.hosts)))}{duration(p.wall_seconds)} (the slowest host's share; "
+        f"{math.ceil(p.runs / p.hosts):,} runs at most a host)",
+        "estimated:   " + ", ".join(f"{n:,} runs by {level}" for level, n in p.matched.items())
+        + f" (means of {p.measured_runs:,} measured runs; {p.setup_seconds:.1f} s set-up an experiment a host, "
+        f"{p.fixed_seconds:.1f} s a host's own)",
+        f"each host:   {shlex.join(host_argv(file, '<I>', p.hosts, directory))}",
+    ]
+
+
+def host_argv(file: str, shard: int | str, shards: int, directory: str, qreplay: str = "qreplay") -> list[str]:
+    return [qreplay, "campaign", "run", file, "--shard", f"{shard}/{shards}", "--out", directory]
+
+
+# --- running a shard -----------------------------------------------------------------------------
+
+@dataclass
+class ShardResult:
+    shard: int
+    shards: int
+    planned: int
+    already: int  # stored before this process started (a resumed shard)
+    ran: int
+    failed: int
+    seconds: float
+    #: of them outside the experiments (opening the shard's file, exporting it): a host's fixed cost
+    outside_seconds: float = 0.0
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        shard, shards = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ToolError(f"--shard takes I/N, e.g. 0/4, not {text!r}") from None
+    if not 0 <= shard < shards:
+        raise ToolError(f"--shard must be I/N with 0 <= I < N, not {text}")
+    return shard, shards
+
+
+def run_shard(plan_: Plan, shard: int, shards: int, directory: str | Path,
+              on_run: Callable[[dict], None] | None = None) -> ShardResult:
+    """Run (or resume) the shard's share of ``plan_`` into its own results file, then export it."""
+    from scanner import campaign_store
+
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    campaign_store.agree(root, {"name": plan_.name, "plan": plan_.digest, "shards": shards,
+                                "runs": len(plan_.runs)})
+    work = campaign_store.work_file(root, VANTAGE, shard)
+    work.parent.mkdir(parents=True, exist_ok=True)
+    label = f"shard {shard}/{shards} of campaign {plan_.name}"
+    started = datetime.datetime.now()
+    with campaign_store.only_runner(work.with_suffix(".lock"), label):
+        con = store.connect(work)
+        try:
+            stored = {run_id for (run_id,) in con.execute("SELECT run_id FROM runs").fetchall()}
+        finally:
+            con.close()
+        share = plan_.share(shard, shards)
+        todo = [run for run in share if run.run_id not in stored]
+        rows, inside = [], 0.0
+        for number, experiment in enumerate(plan_.experiments):
+            planned = [(run.condition, run.rep, run.run_id) for run in todo if run.experiment == number]
+            if planned:
+                begun = datetime.datetime.now()
+                rows += run_experiment(experiment, work, on_run, planned=planned)
+                inside += (datetime.datetime.now() - begun).total_seconds()
+        campaign_store.export_shard(work, root, campaign=plan_.name, vantage=VANTAGE, shard=str(shard),
+                                    open_file=read_only_results)
+        seconds = (datetime.datetime.now() - started).total_seconds()
+        result = ShardResult(shard, shards, len(share), len(share) - len(todo), len(rows),
+                             sum(row["status"] != "ok" for row in rows), seconds, seconds - inside)
+        work.with_suffix(".json").write_text(json.dumps(asdict(result)) + "\n")  # the projection's fixed cost
+    return result
+
+
+@contextlib.contextmanager
+def read_only_results(path: str | Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    con = store.open_read_only(path)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+# --- merging -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MergeResult:
+    shards: int
+    runs: int
+    planned: int | None
+    missing: int | None
+    seconds: float
+
+
+def merge(directory: str | Path, out: str | Path, partial: bool = False) -> MergeResult:
+    """The campaign's partitions as one results file, as if one host had run every experiment: runs and
+    every table keyed by run as they are, each experiment once (its first start, its last finish; no finish
+    while a shard has not finished it). Refused in one line: an existing ``out``, overlapping shards, mixed
+    schema versions (campaign_store's rules), and runs the plan lists that no shard holds (``partial``
+    merges them anyway)."""
+    from scanner import campaign_store
+
+    started = datetime.datetime.now()
+    root = Path(directory)
+    if Path(out).exists():
+        raise ToolError(f"{out} exists; merge writes a new file")
+    if not campaign_store.is_campaign(root):
+        raise ToolError(f"{root} is not a campaign directory (no {campaign_store.SCHEMA_FILE}): run "
+                        "`qreplay campaign run` into it first")
+    manifest = json.loads((root / campaign_store.MANIFEST).read_text()) \
+        if (root / campaign_store.MANIFEST).is_file() else {}
+    con = duckdb.connect()
+    try:
+        _, shards = campaign_store.campaign_shards(con, root)
+        files: dict[str, list[str]] = {}
+        for tables in shards.values():
+            for table, meta in tables.items():
+                files.setdefault(table, []).append(meta["file"])
+        if "runs" not in files:
+            raise ToolError(f"{root} holds no replay runs")
+        runs = con.execute("SELECT count(*) FROM read_parquet(?)", [files["runs"]]).fetchone()[0]
+        planned = manifest.get("runs")
+        missing = planned - runs if planned is not None else None
+        if missing and not partial:
+            raise ToolError(f"{root} holds {runs:,} of the {planned:,} runs its plan lists ({missing:,} missing: "
+                            "run their shards, or merge with --partial)")
+        store.connect(out).close()
+        con.execute(f"ATTACH '{str(out).replace(chr(39), chr(39) * 2)}' AS merged")
+        for table, paths in files.items():
+            source = f"read_parquet({paths!r}, hive_partitioning = false, union_by_name = true)"
+            if table == "experiments":  # every shard's row of an experiment: one, from the first start to the last end
+                source = (f"(SELECT e.* REPLACE (w.started_at AS started_at, w.finished_at AS finished_at) FROM (SELECT * "
+                          f"FROM {source} QUALIFY row_number() OVER (PARTITION BY experiment_id ORDER BY started_at) = 1"
+                          ") e JOIN (SELECT experiment_id, min(started_at) AS started_at, CASE WHEN count(finished_at) "
+                          f"= count(*) THEN max(finished_at) END AS finished_at FROM {source} GROUP BY experiment_id) w "
+                          "USING (experiment_id))")
+            con.execute(f"INSERT INTO merged.{table} BY NAME SELECT * FROM {source}")
+        con.execute("DETACH merged")
+    except duckdb.Error as exc:
+        Path(out).unlink(missing_ok=True)
+        raise ToolError(f"cannot merge {root} into {out}: {first_line(exc)}") from None
+    except BaseException:
+        con.close()
+        Path(out).unlink(missing_ok=True)
+        raise
+    finally:
+        con.close()
+    return MergeResult(len(shards), runs, planned, missing, (datetime.datetime.now() - started).total_seconds())

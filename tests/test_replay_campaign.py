@@ -1,0 +1,154 @@
+"""qreplay campaigns: a campaign file planned, run as two shards (one killed with SIGKILL and resumed), merged,
+and run through a one-node Slurm; real runs through the testbed, tiny sizes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from common import slurm
+from replay import campaign, statistics, store
+
+pytestmark = pytest.mark.lab
+QREPLAY = str(Path(sys.executable).parent / "qreplay")
+CAMPAIGN = """campaign = "tiny"
+[[experiment]]
+name = "sets"
+stacks = ["ngtcp2"]
+sets = ["firefox", "chrome"]
+size = "100KB"
+reps = 2
+"""
+
+
+@pytest.fixture
+def campaign_file(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the testbed needs root (network namespaces)")
+    reason = campaign.plan({"campaign": "x", "experiment": [{}]}).experiments[0].stack.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    path = tmp_path / "tiny.toml"
+    path.write_text(CAMPAIGN)
+    return path
+
+
+def _qreplay(*argv, **options) -> subprocess.CompletedProcess:
+    return subprocess.run([QREPLAY, *map(str, argv)], capture_output=True, text=True, timeout=300, **options)
+
+
+def _descendants(pid: int) -> list[int]:
+    children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(c) for child in children for c in (child, *_descendants(int(child)))]
+
+
+def _kill_after_first_run(argv: list[str]) -> None:
+    """Start a shard; once it has stored one run, SIGKILL it and everything it started (its host dies)."""
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        line = process.stderr.readline()
+        assert ": ok" in line, line + process.stderr.read()
+        tree = [process.pid, *_descendants(process.pid)]
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == -signal.SIGKILL
+
+
+def _grouping(results: Path) -> list[tuple]:
+    """What `qreplay plot` draws: per experiment and condition, the runs it pools."""
+    con = store.open_read_only(results)
+    try:
+        frame = statistics.summary(con)
+    finally:
+        con.close()
+    keys = ["experiment_id", *(c for c in statistics.conditions() if c in frame.columns)]
+    return sorted(frame.select([*keys, "runs", "n"]).rows(), key=repr)
+
+
+def test_two_shards_one_killed_and_resumed_merge_into_exactly_the_plan(campaign_file, tmp_path):
+    plan = campaign.load(campaign_file)
+    directory = tmp_path / "campaign"
+    _kill_after_first_run([QREPLAY, "campaign", "run", str(campaign_file), "--shard", "0/2", "--out", str(directory)])
+    resumed = _qreplay("campaign", "run", campaign_file, "--shard", "0/2", "--out", directory, "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout) | {"seconds": 0} == {"shard": 0, "shards": 2, "planned": 2, "already": 1,
+                                                          "ran": 1, "failed": 0, "seconds": 0}
+    other = _qreplay("campaign", "run", campaign_file, "--shard", "1/2", "--out", directory, "--quiet")
+    assert other.returncode == 0, other.stderr
+    again = _qreplay("campaign", "run", campaign_file, "--shard", "1/2", "--out", directory, "--quiet")
+    assert json.loads(again.stdout)["ran"] == 0  # a finished shard run again runs nothing twice
+
+    merged = tmp_path / "merged.duckdb"
+    done = _qreplay("campaign", "merge", directory, "--out", merged)
+    assert done.returncode == 0, done.stderr
+    with duckdb.connect(str(merged), read_only=True) as con:
+        stored = [run_id for (run_id,) in con.execute("SELECT run_id FROM runs").fetchall()]
+        assert con.execute("SELECT count(*), min(status), max(status) FROM runs").fetchone() == (4, "ok", "ok")
+        assert con.execute("SELECT count(*), count(finished_at) FROM experiments").fetchone() == (1, 1)
+    assert sorted(stored) == sorted(run.run_id for run in plan.runs)  # none missing, none twice
+
+    one_host = tmp_path / "one-host"
+    alone = _qreplay("campaign", "run", campaign_file, "--shard", "0/1", "--out", one_host, "--quiet")
+    assert alone.returncode == 0, alone.stderr
+    assert _qreplay("campaign", "merge", one_host, "--out", tmp_path / "one.duckdb").returncode == 0
+    assert _grouping(merged) == _grouping(tmp_path / "one.duckdb")
+    assert len(_grouping(merged)) == 2  # the two sets, each of its two repetitions
+
+    # A merge into a file that exists, and of a campaign missing a shard, are refused in one line.
+    refused = _qreplay("campaign", "merge", directory, "--out", merged)
+    assert refused.returncode != 0 and refused.stderr.count("\n") == 1, refused.stderr
+    partial = tmp_path / "partial"
+    assert _qreplay("campaign", "run", campaign_file, "--shard", "0/2", "--out", partial, "--quiet").returncode == 0
+    missing = _qreplay("campaign", "merge", partial, "--out", tmp_path / "p.duckdb")
+    assert missing.returncode != 0 and "2 missing" in missing.stderr and missing.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("option, value, said", [
+    ("stacks", '["nosuch"]', "unknown stack 'nosuch'"), ("sets", '["nosuch"]', "unknown set 'nosuch'"),
+    ("cc", '"vegas"', "--cc takes cubic, bbr"), ("colour", '"red"', "unknown option 'colour'")])
+def test_a_bad_campaign_file_ends_in_one_line_before_any_run(tmp_path, option, value, said):
+    path = tmp_path / "bad.toml"
+    path.write_text(f'campaign = "bad"\n[[experiment]]\n{option} = {value}\n')
+    for argv in (["plan", path], ["run", path, "--shard", "0/1", "--out", tmp_path / "out"]):
+        done = _qreplay("campaign", *argv)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()  # nothing started
+
+
+def test_the_sbatch_file_runs_every_shard_under_a_one_node_slurm(campaign_file, tmp_path):
+    if reason := slurm.unavailable_reason():
+        pytest.skip(reason)
+    job, directory = tmp_path / "tiny.sbatch", tmp_path / "campaign"
+    planned = _qreplay("campaign", "plan", campaign_file, "--hosts", "2", "--out", directory, "--slurm", job)
+    assert planned.returncode == 0, planned.stderr
+    assert "#SBATCH --array=0-1" in job.read_text() and "#SBATCH --exclusive" in job.read_text()
+    with slurm.single_node_cluster(tmp_path / "slurm") as env:
+        started = time.monotonic()
+        done = subprocess.run(["sbatch", "--wait", f"--chdir={tmp_path}", str(job)], env=env | {"QREPLAY": QREPLAY},
+                              capture_output=True, text=True, timeout=300)
+        logs = " | ".join(p.read_text()[-400:] for p in tmp_path.glob("qreplay-tiny-*.log"))
+        assert done.returncode == 0, f"{done.stderr} {logs}"
+        assert time.monotonic() - started < 300
+    merged = _qreplay("campaign", "merge", directory, "--out", tmp_path / "merged.duckdb")
+    assert merged.returncode == 0, merged.stderr + logs
+    with duckdb.connect(str(tmp_path / "merged.duckdb"), read_only=True) as con:
+        assert sorted(r for (r,) in con.execute("SELECT run_id FROM runs").fetchall()) == \
+            sorted(run.run_id for run in campaign.load(campaign_file).runs)
