@@ -9,9 +9,6 @@ import typer
 
 from common.cliapp import output_dir
 from replay import impact
-from replay.commands.run import comma_list
-from replay.impact_report import ImpactOptions, run_impact
-from replay.link import parse_duration_ms, parse_rate_bps, parse_size
 from tparams.errors import ToolError
 
 
@@ -53,6 +50,9 @@ def register(app: typer.Typer) -> None:
         the server library's measured update rule (or an assumed one, said in the row) and the stream-credit
         model; nothing is checked with a browser here (column `checked`).
         """
+        from replay.commands.run import comma_list
+        from replay.impact_report import ImpactOptions, run_impact
+        from replay.link import parse_duration_ms, parse_rate_bps, parse_size
         rtts = tuple(parse_duration_ms(d, "--delays") for d in comma_list(delays, "--delays"))
         if any(d <= 0 for d in rtts):
             raise ToolError("--delays: round-trip times must be above 0 (no round trip, no window limit)")

@@ -8,10 +8,6 @@ from typing import Annotated
 
 import typer
 
-from replay import statistics, store
-from replay.flowcontrol import WindowBound, client_window_bound
-from replay.limits import LIMITS
-from replay.measured_rules import load_update_rules
 
 #: a limit's share below this is left out of a line (noise of the rules' one-MSS margins)
 SHOWN_SHARE = 0.05
@@ -23,6 +19,7 @@ def prediction(row: dict, rules) -> WindowBound | None:
     """What the limit a condition was held by allows, where a model of it exists: for a receive window, the
     window model (replay/flowcontrol.py) with the client stack's measured update rule, the download's start
     charged, at the link's round trip. None for other limits (not modelled yet)."""
+    from replay.flowcontrol import client_window_bound
     if not (row["limited_by"] or "").startswith("receive_window") or not row["requested_client"]:
         return None
     return client_window_bound(json.loads(row["requested_client"]), row["delay_ms"] + (row.get("delay_up_ms") or 0),
@@ -34,6 +31,9 @@ def why_lines(results: Path) -> list[str]:
     their limit's model allows), then each experiment headed by what its conditions share and one line per
     condition (those that differ): the limit most of its traced runs were held by, how many agree, the mean
     share of every limit above SHOWN_SHARE, the mean goodput and the model's prediction where there is one."""
+    from replay import statistics, store
+    from replay.limits import LIMITS
+    from replay.measured_rules import load_update_rules
     con = store.open_read_only(results)
     try:
         summary = statistics.limits_summary(con)
