@@ -130,11 +130,19 @@ def options_in_place_of(parameter: str, options: Mapping[str, tuple[object, obje
             built = build(**{name: given.pop(name) for name in options})
             return command(**given, **{parameter: built})
 
-        # typer reads the options from the signature: the command's own, these in place of ``parameter``
+        # typer reads the options from the signature: the command's own, these in place of ``parameter``,
+        # whose annotation is left unevaluated, so a command module need not import the class that
+        # ``build`` makes (the scan engine's settings, the testbed's link) to be listed in --help
         params = []
-        for param in inspect.signature(command, eval_str=True).parameters.values():
+        for param in inspect.signature(command).parameters.values():
             if param.name != parameter:
-                params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+                annotation = param.annotation
+                if isinstance(annotation, str):  # evaluated as eval_str would; a parameter that an outer
+                    try:                         # decorator of this kind replaces may stay a name
+                        annotation = eval(annotation, command.__globals__)
+                    except NameError:
+                        pass
+                params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
                 continue
             params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default)
                        for name, (kind, default) in options.items()]

@@ -15,12 +15,26 @@ import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pyroute2 import IPRoute
-from pyroute2 import netns as _netns
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
 
 from common.process import stop_process
 from tparams.errors import ToolError
+
+
+# pyroute2 takes a fifth of a second of CPU to import, as long as the rest of a qscan or qreplay command's
+# start, and most commands never touch a namespace: it is imported where a namespace is.
+def _pyroute2_netns():
+    from pyroute2 import netns
+    return netns
+
+
+def iproute(ns: str) -> IPRoute:
+    """A netlink socket inside namespace ``ns`` (close it, or use it as a context manager)."""
+    from pyroute2 import IPRoute
+    return IPRoute(netns=ns)
 
 
 @contextlib.contextmanager
@@ -54,31 +68,31 @@ def teardown_on_signals() -> Iterator[None]:
 
 
 def list_namespaces(prefix: str = "") -> list[str]:
-    return sorted(name for name in _netns.listnetns() if name.startswith(prefix))
+    return sorted(name for name in _pyroute2_netns().listnetns() if name.startswith(prefix))
 
 
 def create_namespace(name: str) -> None:
     """A fresh namespace with loopback up; refuses to reuse an existing one."""
-    if name in _netns.listnetns():
+    if name in _pyroute2_netns().listnetns():
         raise ToolError(f"network namespace {name} already exists")
-    _netns.create(name)
-    with IPRoute(netns=name) as ipr:
+    _pyroute2_netns().create(name)
+    with iproute(name) as ipr:
         ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
 
 
 def delete_namespace(name: str) -> None:
     """Kill what runs in it, then remove it (its interfaces go with it). Idempotent."""
-    if name not in _netns.listnetns():
+    if name not in _pyroute2_netns().listnetns():
         return
     for pid in namespace_pids(name):
         stop_process(pid)
     with contextlib.suppress(FileNotFoundError):
-        _netns.remove(name)
+        _pyroute2_netns().remove(name)
 
 
 def namespace_pids(name: str) -> list[int]:
     try:
-        return [int(pid) for pid in _netns.ns_pids().get(name, [])]
+        return [int(pid) for pid in _pyroute2_netns().ns_pids().get(name, [])]
     except (OSError, ValueError):
         return []
 
@@ -86,27 +100,27 @@ def namespace_pids(name: str) -> list[int]:
 def add_veth(ns_a: str, if_a: str, ns_b: str, if_b: str) -> None:
     """A veth pair created directly inside the two namespaces, so the root
     namespace never sees the names (two labs side by side cannot collide)."""
-    with IPRoute(netns=ns_a) as ipr:
+    with iproute(ns_a) as ipr:
         ipr.link("add", ifname=if_a, kind="veth", peer={"ifname": if_b, "net_ns_fd": ns_b})
 
 
 def add_bridge(ns: str, ifname: str) -> None:
-    with IPRoute(netns=ns) as ipr:
+    with iproute(ns) as ipr:
         ipr.link("add", ifname=ifname, kind="bridge")
 
 
 def set_master(ns: str, ifname: str, bridge: str) -> None:
-    with IPRoute(netns=ns) as ipr:
+    with iproute(ns) as ipr:
         ipr.link("set", index=_index(ipr, ns, ifname), master=_index(ipr, ns, bridge))
 
 
 def link_up(ns: str, ifname: str) -> None:
-    with IPRoute(netns=ns) as ipr:
+    with iproute(ns) as ipr:
         ipr.link("set", index=_index(ipr, ns, ifname), state="up")
 
 
 def add_address(ns: str, ifname: str, address: str, prefixlen: int) -> None:
-    with IPRoute(netns=ns) as ipr:
+    with iproute(ns) as ipr:
         ipr.addr("add", index=_index(ipr, ns, ifname), address=address, prefixlen=prefixlen)
 
 
@@ -120,7 +134,7 @@ def add_route(ns: str, destination: str, gateway: str | None = None, blackhole: 
         spec["type"] = "blackhole"
     elif gateway:
         spec["gateway"] = gateway
-    with IPRoute(netns=ns) as ipr:
+    with iproute(ns) as ipr:
         ipr.route("add", **spec)
 
 
@@ -137,11 +151,11 @@ def in_namespace(ns: str) -> Iterator[None]:
     """Run the block with this thread inside ``ns``: sockets created in it
     stay in ``ns`` after the block (the kernel binds a socket to the namespace
     it was created in)."""
-    _netns.pushns(ns)
+    _pyroute2_netns().pushns(ns)
     try:
         yield
     finally:
-        _netns.popns()
+        _pyroute2_netns().popns()
 
 
 def sweep(prefix: str) -> list[str]:

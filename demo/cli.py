@@ -11,7 +11,7 @@ import typer
 
 from common.cliapp import make_app, run
 from demo import run_demo
-from scanner.report import FORMATS
+from scanner.formats import FORMATS
 
 app = make_app(__doc__.splitlines()[0], "quictp-demo --quick")
 

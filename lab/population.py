@@ -30,8 +30,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pyroute2 import IPRoute
-
 from common.setfiles import builtin_set
 from tparams.errors import ToolError
 from tparams.program_cli import address
@@ -197,7 +195,7 @@ def _attach(lab: Lab, population: Population, clients: int) -> None:
             index, host = next(closed)
             ns = f"{lab.instance}-closed{index}"
             netns.add_route(lab.core_ns, str(net), gateway=host)
-            with IPRoute(netns=ns) as ipr:
+            with netns.iproute(ns) as ipr:
                 ipr.route("add", dst=str(net), type="local", oif=ipr.link_lookup(ifname="lo")[0], table=255, scope=254)
             # Port unreachable is rate-limited per peer and globally (1,000/s) unless its type leaves the mask.
             netns.set_sysctl(ns, "net.ipv4.icmp_ratemask", 0)

@@ -24,8 +24,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyroute2 import IPRoute
-
 from common.process import STARTED_PIDS, ns_command, stop_process
 from common import netns
 from tparams.errors import ToolError
@@ -240,7 +238,7 @@ class LinkBackend(ABC):
 
     def _address(self, ifname: str) -> None:
         for ns, ip in ((self.client_ns, self.client_ip), (self.server_ns, self.server_ip)):
-            with IPRoute(netns=ns) as ipr:
+            with netns.iproute(ns) as ipr:
                 index = ipr.link_lookup(ifname=ifname)[0]
                 ipr.link("set", index=index, mtu=MTU)
             netns.add_address(ns, ifname, ip, 24)

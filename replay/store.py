@@ -20,7 +20,6 @@ SCHEMA_VERSION = 3
 #: what makes a file of each older version the next one (each in one transaction)
 MIGRATIONS = {old: REPO_ROOT / "schemas" / "duckdb" / "migrations" / f"replay_{old}_to_{old + 1}.sql"
               for old in (1, 2)}
-DEFAULT_RESULTS = Path("qreplay-results.duckdb")
 
 
 def connect(path: str | Path) -> duckdb.DuckDBPyConnection:

@@ -26,8 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyroute2 import IPRoute
-
 from replay.cpuidle import ShallowIdle
 from replay.link import LINKEM, PATH_DEVICE, LinkBackend, LinkConfig, select_backend
 from common.process import (STARTED_PIDS, NotListening, ns_command, pid_alive, run_to_end, start_process, stop_process,
@@ -274,7 +272,7 @@ class Testbed:
         but a full socket buffer dropped show up."""
         counters = {}
         for role, ns in (("client", self.client_ns), ("server", self.server_ns)):
-            with IPRoute(netns=ns) as ipr:
+            with netns.iproute(ns) as ipr:
                 stats = ipr.get_links(ipr.link_lookup(ifname=PATH_DEVICE)[0])[0].get_attr("IFLA_STATS64")
             counters[role] = {way: {"packets": stats[f"{way}_packets"], "bytes": stats[f"{way}_bytes"],
                                     "dropped": stats[f"{way}_dropped"]} for way in ("tx", "rx")}

@@ -20,9 +20,9 @@ from tparams.errors import ToolError, first_line
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
 from scanner.campaign_store import made_directory, scan_connection
+from scanner.formats import FORMATS
 from scanner.store import ScanStore
 
-FORMATS = ("table", "csv", "json", "markdown")
 _TWELVE = ", ".join(PERFORMANCE_PARAMETERS)
 
 

@@ -89,6 +89,7 @@ def _stacks() -> list[str]:
 
 
 @pytest.mark.lab
+@pytest.mark.timing  # its figure-5.6 point is held against the window model
 def test_reproduce_writes_a_report_beside_the_published_numbers(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the testbed needs root (network namespaces)")

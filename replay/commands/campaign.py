@@ -12,7 +12,6 @@ from typing import Annotated, Optional
 import typer
 
 from common.cliapp import add_group, output_dir, output_file
-from common.slurm import array_job
 from common.terminal import cli_console
 from replay import campaign
 
@@ -22,6 +21,7 @@ FileArg = Annotated[Path, typer.Argument(help="The campaign file (TOML: `campaig
 
 def slurm_script(plan: campaign.Plan, file: str, directory: str, hosts: int, projected_s: float | None) -> str:
     """The array job: task I runs shard I of ``hosts`` (a requeued task resumes its shard)."""
+    from common.slurm import array_job
     command = shlex.join(campaign.host_argv(file, "SHARD", hosts, directory, qreplay="QREPLAY"))
     command = command.replace("SHARD/", '"${SLURM_ARRAY_TASK_ID}"/').replace("QREPLAY", '"${QREPLAY:-qreplay}"', 1)
     minutes = math.ceil(projected_s * 2 / 60) if projected_s else 24 * 60  # twice the projection

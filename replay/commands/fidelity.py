@@ -9,12 +9,8 @@ import typer
 
 from common.cliapp import output_dir, output_file
 from common.terminal import cli_console
-from replay.commands.run import LinkOpt, RunWarnings, UdpBufferOpt, comma_list, current_command_line, execute
-from replay.fidelity import (
-    DELAYS_MS, LOSS_PCT, LOSS_SIZE, QUICK_DELAYS_MS, QUICK_REPS, QUICK_SIZE, QUICK_STACKS, REPS, SIZE, modes, plan_fidelity,
-    run_fidelity, write_fidelity_report,
-)
-from replay.link import parse_duration_ms, parse_percent, parse_size
+from replay.commands.run import LinkOpt, UdpBufferOpt
+from replay.fidelity import DELAYS_MS, LOSS_PCT, LOSS_SIZE, QUICK_DELAYS_MS, QUICK_REPS, QUICK_SIZE, QUICK_STACKS, REPS, SIZE
 from replay.reproduce import LOSS_DELAY_MS
 from tparams.errors import ToolError
 
@@ -63,6 +59,9 @@ def register(app: typer.Typer) -> None:
         and mode, why the others differ (windows, the client's CPU, its ACKs) and the thesis's browser finding
         tested on the browsers themselves.
         """
+        from replay.commands.run import RunWarnings, comma_list, current_command_line, execute
+        from replay.fidelity import modes, plan_fidelity, run_fidelity, write_fidelity_report
+        from replay.link import parse_duration_ms, parse_percent, parse_size
         results = out or out_dir / "fidelity.duckdb"
         if not report_only:
             plan = plan_fidelity(

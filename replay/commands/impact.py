@@ -9,10 +9,6 @@ import typer
 
 from common.cliapp import output_dir
 from replay import impact
-from replay.commands.run import comma_list
-from replay.impact_check import CheckOptions
-from replay.impact_report import BROWSERS, ImpactOptions, run_impact
-from replay.link import parse_duration_ms, parse_rate_bps, parse_size
 from tparams.errors import ToolError
 
 
@@ -69,6 +65,10 @@ def register(app: typer.Typer) -> None:
         through their own library's h3 server, measured beside predicted (`checked`, table spot_check_results);
         a set whose library has no h3 server here is marked not checked, with the reason.
         """
+        from replay.commands.run import comma_list
+        from replay.impact_check import CheckOptions
+        from replay.impact_report import BROWSERS, ImpactOptions, run_impact
+        from replay.link import parse_duration_ms, parse_rate_bps, parse_size
         rtts = tuple(parse_duration_ms(d, "--delays") for d in comma_list(delays, "--delays"))
         if any(d <= 0 for d in rtts):
             raise ToolError("--delays: round-trip times must be above 0 (no round trip, no window limit)")

@@ -14,9 +14,6 @@ from dataclasses import asdict, dataclass
 import typer
 from rich.table import Table
 
-from replay import cpuidle
-from replay.link import AUTO_ORDER, BACKENDS, GilbertElliott, LinkConfig, parse_duration_ms, parse_percent, \
-    parse_rate_bps, parse_size
 from common.terminal import cli_console
 
 
@@ -37,6 +34,7 @@ def register_doctor_rows(provider: Callable[[], Iterable[DoctorRow]]) -> None:
 
 
 def link_backend_rows() -> list[DoctorRow]:
+    from replay.link import AUTO_ORDER, BACKENDS
     rows = [DoctorRow("link backend", name, *_availability(name)) for name in BACKENDS]
     chosen = next((r.name for r in rows if r.ok and r.name in AUTO_ORDER), None)
     rows.append(DoctorRow("link backend", "auto", chosen is not None,
@@ -45,11 +43,13 @@ def link_backend_rows() -> list[DoctorRow]:
 
 
 def _availability(name: str) -> tuple[bool, str]:
+    from replay.link import BACKENDS
     available = BACKENDS[name].availability()
     return available.ok, available.reason
 
 
 def machine_rows() -> list[DoctorRow]:
+    from replay import cpuidle
     return [DoctorRow("machine", "CPU idle", *cpuidle.availability())]
 
 
@@ -97,6 +97,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     ) -> None:
         """Measure the RTT, loss and rate a link backend actually achieves against what was configured."""
+        from replay.link import GilbertElliott, LinkConfig, parse_duration_ms, parse_percent, parse_rate_bps, parse_size
         from replay.testbed import calibrate as run_calibration
 
         config = LinkConfig(

@@ -10,13 +10,7 @@ from rich.table import Table
 
 from common.cliapp import output_dir
 from common.terminal import cli_console
-from replay import sets as sets_api
-from replay.commands.run import (
-    LinkOpt, ProfileOpt, RunWarnings, SetOpt, SizeOpt, TimeoutOpt, comma_list, current_command_line, execute,
-    make_link, make_options,
-)
-from replay.pairs import matrix, pairs_of, read_pairs, run_pairs, write_pairs_report
-from replay.stacks import all_stacks, get_stack
+from replay.commands.run import LinkOpt, ProfileOpt, SetOpt, SizeOpt, TimeoutOpt
 from tparams.errors import ToolError
 
 
@@ -43,6 +37,10 @@ def register(app: typer.Typer) -> None:
         the client's transport parameters from --set, each server with its library's defaults.
         Example: `qreplay pairs --stacks quinn,quiche,quic-go --delays 0,30 --size 10MB`.
         """
+        from replay import sets as sets_api
+        from replay.commands.run import RunWarnings, comma_list, current_command_line, execute, make_link, make_options
+        from replay.pairs import matrix, pairs_of, read_pairs, run_pairs, write_pairs_report
+        from replay.stacks import all_stacks, get_stack
         results = out_dir / "pairs.duckdb"
         console = cli_console(stderr=True)
         if not report_only:

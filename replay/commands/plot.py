@@ -9,14 +9,13 @@ from typing import Annotated, Optional
 import typer
 
 from common.cliapp import output_dir
-from replay import statistics, store
-from replay.figures import draw_band, embedded_img, pyplot, save_png
 from tparams.errors import ToolError
 from tparams.workloads import REQUESTS
 
 
 def load_summary(results: Path):
     """Per-experiment, per-condition statistics (replay/statistics.py) as a polars DataFrame."""
+    from replay import statistics, store
     import duckdb
 
     con = store.open_read_only(results)
@@ -30,6 +29,7 @@ def load_summary(results: Path):
 
 def _caption(ax, frame, x: str) -> None:
     """The conditions every series shares, under the figure: what the figure holds fixed."""
+    from replay import statistics
     ax.annotate(f"all: {statistics.shared(frame, exclude=(x,))}", (0, 0), (0, -34), xycoords="axes fraction",
                 textcoords="offset points", fontsize="x-small", va="top", wrap=True)
 
@@ -44,6 +44,8 @@ def measured(frame) -> tuple[str, str, str]:
 
 def plot_results(results: Path, out_dir: Path) -> list[Path]:
     """Write goodput-vs-delay, sweep and packet-count figures; returns the PNG paths plus the HTML page."""
+    from replay import statistics
+    from replay.figures import draw_band, pyplot, save_png
     import polars as pl
 
     plt = pyplot()
@@ -144,6 +146,7 @@ def limits_figure(frame, out: Path) -> Path:
 def traced_runs(results: Path, run_id: str | None):
     """(run, its points) per traced run: ``run_id`` (a prefix will do), else the newest traced run of
     each stack."""
+    from replay import store
     import duckdb
 
     con = store.open_read_only(results)
@@ -181,6 +184,7 @@ def plot_traces(results: Path, out_dir: Path, run_id: str | None = None) -> list
     """Per traced run one figure: (a) credit vs bytes sent (a window stall is the sent line on the credit
     line), BLOCKED frames marked; (b) bytes acknowledged; (c) bytes in flight (+ cwnd where known);
     (d) RTT samples. Returns the PNGs and the HTML page."""
+    from replay.figures import pyplot, save_png
     import polars as pl
 
     plt = pyplot()
@@ -230,6 +234,7 @@ def plot_traces(results: Path, out_dir: Path, run_id: str | None = None) -> list
 def profiled_runs(results: Path, run_id: str | None):
     """(the profiled runs to draw: ``run_id``, a prefix will do, else the newest of each condition; their
     folded stacks by (run, endpoint); the file's profile_summary)."""
+    from replay import statistics, store
     import duckdb
 
     con = store.open_read_only(results)
@@ -258,6 +263,7 @@ def profiled_runs(results: Path, run_id: str | None):
 def components_figure(summary, out: Path, title: str) -> Path:
     """Stacked bars of CPU seconds per GB by component, a client and a server bar per stack pair, one panel
     per delay (the Kempf thesis's figure 5.1, in CPU time per byte rather than shares)."""
+    from replay.figures import pyplot, save_png
     import polars as pl
 
     from replay.profile import COMPONENTS, UNMAPPED
@@ -323,6 +329,8 @@ def plot_profiles(results: Path, out_dir: Path, run_id: str | None = None) -> li
 def _html(results: Path, figures: list[tuple[str, Path]], summary) -> str:
     """One self-contained page: the figures inline, then the statistics table with every condition that
     differs among its rows."""
+    from replay import statistics
+    from replay.figures import embedded_img
     parts = [f"<!doctype html><meta charset=utf-8><title>qreplay: {html.escape(results.name)}</title>",
              f"<h1>qreplay results: {html.escape(str(results))}</h1>"]
     for title, path in figures:

@@ -9,11 +9,8 @@ import typer
 
 from common.cliapp import output_dir
 from common.terminal import cli_console
-from replay.commands.run import LinkOpt, RunWarnings, UdpBufferOpt, current_command_line, comma_list, execute
-from replay.link import parse_size
-from replay.reproduce import (FIGURE_TITLES, FULL_CAMPAIGN_TIME, STREAMS_FIGURE, build_report, plan_campaign,
-                              refused, run_campaign)
-from replay.stacks import get_stack
+from replay.commands.run import LinkOpt, UdpBufferOpt
+from replay.reproduce import FIGURE_TITLES, FULL_CAMPAIGN_TIME, STREAMS_FIGURE
 from tparams.errors import ToolError
 
 
@@ -49,6 +46,10 @@ def register(app: typer.Typer) -> None:
         the report gives each headline number with the thesis's, the ratio, a verdict and the cause
         measured (window model, the client's socket drops).
         """
+        from replay.commands.run import RunWarnings, current_command_line, comma_list, execute
+        from replay.link import parse_size
+        from replay.reproduce import build_report, plan_campaign, refused, run_campaign
+        from replay.stacks import get_stack
         results = out_dir / "reproduce.duckdb"
         console = cli_console(stderr=True)
         if not report_only:

@@ -8,28 +8,26 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Optional, TYPE_CHECKING
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from replay import sets as sets_api
-from replay.sets import own_set
-from replay.link import LinkConfig, parse_duration_ms, parse_percent, parse_rate_bps, parse_size
-from replay import statistics, store
-from replay.profile import unavailable_reason as profile_reason
-from replay.runner import Condition, Experiment, run_experiment
-from replay.commands.link import DoctorRow, register_doctor_rows
-from replay.stacks import every_stack, get_stack
-from replay.stacks.base import RunOptions, Stack, default_timeout_s
-from replay.store import DEFAULT_RESULTS
+from replay.commands.link import register_doctor_rows
 from common.cliapp import options_in_place_of, output_dir, output_file
 from common.terminal import cli_console
 from tparams.errors import ToolError
 from tparams.knobs import KNOBS, Knob
 from tparams.workloads import WORKLOADS
 from tparams.paramset import PERFORMANCE_PARAMETERS
+
+if TYPE_CHECKING:  # built by the shared options; --help needs no import of them
+    from replay.link import LinkConfig
+    from replay.stacks.base import RunOptions
+
+# Where results go when --out is not given.
+DEFAULT_RESULTS = Path("qreplay-results.duckdb")
 
 # Options shared by every experiment command (declared once, used in each signature).
 SetOpt = Annotated[str, typer.Option("--set", help="Client set: NAME (see `qreplay sets`), a set FILE, or "
@@ -87,6 +85,8 @@ ShallowIdleOpt = Annotated[bool, typer.Option(
     "stacks' timers late by up to milliseconds. --deep-idle leaves power management alone.")]
 
 def make_link(delay: str, delay_up: str, jitter: str, loss: str, rate: str | None, queue: str | None) -> LinkConfig:
+    from replay.link import LinkConfig
+    from replay.link import parse_duration_ms, parse_percent, parse_rate_bps
     return LinkConfig(delay_down_ms=parse_duration_ms(delay, "--delay"),
                       delay_up_ms=parse_duration_ms(delay_up, "--delay-up"),
                       jitter_ms=parse_duration_ms(jitter, "--jitter"), loss_pct=parse_percent(loss, "--loss"),
@@ -116,6 +116,10 @@ def link_options(delay: str) -> Callable[[Callable], Callable]:
 def make_options(size: str, qlog: Path | None, timeout: float | None, trace: bool = False, profile: bool = False,
                  knobs: dict[str, object] | None = None, workload: str = "download", requests: int = 1,
                  concurrency: int = 1, clients: int = 1) -> RunOptions:
+    from replay.stacks.base import RunOptions
+    from replay.link import parse_size
+    from replay.profile import unavailable_reason as profile_reason
+    from replay.stacks.base import default_timeout_s
     if profile and (reason := profile_reason()):
         raise ToolError(f"--profile: {reason}")
     if workload not in WORKLOADS:
@@ -144,6 +148,7 @@ def run_options(size: str = "500MB") -> Callable[[Callable], Callable]:
     """Give a command the options of a run (--size, --workload, --requests, --concurrency, --qlog, --timeout,
     --trace, --profile and every knob of tparams.knobs) in place of its parameter ``options``, which receives
     them as one RunOptions."""
+    from replay.stacks.base import RunOptions
 
     def build(**chosen) -> RunOptions:
         knobs = {}
@@ -164,6 +169,7 @@ def run_options(size: str = "500MB") -> Callable[[Callable], Callable]:
 
 
 def server_set(spec: str | None, overrides: list[str] | None) -> sets_api.NamedSet | None:
+    from replay import sets as sets_api
     if spec is None and not overrides:
         return None
     from tparams.paramset import ParamSet
@@ -189,6 +195,7 @@ def refuse_sets(ctx: typer.Context, stacks: list[Stack], set_parameter: str, cli
 
 
 def optional_stack(name: str | None) -> Stack | None:
+    from replay.stacks import get_stack
     return get_stack(name) if name else None
 
 
@@ -246,6 +253,7 @@ def execute(experiment: Experiment, out: Path, json_output: bool, title: str | N
     and set of ``warnings``, which a campaign of many experiments shares), then print the per-condition
     summaries (a table headed ``title``, or JSON lines) unless ``summary`` is off. Ctrl-C keeps the finished
     runs and says so."""
+    from replay.runner import run_experiment
     console = cli_console(stderr=True)
     warnings = warnings if warnings is not None else RunWarnings()
     reason = experiment.stack.unavailable_reason()
@@ -287,6 +295,7 @@ def execute(experiment: Experiment, out: Path, json_output: bool, title: str | N
 
 def experiment_summary(results: Path, experiment_id: str):
     """The experiment's per-condition statistics, as stored (replay/statistics.py)."""
+    from replay import statistics, store
     con = store.open_read_only(results)
     try:
         return statistics.summary(con, experiment_id)
@@ -315,6 +324,7 @@ def _extra_columns(shown) -> dict[str, str]:
 def show_summaries(frame, json_output: bool, title: str | None = None) -> None:
     """A table naming every condition that differs among the rows (a swept set by its base name, the
     value in its own column), or JSON lines carrying every condition."""
+    from replay import statistics
     if json_output:
         for row in frame.iter_rows(named=True):
             typer.echo(json.dumps(row, default=str))
@@ -362,6 +372,7 @@ def comma_list(text: str, what: str) -> list[str]:
 
 def what_it_runs(stack: Stack) -> str:
     """The knobs a stack sets (tparams.knobs declaring it) and the workloads its client runs, in words."""
+    from replay.stacks.base import RunOptions
     knobs = [knob.option for knob in KNOBS.values() if knob.stacks and stack.name in knob.stacks]
     workloads = [w.name for w in WORKLOADS.values()
                  if "client" in stack.roles and stack.workload_refusal(RunOptions(1, workload=w, requests=2)) is None]
@@ -371,6 +382,8 @@ def what_it_runs(stack: Stack) -> str:
 
 def stack_doctor_rows() -> list[DoctorRow]:
     """One `qreplay doctor` row per stack: usable here, and which parameters each side can set."""
+    from replay.commands.link import DoctorRow
+    from replay.stacks import every_stack
     rows = []
     for name, stack in every_stack().items():
         reason = stack.unavailable_reason()
@@ -402,6 +415,11 @@ def register(app: typer.Typer) -> None:
 
         Without a subcommand: one experiment, e.g. `qreplay --set firefox --delay 30ms`.
         """
+        from replay import sets as sets_api
+        from replay.sets import own_set
+        from replay.link import parse_size
+        from replay.runner import Condition, Experiment
+        from replay.stacks import get_stack
         if ctx.invoked_subcommand is not None:
             return
         the_stack = get_stack(stack)
@@ -430,6 +448,11 @@ def register(app: typer.Typer) -> None:
         shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
     ) -> None:
         """Vary one parameter, all else fixed (the thesis's figures 5.4 and 5.6); default 30 ms, LSQUIC client set."""
+        from replay import sets as sets_api
+        from replay.sets import own_set
+        from replay.link import parse_size
+        from replay.runner import Condition, Experiment
+        from replay.stacks import get_stack
         if param not in PERFORMANCE_PARAMETERS:
             raise ToolError(f"--param: {param!r} is not one of {', '.join(PERFORMANCE_PARAMETERS)}")
         if side not in ("client", "server"):
@@ -478,6 +501,11 @@ def register(app: typer.Typer) -> None:
             "round; the sets go to the replay stacks, each browser runs its own.")] = None,
     ) -> None:
         """Every set under every delay and loss (the thesis's figures 5.1-5.3)."""
+        from replay import sets as sets_api
+        from replay.sets import own_set
+        from replay.link import parse_size
+        from replay.runner import Condition, Experiment
+        from replay.stacks import get_stack
         chosen = [get_stack(name) for name in comma_list(stacks, "--stacks")] if stacks else [get_stack(stack)]
         refuse_sets(ctx, chosen, "sets", client_param)
         clients = [sets_api.with_overrides(s, client_param or [])
@@ -499,6 +527,7 @@ def register(app: typer.Typer) -> None:
                      = None,
                      top: Annotated[int, typer.Option("--top", min=1, help="How many scan sets.")] = 10) -> None:
         """List built-in sets, what the browser aliases mean now, and (with --scan) a scan's most common sets."""
+        from replay import sets as sets_api
         rows = sets_api.list_sets()
         if scan:
             rows += [{"name": s.name, "role": "scan", "description": s.source,

@@ -9,10 +9,6 @@ from typing import Annotated
 
 import typer
 
-from replay import statistics, store
-from replay.flowcontrol import client_window_bound
-from replay.limits import LIMITS
-from replay.measured_rules import load_update_rules
 
 #: a limit's share below this is left out of a line (noise of the rules' one-MSS margins)
 SHOWN_SHARE = 0.05
@@ -47,6 +43,7 @@ def profile_components(con) -> tuple[list[str], dict[tuple, dict[str, list[tuple
     """The profiled runs' components per experiment and condition (the profile_summary view), by endpoint:
     [(component, mean share, mean CPU seconds per GB)], largest share first; keyed by the experiment and the
     conditions returned beside (those both the runs and the view hold)."""
+    from replay import statistics
     view = {row[0] for row in con.execute("DESCRIBE profile_summary").fetchall()}
     shared = [k for k in statistics.present_conditions(con) if k in view]
     found: dict[tuple, dict[str, list]] = {}
@@ -62,6 +59,7 @@ def prediction(row: dict, rules, components: dict[str, list] | None = None) -> B
     charged, at the link's round trip; for the link, its configured rate; for an end's CPU, a core's worth of
     that end's CPU per GB (8 / (CPU seconds per 10^9 bytes) Gbit/s), from its profile where the condition was
     profiled, else from the run's own CPU seconds. None for other limits (not modelled)."""
+    from replay.flowcontrol import client_window_bound
     label = row["limited_by"] or ""
     if label.startswith("receive_window") and row["requested_client"]:
         window = client_window_bound(json.loads(row["requested_client"]),
@@ -84,6 +82,7 @@ def prediction(row: dict, rules, components: dict[str, list] | None = None) -> B
 def differed(row: dict) -> str:
     """What an anomalous condition's runs show beside its limit's model: the share of their time at that limit
     and the largest others, the smallest RTT measured against the link's, the CPU an end was busy."""
+    from replay.limits import LIMITS
     label = row["limited_by"]
     others = ", ".join(f"{name} {row[name]:.0%}" for name in sorted(LIMITS, key=lambda n: -(row[n] or 0))
                        if name != label and (row[name] or 0) >= SHOWN_SHARE)
@@ -103,6 +102,9 @@ def why_lines(results: Path) -> list[str]:
     conditions share and one line per condition (those that differ): the limit most of its traced runs were held
     by, how many agree, the mean share of every limit above SHOWN_SHARE, the mean goodput, the model's
     prediction where there is one and, for a CPU limit, that end's profile's largest components."""
+    from replay import statistics, store
+    from replay.limits import LIMITS
+    from replay.measured_rules import load_update_rules
     con = store.open_read_only(results)
     try:
         summary = statistics.limits_summary(con)

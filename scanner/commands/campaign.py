@@ -8,16 +8,17 @@ import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from common.cliapp import add_group, output_dir, output_file
 from tparams.errors import ToolError
 
-from scanner.campaign import CampaignSpec, run_local, run_shard, union_check
-from scanner.discovery.plan import parse_shard
-from scanner.engine import ScanSettings
 from scanner.commands.options import HandshakeTimeout, JsonOutcome, Quiet, handshake_options
+
+if TYPE_CHECKING:  # built by the shared options; --help needs no import of it
+    from scanner.engine import ScanSettings
 
 VANTAGE_HELP = "Where the campaign measures from (a plain name); shards of one vantage must not overlap."
 
@@ -47,6 +48,8 @@ def register(app: typer.Typer) -> None:
         json_output: JsonOutcome = False,
     ) -> None:
         """Run (or resume, after a crash) one shard of a campaign: ZMap shard, handshakes, Parquet export."""
+        from scanner.campaign import CampaignSpec, run_shard
+        from scanner.discovery.plan import parse_shard
         index, total = parse_shard(shard)
         spec = CampaignSpec(campaign, tuple(cidrs or ()), seed, total, port, str(allowlist) if allowlist else None)
         if not spec.targets and spec.allowlist is None:
@@ -78,6 +81,8 @@ def register(app: typer.Typer) -> None:
         json_output: JsonOutcome = False,
     ) -> None:
         """Simulate a campaign on one machine: each shard's command at once in its own lab namespace; then check the union."""
+        from scanner.engine import ScanSettings
+        from scanner.campaign import CampaignSpec, run_local, union_check
         import contextlib
 
         from lab.population import Population, described, population_lab
@@ -135,6 +140,7 @@ def register(app: typer.Typer) -> None:
         json_output: bool = typer.Option(False, "--json", help="Print the projection(s) as JSON."),
     ) -> None:
         """Project discovery and handshake time, Parquet size, merge and report time, from measured per-shard costs."""
+        from scanner.campaign import CampaignSpec
         from scanner import campaign_plan as cp
 
         figures = cp.load_measured(measured) if measured else cp.load_measured()

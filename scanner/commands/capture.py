@@ -11,22 +11,23 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, TYPE_CHECKING
 
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from scanner.browser import BROWSERS, capture_browser
-from scanner.capture.extract import CaptureScan, CaptureSummary, ClientHelloRecord, version_name
-from common.tshark import tshark_version
-from scanner.capture.parallel import ShardedScan
-from scanner.capture.results import CaptureWriter, HelloTally, browser_set_document, choose_hello, set_document, store_capture
+from scanner.browser import BROWSERS
 from common.cliapp import output_dir, output_file
 from common.setfiles import SETS_DIR
 from common.terminal import cli_console
 from tparams.paramset import ParamSet
 from tparams.setfile import describe
+
+if TYPE_CHECKING:  # named in annotations only; imported where the commands run
+    from scanner.capture.extract import CaptureScan, CaptureSummary, ClientHelloRecord
+    from scanner.capture.parallel import ShardedScan
+    from scanner.capture.results import HelloTally
 
 # Up to this many ClientHellos are listed one a row; more are summarised by parameter set, the TOP_SETS most common.
 LISTED = 20
@@ -56,6 +57,10 @@ def pcap(
     summarised by parameter set (--json lists them all). A capture cut short or damaged keeps every
     ClientHello before the damage, with one warning that says where the file stops being readable.
     """
+    from scanner.capture.extract import CaptureScan
+    from common.tshark import tshark_version
+    from scanner.capture.parallel import ShardedScan
+    from scanner.capture.results import CaptureWriter, HelloTally, choose_hello, set_document
     one_process = as_json or keylog is not None or as_set is not None  # these want every record in this process
     scan: CaptureScan | ShardedScan = CaptureScan(capture, keylog, client) if workers == 1 or one_process else ShardedScan(capture, client, workers)
     tally = HelloTally(keep=LISTED, wanted=hello)
@@ -103,6 +108,7 @@ pcap.__doc__ = (pcap.__doc__ or "").replace("{LISTED}", str(LISTED))
 def _reading(scan: CaptureScan | ShardedScan, tally: HelloTally, shown: bool) -> Iterator[None]:
     """One progress line on stderr while the capture is read (a terminal only), refreshed from a thread so
     that it moves through stretches of packets that hold no ClientHello."""
+    from scanner.capture.extract import CaptureScan
     if not shown:
         yield
         return
@@ -138,6 +144,8 @@ def browser(
     as_json: Annotated[bool, typer.Option("--json", help="print the ClientHellos as JSON lines instead of a table")] = False,
 ) -> None:
     """Run an installed browser against a QUIC server on loopback, capture it with tshark and store its client parameters."""
+    from scanner.browser import capture_browser
+    from scanner.capture.results import HelloTally, browser_set_document, store_capture
     console = cli_console(stderr=True)
     with tempfile.TemporaryDirectory(prefix=f"qscan-{name}-") as scratch:
         workdir = keep_capture or Path(scratch)
@@ -193,6 +201,7 @@ def _report(tally: HelloTally, summary: CaptureSummary, as_json: bool, out: Opti
     """What was found: every ClientHello when there are at most LISTED, else how many of each parameter set
     (the most common first); with ``as_json`` the ClientHellos went to stdout already and this is one line
     on stderr."""
+    from scanner.capture.extract import version_name
     left_out = f"{summary.datagrams} long-header datagrams: {summary.left_out()}"
     if as_json:
         # What was left out, by version, on stderr: stdout stays one JSON document a line.

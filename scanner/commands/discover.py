@@ -6,6 +6,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -13,16 +14,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from common.cliapp import output_file
 from tparams.errors import ToolError
 
-from scanner.discovery.hitlist import make_hitlist_plan
-from scanner.discovery.ipv4 import prepare, scan_ipv4
-from scanner.discovery.ipv6 import prepare_ipv6, scan_ipv6
-from scanner.domains import read_domains, refuse_held_scan, scan_domains
-from scanner.discovery.plan import make_plan, parse_shard
-from scanner.discovery.response import format_version
-from scanner.engine import ScanSettings
 from scanner.commands.options import HandshakeRate, JsonOutcome, Netns, Quiet, Strict, handshake_options
-from scanner.merge import merge_scans
 from common.terminal import cli_console
+
+if TYPE_CHECKING:  # built by the shared options; --help needs no import of it
+    from scanner.engine import ScanSettings
 
 _err = cli_console(stderr=True)
 
@@ -64,6 +60,7 @@ def show_discovery(result, out: Path, discover_only: bool, json_output: bool, pl
 
 def show_dry_run(plan_lines: list[str], prepared) -> None:
     """What a --dry-run prints (on stdout): the plan, the probe, its payload hex and the exact command."""
+    from scanner.discovery.response import format_version
     for line in plan_lines:
         typer.echo(line)
     typer.echo(f"probe:      version {format_version(prepared.probe.version)}, {len(prepared.probe.payload)} bytes")
@@ -102,6 +99,8 @@ def register(app: typer.Typer) -> None:
         json_output: JsonOutcome = False,
     ) -> None:
         """Find QUIC servers with ZMap (a Version Negotiation probe), then handshake with each one found."""
+        from scanner.discovery.ipv4 import prepare, scan_ipv4
+        from scanner.discovery.plan import make_plan, parse_shard
         index, total = parse_shard(shard)
         plan = make_plan(cidrs or [], port, rate, cooldown, blocklist, allowlist, index, total)
         if dry_run:
@@ -152,6 +151,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Probe an IPv6 hitlist with the Version Negotiation probe (our own prober: ZMap 2.1.1 has no IPv6),
         then handshake with each address that answered."""
+        from scanner.discovery.hitlist import make_hitlist_plan
+        from scanner.discovery.ipv6 import prepare_ipv6, scan_ipv6
+        from scanner.discovery.plan import parse_shard
         index, total = parse_shard(shard)
         plan = make_hitlist_plan(hitlist, port, rate, cooldown, aliased, blocklist, index, total, strict)
         for bad in plan.bad_lines:
@@ -179,6 +181,7 @@ def register(app: typer.Typer) -> None:
         json_output: JsonOutcome = False,
     ) -> None:
         """Merge scan files into one; the shards of one ZMap scan become one scan; overlapping shards are refused."""
+        from scanner.merge import merge_scans
         result = merge_scans(inputs, out)
         if json_output:
             typer.echo(json.dumps({"out": str(out), "inputs": result.inputs, "scans": result.scans, "rows": result.rows}))
@@ -202,6 +205,8 @@ def register(app: typer.Typer) -> None:
         json_output: JsonOutcome = False,
     ) -> None:
         """Find QUIC servers behind domains (HTTPS records with h3, Alt-Svc), then handshake with SNI = domain."""
+        from scanner.engine import ScanSettings
+        from scanner.domains import read_domains, refuse_held_scan, scan_domains
         refuse_held_scan(out)  # before the domains' warnings
         domains, bad = read_domains(file, strict)
         for line in bad:

@@ -7,7 +7,6 @@ from typing import Annotated, Callable, Optional
 import typer
 
 from common.cliapp import options_in_place_of
-from scanner.engine import ScanSettings
 
 HandshakeTimeout = Annotated[float, typer.Option("--timeout", help="Seconds to wait for each handshake.")]
 HandshakeRate = Annotated[float, typer.Option("--handshake-rate", help="New handshakes per second (0 = unlimited).")]
@@ -25,6 +24,7 @@ def handshake_options(timeout: float = 5.0, rate: float = 100.0, concurrency: in
                       workers: int = 1) -> Callable[[Callable], Callable]:
     """Give a command the handshake options (--timeout, --handshake-rate, --concurrency, --workers), with
     these defaults, in place of its parameter ``settings``, which receives them as one ScanSettings."""
+    from scanner.engine import ScanSettings
     return options_in_place_of("settings", {
         "timeout": (HandshakeTimeout, timeout), "handshake_rate": (HandshakeRate, rate),
         "concurrency": (Concurrency, concurrency), "workers": (Workers, workers)},

@@ -13,15 +13,8 @@ import typer
 from common.cliapp import output_dir, output_file
 from tparams.errors import ToolError
 
-from scanner import identify as identify_api
-from scanner.campaign_store import export_shard
-from scanner.engine import ScanSettings
-from common.netns import in_namespace
 from scanner.commands.options import JsonOutcome, Netns, Strict
-from scanner.discovery.netinfo import require_namespace
-from scanner.report import FORMATS, build_report, export_parquet, render
-from scanner.scan import refuse_held_scan, scan_into
-from scanner.targets import read_targets
+from scanner.formats import FORMATS
 
 def register(app: typer.Typer) -> None:
     @app.command("targets", epilog="Example: qscan targets hosts.txt --identify --out scan.duckdb")
@@ -48,6 +41,12 @@ def register(app: typer.Typer) -> None:
                                       "handshake per target offering ALPN `invalid`; verdicts in table server_library."),
     ) -> None:
         """Complete a QUIC handshake with every target and record what each server sent."""
+        from scanner import identify as identify_api
+        from scanner.engine import ScanSettings
+        from common.netns import in_namespace
+        from scanner.discovery.netinfo import require_namespace
+        from scanner.scan import refuse_held_scan, scan_into
+        from scanner.targets import read_targets
         require_namespace(netns)
         refuse_held_scan(out, resume)  # before the targets' warnings
         targets, bad = read_targets(file, strict=strict)
@@ -99,6 +98,7 @@ def register(app: typer.Typer) -> None:
                                      "that appeared, vanished, grew, shrank and the value shifts from SCAN to it."),
     ) -> None:
         """Targets reached, distinct parameter sets, most common sets and values (thesis tables 5.1-5.7)."""
+        from scanner.report import build_report, render
         # --compare (scanner/analysis.py, issue 7): the two-scan comparison instead of the popularity report.
         if compare is not None:
             from scanner.analysis import compare_scans, render_comparison
@@ -122,6 +122,8 @@ def register(app: typer.Typer) -> None:
                                   "exporting it again replaces it."),
     ) -> None:
         """Export every table and view of a scan as Parquet, for sharing and for DuckDB/polars elsewhere."""
+        from scanner.campaign_store import export_shard
+        from scanner.report import export_parquet
         labels = {"--campaign": campaign, "--vantage": vantage, "--shard": shard}
         if any(labels.values()):
             missing = [flag for flag, value in labels.items() if not value]
