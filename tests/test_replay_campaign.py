@@ -111,6 +111,8 @@ def test_two_shards_one_killed_and_resumed_merge_into_exactly_the_plan(campaign_
     assert _qreplay("campaign", "merge", one_host, "--out", tmp_path / "one.duckdb").returncode == 0
     assert _grouping(merged) == _grouping(tmp_path / "one.duckdb")
     assert len(_grouping(merged)) == 2  # the two sets, each of its two repetitions
+    drawn = _qreplay("plot", merged, "--out-dir", tmp_path / "plots")
+    assert drawn.returncode == 0 and (tmp_path / "plots" / "goodput_vs_delay.png").is_file(), drawn.stderr
 
     # A merge into a file that exists, and of a campaign missing a shard, are refused in one line.
     refused = _qreplay("campaign", "merge", directory, "--out", merged)
