@@ -194,10 +194,10 @@ def _key(values: dict, columns: tuple[str, ...]) -> tuple:
 
 
 def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[float], list[float]]:
-    """Every stored run's seconds (its start to the next run's start on its host in its experiment, the last
-    one's to the experiment's end there: set-up and teardown included) with its conditions, and each
-    experiment's set-up seconds on a host (its start to its first run), from results files or campaign
-    directories (a campaign's hosts told apart by their partitions; a merged file interleaves them: give
+    """Every stored run's seconds (its start to the next run's start on its host in its experiment: the
+    server's start and the teardown included) with its conditions, and each experiment's overhead on a host
+    (its start to its first run, and its end beyond a run's time after its last run), from results files or
+    campaign directories (a campaign's hosts told apart by their partitions; a merged file interleaves them: give
     the directory)."""
     from scanner import campaign_store
 
@@ -221,19 +221,29 @@ def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[floa
             rows = con.execute(f"""
                 SELECT r.stack, r.server_stack, r.delay_ms, r.loss_pct, r.rate_bps, r.size_bytes, r.workload,
                        epoch(coalesce(lead(r.started_at) OVER w, e.finished_at) - r.started_at) AS seconds,
-                       CASE WHEN row_number() OVER w = 1 THEN epoch(r.started_at - e.started_at) END AS setup
+                       CASE WHEN row_number() OVER w = 1 THEN epoch(r.started_at - e.started_at) END AS setup,
+                       lead(r.started_at) OVER w IS NULL AS last, r.experiment_id || '/' || r.host AS share
                 FROM (SELECT *, {host} AS host FROM host_runs) r
                 JOIN (SELECT *, {host} AS host FROM host_experiments) e USING (experiment_id, host)
-                WINDOW w AS (PARTITION BY r.experiment_id, r.host ORDER BY r.started_at)""").fetchall()
+                WINDOW w AS (PARTITION BY r.experiment_id, r.host ORDER BY r.started_at)
+                ORDER BY share, r.started_at""").fetchall()
         except duckdb.Error as exc:
             raise ToolError(f"cannot read run times from {source}: {first_line(exc)}") from None
         finally:
             con.close()
-        for *values, seconds, setup in rows:
-            if seconds is not None and seconds > 0:
+        # The last run of an experiment on a host ends with the testbed's teardown, once an experiment:
+        # what it took beyond the mean of the others counts with the set-up, not as a run.
+        for _, members in itertools.groupby(rows, key=lambda row: row[-1]):
+            members = [row for row in members if row[7] is not None and row[7] > 0]
+            others = [row[7] for row in members if not row[9]]
+            overhead = sum(row[8] for row in members if row[8] is not None and row[8] >= 0)
+            for *values, seconds, _, last, _ in members:
+                if last and others:
+                    overhead += max(0.0, seconds - sum(others) / len(others))
+                    seconds = sum(others) / len(others)
                 runs.append(dict(zip(KEYS[0], values)) | {"seconds": seconds})
-            if setup is not None and setup >= 0:
-                setups.append(setup)
+            if members:
+                setups.append(overhead)
     return runs, setups, fixed
 
 
@@ -308,7 +318,8 @@ def projection_lines(plan_: Plan, p: Projection, file: str, directory: str) -> l
         f"on {p.hosts}:{' ' * max(1, 8 - len(str(p.hosts)))}{duration(p.wall_seconds)} (the slowest host's share; "
         f"{math.ceil(p.runs / p.hosts):,} runs at most a host)",
         "estimated:   " + ", ".join(f"{n:,} runs by {level}" for level, n in p.matched.items())
-        + f" (means of {p.measured_runs:,} measured runs; {p.setup_seconds:.1f} s set-up an experiment a host, "
+        + f" (means of {p.measured_runs:,} measured runs; {p.setup_seconds:.1f} s set-up and teardown an experiment "
+        "a host, "
         f"{p.fixed_seconds:.1f} s a host's own)",
         f"each host:   {shlex.join(host_argv(file, '<I>', p.hosts, directory))}",
     ]
