@@ -31,7 +31,8 @@ INPUTS = {
     ("qscan", "diff", "old"), ("qscan", "diff", "new"), ("qscan", "trends", "directory"),
     ("qscan", "ipv6", "--aliased"), ("qscan", "ipv6", "--blocklist"),
     ("qreplay", "sets", "--scan"), ("qreplay", "plot", "results"), ("qreplay", "impact", "scan"),
-    ("qreplay", "why", "results"),
+    ("qreplay", "why", "results"), ("qreplay", "campaign plan", "file"), ("qreplay", "campaign plan", "--measured"),
+    ("qreplay", "campaign run", "file"), ("qreplay", "campaign merge", "directory"),
 }
 
 
