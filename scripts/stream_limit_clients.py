@@ -100,7 +100,8 @@ def main() -> int:
                                        1, "stream_limit_clients", "auto", server)
                     view = client_view(pcap, keylog, tb.server_ip, limit)
                 if not view["decrypted_packets"]:  # seen once, a first run of the testbed: not explained
-                    print(f"{browser} at {limit} streams: nothing decrypted in the capture; not stored", file=sys.stderr)
+                    print(f"{browser} at {limit} streams: nothing decrypted in the capture; not stored",
+                          file=sys.stderr)
                     continue
                 rows.append({"browser": browser, "browser_version": row.get("browser_version"), "server": server.name,
                              "delay_ms": args.delay_ms, "initial_max_streams_bidi": limit,

@@ -2,7 +2,7 @@
 upload, written to datasets/flowcontrol/upload_receivers.csv (beside rules.csv, the same rule measured for
 downloads, whose columns it shares).
 
-One run per server: Chromium's page PUTs --size bytes to the server advertising
+One run per server and browser: Chromium's and Firefox's page PUTs --size bytes to the server advertising
 initial_max_stream_data_bidi_remote = --window (caddy takes no set: its own windows, quic-go's auto-tuned
 ones) at --delay, the path captured in the server's namespace and decrypted with the browser's key log
 (replay/trace.py). The trace is read with its directions swapped, the browser as the sender and the server as
@@ -38,7 +38,7 @@ from tparams.paramset import ParamSet
 from tparams.workloads import UPLOAD
 
 OUT = Path(__file__).resolve().parents[1] / "datasets" / "flowcontrol" / "upload_receivers.csv"
-BROWSER = "chromium"
+BROWSERS = ("chromium", "firefox")
 # rules.csv's columns that hold at the receiver's end: the others look back one round trip from the update as the
 # capture saw it, which is the sender's end for a download and the receiver's here
 COLUMNS = ("server", "server_version", "browser", "browser_version", "which", "delay_ms", "window", "rtt_ms",
@@ -67,8 +67,8 @@ def receiver_rules(decoded: trace.Decoded, server_sent: dict[str, int], delay_ms
                                   ("connection", windows["initial_max_data"])) if window]
 
 
-def measure(tb: Testbed, server_name: str, args) -> list[dict]:
-    server, browser = get_stack(server_name), get_stack(BROWSER)
+def measure(tb: Testbed, server_name: str, browser_name: str, args) -> list[dict]:
+    server, browser = get_stack(server_name), get_stack(browser_name)
     named = NamedSet(f"bidi_remote={args.window}", ParamSet(initial_max_stream_data_bidi_remote=args.window),
                      "upload_receivers", "server")
     with tempfile.TemporaryDirectory() as scratch:
@@ -80,18 +80,18 @@ def measure(tb: Testbed, server_name: str, args) -> list[dict]:
                            "upload_receivers", "auto", server)
         server_sent = json.loads(row.get("transport_seen") or "{}").get("server_sent") or {}
         if row["status"] != "ok" or not server_sent:
-            print(f"{server_name}: {row['status']} ({row.get('error') or 'no EncryptedExtensions decrypted'})",
-                  file=sys.stderr)
+            why = row.get("error") or "no EncryptedExtensions decrypted"
+            print(f"{server_name} ({browser_name}): {row['status']} ({why})", file=sys.stderr)
             return []
         decoded = trace.decrypt(pcap, keylog, tb.server_ip)
         # quiche's server packets to Chromium at times fail tshark's decryption, every one of a run (checktag
         # failed; the browser's decrypt): not explained. A rule read from none of them would be no updates.
         if not any(p.down for p in decoded.packets):
-            print(f"{server_name}: none of the server's packets decrypted ({decoded.undecrypted} undecrypted)",
-                  file=sys.stderr)
+            print(f"{server_name} ({browser_name}): none of the server's packets decrypted "
+                  f"({decoded.undecrypted} undecrypted)", file=sys.stderr)
             return []
         rules = receiver_rules(decoded, server_sent, args.delay_ms)
-    common = {"server": server_name, "server_version": server.version(), "browser": BROWSER,
+    common = {"server": server_name, "server_version": server.version(), "browser": browser_name,
               "browser_version": row.get("browser_version"), "goodput_mbps": round(row.get("goodput_mbps") or 0, 3),
               "size_bytes": args.size, "undecrypted": decoded.undecrypted, "status": row["status"],
               "date": datetime.date.today().isoformat(), "load_1min": load}
@@ -113,19 +113,21 @@ def main() -> int:
             if reason := get_stack(name).unavailable_reason():
                 print(f"{name}: skipped ({reason})", file=sys.stderr)
                 continue
-            measured = measure(tb, name, args)
+            measured = [row for browser in BROWSERS for row in measure(tb, name, browser, args)]
             for row in measured:
-                print(f"{name} {row['which']}: {row['n_updates']} updates, median {row['fraction_median']}, "
+                print(f"{name} {row['browser']} {row['which']}: {row['n_updates']} updates, median "
+                      f"{row['fraction_median']}, "
                       f"{row['updates_per_rtt']} a round trip, {row['goodput_mbps']} Mbit/s", flush=True)
             rows += measured
     kept = []
-    if OUT.is_file():  # a server not measured now keeps its earlier rows
+    if OUT.is_file():  # a server and browser not measured now keep their earlier rows
         with open(OUT, newline="") as f:
-            kept = [row for row in csv.DictReader(f) if row["server"] not in {r["server"] for r in rows}]
+            kept = [row for row in csv.DictReader(f)
+                    if (row["server"], row["browser"]) not in {(r["server"], r["browser"]) for r in rows}]
     with open(OUT, "w", newline="") as out:
         writer = csv.DictWriter(out, COLUMNS, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(sorted([*kept, *rows], key=lambda r: (r["server"], r["which"])))
+        writer.writerows(sorted([*kept, *rows], key=lambda r: (r["server"], r["browser"], r["which"])))
     print(f"wrote {OUT}")
     return 0
 

@@ -358,9 +358,9 @@ class ReplayProgram(Stack):
     many_clients = True
 
     def serves(self, protocol: str) -> bool:
-        """Its program's server speaks hq-interop, and HTTP/3 too (the library's own h3 layer, chosen by the
+        """Its program's server speaks its protocol, and HTTP/3 too (the library's own h3 layer, chosen by the
         client's ALPN) where it serves a browser's page."""
-        return protocol == "hq-interop" or (self.serves_page and protocol == "h3")
+        return super().serves(protocol) or (self.serves_page and protocol == "h3")
 
     def workload_refusal(self, opts: RunOptions) -> str | None:
         if workload_needs(opts) <= self.replay_protocol:

@@ -107,7 +107,8 @@ impl Server {
                     return;
                 };
                 super::trace(&mut connection, &self.options, "server");
-                let client = Client { connection, streams: HashMap::new(), h3: None, release: None, stats_printed: false };
+                let client =
+                    Client { connection, streams: HashMap::new(), h3: None, release: None, stats_printed: false };
                 self.clients.insert(id.clone(), client);
             }
         }

@@ -20,7 +20,11 @@ pub async fn serve(connection: quinn::Connection, body: Bytes) {
     }
 }
 
-async fn answer(request: http::Request<()>, mut stream: RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>, body: Bytes) {
+async fn answer(
+    request: http::Request<()>,
+    mut stream: RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>,
+    body: Bytes,
+) {
     let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
     let answer = page::answer(request.method().as_str().as_bytes(), path.as_bytes());
     let content = match &answer {

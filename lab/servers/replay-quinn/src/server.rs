@@ -4,11 +4,11 @@ use std::io::Write;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use lab_server_common::page::H3_ALPN;
 use lab_server_common::refuse;
 use lab_server_common::replay::{
     body_chunk, pieces, print_sender_stats, upload_answer, Direction, Request, ServerArgs, ALPN, MAX_REQUEST,
 };
-use lab_server_common::page::H3_ALPN;
 use quinn::crypto::rustls::{HandshakeData, QuicServerConfig};
 use quinn::{Connecting, Connection, ConnectionError, QlogStream, RecvStream, SendStream, VarInt};
 use rustls::pki_types::pem::PemObject;
@@ -65,7 +65,8 @@ pub async fn run(args: ServerArgs) {
 async fn serve(connecting: Result<Connecting, ConnectionError>, body: Bytes, qlog: Option<QlogFile>) {
     let Ok(connecting) = connecting else { return };
     let Ok(connection) = connecting.await else { return };
-    let alpn = connection.handshake_data().and_then(|data| data.downcast::<HandshakeData>().ok()).and_then(|d| d.protocol);
+    let alpn =
+        connection.handshake_data().and_then(|data| data.downcast::<HandshakeData>().ok()).and_then(|d| d.protocol);
     if alpn.as_deref() == Some(H3_ALPN) {
         crate::h3::serve(connection.clone(), body).await;
     } else {

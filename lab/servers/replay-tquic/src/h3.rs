@@ -39,7 +39,8 @@ impl Session {
             match self.h3.poll(conn) {
                 Ok((stream_id, Http3Event::Headers { headers, fin })) => {
                     let field = |name: &[u8]| headers.iter().find(|h| h.name() == name).map(|h| h.value().to_vec());
-                    let answer = page::answer(&field(b":method").unwrap_or_default(), &field(b":path").unwrap_or_default());
+                    let answer =
+                        page::answer(&field(b":method").unwrap_or_default(), &field(b":path").unwrap_or_default());
                     match answer {
                         Answer::Count if !fin => {
                             self.uploads.insert(stream_id, 0);
@@ -97,7 +98,8 @@ fn send(h3: &mut Http3Connection, conn: &mut Connection, stream_id: u64, body: &
         let (piece, last) = body.piece(chunk);
         let offered = piece.len();
         // A generated piece is a slice of the shared chunk (a reference count); a given one is copied.
-        let piece = if matches!(body, Body::Generated(_)) { chunk.slice(..offered) } else { Bytes::copy_from_slice(piece) };
+        let piece =
+            if matches!(body, Body::Generated(_)) { chunk.slice(..offered) } else { Bytes::copy_from_slice(piece) };
         match h3.send_body(conn, stream_id, piece, last) {
             Ok(written) if body.advance(written) => return true,
             Ok(written) if written < offered => return false,
