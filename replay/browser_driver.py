@@ -504,6 +504,11 @@ def firefox_preferences(target: Target) -> dict[str, object]:
             "network.http.http3.force-use-alt-svc-mapping-for-testing": True,
             # Firefox drops HTTP/3 for a certificate chaining to a root it did not ship (the lab's CA).
             "network.http.http3.disable_when_third_party_roots_found": False,
+            # No TCP connection "backing up" an h3 handshake that is slow to finish: with this delay at 1 ms,
+            # every upload to caddy (which answers on TCP too) went partly over http/1.1 and failed its
+            # protocol check (3 of 3, 2026-11-28), as one in a loaded test run had at Firefox's default; an
+            # h3 handshake slower than this fails the run instead, as a timeout.
+            "network.http.http3.backup_timer_delay": 30_000,
         })
     else:
         prefs["network.http.http3.enable"] = False
