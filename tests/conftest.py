@@ -34,7 +34,8 @@ _SESSION_NAMESPACE = re.compile(rf"qlab[a-z]*{SESSION_TAG}-")
 # name a group of its own (the manual's pages, each on a private /run). The groups start longest first, so the
 # workers end together: these took 60-235 s each of an 18-minute run on two workers (2026-11-28), most others under 40 s.
 LONGEST_GROUPS = ("manual-qscan.md", "test_replay_browsers", "test_notebooks", "manual-qreplay.md",
-                  "manual-identification.md", "test_library", "test_demo", "manual-scale.md", "test_replay_cli",
+                  "manual-identification.md", "test_library", "test_demo", "test_replay_campaign", "manual-scale.md",
+                  "test_replay_cli",
                   "test_codec", "test_campaign")
 
 
