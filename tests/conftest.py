@@ -35,8 +35,7 @@ _SESSION_NAMESPACE = re.compile(rf"qlab[a-z]*{SESSION_TAG}-")
 # workers end together: these took 60-235 s each of an 18-minute run on two workers (2026-11-28), most others under 40 s.
 LONGEST_GROUPS = ("manual-qscan.md", "test_replay_browsers", "test_notebooks", "manual-qreplay.md",
                   "manual-identification.md", "test_library", "test_demo", "test_replay_campaign", "manual-scale.md",
-                  "test_replay_cli",
-                  "test_codec", "test_campaign")
+                  "test_replay_cli", "test_codec", "test_campaign")
 
 
 # Each worker its own temporary directory (runs' work directories, browser profiles), so that a test checking what
