@@ -175,8 +175,8 @@ def test_doctor_says_what_works_here_and_why_not():
                                                      "client sets 12 of 12; server sets 12 of 12; knobs: --cipher, "
                                                      "--aes-ni (besides --cc, --autotune); workloads: download, upload, "
                                                      "requests")
-    assert rows[("stack", "quic-go")]["detail"].endswith("knobs: --gso, --aes-ni (besides --cc, --autotune); workloads: "
-                                                         "download, upload, requests")
+    assert rows[("stack", "quic-go")]["detail"].endswith("knobs: --gso, --aes-ni (besides --cc, --autotune); "
+                                                         "workloads: download, upload, requests")
 
 
 @pytest.mark.timing
