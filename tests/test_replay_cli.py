@@ -172,10 +172,11 @@ def test_doctor_says_what_works_here_and_why_not():
         assert lsquic["ok"] and re.fullmatch(r"version \d+\.\d+\.\d+; client sets 8 of 12; server sets 9 of 12; "
                                              r"knobs: none .*; workloads: download", lsquic["detail"]), lsquic
     assert rows[("stack", "aioquic")]["detail"] == (f"version {importlib.metadata.version('aioquic')}; "
-                                                     "client sets 12 of 12; server sets 12 of 12; knobs: --cipher "
-                                                     "(besides --cc, --autotune); workloads: download, upload, requests")
-    assert rows[("stack", "quic-go")]["detail"].endswith("knobs: --gso (besides --cc, --autotune); workloads: "
-                                                         "download, upload, requests")
+                                                     "client sets 12 of 12; server sets 12 of 12; knobs: --cipher, "
+                                                     "--aes-ni (besides --cc, --autotune); workloads: download, upload, "
+                                                     "requests")
+    assert rows[("stack", "quic-go")]["detail"].endswith("knobs: --gso, --aes-ni (besides --cc, --autotune); "
+                                                         "workloads: download, upload, requests")
 
 
 @pytest.mark.timing
