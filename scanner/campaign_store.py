@@ -322,14 +322,17 @@ def _shard_files(con: duckdb.DuckDBPyConnection, root: str, schema: dict) -> dic
     for name in sorted(damaged):
         match = _FILE.search(name)
         left_out.setdefault(tuple(match.groups()[1:]) if match else (), []).append(name)
-    for labels, names in left_out.items():
+    for labels in left_out:
         # The whole shard is left out (its other tables without this one would not add up); the others are read.
         shards.pop(labels, None)  # type: ignore[arg-type]
+    if damaged and not shards:  # one line: the error names the damage the warnings would have
+        first = min(damaged)
+        raise ToolError(f"campaign {root}: no readable shard (every one has a damaged file, first {first}: "
+                        f"{damaged[first]})")
+    for labels, names in left_out.items():
         problems = "; ".join(f"{name} is damaged ({damaged[name]})" for name in names)
         print(f"qscan: warning: {problems}; shard {'/'.join(labels)} left out, {len(shards)} other shard(s) read",
               file=sys.stderr)
-    if damaged and not shards:
-        raise ToolError(f"campaign {root}: no readable shard (every one has a damaged file, first {min(damaged)})")
     for labels, files in shards.items():
         if len({meta["export_id"] for meta in files.values()}) > 1:
             raise ToolError(f"shard {'/'.join(labels)} of {root} holds tables of different exports "

@@ -19,7 +19,7 @@ import pytest
 from common.process import start_process, stop_process
 from common.tshark import tshark_path, wait_until_capturing, wait_until_in_capture
 from common import netns
-from replay.commands.run import own_set
+from replay.sets import own_set
 from replay.link import PATH_DEVICE, LinkConfig
 from replay.runner import Condition, Experiment, run_experiment, run_once
 from replay.sets import NamedSet

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from replay.commands.run import own_set
+from replay.sets import own_set
 from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, run_experiment
 from replay.stacks import get_stack

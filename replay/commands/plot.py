@@ -107,6 +107,7 @@ def plot_results(results: Path, out_dir: Path) -> list[Path]:
 
 def load_limits(results: Path):
     """Per experiment and condition, what held the traced runs back (statistics.limits_summary)."""
+    from replay import statistics, store
     con = store.open_read_only(results)
     try:
         return statistics.limits_summary(con)
@@ -117,6 +118,8 @@ def load_limits(results: Path):
 def limits_figure(frame, out: Path) -> Path:
     """One stacked bar per traced condition, the mean share of its transfer's time at each limit
     (replay/limits.py), with its mean goodput beside it on the right-hand axis."""
+    from replay import statistics
+    from replay.figures import pyplot, save_png
     from replay.limits import LIMITS
 
     plt = pyplot()

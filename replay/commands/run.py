@@ -22,9 +22,12 @@ from tparams.knobs import KNOBS, Knob
 from tparams.workloads import WORKLOADS
 from tparams.paramset import PERFORMANCE_PARAMETERS
 
-if TYPE_CHECKING:  # built by the shared options; --help needs no import of them
+if TYPE_CHECKING:  # named in annotations only: built by the shared options, or imported where a command runs
+    from replay import sets as sets_api
+    from replay.commands.link import DoctorRow
     from replay.link import LinkConfig
-    from replay.stacks.base import RunOptions
+    from replay.runner import Experiment
+    from replay.stacks.base import RunOptions, Stack
 
 # Where results go when --out is not given.
 DEFAULT_RESULTS = Path("qreplay-results.duckdb")
