@@ -5,7 +5,8 @@ frame order, numbered as one process would number them, and writes nothing else.
 Reading the file twice costs a few microseconds a packet; opening an Initial and its ClientHello costs a
 hundred, so the work splits nearly evenly, and each worker's share of CPU is half of one process's plus the
 reading and a second interpreter's start. That pays only with a core free for each worker: on the busy 2-core
-machine of bench_pcap's runs two workers were no faster than one (qscan pcap --workers, default 1). The rows of one worker are stored once every worker has read
+machine of bench_pcap's runs two workers were no faster than one, or faster only by taking a larger share of
+the machine from other work, with more CPU (qscan pcap --workers, default 1). The rows of one worker are stored once every worker has read
 past them (each reports how far it read with every batch), so the file's numbering does not depend on
 which worker is faster, and what is held back stays within a batch or two.
 """

@@ -49,7 +49,7 @@ def pcap(
     sets_dir: Annotated[Path, typer.Option("--sets-dir", callback=output_dir, help="where --as-set writes")] = SETS_DIR,
     as_json: Annotated[bool, typer.Option("--json", help="print every ClientHello as a JSON line instead of a table")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress line")] = False,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="processes reading the capture, each following its share of the connections (1 with --json, --keylog or --as-set); more were no faster on a busy 2-core machine (docs/benchmarks.md)")] = 1,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="processes reading the capture, each following its share of the connections (1 with --json, --keylog or --as-set); on a busy 2-core machine two cost more CPU and finished sooner only by taking a larger share of it (docs/benchmarks.md)")] = 1,
 ) -> None:
     """Every QUIC ClientHello in a capture: SNI, ALPN, version and all client transport parameters in wire order.
 
