@@ -71,6 +71,10 @@ def pytest_runtest_protocol(item, nextitem):
             yield
 
 
+# First, before xdist's own hook turns each item's xdist_group into the `@group` suffix of its node id, which is
+# what --dist loadgroup groups by: run after it, the module groups were never seen and a module's tests (and its
+# module-scoped lab or scan) were spread over all three workers.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     def group(item) -> str:
         marker = item.get_closest_marker("xdist_group")
@@ -81,6 +85,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group(item)))
     rank = {name: index for index, name in enumerate(LONGEST_GROUPS)}
     items.sort(key=lambda item: rank.get(group(item), len(rank)))
+
+
+def pytest_xdist_node_collection_finished(node, ids):
+    """Every worker's node ids must end in their group, or --dist loadgroup silently spreads a module over the workers
+    (pytest 9.2 made xdist 3.8's suffix a no-op, pytest-xdist#1386: each module-scoped lab and scan was then set up on
+    up to three workers, 13 min 48 s for the suite)."""
+    if node.config.getvalue("dist") == "loadgroup" and ids and "@" not in ids[0]:
+        pytest.exit(f"pytest {pytest.__version__} drops pytest-xdist's group from the node ids (pytest-xdist#1386), "
+                    "so --dist loadgroup would not group the tests: install the pytest of requirements.lock", 4)
 
 
 def lab_instance(role: str) -> str:
