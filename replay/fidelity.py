@@ -36,7 +36,8 @@ from replay.figures import markdown_page, pyplot, save_png
 from replay.flowcontrol import client_window_bound
 from replay.link import LinkConfig
 from replay.measured_rules import RULES_CSV, load_update_rules
-from replay.reproduce import HEADLINES_CSV, LOSS_DELAY_MS, read_headlines
+from replay.grids.reproduce import LOSS_DELAY_MS
+from replay.reproduce import HEADLINES_CSV, read_headlines
 from replay.runner import Condition, Experiment, run_experiment
 from replay.sets import NamedSet, own_set
 from replay.stacks import all_stacks, get_stack
@@ -44,22 +45,10 @@ from replay.stacks.base import RunOptions, Stack, default_timeout_s
 from tparams.errors import ToolError
 from tparams.paramset import ParamSet
 
-BROWSERS = ("chromium", "firefox")
-DELAYS_MS = (0.0, 10.0, 30.0, 50.0, 100.0, 200.0)
-LOSS_PCT = 1.0  # at the thesis's LOSS_DELAY_MS
-# 50 MB: at 200 ms a 6 MiB window re-opened by halves needs a dozen round trips beyond slow start's to show;
-# at 1% loss CUBIC holds ~15 Mbit/s, so that link downloads less.
-SIZE = 50_000_000
-LOSS_SIZE = 10_000_000
-REPS = 5
-#: --quick: both browsers, two replay stacks, two delays, small downloads (a few minutes)
-QUICK_STACKS = ("ngtcp2", "quic-go")
-QUICK_DELAYS_MS = (10.0, 50.0)
-QUICK_SIZE = 5_000_000
-QUICK_REPS = 2
-CAPTURE_SIZE = 1_000_000  # the page load that records a browser's set
-#: the thesis's finding under test: Firefox's set ahead of Chrome's at >= 20 ms (figure 5.3a)
-THESIS_FROM_MS = 20.0
+from replay.grids.fidelity import (
+    BROWSERS, DELAYS_MS, LOSS_PCT, SIZE, LOSS_SIZE, REPS, QUICK_STACKS, QUICK_DELAYS_MS, QUICK_SIZE, QUICK_REPS,
+    CAPTURE_SIZE, THESIS_FROM_MS
+)
 
 
 def modes(stack: Stack) -> tuple[bool, ...]:

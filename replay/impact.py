@@ -31,18 +31,9 @@ from replay.flowcontrol import (
 )
 from tparams.library import CANDIDATE_SEPARATOR, UNKNOWN
 
-DELAYS_MS = (10, 30, 100, 200)  # round-trip times
-RATE_MBPS = 100.0
-UPLOAD_BYTES = 10_000_000
-PAGE_OBJECTS = 100
-OBJECT_BYTES = 10_000
-# Not measured: an HTTP/3 GET's HEADERS frame as a browser sends it, QPACK-encoded without the dynamic table
-# (method, scheme, authority, path, user agent, accept headers): a few hundred bytes.
-REQUEST_BYTES = 300
-# Where the identified library's receiver rule is not known: the half-window rule of ngtcp2, LSQUIC, quiche
-# and tquic (rules.csv), the slowest the measured stacks re-open (the burst bound is half a window).
-ASSUMED_FRACTION = 0.5
-ASSUMED_CWND = 12_000  # RFC 9002: ten 1,200-byte datagrams
+from replay.grids.impact import (
+    DELAYS_MS, RATE_MBPS, UPLOAD_BYTES, PAGE_OBJECTS, OBJECT_BYTES, REQUEST_BYTES, ASSUMED_FRACTION, ASSUMED_CWND
+)
 UPLOAD_PARAMETERS = ("initial_max_stream_data_bidi_remote", "initial_max_data")
 SET_COLUMNS = ("initial_max_data", "initial_max_stream_data_bidi_remote", "initial_max_streams_bidi")
 LINK = "link"  # binding: nothing of the server's set binds

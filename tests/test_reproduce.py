@@ -11,7 +11,8 @@ import duckdb
 import pytest
 
 from replay.flowcontrol import UPDATE_RULES, window_bound
-from replay.reproduce import (FULL_CAMPAIGN_TIME, SERVER_STREAMS_FIGURE, SERVER_TWINS, STREAMS_CONCURRENCY,
+from replay.grids.reproduce import FULL_CAMPAIGN_TIME
+from replay.reproduce import (SERVER_STREAMS_FIGURE, SERVER_TWINS, STREAMS_CONCURRENCY,
                               STREAMS_FIGURE, TABLE_5_6, build_report, load_campaign, plan_campaign, read_headlines,
                               run_campaign)
 from replay.stacks import get_stack

@@ -7,13 +7,14 @@ import math
 import shlex
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from common.cliapp import add_group, output_dir, output_file
 from common.terminal import cli_console
-from replay import campaign
+if TYPE_CHECKING:  # an annotation only: the campaign module imports DuckDB and the runner, --help needs neither
+    from replay import campaign
 
 FileArg = Annotated[Path, typer.Argument(help="The campaign file (TOML: `campaign = NAME` and [[experiment]] "
                                               "tables of the replay options, docs/scale.md).")]
@@ -21,6 +22,7 @@ FileArg = Annotated[Path, typer.Argument(help="The campaign file (TOML: `campaig
 
 def slurm_script(plan: campaign.Plan, file: str, directory: str, hosts: int, projected_s: float | None) -> str:
     """The array job: task I runs shard I of ``hosts`` (a requeued task resumes its shard)."""
+    from replay import campaign
     from common.slurm import array_job
     command = shlex.join(campaign.host_argv(file, "SHARD", hosts, directory, qreplay="QREPLAY"))
     command = command.replace("SHARD/", '"${SLURM_ARRAY_TASK_ID}"/').replace("QREPLAY", '"${QREPLAY:-qreplay}"', 1)
@@ -51,6 +53,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Expand a campaign file into its runs (every stack, set and knob checked first), in the order each host
         runs its share, and project the wall time on --hosts from measured run times."""
+        from replay import campaign
         plan = campaign.load(file)
         projection = None
         if measured:
@@ -86,6 +89,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run (or resume: stored runs are skipped by their plan id) one host's share of a campaign, then export
         it as its partition of the campaign directory. Prints the shard's summary as JSON."""
+        from replay import campaign
         index, shards = campaign.parse_shard(shard)
         plan = campaign.load(file)
         console = cli_console(stderr=True)
@@ -107,6 +111,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Every shard's runs as one results file, which plot, fidelity, why and the notebooks read as if one host
         had run the campaign."""
+        from replay import campaign
         result = campaign.merge(directory, out, partial)
         typer.echo(f"merged {result.runs:,} runs of {result.shards} shards into {out} in {result.seconds:.1f} s"
                    + (f" ({result.missing:,} planned runs missing)" if result.missing else ""))

@@ -10,8 +10,8 @@ import typer
 from common.cliapp import output_dir, output_file
 from common.terminal import cli_console
 from replay.commands.run import LinkOpt, UdpBufferOpt
-from replay.fidelity import DELAYS_MS, LOSS_PCT, LOSS_SIZE, QUICK_DELAYS_MS, QUICK_REPS, QUICK_SIZE, QUICK_STACKS, REPS, SIZE
-from replay.reproduce import LOSS_DELAY_MS
+from replay.grids.fidelity import DELAYS_MS, LOSS_PCT, LOSS_SIZE, QUICK_DELAYS_MS, QUICK_REPS, QUICK_SIZE, QUICK_STACKS, REPS, SIZE
+from replay.grids.reproduce import LOSS_DELAY_MS
 from tparams.errors import ToolError
 
 

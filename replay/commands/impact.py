@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from common.cliapp import output_dir
-from replay import impact
+from replay.grids import impact as grid
 from tparams.errors import ToolError
 
 
@@ -20,24 +20,24 @@ def register(app: typer.Typer) -> None:
             "--out-dir", callback=output_dir, help="Where impact.duckdb, one Parquet file a table, report.md, "
             "report.html and the figures go.")] = Path("out/impact"),
         delays: Annotated[str, typer.Option("--delays", help="Comma-separated round-trip times (ms when no unit).")]
-        = ",".join(str(d) for d in impact.DELAYS_MS),
+        = ",".join(str(d) for d in grid.DELAYS_MS),
         rate: Annotated[str, typer.Option("--rate", help="The link's rate, e.g. 100mbit: what an upload would "
-                                          "reach if no window capped it.")] = f"{impact.RATE_MBPS:g}mbit",
+                                          "reach if no window capped it.")] = f"{grid.RATE_MBPS:g}mbit",
         upload_size: Annotated[str, typer.Option("--upload-size", help="The upload's body (its start is charged: "
                                                  "handshake, response, the browser's slow start).")] = "10MB",
         objects: Annotated[int, typer.Option("--objects", min=1, help="Objects on the page, one request each.")]
-        = impact.PAGE_OBJECTS,
+        = grid.PAGE_OBJECTS,
         object_size: Annotated[str, typer.Option("--object-size", help="Each object's size.")] = "10KB",
         request_size: Annotated[str, typer.Option("--request-size", help="Each request's bytes on its stream (an "
                                                   "h3 GET's HEADERS; assumed, not measured).")]
-        = f"{impact.REQUEST_BYTES}B",
+        = f"{grid.REQUEST_BYTES}B",
         concurrency: Annotated[Optional[int], typer.Option(
             "--concurrency", min=1, help="Requests a browser keeps open at once (default: all objects; browsers' "
             "own limit is not measured here).")] = None,
         assumed_fraction: Annotated[float, typer.Option(
             "--assumed-fraction", min=0.0, max=1.0, help="Receiver rule (share of the window read before an "
             "update) for libraries with none measured; every such row says it was assumed.")]
-        = impact.ASSUMED_FRACTION,
+        = grid.ASSUMED_FRACTION,
         top: Annotated[int, typer.Option("--top", min=0, help="Spot-check candidates: sets covering most "
                                          "endpoints.")] = 3,
         worst: Annotated[int, typer.Option("--worst", min=0, help="Spot-check candidates: worst sets.")] = 3,

@@ -10,7 +10,7 @@ import typer
 from common.cliapp import output_dir
 from common.terminal import cli_console
 from replay.commands.run import LinkOpt, UdpBufferOpt
-from replay.reproduce import FIGURE_TITLES, FULL_CAMPAIGN_TIME, STREAMS_FIGURE
+from replay.grids.reproduce import FIGURE_TITLES, FULL_CAMPAIGN_TIME, STREAMS_FIGURE
 from tparams.errors import ToolError
 
 
