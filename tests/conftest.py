@@ -28,14 +28,14 @@ SESSION_TAG = str(os.getpid())
 _SESSION_NAMESPACE = re.compile(rf"qlab[a-z]*{SESSION_TAG}-")
 
 
-# `make test` runs the suite on three workers (pytest-xdist, --dist loadgroup; 12 min 51 s against 17 min 47 s on two
-# and 27 min serially, 2026-11-28, the last two beside other work): a module's tests stay on one worker
+# `make test` runs the suite on three workers (pytest-xdist, --dist loadgroup): a module's tests stay on one worker
 # in their order, so its module-scoped lab, scan or server starts once; a test that needs no such sharing may
 # name a group of its own (the manual's pages, each on a private /run). The groups start longest first, so the
-# workers end together: these took 60-235 s each of an 18-minute run on two workers (2026-11-28), most others under 40 s.
-LONGEST_GROUPS = ("manual-qscan.md", "test_replay_browsers", "test_notebooks", "manual-qreplay.md",
-                  "manual-identification.md", "test_library", "test_demo", "test_replay_campaign", "manual-scale.md",
-                  "test_replay_cli", "test_codec", "test_campaign")
+# workers end together: these took 70-260 s each of a 22-minute run beside other work (2026-11-28, load 6-10),
+# most others under 70 s.
+LONGEST_GROUPS = ("test_replay_browsers", "manual-qscan.md", "test_notebooks", "test_campaign_store", "test_replay_cli",
+                  "test_replay_campaign", "test_library", "manual-scale.md", "manual-qreplay.md", "manual-reproduce.md",
+                  "manual-identification.md", "test_demo", "test_diff", "manual-store.md", "manual-README.md")
 
 
 # Each worker its own temporary directory (runs' work directories, browser profiles), so that a test checking what
