@@ -344,16 +344,6 @@ class ShardResult:
     outside_seconds: float = 0.0
 
 
-def parse_shard(text: str) -> tuple[int, int]:
-    try:
-        shard, shards = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise ToolError(f"--shard takes I/N, e.g. 0/4, not {text!r}") from None
-    if not 0 <= shard < shards:
-        raise ToolError(f"--shard must be I/N with 0 <= I < N, not {text}")
-    return shard, shards
-
-
 def run_shard(plan_: Plan, shard: int, shards: int, directory: str | Path,
               on_run: Callable[[dict], None] | None = None) -> ShardResult:
     """Run (or resume) the shard's share of ``plan_`` into its own results file, then export it."""
