@@ -419,7 +419,7 @@ def merge(directory: str | Path, out: str | Path, partial: bool = False) -> Merg
     manifest = json.loads((root / campaign_store.MANIFEST).read_text()) \
         if (root / campaign_store.MANIFEST).is_file() else {}
     con = duckdb.connect()
-    try:
+    with campaign_store.merging_into(out, con, f"cannot merge {root} into {out}"):
         _, shards = campaign_store.campaign_shards(con, root)
         files: dict[str, list[str]] = {}
         for tables in shards.values():
@@ -445,13 +445,4 @@ def merge(directory: str | Path, out: str | Path, partial: bool = False) -> Merg
                           "USING (experiment_id))")
             con.execute(f"INSERT INTO merged.{table} BY NAME SELECT * FROM {source}")
         con.execute("DETACH merged")
-    except duckdb.Error as exc:
-        Path(out).unlink(missing_ok=True)
-        raise ToolError(f"cannot merge {root} into {out}: {first_line(exc)}") from None
-    except BaseException:
-        con.close()
-        Path(out).unlink(missing_ok=True)
-        raise
-    finally:
-        con.close()
     return MergeResult(len(shards), runs, planned, missing, (datetime.datetime.now() - started).total_seconds())
