@@ -227,14 +227,17 @@ def _wait_listening(client: Stack, server_stack: Stack, ns: str | None, port: in
 
 
 @contextmanager
-def namespace_sysctls(ns: str | None, sysctls: Mapping[str, str]) -> Iterator[None]:
-    """``sysctls`` set in namespace ``ns`` for the block, each restored after it; RuntimeError (the run fails,
-    saying why) without a namespace: the host's own settings are never changed."""
+def namespace_sysctls(ns: str | Launcher | None, sysctls: Mapping[str, str]) -> Iterator[None]:
+    """``sysctls`` set in namespace ``ns`` (a name, or a launcher into one) for the block, each restored after
+    it; RuntimeError (the run fails, saying why) without a namespace: a host's own settings are never changed."""
     if not sysctls:
         yield
         return
+    if not isinstance(ns, str):
+        ns = ns.namespace if ns else None
     if ns is None:
-        raise RuntimeError(f"{', '.join(sysctls)} needs the testbed's namespaces; --link loopback has none")
+        raise RuntimeError(f"{', '.join(sysctls)} needs the testbed's namespaces; --link loopback has none, nor "
+                           "does a two-host run outside them")
     before = {}
     try:
         for name, value in sysctls.items():

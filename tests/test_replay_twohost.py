@@ -120,6 +120,9 @@ def test_ssh_and_srun_launchers_build_their_command_lines():
         "build/bin/linkem echo --listen 198.18.0.2:7007"]
     assert get_launcher("srun:node2").command(argv) == [
         "srun", "--nodes=1", "--ntasks=1", "-w", "node2", "--overlap", "--quiet", "--kill-on-bad-exit=1", *argv]
+    # a knob's sysctls only ever in a namespace, never on another host's own kernel
+    assert [get_launcher(spec).namespace for spec in ("ssh:node2", "srun:node2", "netns:qlab-x")] == \
+        [None, None, "qlab-x"]
     srun = get_launcher("srun:node2")
     if "SLURM_JOB_ID" not in os.environ:
         assert "not inside a Slurm allocation" in srun.unavailable_reason()

@@ -10,6 +10,9 @@ class Launcher:
     #: whether the server's host sees this host's files: only then can GNU time's usage file, written there, be
     #: read here (a run's server CPU and memory); elsewhere they are stored as unknown
     shares_files: bool = False
+    #: the network namespace the launcher enters, if that is all it does: a knob's kernel settings (sysctls) are
+    #: changed only there, never a host's own
+    namespace: str | None = None
 
     def __init__(self, where: str):
         self.where = where

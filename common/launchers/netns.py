@@ -14,6 +14,10 @@ class NamespaceLauncher(Launcher):
     kind = "netns"
     shares_files = True
 
+    def __init__(self, where: str):
+        super().__init__(where)
+        self.namespace = where
+
     def command(self, argv: Sequence[str]) -> list[str]:
         return ns_command(self.where, argv)
 
