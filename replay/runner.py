@@ -28,10 +28,10 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.launchers.base import Launcher
 from common.process import ExitedEarly, NotListening, Process, ns_command, wait_listening
 from replay import limits, profile, store, trace
 from replay.cpuidle import ShallowIdle
-from common.launchers.base import Launcher
 from replay.link import LinkConfig, select_backend
 from replay.sets import NamedSet
 from replay.stacks import get_stack

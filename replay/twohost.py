@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import netns
 from common.launchers.base import Launcher
 from replay.cpuidle import ShallowIdle
 from replay.link import LINKEM, LinkConfig
@@ -67,6 +68,8 @@ class TwoHosts(Endpoints):
         if not LINKEM.exists():
             raise ToolError(f"{LINKEM} is missing: it measures the link's RTT and MTU (run scripts/setup.sh)")
         try:
+            # a SIGTERM unwinds like Ctrl-C, so the servers started on the other host are stopped
+            self._held.enter_context(netns.teardown_on_signals())
             if self._shallow_idle:
                 self._held.enter_context(self.idle)
             self.facts = self.measure()

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -93,6 +94,33 @@ def test_a_run_across_two_hosts_stores_the_link_as_measured(two_hosts, tmp_path)
     for command in (["plot", str(out), "--out-dir", str(tmp_path / "plots")], ["why", str(out)]):
         read = subprocess.run([str(QREPLAY), *command], capture_output=True, text=True, timeout=120)
         assert read.returncode == 0, read.stderr[-1000:]
+
+
+def test_a_sigterm_mid_run_stops_what_ran_on_the_other_host(two_hosts, tmp_path):
+    stack = _usable_stack()
+    client, server = two_hosts
+    run = subprocess.Popen(["ip", "netns", "exec", client, str(QREPLAY), "--stack", stack, "--size", "2GB",
+                            "--reps", "1", "--server-host", SERVER_HOST, "--launcher", f"netns:{server}",
+                            "--out", str(tmp_path / "r.duckdb")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not any("gtlsserver" in _cmdline(pid) for pid in netns.namespace_pids(server)):
+            assert run.poll() is None and time.monotonic() < deadline, "the run's server never started"
+            time.sleep(0.05)
+        run.terminate()
+        run.wait(30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert netns.namespace_pids(server) == [] and netns.namespace_pids(client) == []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def test_emulation_and_a_server_host_are_refused_together_in_one_line(tmp_path):
