@@ -119,6 +119,11 @@ def link_up(ns: str, ifname: str) -> None:
         ipr.link("set", index=_index(ipr, ns, ifname), state="up")
 
 
+def set_mtu(ns: str, ifname: str, mtu: int) -> None:
+    with iproute(ns) as ipr:
+        ipr.link("set", index=_index(ipr, ns, ifname), mtu=mtu)
+
+
 def add_address(ns: str, ifname: str, address: str, prefixlen: int) -> None:
     with iproute(ns) as ipr:
         ipr.addr("add", index=_index(ipr, ns, ifname), address=address, prefixlen=prefixlen)

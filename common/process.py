@@ -17,16 +17,23 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from common.launchers.base import Launcher
 
 # Processes this Python process started and has not yet reaped; the test suite
 # checks it is empty at the end of a session.
 STARTED_PIDS: set[int] = set()
 
 
-def ns_command(ns: str | None, argv: Sequence[str]) -> list[str]:
-    """``argv`` run inside the named namespace ``ns``, or as it is without one. ``ip netns exec`` execs argv in
-    place (the pid stays the program's) and gives it the namespace's own /sys and /etc/netns view."""
-    return ["ip", "netns", "exec", ns, *argv] if ns else list(argv)
+def ns_command(ns: str | Launcher | None, argv: Sequence[str]) -> list[str]:
+    """``argv`` run inside the named namespace ``ns``, on another host through a launcher
+    (common/launchers), or as it is without either. ``ip netns exec`` execs argv in place (the pid stays the
+    program's) and gives it the namespace's own /sys and /etc/netns view."""
+    if ns is None or isinstance(ns, str):
+        return ["ip", "netns", "exec", ns, *argv] if ns else list(argv)
+    return ns.command(argv)
 
 
 def start_process(
@@ -167,12 +174,14 @@ class Process:
     """A program in a namespace, measured by GNU time (CPU and peak RSS in ``usage_file``); its exit is
     collected by a thread. End it with ``stop`` on every way out."""
 
-    def __init__(self, ns: str | None, argv: list[str], usage_file: Path, stdout=subprocess.DEVNULL,
+    def __init__(self, ns: str | Launcher | None, argv: list[str], usage_file: Path, stdout=subprocess.DEVNULL,
                  gated: bool = False):
         self.usage_file = usage_file
         # stderr to a file, not a pipe: a chatty program must never block on a full pipe mid-run.
         self.stderr_file = usage_file.with_suffix(".stderr")
-        measured = _measured(argv, usage_file)
+        # GNU time writes its usage file where the program runs: on a host that does not see ours, unread.
+        self.measured = isinstance(ns, (str, type(None))) or ns.shares_files
+        measured = _measured(argv, usage_file) if self.measured else list(argv)
         if gated:  # waits for a line on stdin (release) before it becomes GNU time and the program
             measured = ["sh", "-c", 'read -r _; exec "$@" </dev/null', "sh", *measured]
         with open(self.stderr_file, "wb") as stderr:
@@ -203,7 +212,8 @@ class Process:
         """SIGTERM to the program alone (GNU time must survive to write the usage), then SIGKILL to all."""
         if self.wait(0):
             return
-        for child in self._children():
+        # Unmeasured (a launcher's ssh or srun): the process itself passes the signal on to the far program.
+        for child in self._children() if self.measured else [self.popen.pid]:
             try:
                 os.kill(child, signal.SIGTERM)
             except ProcessLookupError:

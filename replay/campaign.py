@@ -344,16 +344,6 @@ class ShardResult:
     outside_seconds: float = 0.0
 
 
-def parse_shard(text: str) -> tuple[int, int]:
-    try:
-        shard, shards = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise ToolError(f"--shard takes I/N, e.g. 0/4, not {text!r}") from None
-    if not 0 <= shard < shards:
-        raise ToolError(f"--shard must be I/N with 0 <= I < N, not {text}")
-    return shard, shards
-
-
 def run_shard(plan_: Plan, shard: int, shards: int, directory: str | Path,
               on_run: Callable[[dict], None] | None = None) -> ShardResult:
     """Run (or resume) the shard's share of ``plan_`` into its own results file, then export it."""
@@ -429,7 +419,7 @@ def merge(directory: str | Path, out: str | Path, partial: bool = False) -> Merg
     manifest = json.loads((root / campaign_store.MANIFEST).read_text()) \
         if (root / campaign_store.MANIFEST).is_file() else {}
     con = duckdb.connect()
-    try:
+    with campaign_store.merging_into(out, con, f"cannot merge {root} into {out}"):
         _, shards = campaign_store.campaign_shards(con, root)
         files: dict[str, list[str]] = {}
         for tables in shards.values():
@@ -455,13 +445,4 @@ def merge(directory: str | Path, out: str | Path, partial: bool = False) -> Merg
                           "USING (experiment_id))")
             con.execute(f"INSERT INTO merged.{table} BY NAME SELECT * FROM {source}")
         con.execute("DETACH merged")
-    except duckdb.Error as exc:
-        Path(out).unlink(missing_ok=True)
-        raise ToolError(f"cannot merge {root} into {out}: {first_line(exc)}") from None
-    except BaseException:
-        con.close()
-        Path(out).unlink(missing_ok=True)
-        raise
-    finally:
-        con.close()
     return MergeResult(len(shards), runs, planned, missing, (datetime.datetime.now() - started).total_seconds())

@@ -28,6 +28,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.launchers.base import Launcher
 from common.process import ExitedEarly, NotListening, Process, ns_command, wait_listening
 from replay import limits, profile, store, trace
 from replay.cpuidle import ShallowIdle
@@ -72,6 +73,9 @@ class Experiment:
     tags: dict[str, object] = field(default_factory=dict)  # stored in the config, e.g. a campaign's figure
     experiment_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     server_stack: Stack | None = None  # another library's server (both must speak the same protocol)
+    #: a two-host run (replay/twohost.py): the server's address, and the launcher that starts it on its host
+    server_host: str | None = None
+    launcher: Launcher | None = None
 
     def __post_init__(self) -> None:
         for client, server in {self.stacks(c) for c in self.conditions} or {self.stacks(None)}:
@@ -96,6 +100,13 @@ class Experiment:
             refused += [f"{what} reads one client's run, not {self.options.clients} clients'"
                         for what, asked in (("--trace", self.options.trace), ("--profile", self.options.profile))
                         if asked]
+        if self.server_host:
+            refused += [f"{what} needs the testbed's server namespace; a two-host run's server is on another host"
+                        for what, asked in (("--trace", self.options.trace), ("--profile", self.options.profile))
+                        if asked]
+            if any(c.link != LinkConfig() for c in self.conditions):
+                refused.append("a two-host run emulates nothing: drop --delay, --delay-up, --jitter, --loss, --rate "
+                               "and --queue (the link's own are measured and stored)")
         if self.options.trace and self.options.workload.direction != "down":
             refused.append(f"--trace reads a download (the server the sender), not the {self.options.workload.name} "
                            "workload")
@@ -134,9 +145,16 @@ class Loopback:
 
 @contextmanager
 def open_path(backend: str, first: LinkConfig, shallow_idle: bool = True,
-              udp_buffer_bytes: int | None = None) -> Iterator[object]:
+              udp_buffer_bytes: int | None = None, server_host: str | None = None,
+              launcher: Launcher | None = None) -> Iterator[object]:
     """The testbed for the conditions of one path kind; they change its link in place (cheaper than
-    rebuilding). ``auto`` with nothing to emulate is a plain veth pair (link.select_backend)."""
+    rebuilding). ``auto`` with nothing to emulate is a plain veth pair (link.select_backend). With
+    ``server_host``: the two hosts, the link between them measured (replay/twohost.py)."""
+    if server_host:
+        from replay.twohost import TwoHosts
+        with TwoHosts(server_host, launcher, shallow_idle) as hosts:
+            yield hosts
+        return
     if backend == "loopback":
         path = Loopback()
         path.reconfigure(first)
@@ -209,14 +227,17 @@ def _wait_listening(client: Stack, server_stack: Stack, ns: str | None, port: in
 
 
 @contextmanager
-def namespace_sysctls(ns: str | None, sysctls: Mapping[str, str]) -> Iterator[None]:
-    """``sysctls`` set in namespace ``ns`` for the block, each restored after it; RuntimeError (the run fails,
-    saying why) without a namespace: the host's own settings are never changed."""
+def namespace_sysctls(ns: str | Launcher | None, sysctls: Mapping[str, str]) -> Iterator[None]:
+    """``sysctls`` set in namespace ``ns`` (a name, or a launcher into one) for the block, each restored after
+    it; RuntimeError (the run fails, saying why) without a namespace: a host's own settings are never changed."""
     if not sysctls:
         yield
         return
+    if not isinstance(ns, str):
+        ns = ns.namespace if ns else None
     if ns is None:
-        raise RuntimeError(f"{', '.join(sysctls)} needs the testbed's namespaces; --link loopback has none")
+        raise RuntimeError(f"{', '.join(sysctls)} needs the testbed's namespaces; --link loopback has none, nor "
+                           "does a two-host run outside them")
     before = {}
     try:
         for name, value in sysctls.items():
@@ -282,6 +303,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         "sweep_param": condition.sweep_param, "sweep_value": condition.sweep_value,
         "rep": rep, "size_bytes": options.size, "workload": workload.name, "requests": requests,
         "concurrency": concurrency, "clients": options.clients, "udp_buffer_bytes": path.buffer_bytes,
+        **getattr(path, "measured", {}),  # two hosts: the link as measured, in place of the emulation asked for
     }
     warnings: list[str] = []
     for knob in KNOBS.values():  # what ran, decided by the end the knob names; what was asked beside it
@@ -595,10 +617,13 @@ def run_experiment(experiment: Experiment, results: str | Path,
                                         != _path_kind(experiment.link_backend, path_link)):
                         held.close()
                         path = held.enter_context(open_path(experiment.link_backend, condition.link,
-                                                            experiment.shallow_idle, experiment.udp_buffer_bytes))
+                                                            experiment.shallow_idle, experiment.udp_buffer_bytes,
+                                                            experiment.server_host, experiment.launcher))
                         if path_link is None:
                             record["config"] = json.dumps({**config, "cpu_idle": path.idle.state,
-                                                           "udp_buffer_bytes": path.buffer_bytes})
+                                                           "udp_buffer_bytes": path.buffer_bytes,
+                                                           **({"link_measured": path.facts}
+                                                              if experiment.server_host else {})})
                             store.upsert_experiment(con, record)
                     elif condition.link != path_link:
                         path.reconfigure(condition.link)
@@ -633,7 +658,7 @@ def run_experiment(experiment: Experiment, results: str | Path,
 
 def _path_kind(backend: str, link: LinkConfig) -> str:
     """The path a link takes: the backend asked for, except that ``auto`` chooses by the link."""
-    return backend if backend == "loopback" else select_backend(backend, link).name
+    return backend if backend in ("loopback", "measured") else select_backend(backend, link).name
 
 
 def _describe(condition: Condition) -> dict:

@@ -136,7 +136,57 @@ class ProcessResult:
     max_rss_kib: int
 
 
-class Testbed:
+class Endpoints:
+    """Processes on the client's and the server's side of a path: the testbed's two namespaces, or two hosts
+    (replay/twohost.py). ``client_ns``/``server_ns`` say where each side's commands run (common.process.ns_command);
+    ``workdir`` holds the logs; ``_processes`` what is still to be stopped."""
+
+    client_ns: object
+    server_ns: object
+    server_ip: str
+    workdir: Path
+    _processes: list[subprocess.Popen]
+
+    def start_server(self, argv: Sequence[str], log_name: str = "server.log") -> subprocess.Popen:
+        return self._start(self.server_ns, argv, log_name)
+
+    def start_client(self, argv: Sequence[str], log_name: str = "client.log") -> subprocess.Popen:
+        return self._start(self.client_ns, argv, log_name)
+
+    def _start(self, ns: str, argv: Sequence[str], log_name: str) -> subprocess.Popen:
+        process = start_process(ns, list(argv), self.workdir / log_name)
+        self._processes.append(process)
+        return process
+
+    def run_client(self, argv: Sequence[str], timeout: float = 60.0) -> ProcessResult:
+        """Run ``argv`` in the client namespace to the end (killed after ``timeout`` s)."""
+        return self.run_in(self.client_ns, argv, timeout)
+
+    def run_in(self, ns: str, argv: Sequence[str], timeout: float = 60.0) -> ProcessResult:
+        started = time.monotonic()
+        with tempfile.TemporaryFile(dir=self.workdir) as out:
+            returncode, rusage = run_to_end(ns, list(argv), out, timeout)
+            out.seek(0)
+            text = out.read().decode(errors="replace")
+        return ProcessResult(list(argv), returncode, text, time.monotonic() - started,
+                             rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss)
+
+    def stop(self, process: subprocess.Popen) -> None:
+        """End a process started here, with its group."""
+        if process.poll() is None:
+            stop_process(process.pid)
+        process.poll()
+        STARTED_PIDS.discard(process.pid)
+
+    def wait_listening(self, port: int, transport: str, timeout: float = 5.0) -> None:
+        """Until a ``transport`` ("udp" or "tcp") socket listens on ``port`` in the server namespace."""
+        try:
+            wait_listening(self.server_ns, port, transport, timeout, interval_s=0.02)
+        except NotListening as exc:
+            raise ToolError(f"{exc} on the server's side") from None
+
+
+class Testbed(Endpoints):
     """Two namespaces (client, server) and the emulated path between them."""
 
     __test__ = False  # the name starts with "Test"; keep pytest from collecting it
@@ -208,46 +258,6 @@ class Testbed:
             shutil.rmtree(self.workdir, ignore_errors=True)
         if errors:
             raise errors[0]
-
-    # --- processes ----------------------------------------------------------------------------------
-
-    def start_server(self, argv: Sequence[str], log_name: str = "server.log") -> subprocess.Popen:
-        return self._start(self.server_ns, argv, log_name)
-
-    def start_client(self, argv: Sequence[str], log_name: str = "client.log") -> subprocess.Popen:
-        return self._start(self.client_ns, argv, log_name)
-
-    def _start(self, ns: str, argv: Sequence[str], log_name: str) -> subprocess.Popen:
-        process = start_process(ns, list(argv), self.workdir / log_name)
-        self._processes.append(process)
-        return process
-
-    def run_client(self, argv: Sequence[str], timeout: float = 60.0) -> ProcessResult:
-        """Run ``argv`` in the client namespace to the end (killed after ``timeout`` s)."""
-        return self.run_in(self.client_ns, argv, timeout)
-
-    def run_in(self, ns: str, argv: Sequence[str], timeout: float = 60.0) -> ProcessResult:
-        started = time.monotonic()
-        with tempfile.TemporaryFile(dir=self.workdir) as out:
-            returncode, rusage = run_to_end(ns, list(argv), out, timeout)
-            out.seek(0)
-            text = out.read().decode(errors="replace")
-        return ProcessResult(list(argv), returncode, text, time.monotonic() - started,
-                             rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss)
-
-    def stop(self, process: subprocess.Popen) -> None:
-        """End a process started here, with its group."""
-        if process.poll() is None:
-            stop_process(process.pid)
-        process.poll()
-        STARTED_PIDS.discard(process.pid)
-
-    def wait_listening(self, port: int, transport: str, timeout: float = 5.0) -> None:
-        """Until a ``transport`` ("udp" or "tcp") socket listens on ``port`` in the server namespace."""
-        try:
-            wait_listening(self.server_ns, port, transport, timeout, interval_s=0.02)
-        except NotListening as exc:
-            raise ToolError(f"{exc} in the server namespace") from None
 
     # --- the path -----------------------------------------------------------------------------------
 
@@ -371,7 +381,7 @@ IPERF_SETUP_ATTEMPTS = 4  # at 1% loss all four lose the reply once in 10^8 test
 IP_UDP_HEADERS = 28  # rates are compared at the IP level, where the link limit applies
 
 
-def measure_rtt(tb: Testbed, count: int = 2000, interval_ms: float = 1.0) -> dict:
+def measure_rtt(tb: Endpoints, count: int = 2000, interval_ms: float = 1.0) -> dict:
     """UDP echo round trips from the client to the server namespace (linkem's ping/echo)."""
     echo = tb.start_server([str(LINKEM), "echo", "--listen", f"{tb.server_ip}:{ECHO_PORT}"], "echo.log")
     try:
@@ -387,8 +397,10 @@ def measure_rtt(tb: Testbed, count: int = 2000, interval_ms: float = 1.0) -> dic
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure_rate(tb: Testbed, seconds: float = 4.0, offered_bps: int | None = None) -> dict:
-    """Server-to-client UDP bulk transfer with iperf3; the receiver's rate and loss."""
+def measure_rate(tb: Endpoints, seconds: float = 4.0, offered_bps: int | None = None,
+                 payload: int = UDP_PAYLOAD) -> dict:
+    """Server-to-client UDP bulk transfer with iperf3 of ``payload``-byte datagrams; the receiver's rate and
+    loss."""
     if not shutil.which("iperf3"):
         raise ToolError("iperf3 is missing: apt-get install iperf3 (or run scripts/setup.sh)")
     if offered_bps is None:
@@ -398,9 +410,10 @@ def measure_rate(tb: Testbed, seconds: float = 4.0, offered_bps: int | None = No
     # emulated downlink and its loss; a lost reply ends the test at once ("unable to read from stream socket",
     # no interval: 5 of 12 tests at 50% loss, once in a CI run at 1%), and iperf3 has no retry of its own.
     for attempt in range(1, IPERF_SETUP_ATTEMPTS + 1):
-        done = _iperf3_download(tb, seconds, offered_bps)
+        done = _iperf3_download(tb, seconds, offered_bps, payload)
         try:
-            result = json.loads(done.stdout)
+            # after any warning iperf3 prints first (a datagram larger than the TCP MSS, on a path MTU below 1500)
+            result = json.loads(done.stdout[done.stdout.find("{"):])
         except ValueError as exc:
             raise ToolError(f"iperf3 failed: {done.stdout.strip()[-200:]}") from exc
         if "unable to read from stream socket" not in result.get("error", "") or result.get("intervals"):
@@ -414,18 +427,18 @@ def measure_rate(tb: Testbed, seconds: float = 4.0, offered_bps: int | None = No
     # the end summary would count the queue's drain after the sender stops.
     steady = [i["sum"]["bits_per_second"] for i in intervals[1:]] or [summary["bits_per_second"]]
     payload_bps = sum(steady) / len(steady)
-    return {"bits_per_second": payload_bps * (UDP_PAYLOAD + IP_UDP_HEADERS) / UDP_PAYLOAD,
+    return {"bits_per_second": payload_bps * (payload + IP_UDP_HEADERS) / payload,
             "payload_bits_per_second": payload_bps, "lost_percent": summary["lost_percent"],
             "packets": summary["packets"], "lost_packets": summary["lost_packets"],
             "offered_bps": offered_bps, "seconds": seconds, "setup_attempts": attempt}
 
 
-def _iperf3_download(tb: Testbed, seconds: float, offered_bps: int) -> ProcessResult:
+def _iperf3_download(tb: Endpoints, seconds: float, offered_bps: int, payload: int) -> ProcessResult:
     server = tb.start_server(["iperf3", "-s", "-1", "-B", tb.server_ip, "-p", str(IPERF_PORT)], "iperf3.log")
     try:
         tb.wait_listening(IPERF_PORT, "tcp")  # iperf3's control connection, before any UDP
         return tb.run_client(["iperf3", "-c", tb.server_ip, "-p", str(IPERF_PORT), "-u", "-R", "-J",
-                              "-l", str(UDP_PAYLOAD), "-b", str(offered_bps), "-t", str(seconds)], timeout=seconds + 30)
+                              "-l", str(payload), "-b", str(offered_bps), "-t", str(seconds)], timeout=seconds + 30)
     finally:
         tb.stop(server)
 

@@ -211,6 +211,23 @@ def closed_on_error(con: duckdb.DuckDBPyConnection, what: str) -> Iterator[None]
         raise
 
 
+@contextlib.contextmanager
+def merging_into(out: str | Path, con: duckdb.DuckDBPyConnection, what: str) -> Iterator[None]:
+    """A merge's block, writing the new file ``out`` through ``con``: ``con`` is closed however it ends, and on
+    any failure the half-written ``out`` is removed, a DuckDB error said in one line (``what: ...``). Both
+    merges (qscan merge, qreplay campaign merge) end so."""
+    try:
+        yield
+    except BaseException as exc:
+        con.close()
+        Path(out).unlink(missing_ok=True)
+        if isinstance(exc, duckdb.Error):
+            raise ToolError(f"{what}: {first_line(exc)}") from None
+        raise
+    finally:
+        con.close()
+
+
 def is_campaign(path: str | Path) -> bool:
     """A campaign directory (or object-store URL, taken on trust) rather than a DuckDB file."""
     text = str(path)

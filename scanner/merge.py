@@ -22,7 +22,7 @@ from pathlib import Path
 
 import duckdb
 
-from tparams.errors import ToolError, first_line
+from tparams.errors import ToolError
 
 from scanner import campaign_store
 
@@ -56,7 +56,7 @@ def merge_scans(inputs: Sequence[str | Path], out: str | Path) -> MergeResult:
         if not Path(path).is_file() and not campaign_store.is_campaign(path):
             raise ToolError(f"no such scan file or campaign directory: {path}")
     con = duckdb.connect(str(out))
-    try:
+    with campaign_store.merging_into(out, con, f"cannot merge into {out}"):
         scan_keys: dict[str, int] = {}
         next_scan = 1
         for source in _inputs(con, inputs):
@@ -76,16 +76,6 @@ def merge_scans(inputs: Sequence[str | Path], out: str | Path) -> MergeResult:
                 con.execute(f"DETACH {source.alias}")
         rows = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in _tables(con, _main(con))}
         return MergeResult(len(inputs), len(set(scan_keys.values())), rows)
-    except duckdb.Error as exc:
-        con.close()
-        Path(out).unlink(missing_ok=True)
-        raise ToolError(f"cannot merge into {out}: {first_line(exc)}") from None
-    except BaseException:
-        con.close()
-        Path(out).unlink(missing_ok=True)
-        raise
-    finally:
-        con.close()
 
 
 def _inputs(con: duckdb.DuckDBPyConnection, inputs: Sequence[str | Path]) -> Iterator[_Input]:

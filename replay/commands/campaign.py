@@ -90,7 +90,8 @@ def register(app: typer.Typer) -> None:
         """Run (or resume: stored runs are skipped by their plan id) one host's share of a campaign, then export
         it as its partition of the campaign directory. Prints the shard's summary as JSON."""
         from replay import campaign
-        index, shards = campaign.parse_shard(shard)
+        from scanner.discovery.plan import parse_shard  # qscan's: one spelling of I/N for both campaigns
+        index, shards = parse_shard(shard)
         plan = campaign.load(file)
         console = cli_console(stderr=True)
 

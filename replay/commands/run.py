@@ -86,6 +86,26 @@ ShallowIdleOpt = Annotated[bool, typer.Option(
     "--shallow-idle/--deep-idle", help="Hold the CPUs in their shallowest idle state during the runs (PM QoS), as "
     "latency benchmarks do: waking from deep idle, or a VM's halted vCPU, makes the link's delays and the "
     "stacks' timers late by up to milliseconds. --deep-idle leaves power management alone.")]
+ServerHostOpt = Annotated[Optional[str], typer.Option(
+    "--server-host", metavar="ADDRESS", help="Run the server on another host, reached at ADDRESS over the real "
+    "network (no emulation): started there by --launcher, the client here. The link's RTT, rate and path MTU are "
+    "measured before the runs and stored with each (link_backend 'measured'). docs/scale.md, \"Client and server "
+    "on two hosts\".")]
+LauncherOpt = Annotated[Optional[str], typer.Option(
+    "--launcher", metavar="KIND:WHERE", help="How --server-host's server is started: netns:NAMESPACE (a namespace "
+    "standing for the host), ssh:[USER@]HOST, or srun:NODE (a Slurm step on the other node of a two-node "
+    "allocation).")]
+
+
+def two_hosts(server_host: str | None, launcher: str | None) -> dict:
+    """Experiment's two-host arguments from --server-host and --launcher (both or neither)."""
+    if bool(server_host) != bool(launcher):
+        raise ToolError("--server-host and --launcher go together: the server's address, and how to start it there")
+    if not server_host:
+        return {}
+    from common.launchers import get_launcher
+    return {"server_host": server_host, "launcher": get_launcher(launcher)}
+
 
 def make_link(delay: str, delay_up: str, jitter: str, loss: str, rate: str | None, queue: str | None) -> LinkConfig:
     from replay.link import LinkConfig
@@ -413,10 +433,12 @@ def register(app: typer.Typer) -> None:
         stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", options: RunOptions = None,
         out: OutOpt = DEFAULT_RESULTS, json_output: JsonOpt = False,
         shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
+        server_host: ServerHostOpt = None, launcher: LauncherOpt = None,
     ) -> None:
         """Download through a QUIC stack over an emulated link with a client parameter set, REPS times.
 
-        Without a subcommand: one experiment, e.g. `qreplay --set firefox --delay 30ms`.
+        Without a subcommand: one experiment, e.g. `qreplay --set firefox --delay 30ms`; with --server-host and
+        --launcher, its server on another host over a real, measured link.
         """
         from replay import sets as sets_api
         from replay.sets import own_set
@@ -430,9 +452,11 @@ def register(app: typer.Typer) -> None:
         clients = ([own_set(the_stack)] if the_stack.own_parameters else
                    [sets_api.with_overrides(s, client_param or []) for s in sets_api.resolve(set_spec)])
         server = server_set(server_set_spec, server_param)
+        remote = two_hosts(server_host, launcher)
         experiment = Experiment("single", the_stack, [Condition(c, server, link_config) for c in clients],
-                                options, reps, link, current_command_line(), shallow_idle,
-                                parse_size(udp_buffer, "--udp-buffer"), server_stack=optional_stack(server_stack))
+                                options, reps, "measured" if remote else link, current_command_line(), shallow_idle,
+                                parse_size(udp_buffer, "--udp-buffer"), server_stack=optional_stack(server_stack),
+                                **remote)
         execute(experiment, out, json_output)
 
     @app.command("sweep", epilog="Example: qreplay sweep --param initial_max_data --values 196608,1048576,15728640 --delay 30ms")

@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS runs (
     stack               VARCHAR NOT NULL,   -- the client's library
     server_stack        VARCHAR,            -- the server's library (differs from stack in `qreplay pairs`)
     link_backend        VARCHAR,            -- the path actually taken: netem | relay | veth (auto with nothing
-                                            -- to emulate) | loopback
+                                            -- to emulate) | loopback | measured (two hosts, nothing emulated)
     delay_ms            DOUBLE NOT NULL,    -- one-way, server to client
     delay_up_ms         DOUBLE NOT NULL,
     jitter_ms           DOUBLE NOT NULL,
@@ -103,9 +103,17 @@ CREATE TABLE IF NOT EXISTS runs (
     resource_timing     VARCHAR,            -- JSON: the page's and the download's entries
     limited_by          VARCHAR,            -- traced runs (--trace): the limit that held the transfer longest
                                             -- (replay/limits.py's rules); NULL for a run not traced
-    limits              VARCHAR             -- JSON: the share of the transfer's time at each limit of
+    limits              VARCHAR,            -- JSON: the share of the transfer's time at each limit of
                                             -- replay.limits.LIMITS (summing to 1) and the basis the rules used
+    -- Two-host runs (link_backend 'measured', replay/twohost.py): the link columns above hold what was measured
+    -- before the runs, not emulated; NULL for a run over the testbed.
+    path_mtu            INTEGER,            -- the largest IP packet that crossed with don't-fragment set
+    link_measured       VARCHAR             -- JSON: the server's host and launcher, the echo RTT quantiles and loss,
+                                            -- the calibration transfer's rate, the path MTU, when measured
 );
+-- Added within v3 (old readers ignore them): a file written before gains the columns, NULL in its runs.
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS path_mtu INTEGER;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS link_measured VARCHAR;
 -- The view run_summary (one row per experiment and condition: runs, failed, n, mean, standard deviation
 -- and 95% CI of the goodput of the successful runs, packets, socket drops) is created by replay/store.py
 -- from replay/statistics.py, where every statistic of stored runs is defined once.
