@@ -37,7 +37,7 @@ from replay.stacks import get_stack
 from replay.stacks.base import TRANSPORTS, ClientPlan, ClientResult, RunOptions, Stack, free_udp_port
 from tparams.errors import ToolError
 from tparams.knobs import KNOBS
-from tparams.workloads import workload_metrics
+from tparams.workloads import UPLOAD, workload_metrics
 
 SERVER_PORT = 4433
 SERVER_READY_TIMEOUT_S = 10.0
@@ -96,9 +96,9 @@ class Experiment:
             refused += [f"{what} reads one client's run, not {self.options.clients} clients'"
                         for what, asked in (("--trace", self.options.trace), ("--profile", self.options.profile))
                         if asked]
-        if self.options.trace and self.options.workload.direction != "down":
-            refused.append(f"--trace reads a download (the server the sender), not the {self.options.workload.name} "
-                           "workload")
+        if self.options.trace and self.options.workload.direction != "down" and self.options.workload is not UPLOAD:
+            refused.append(f"--trace reads a download (the server the sender) or an upload (what the server "
+                           f"granted), not the {self.options.workload.name} workload")
         if refused:
             raise ToolError("; ".join(dict.fromkeys(refused)))
 
@@ -404,7 +404,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             stack.complete_row(row, result)
         if captured is not None:
             row["trace"] = _trace(row, tracing, captured, workdir, path.server_ip, options.qlog_dir)
-            if row["trace"]:
+            if row["trace"] and row["trace"][1]:
                 row.update(limits.columns(row["trace"][1], limits.RunFacts.from_run(row)))
         if profiling and row["status"] == "ok":
             row["profile"] = _profile(row, profiling)
@@ -434,6 +434,8 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), *notes])
     if tcp:
         return trace.build_tcp_trace(row["run_id"], *read, captured)
+    if row["workload"] == UPLOAD.name:
+        return trace.build_upload_trace(row["run_id"], read, captured)
     return trace.build_trace(row["run_id"], read, captured, trace.sender_qlog(qlog_dir))
 
 

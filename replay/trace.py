@@ -415,6 +415,51 @@ def sender_series(packets: list[Packet], client_params: dict[str, int],
     return points, summary
 
 
+def receiver_credit(packets: list[Packet], server_params: dict[str, int]) -> dict:
+    """What an upload's receiver (the server) granted, over time: its MAX_STREAM_DATA limits for the upload
+    stream (the client's bidirectional stream that carried the most bytes) and its MAX_DATA limits, each with
+    the bytes received by then, t from the upload's first byte. ``credit`` is a limit less the bytes received
+    when it was sent: what the client may still send, i.e. the window the server is running at that moment.
+    A credit above the initial window the server advertised is a window grown mid-connection (auto-tuning),
+    which a fixed-window model leaves out."""
+    received: dict[int, int] = {}
+    for packet in packets:
+        if not packet.down:
+            for frame in packet.streams:
+                if frame.stream_id % 4 == 0:
+                    received[frame.stream_id] = received.get(frame.stream_id, 0) + frame.length
+    stream = max(received, key=received.get) if received else None
+    t0 = next((p.time for p in packets if not p.down and any(f.stream_id == stream for f in p.streams)), None)
+    stream_window = server_params.get("initial_max_stream_data_bidi_remote")
+    conn_window = server_params.get("initial_max_data")
+    stream_at = conn_at = 0  # highest offset reached on the upload stream; stream bytes of every stream
+    highest: dict[int, int] = {}
+    stream_updates: list[tuple[float, int, int]] = []  # (t, limit, credit)
+    conn_updates: list[tuple[float, int, int]] = []
+    for packet in packets:
+        if packet.down:
+            t = round(packet.time - t0, 6) if t0 is not None else None
+            stream_updates += [(t, limit, limit - stream_at) for sid, limit in packet.max_stream_data if sid == stream]
+            conn_updates += [(t, limit, limit - conn_at) for limit in packet.max_data]
+            continue
+        for frame in packet.streams:
+            end = frame.offset + frame.length
+            if end > highest.get(frame.stream_id, 0):
+                conn_at += end - highest.get(frame.stream_id, 0)
+                highest[frame.stream_id] = end
+        stream_at = highest.get(stream, 0) if stream is not None else 0
+    largest_stream = max((c for _, _, c in stream_updates), default=None)
+    largest_conn = max((c for _, _, c in conn_updates), default=None)
+    return {"upload_stream": stream, "upload_bytes": stream_at, "initial_stream_window": stream_window,
+            "initial_conn_window": conn_window, "max_stream_data_updates": len(stream_updates),
+            "max_data_updates": len(conn_updates), "largest_stream_credit": largest_stream,
+            "largest_conn_credit": largest_conn,
+            "stream_window_grew": None if largest_stream is None or stream_window is None
+            else largest_stream > stream_window,
+            "conn_window_grew": None if largest_conn is None or conn_window is None else largest_conn > conn_window,
+            "stream_credit_over_time": stream_updates, "conn_credit_over_time": conn_updates}
+
+
 def _qlog_records(lines: Iterable[str]) -> Iterator[tuple[str, dict, float]]:
     """(name, data, time) of each event of a qlog (JSON-SEQ, any of the stacks' drafts)."""
     for line in lines:
@@ -728,6 +773,17 @@ def sender_qlog(qlog_dir: Path | None) -> list[str]:
     files = sorted((f for f in Path(qlog_dir, "server").rglob("*") if f.is_file()), key=lambda f: f.stat().st_size) \
         if qlog_dir and Path(qlog_dir, "server").is_dir() else []
     return files[-1].read_text(errors="replace").splitlines() if files else []
+
+
+def build_upload_trace(run_id: str, decoded: Decoded, captured: dict) -> tuple[dict, list[dict]]:
+    """The `traces` row of an upload (the client the sender): the receiver's credit over time
+    (receiver_credit) in its ``upload_credit``; no trace_points, whose series is a download's sender's."""
+    row = {"run_id": run_id, "packets": len(decoded.packets), "points": 0, "undecrypted": decoded.undecrypted,
+           "bursts_split": decoded.bursts_split, "cipher": decoded.cipher,
+           "capture": json.dumps({**captured, "joined_datagrams": decoded.joined}),
+           "client_params": json.dumps(decoded.client_params),
+           "upload_credit": json.dumps(receiver_credit(decoded.packets, decoded.server_params))}
+    return row, []
 
 
 def build_trace(run_id: str, decoded: Decoded, captured: dict,
