@@ -450,10 +450,20 @@ def receiver_credit(packets: list[Packet], server_params: dict[str, int]) -> dic
         stream_at = highest.get(stream, 0) if stream is not None else 0
     largest_stream = max((c for _, _, c in stream_updates), default=None)
     largest_conn = max((c for _, _, c in conn_updates), default=None)
+
+    def least_left(updates: list[tuple[float, int, int]], initial: int | None) -> int | None:
+        # what the client still had when each update came (the limit before it less the bytes received): near 0
+        # the window held the client back; far above, something else did (its congestion window, its pacing)
+        limits = [initial, *(limit for _, limit, _ in updates)]
+        left = [before - (limit - credit) for before, (_, limit, credit) in zip(limits, updates) if before is not None]
+        return min(left, default=None)
+
     return {"upload_stream": stream, "upload_bytes": stream_at, "initial_stream_window": stream_window,
             "initial_conn_window": conn_window, "max_stream_data_updates": len(stream_updates),
             "max_data_updates": len(conn_updates), "largest_stream_credit": largest_stream,
             "largest_conn_credit": largest_conn,
+            "least_stream_credit_left": least_left(stream_updates, stream_window),
+            "least_conn_credit_left": least_left(conn_updates, conn_window),
             "stream_window_grew": None if largest_stream is None or stream_window is None
             else largest_stream > stream_window,
             "conn_window_grew": None if largest_conn is None or conn_window is None else largest_conn > conn_window,

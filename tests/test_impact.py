@@ -287,6 +287,8 @@ def test_receiver_credit_reads_what_the_server_granted_and_a_window_grown_mid_co
     assert credit["conn_credit_over_time"] == [(0.3, 7_000, 5_000)]
     assert credit["largest_stream_credit"] == 1_000 and credit["stream_window_grew"] is False
     assert credit["conn_window_grew"] is False
+    # the client had used its whole window each time an update came: the window held it back
+    assert credit["least_stream_credit_left"] == 0 and credit["least_conn_credit_left"] == 3_000
     grown = [*fixed[:4], up(1.4, 2_000, 1_000), grant(1.5, 6_000)]
     credit = receiver_credit(grown, server)
     assert credit["largest_stream_credit"] == 3_000 and credit["stream_window_grew"] is True
