@@ -413,6 +413,20 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
     return row
 
 
+@contextmanager
+def captured_run(stack: Stack, path, condition: Condition, options: RunOptions, experiment_id: str,
+                 server_stack: Stack) -> Iterator[tuple[dict, Path, Path]]:
+    """One run of ``stack`` against ``server_stack`` with the path captured in the server's namespace and the
+    client's TLS key log: yields (the run's row, the capture, the key log), in a scratch directory that lives
+    until the block ends, for a script to read the frames it asks about (scripts/upload_senders.py, ...)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        keylog, pcap = Path(scratch) / "keylog", Path(scratch) / "trace.pcap"
+        with trace.capture(path, pcap):
+            row = run_once(stack, path, condition, dataclasses.replace(options, keylog=keylog), 1, experiment_id,
+                           "auto", server_stack)
+        yield row, pcap, keylog
+
+
 def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Path,
            server_ip: str, qlog_dir: Path | None) -> tuple[dict, list[dict]] | None:
     """The run's trace (traces row, trace_points rows); a capture that cannot be read is a warning on

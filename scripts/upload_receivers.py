@@ -22,14 +22,13 @@ import json
 import datetime
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay import trace
 from replay.link import LinkConfig
-from replay.runner import Condition, run_once
+from replay.runner import Condition, captured_run
 from replay.sets import NamedSet, own_set
 from replay.stacks import every_stack, get_stack
 from replay.stacks.base import RunOptions
@@ -71,13 +70,10 @@ def measure(tb: Testbed, server_name: str, browser_name: str, args) -> list[dict
     server, browser = get_stack(server_name), get_stack(browser_name)
     named = NamedSet(f"bidi_remote={args.window}", ParamSet(initial_max_stream_data_bidi_remote=args.window),
                      "upload_receivers", "server")
-    with tempfile.TemporaryDirectory() as scratch:
-        keylog, pcap = Path(scratch) / "keylog", Path(scratch) / "trace.pcap"
-        load = round(os.getloadavg()[0], 2)
-        with trace.capture(tb, pcap):
-            row = run_once(browser, tb, Condition(own_set(browser), None if server_name == "caddy" else named, tb.link),
-                           RunOptions(size=args.size, timeout_s=120, workload=UPLOAD, keylog=keylog), 1,
-                           "upload_receivers", "auto", server)
+    load = round(os.getloadavg()[0], 2)
+    with captured_run(browser, tb, Condition(own_set(browser), None if server_name == "caddy" else named, tb.link),
+                      RunOptions(size=args.size, timeout_s=120, workload=UPLOAD), "upload_receivers",
+                      server) as (row, pcap, keylog):
         server_sent = json.loads(row.get("transport_seen") or "{}").get("server_sent") or {}
         if row["status"] != "ok" or not server_sent:
             why = row.get("error") or "no EncryptedExtensions decrypted"
