@@ -80,8 +80,8 @@ def measure(tb: Testbed, server_name: str, browser_name: str, args) -> list[dict
             print(f"{server_name} ({browser_name}): {row['status']} ({why})", file=sys.stderr)
             return []
         decoded = trace.decrypt(pcap, keylog, tb.server_ip)
-        # quiche's server packets to Chromium at times fail tshark's decryption, every one of a run (checktag
-        # failed; the browser's decrypt): not explained. A rule read from none of them would be no updates.
+        # A rule read from none of the server's packets would be no updates (quiche's to Chromium, before
+        # trace.handshake_part: tshark's key phase thrown by the first flight's 0.5-RTT packet).
         if not any(p.down for p in decoded.packets):
             print(f"{server_name} ({browser_name}): none of the server's packets decrypted "
                   f"({decoded.undecrypted} undecrypted)", file=sys.stderr)
