@@ -44,7 +44,7 @@ COLUMNS = ("browser", "browser_version", "server", "delay_ms", "initial_max_stre
 
 def client_view(pcap: Path, keylog: Path, server_ip: str, limit: int) -> dict:
     """The frames that tell what the client did at the stream limit (tshark's fields, one line a packet)."""
-    data, _ = trace.split_bursts(pcap.read_bytes())  # Firefox's GSO bursts, as replay.trace.decrypt splits them
+    data, _ = trace.split_bursts(pcap.read_bytes(), server_ip)  # as replay.trace.decrypt reads a capture
     pcap = pcap.with_suffix(".split.pcap")
     pcap.write_bytes(data)
     fields = ["ip.src", "udp.srcport", "quic.long.packet_type", "quic.frame_type", "quic.ms.max_streams",
