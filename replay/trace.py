@@ -489,8 +489,11 @@ def receiver_credit(packets: list[Packet], server_params: dict[str, int]) -> dic
     largest_conn = max((c for _, _, c in conn_updates), default=None)
 
     def least_left(updates: list[tuple[float, int, int]], initial: int | None) -> int | None:
-        # what the client still had when each update came (the limit before it less the bytes received): near 0
-        # the window held the client back; far above, something else did (its congestion window, its pacing)
+        # what the client still had when each update left the server (the limit before it less the bytes
+        # received): near 0, the client had used its window; far above, with updates more than a round trip
+        # apart (so the client knew the limit before), something else held it back (its congestion window, its
+        # pacing). A receiver updating many times a round trip leaves credit here that the client did not know
+        # of yet: read the updates' spacing beside it.
         limits = [initial, *(limit for _, limit, _ in updates)]
         left = [before - (limit - credit) for before, (_, limit, credit) in zip(limits, updates) if before is not None]
         return min(left, default=None)
