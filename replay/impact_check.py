@@ -179,7 +179,7 @@ def upload_credit(results: Path, run_ids: list[str]) -> dict[str, dict]:
 def granted(runs: list[dict], credit: dict[str, dict]) -> dict:
     """The columns of what the server granted in a case's ok runs, traced: its initial stream window, the
     largest stream and connection credit it ran at (limit less bytes received), the least the client had left
-    when an update came (near 0: the window held it back), its updates, and whether a window grew past the
+    when an update left (near 0: it had used its window; see trace.receiver_credit), its updates, and whether a window grew past the
     initial value (a miss the fixed-window model cannot see); None where not traced."""
     traced = [credit[r["run_id"]] for r in runs if r["status"] == "ok" and r["run_id"] in credit]
     def most(key: str, pick=max) -> int | None:
