@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import polars as pl
 
 from replay import impact
@@ -46,6 +47,9 @@ class CheckOptions:
     objects: int = 20
     object_bytes: int = 10_000
     reps: int = 1
+    #: capture and decrypt each upload: what the server granted over time (trace.receiver_credit), so that a
+    #: miss can be read against what the server did (a window grown mid-connection, say)
+    trace: bool = False
 
 
 Execute = Callable[[Experiment, Path], list[dict]]
@@ -90,13 +94,15 @@ def run_checks(scan: str, sets: pl.DataFrame, candidates: pl.DataFrame, predicte
                 server, why_not = h3_server(library, browser, workload)
                 runs = _run(scan, fingerprint, library, candidate["endpoints"], params, server, browser, workload,
                             options, rate_mbps, results, execute) if server else []
+                credit = upload_credit(results, [r["run_id"] for r in runs]) if workload is UPLOAD else {}
                 for rtt in options.delays_ms:
                     model = predicted.filter((pl.col("set_fingerprint") == fingerprint)
                                              & pl.col("library").eq_missing(library)
                                              & (pl.col("browser") == browser.name)
                                              & (pl.col("rtt_ms") == rtt)).row(0, named=True)
                     mine = [r for r in runs if r["delay_ms"] == rtt and r["stack"] == browser.name]
-                    rows.append(_row(candidate, workload, browser.name, rtt, model, server, why_not, mine, params))
+                    rows.append(_row(candidate, workload, browser.name, rtt, model, server, why_not, mine, params)
+                                | granted(mine, credit))
     return pl.DataFrame(rows, infer_schema_length=None)
 
 
@@ -110,6 +116,7 @@ def _run(scan: str, fingerprint: str, library: str | None, endpoints: int, param
                             stack=browser) for rtt in options.delays_ms]
     size = options.upload_bytes if workload is UPLOAD else options.object_bytes
     run_options = RunOptions(size=size, timeout_s=RUN_TIMEOUT_S, workload=workload,
+                             trace=options.trace and workload is UPLOAD,
                              **({"requests": options.objects, "concurrency": options.objects}
                                 if workload is REQUESTS else {}))
     experiment = Experiment("matrix", browser, conditions, run_options, options.reps,
@@ -150,6 +157,42 @@ def _row(candidate: dict, workload: Workload, browser: str, rtt: float, model: d
             "server_cpu_s": _mean([r.get("server_cpu_s") for r in ok]),
             "duration_s": _mean([r.get("duration_s") for r in ok]),
             "run_ids": ",".join(r["run_id"] for r in runs), "note": note}
+
+
+def upload_credit(results: Path, run_ids: list[str]) -> dict[str, dict]:
+    """run id -> what the server granted in that traced upload (traces.upload_credit), for the runs traced."""
+    if not run_ids or not Path(results).exists():
+        return {}
+    con = duckdb.connect(str(results), read_only=True)
+    try:
+        columns = {c for (c,) in con.execute("SELECT column_name FROM information_schema.columns "
+                                             "WHERE table_name = 'traces'").fetchall()}
+        if "upload_credit" not in columns:
+            return {}
+        return {run_id: json.loads(credit) for run_id, credit in con.execute(
+            "SELECT run_id, upload_credit FROM traces WHERE upload_credit IS NOT NULL AND run_id IN "
+            "(SELECT unnest(?))", [run_ids]).fetchall()}
+    finally:
+        con.close()
+
+
+def granted(runs: list[dict], credit: dict[str, dict]) -> dict:
+    """The columns of what the server granted in a case's ok runs, traced: its initial stream window, the
+    largest stream and connection credit it ran at (limit less bytes received), the least the client had left
+    when an update left (near 0: it had used its window; see trace.receiver_credit), its updates, and whether a window grew past the
+    initial value (a miss the fixed-window model cannot see); None where not traced."""
+    traced = [credit[r["run_id"]] for r in runs if r["status"] == "ok" and r["run_id"] in credit]
+    def most(key: str, pick=max) -> int | None:
+        values = [t[key] for t in traced if t.get(key) is not None]
+        return pick(values) if values else None
+    return {"traced_runs": len(traced), "server_initial_stream_window": most("initial_stream_window"),
+            "largest_stream_credit": most("largest_stream_credit"),
+            "largest_conn_credit": most("largest_conn_credit"),
+            "max_stream_data_updates": most("max_stream_data_updates"),
+            "least_stream_credit_left": most("least_stream_credit_left", min),
+            "least_conn_credit_left": most("least_conn_credit_left", min),
+            "stream_window_grew": any(t.get("stream_window_grew") for t in traced) if traced else None,
+            "conn_window_grew": any(t.get("conn_window_grew") for t in traced) if traced else None}
 
 
 def _minus(value: float | None, rtt: float) -> float | None:

@@ -38,7 +38,7 @@ from replay.stacks import get_stack
 from replay.stacks.base import TRANSPORTS, ClientPlan, ClientResult, RunOptions, Stack, free_udp_port
 from tparams.errors import ToolError
 from tparams.knobs import KNOBS
-from tparams.workloads import workload_metrics
+from tparams.workloads import UPLOAD, workload_metrics
 
 SERVER_PORT = 4433
 SERVER_READY_TIMEOUT_S = 10.0
@@ -107,9 +107,9 @@ class Experiment:
             if any(c.link != LinkConfig() for c in self.conditions):
                 refused.append("a two-host run emulates nothing: drop --delay, --delay-up, --jitter, --loss, --rate "
                                "and --queue (the link's own are measured and stored)")
-        if self.options.trace and self.options.workload.direction != "down":
-            refused.append(f"--trace reads a download (the server the sender), not the {self.options.workload.name} "
-                           "workload")
+        if self.options.trace and self.options.workload.direction != "down" and self.options.workload is not UPLOAD:
+            refused.append(f"--trace reads a download (the server the sender) or an upload (what the server "
+                           f"granted), not the {self.options.workload.name} workload")
         if refused:
             raise ToolError("; ".join(dict.fromkeys(refused)))
 
@@ -426,13 +426,27 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             stack.complete_row(row, result)
         if captured is not None:
             row["trace"] = _trace(row, tracing, captured, workdir, path.server_ip, options.qlog_dir)
-            if row["trace"]:
+            if row["trace"] and row["trace"][1]:
                 row.update(limits.columns(row["trace"][1], limits.RunFacts.from_run(row)))
         if profiling and row["status"] == "ok":
             row["profile"] = _profile(row, profiling)
     if row["status"] != "ok":
         row["goodput_mbps"] = None  # a failed run is kept, but never averaged in
     return row
+
+
+@contextmanager
+def captured_run(stack: Stack, path, condition: Condition, options: RunOptions, experiment_id: str,
+                 server_stack: Stack) -> Iterator[tuple[dict, Path, Path]]:
+    """One run of ``stack`` against ``server_stack`` with the path captured in the server's namespace and the
+    client's TLS key log: yields (the run's row, the capture, the key log), in a scratch directory that lives
+    until the block ends, for a script to read the frames it asks about (scripts/upload_senders.py, ...)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        keylog, pcap = Path(scratch) / "keylog", Path(scratch) / "trace.pcap"
+        with trace.capture(path, pcap):
+            row = run_once(stack, path, condition, dataclasses.replace(options, keylog=keylog), 1, experiment_id,
+                           "auto", server_stack)
+        yield row, pcap, keylog
 
 
 def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Path,
@@ -456,6 +470,8 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), *notes])
     if tcp:
         return trace.build_tcp_trace(row["run_id"], *read, captured)
+    if row["workload"] == UPLOAD.name:
+        return trace.build_upload_trace(row["run_id"], read, captured)
     return trace.build_trace(row["run_id"], read, captured, trace.sender_qlog(qlog_dir))
 
 

@@ -19,7 +19,6 @@ import datetime
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -27,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common.tshark import tshark_path
 from replay import trace
 from replay.link import LinkConfig
-from replay.runner import Condition, run_once
+from replay.runner import Condition, captured_run
 from replay.sets import NamedSet, own_set
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
@@ -45,7 +44,7 @@ COLUMNS = ("browser", "browser_version", "server", "delay_ms", "initial_max_stre
 
 def client_view(pcap: Path, keylog: Path, server_ip: str, limit: int) -> dict:
     """The frames that tell what the client did at the stream limit (tshark's fields, one line a packet)."""
-    data, _ = trace.split_bursts(pcap.read_bytes())  # Firefox's GSO bursts, as replay.trace.decrypt splits them
+    data, _ = trace.split_bursts(pcap.read_bytes(), server_ip)  # as replay.trace.decrypt reads a capture
     pcap = pcap.with_suffix(".split.pcap")
     pcap.write_bytes(data)
     fields = ["ip.src", "udp.srcport", "quic.long.packet_type", "quic.frame_type", "quic.ms.max_streams",
@@ -90,14 +89,11 @@ def main() -> int:
             for limit in (int(v) for v in args.limits.split(",")):
                 named = NamedSet(f"streams_bidi={limit}", ParamSet(initial_max_streams_bidi=limit),
                                  "stream_limit_clients", "server")
-                with tempfile.TemporaryDirectory() as scratch:
-                    keylog, pcap = Path(scratch) / "keylog", Path(scratch) / "trace.pcap"
-                    load = round(os.getloadavg()[0], 2)
-                    with trace.capture(tb, pcap):
-                        row = run_once(stack, tb, Condition(own_set(stack), named, tb.link),
-                                       RunOptions(size=args.size, requests=args.requests, concurrency=args.requests,
-                                                  timeout_s=60, workload=REQUESTS, keylog=keylog),
-                                       1, "stream_limit_clients", "auto", server)
+                load = round(os.getloadavg()[0], 2)
+                with captured_run(stack, tb, Condition(own_set(stack), named, tb.link),
+                                  RunOptions(size=args.size, requests=args.requests, concurrency=args.requests,
+                                             timeout_s=60, workload=REQUESTS),
+                                  "stream_limit_clients", server) as (row, pcap, keylog):
                     view = client_view(pcap, keylog, tb.server_ip, limit)
                 if not view["decrypted_packets"]:  # seen once, a first run of the testbed: not explained
                     print(f"{browser} at {limit} streams: nothing decrypted in the capture; not stored",

@@ -22,14 +22,13 @@ import json
 import datetime
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay import trace
 from replay.link import LinkConfig
-from replay.runner import Condition, run_once
+from replay.runner import Condition, captured_run
 from replay.sets import NamedSet, own_set
 from replay.stacks import every_stack, get_stack
 from replay.stacks.base import RunOptions
@@ -71,21 +70,18 @@ def measure(tb: Testbed, server_name: str, browser_name: str, args) -> list[dict
     server, browser = get_stack(server_name), get_stack(browser_name)
     named = NamedSet(f"bidi_remote={args.window}", ParamSet(initial_max_stream_data_bidi_remote=args.window),
                      "upload_receivers", "server")
-    with tempfile.TemporaryDirectory() as scratch:
-        keylog, pcap = Path(scratch) / "keylog", Path(scratch) / "trace.pcap"
-        load = round(os.getloadavg()[0], 2)
-        with trace.capture(tb, pcap):
-            row = run_once(browser, tb, Condition(own_set(browser), None if server_name == "caddy" else named, tb.link),
-                           RunOptions(size=args.size, timeout_s=120, workload=UPLOAD, keylog=keylog), 1,
-                           "upload_receivers", "auto", server)
+    load = round(os.getloadavg()[0], 2)
+    with captured_run(browser, tb, Condition(own_set(browser), None if server_name == "caddy" else named, tb.link),
+                      RunOptions(size=args.size, timeout_s=120, workload=UPLOAD), "upload_receivers",
+                      server) as (row, pcap, keylog):
         server_sent = json.loads(row.get("transport_seen") or "{}").get("server_sent") or {}
         if row["status"] != "ok" or not server_sent:
             why = row.get("error") or "no EncryptedExtensions decrypted"
             print(f"{server_name} ({browser_name}): {row['status']} ({why})", file=sys.stderr)
             return []
         decoded = trace.decrypt(pcap, keylog, tb.server_ip)
-        # quiche's server packets to Chromium at times fail tshark's decryption, every one of a run (checktag
-        # failed; the browser's decrypt): not explained. A rule read from none of them would be no updates.
+        # A rule read from none of the server's packets would be no updates (quiche's to Chromium, before
+        # trace.handshake_part: tshark's key phase thrown by the first flight's 0.5-RTT packet).
         if not any(p.down for p in decoded.packets):
             print(f"{server_name} ({browser_name}): none of the server's packets decrypted "
                   f"({decoded.undecrypted} undecrypted)", file=sys.stderr)

@@ -18,14 +18,13 @@ import csv
 import datetime
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay import trace
 from replay.link import LinkConfig
-from replay.runner import Condition, run_once
+from replay.runner import Condition, captured_run
 from replay.sets import NamedSet, own_set
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
@@ -72,13 +71,10 @@ def main() -> int:
             for window in (int(w) for w in args.windows.split(",")):
                 named = NamedSet(f"bidi_remote={window}", ParamSet(initial_max_stream_data_bidi_remote=window),
                                  "upload_senders", "server")
-                with tempfile.TemporaryDirectory() as scratch:
-                    keylog, pcap = Path(scratch) / "keylog", Path(scratch) / "trace.pcap"
-                    load = round(os.getloadavg()[0], 2)
-                    with trace.capture(tb, pcap):
-                        row = run_once(stack, tb, Condition(own_set(stack), named, tb.link),
-                                       RunOptions(size=args.size, timeout_s=120, workload=UPLOAD, keylog=keylog), 1,
-                                       "upload_senders", "auto", server)
+                load = round(os.getloadavg()[0], 2)
+                with captured_run(stack, tb, Condition(own_set(stack), named, tb.link),
+                                  RunOptions(size=args.size, timeout_s=120, workload=UPLOAD), "upload_senders",
+                                  server) as (row, pcap, keylog):
                     view = sender_view(trace.decrypt(pcap, keylog, tb.server_ip), window)
                 rows.append({"browser": browser, "browser_version": row.get("browser_version"), "server": server.name,
                              "delay_ms": args.delay_ms, "window": window, "size_bytes": args.size,

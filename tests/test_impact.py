@@ -239,7 +239,7 @@ def test_spot_checks_measure_through_the_identified_librarys_server_and_mark_the
         "ip": [ip for ip, *_ in endpoints], "port": [443] * 3, "library": [lib for *_, lib in endpoints],
         "identified_at": [NOW] * 3, "library_evidence": ["test"] * 3}, schema_overrides={"port": pl.Int32}))
     options = ImpactOptions(delays_ms=(30,), top=1, worst=1, check=CheckOptions(
-        browsers=("chromium",), upload_bytes=1_000_000, objects=5))
+        browsers=("chromium",), upload_bytes=1_000_000, objects=5, trace=True))
     result = run_impact(path, tmp_path / "out", options)
     checks = result.checks
     upload = checks.filter((pl.col("library") == "aioquic") & (pl.col("workload") == "upload")).row(0, named=True)
@@ -247,6 +247,9 @@ def test_spot_checks_measure_through_the_identified_librarys_server_and_mark_the
     assert (upload["server_stack"], upload["binding"]) == ("aioquic", "initial_max_stream_data_bidi_remote")
     assert upload["window_bound"] and upload["measured"] < 1.25 * upload["predicted"], upload
     assert upload["ratio"] == pytest.approx(upload["measured"] / upload["predicted"])
+    # the upload traced: what aioquic granted, beside the case (the window it started at is the set's)
+    assert upload["traced_runs"] == 1 and upload["max_stream_data_updates"] > 0, upload
+    assert upload["server_initial_stream_window"] == SMALL_AIOQUIC.initial_max_stream_data_bidi_remote
     page = checks.filter((pl.col("library") == "aioquic") & (pl.col("workload") == "requests")).row(0, named=True)
     assert page["checked"] and page["measured"] > 0, page["note"]
     kwik = checks.filter(pl.col("library") == "kwik")
@@ -259,3 +262,35 @@ def test_spot_checks_measure_through_the_identified_librarys_server_and_mark_the
     assert stored == [("aioquic", "requests", "ok", 5 * 10_000), ("aioquic", "upload", "ok", 1_000_000)]
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## Spot checks: measured beside predicted" in report and "no h3 server of kwik" in report
+
+
+def test_receiver_credit_reads_what_the_server_granted_and_a_window_grown_mid_connection():
+    """An upload's trace as the check reads it: the server's MAX_STREAM_DATA limits for the upload stream less the
+    bytes received by then. A server that starts at 1,000 and later grants 3,000 beyond what it received has grown
+    its window (quic-go's auto-tuning does so); one that keeps granting 1,000 has not."""
+    from replay.trace import Packet, StreamFrame, receiver_credit
+
+    def up(t: float, offset: int, length: int, stream: int = 0) -> Packet:
+        return Packet(time=t, down=False, number=int(t * 10), size=length + 30,
+                      streams=(StreamFrame(stream, offset, length, False),))
+
+    def grant(t: float, limit: int, conn: int | None = None) -> Packet:
+        return Packet(time=t, down=True, number=int(t * 10), size=40, max_stream_data=((0, limit),),
+                      max_data=() if conn is None else (conn,))
+
+    server = {"initial_max_stream_data_bidi_remote": 1_000, "initial_max_data": 5_000}
+    fixed = [up(1.0, 0, 1_000), grant(1.1, 2_000), up(1.2, 1_000, 1_000), grant(1.3, 3_000, 7_000),
+             up(1.35, 0, 10, stream=4)]  # a request's few bytes on another stream: not the upload
+    credit = receiver_credit(fixed, server)
+    assert credit["upload_stream"] == 0 and credit["upload_bytes"] == 2_000
+    assert credit["stream_credit_over_time"] == [(0.1, 2_000, 1_000), (0.3, 3_000, 1_000)]
+    assert credit["conn_credit_over_time"] == [(0.3, 7_000, 5_000)]
+    assert credit["largest_stream_credit"] == 1_000 and credit["stream_window_grew"] is False
+    assert credit["conn_window_grew"] is False
+    # the client had used its whole window each time an update came: the window held it back
+    assert credit["least_stream_credit_left"] == 0 and credit["least_conn_credit_left"] == 3_000
+    grown = [*fixed[:4], up(1.4, 2_000, 1_000), grant(1.5, 6_000)]
+    credit = receiver_credit(grown, server)
+    assert credit["largest_stream_credit"] == 3_000 and credit["stream_window_grew"] is True
+    assert credit["max_stream_data_updates"] == 3
+    assert receiver_credit([up(1.0, 0, 500)], server)["stream_window_grew"] is None  # no update: nothing to say

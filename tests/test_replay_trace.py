@@ -153,3 +153,17 @@ def test_qlog_clock_is_matched_through_packet_numbers():
     jumbled = {n: 5.0 + (0 if n % 2 else 40.0) for n in range(10)}  # no unit lines these up
     assert not trace.attach_congestion_window(late, jumbled, [(4.0, 12_000)])
     assert all(p["cwnd"] is None for p in late)
+
+
+def test_the_servers_first_flight_is_cut_before_its_coalesced_short_header_packet():
+    """tshark never decrypts the 0.5-RTT packet quiche coalesces behind its Initial and Handshake, and may then
+    read no other packet of the server: the datagram keeps its long-header packets only. A two-byte length
+    (a varint) and an Initial's token are stepped over; a datagram of long-header packets alone, or of a short
+    one alone, is left as it is."""
+    scid = b"\x08" + bytes(range(8))
+    initial = b"\xc1\x00\x00\x00\x01\x00" + scid + b"\x02ab" + b"\x40\x64" + bytes(100)  # token "ab", length 100
+    handshake = b"\xe1\x00\x00\x00\x01\x00" + scid + b"\x1e" + bytes(30)
+    short = b"\x41" + bytes(40)
+    assert trace.handshake_part(initial + handshake + short) == initial + handshake
+    assert trace.handshake_part(initial + handshake) == initial + handshake
+    assert trace.handshake_part(short) == short

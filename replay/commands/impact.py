@@ -54,6 +54,10 @@ def register(app: typer.Typer) -> None:
         check_objects: Annotated[int, typer.Option("--check-objects", min=1, help="The spot checks' page: objects, "
                                                    "all requested at once.")] = 20,
         check_reps: Annotated[int, typer.Option("--check-reps", min=1, help="Runs of each spot check.")] = 1,
+        check_trace: Annotated[bool, typer.Option(
+            "--check-trace", help="Capture and decrypt each spot-check upload: what the server granted over time "
+            "(MAX_STREAM_DATA, MAX_DATA less the bytes received), beside each case in spot_check_results.")]
+        = False,
     ) -> None:
         """Predict each browser's upload goodput and page-load time for every distinct server set of a scan.
 
@@ -87,7 +91,7 @@ def register(app: typer.Typer) -> None:
                 delays_ms=tuple(parse_duration_ms(d, "--check-delays") for d in comma_list(check_delays, "--check-delays")),
                 browsers=tuple(comma_list(check_browsers, "--check-browsers")),
                 upload_bytes=parse_size(check_upload_size, "--check-upload-size"), objects=check_objects,
-                object_bytes=options_object_bytes, reps=check_reps) if check else None)
+                object_bytes=options_object_bytes, reps=check_reps, trace=check_trace) if check else None)
         result = run_impact(scan, out_dir, options, execute=_progress if check else None)
         for line in result.summary_lines():
             typer.echo(line)

@@ -156,7 +156,8 @@ def traced_runs(results: Path, run_id: str | None):
     try:
         runs = con.sql("SELECT r.run_id, r.stack, r.set_name, r.delay_ms, r.goodput_mbps, r.started_at, "
                        "t.initial_max_data, t.initial_max_stream_data_bidi_local, t.undecrypted "
-                       "FROM runs r JOIN traces t USING (run_id) ORDER BY r.started_at").pl()
+                       "FROM runs r JOIN traces t USING (run_id) "
+                       "WHERE t.points > 0 ORDER BY r.started_at").pl()  # an upload's trace has no series
     except duckdb.Error as exc:
         raise ToolError(f"{results} holds no traces (run with --trace): {str(exc).splitlines()[0]}") from None
     if run_id:

@@ -136,7 +136,8 @@ CREATE TABLE IF NOT EXISTS traces (
     capture                            VARCHAR,     -- JSON: device, namespace, backend, tx_udp_segmentation per end,
                                                     -- tshark, buffer_mib, dropped (packets), joined_datagrams per
                                                     -- end (short-header packets put after another: unreadable)
-    client_params                      VARCHAR      -- JSON: every integer transport parameter of the ClientHello
+    client_params                      VARCHAR,     -- JSON: every integer transport parameter of the ClientHello
+    upload_credit                      VARCHAR      -- JSON, an upload's trace: what the server granted over time
 );
 
 -- Wide form: one row per 1-RTT packet the server's namespace saw, in capture order, with the sender's
@@ -170,6 +171,9 @@ CREATE TABLE IF NOT EXISTS trace_points (
 );
 -- Added within v3 (old readers ignore them): the requests' streams of trace_points; a file written before
 -- gains the columns, NULL in its stored points.
+-- Added within v3: an upload's trace (the client the sender) is its traces row alone, what the server granted
+-- over time in upload_credit (replay/trace.py receiver_credit); NULL for a download's trace.
+ALTER TABLE traces ADD COLUMN IF NOT EXISTS upload_credit VARCHAR;
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS stream_bytes_all INTEGER;
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS streams_open INTEGER;
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS streams_credit BIGINT;
