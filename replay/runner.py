@@ -425,6 +425,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         if result and len(clients) == 1:
             stack.complete_row(row, result)
         if captured is not None:
+            stack.gather_keylog(options.keylog)
             row["trace"] = _trace(row, tracing, captured, workdir, path.server_ip, options.qlog_dir)
             if row["trace"] and row["trace"][1]:
                 row.update(limits.columns(row["trace"][1], limits.RunFacts.from_run(row)))

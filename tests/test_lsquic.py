@@ -186,3 +186,17 @@ def test_values_lsquic_cannot_carry_are_sent_as_near_as_it_can_and_reported_not_
         "cc": "bbr", "autotune": True}), "server")
     assert server.applied == {"initial_max_streams_uni": 7}
     assert server.flags[1::2] == ["init_max_streams_uni=7", f"max_cfcw={24 << 20}", f"max_sfcw={16 << 20}", "cc_algo=2"]
+
+
+@pytest.mark.lab
+def test_a_traced_run_decrypts_and_says_the_stream_window_held_it(lsquic, tmp_path):
+    """LSQUIC reads no SSLKEYLOGFILE; its client writes a key log a connection into a -G directory, which
+    the run gathers for the trace. Decrypted, the capture gives the breakdown its credits: a 128 KiB
+    stream window at 30 ms is what holds the download back (without the keys the run has no breakdown)."""
+    condition = Condition(with_overrides(resolve_one("firefox"), ["initial_max_stream_data_bidi_local=131072"]),
+                          None, LinkConfig(delay_down_ms=30))
+    (row,) = run_experiment(Experiment("test", lsquic, [condition], RunOptions(size=2_000_000, timeout_s=60,
+                                                                              trace=True), 1), tmp_path / "r.duckdb")
+    assert row["status"] == "ok", row.get("error")
+    assert row["limited_by"] == "receive_window_stream", (row["limits"], row["warnings"])
+    assert json.loads(row["limits"])["fractions"]["receive_window_stream"] > 0.5

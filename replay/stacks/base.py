@@ -277,6 +277,10 @@ class Stack(ABC):
         """Add what only this stack's client reports to its run's row (a browser: its version, the protocol
         seen, what it sent, its process tree's CPU and memory); nothing by default."""
 
+    def gather_keylog(self, keylog: Path) -> None:
+        """After a traced run, leave the client's TLS key log at ``keylog`` (``RunOptions.keylog``), where the
+        trace is decrypted from. Nothing by default: a client told that path wrote it there itself."""
+
     def parse_client_output(self, stdout: str) -> ClientResult:
         """Default: the last JSON line of stdout, as our own clients print it."""
         data = last_json_line(stdout)

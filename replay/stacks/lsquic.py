@@ -143,7 +143,20 @@ class Lsquic(Stack):
         # runner makes a FIFO. As the Interop Runner ran it.
         argv = [self.binary("client") or PROGRAM["client"], "-H", HOST, "-s", f"{server_ip}:{port}",
                 "-p", "/payload", "-B", "-7", str(download), *applied.flags]
+        if opts.keylog:
+            # -G also switches LSQUIC's loss bits off, which ql_bits=2 undoes: a traced run sends what a plain one does
+            argv += ["-G", str(_keylog_dir(opts.keylog)), "-o", "ql_bits=2"]
         return ClientPlan(argv, body_fifo=download / "payload"), applied
+
+    def gather_keylog(self, keylog: Path) -> None:
+        # LSQUIC's programs know no SSLKEYLOGFILE: -G DIR writes one key log a connection, DIR/<its CID>.keys.
+        logs = sorted(_keylog_dir(keylog).glob("*.keys"))
+        if logs:
+            keylog.write_bytes(b"".join(log.read_bytes() for log in logs))
+
+
+def _keylog_dir(keylog: Path) -> Path:
+    return keylog.with_name(keylog.name + ".d")
 
 
 @cache
