@@ -2,7 +2,7 @@
 the tables that open the results and benchmarks pages and the results page's "what held it back" tables
 (between their markers, common.markdown.fill_section).
 
-They are made from the code and data (docs_build/reference.py, docs_build/benchmarks.py) and committed
+They are made from the code and data (docs_build/reference.py, benchmarks.py, results.py, limits.py) and committed
 into docs/ so that every link of the front page and the manual works where the repository itself is read
 (its host shows docs/ as committed, never builds the site) as well as in the built site. `make reference`
 (this module) rewrites them; tests/test_docs.py fails when one is not what the code and data make now.
