@@ -16,7 +16,8 @@ demo: setup
 test: setup
 	@$(PY) -m pytest -ra -p no:cacheprovider -n 3 --dist loadgroup --no-loadscope-reorder tests
 
-# The generated pages committed in docs/ (CLI and schema reference, benchmarks chart), made anew from the
+# The generated pages committed in docs/ (CLI and schema reference, benchmarks chart, the results page's
+# tables: each stack now, what held the traced runs back), made anew from the
 # code and data; commit what changes (a test fails while they are stale).
 reference: setup
 	@$(PY) -m docs_build.committed

@@ -196,7 +196,11 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
 def columns(points: Iterable[Mapping], facts: RunFacts) -> dict:
     """The runs columns of a traced run's breakdown: ``limited_by`` and ``limits`` (JSON: fractions, transfer_s
     and basis); both None when the trace holds no transfer."""
-    found = breakdown(points, facts)
+    return as_columns(breakdown(points, facts))
+
+
+def as_columns(found: Breakdown | None) -> dict:
+    """A breakdown as the runs columns ``limited_by`` and ``limits``."""
     if found is None:
         return {"limited_by": None, "limits": None}
     return {"limited_by": found.limited_by, "limits": json.dumps(

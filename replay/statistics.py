@@ -256,15 +256,21 @@ def _unstored_limits(con: duckdb.DuckDBPyConnection):
     their stored trace points: run_id, limited_by and each limit's share."""
     import polars as pl
 
-    from replay.limits import LIMITS, RunFacts, breakdown
+    from replay.limits import LIMITS
 
-    runs = con.sql("SELECT r.* FROM runs r SEMI JOIN traces t USING (run_id) WHERE r.limited_by IS NULL").pl()
-    rows = []
+    rows = [{"run_id": run["run_id"], "limited_by": found.limited_by, **found.fractions}
+            for run, found in traced_breakdowns(con, "limited_by IS NULL") if found is not None]
+    return pl.DataFrame(rows, schema={"run_id": pl.String, "limited_by": pl.String,
+                                      **dict.fromkeys(LIMITS, pl.Float64)})
+
+
+def traced_breakdowns(con: duckdb.DuckDBPyConnection, where: str = "true"):
+    """(runs row, replay.limits.breakdown of its stored trace points: None where they hold no transfer) for each
+    traced run matching ``where`` (SQL over the runs columns), as the code computes it now."""
+    from replay.limits import RunFacts, breakdown
+
+    runs = con.sql(f"SELECT r.* FROM runs r SEMI JOIN traces t USING (run_id) WHERE {where} ORDER BY started_at").pl()
     for run in runs.iter_rows(named=True):
         points = con.execute("SELECT * FROM trace_points WHERE run_id = ? ORDER BY seq", [run["run_id"]])
         columns = [d[0] for d in points.description]
-        found = breakdown([dict(zip(columns, p)) for p in points.fetchall()], RunFacts.from_run(run))
-        if found is not None:
-            rows.append({"run_id": run["run_id"], "limited_by": found.limited_by, **found.fractions})
-    return pl.DataFrame(rows, schema={"run_id": pl.String, "limited_by": pl.String,
-                                      **dict.fromkeys(LIMITS, pl.Float64)})
+        yield run, breakdown([dict(zip(columns, p)) for p in points.fetchall()], RunFacts.from_run(run))

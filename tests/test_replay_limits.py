@@ -12,6 +12,7 @@ import duckdb
 import pytest
 
 from common.process import ns_command
+from docs_build import limits as limits_page
 from replay import limits, sets, trace
 from replay.link import LinkConfig
 from replay.commands.plot import load_limits, plot_results
@@ -311,6 +312,10 @@ def test_why_names_each_conditions_limit(engineered, tmp_path):
     with duckdb.connect(str(older)) as con:
         con.execute("UPDATE runs SET limited_by = NULL, limits = NULL")
     assert why_lines(older) == lines
+    # the results page's tables: the breakdowns exported as CSV (computed again from the trace points) read back
+    kept = limits_page.table("older", limits_page.export(older, "older", tmp_path).parent)
+    assert sorted(row.split(" | ")[1] for row in kept.splitlines()[4:]) == sorted(
+        f"`{runs[case]['limited_by']}` (1 of 1)" for case in runs)  # anomalies first: the order may differ
     with duckdb.connect(str(older)) as con:
         con.execute("DELETE FROM traces")
     assert all("none traced (qreplay --trace" in line for line in why_lines(older)[1:])
