@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import functools
 import hmac
 import struct
 
@@ -209,8 +210,14 @@ def hkdf_expand_label(hash_name: str, secret: bytes, label: bytes, context: byte
     """HKDF-Expand-Label (RFC 8446 7.1) for outputs of at most one hash, which is all TLS 1.3
     and QUIC ask for: then HKDF-Expand is a single HMAC (RFC 5869 2.3), a third of the
     cost of building a `cryptography` HKDFExpand object per call (aioquic's way)."""
-    info = struct.pack("!HB", length, 6 + len(label)) + b"tls13 " + label + bytes((len(context),)) + context
-    return hmac.digest(secret, info + b"\x01", hash_name)[:length]
+    return hmac.digest(secret, _expand_info(label, context, length), hash_name)[:length]
+
+
+@functools.lru_cache(maxsize=64)
+def _expand_info(label: bytes, context: bytes, length: int) -> bytes:
+    """HKDF-Expand's input for one label, built once: a capture of many clients derives the same few labels
+    for every connection. Bounded, as the handshake's context is a transcript hash, new every time."""
+    return struct.pack("!HB", length, 6 + len(label)) + b"tls13 " + label + bytes((len(context),)) + context + b"\x01"
 
 
 def packet_keys(cipher_suite: int, secret: bytes, version: int) -> CryptoContext:
