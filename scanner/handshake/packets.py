@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import functools
 import hmac
 import struct
 
@@ -44,7 +45,7 @@ from tparams.frames import (
     FRAME_PADDING,
     FRAME_PING,
 )
-from tparams.varint import decode_varint, encode_varint
+from tparams.varint import decode_varint, encode_varint, read_varint
 
 # Every version whose client Initials we open, with what reading one takes. Besides RFC 9001's and
 # RFC 9369's salts (aioquic's), public captures of 2019-2023 hold the IETF drafts (Chrome and mvfst
@@ -209,8 +210,14 @@ def hkdf_expand_label(hash_name: str, secret: bytes, label: bytes, context: byte
     """HKDF-Expand-Label (RFC 8446 7.1) for outputs of at most one hash, which is all TLS 1.3
     and QUIC ask for: then HKDF-Expand is a single HMAC (RFC 5869 2.3), a third of the
     cost of building a `cryptography` HKDFExpand object per call (aioquic's way)."""
-    info = struct.pack("!HB", length, 6 + len(label)) + b"tls13 " + label + bytes((len(context),)) + context
-    return hmac.digest(secret, info + b"\x01", hash_name)[:length]
+    return hmac.digest(secret, _expand_info(label, context, length), hash_name)[:length]
+
+
+@functools.lru_cache(maxsize=64)
+def _expand_info(label: bytes, context: bytes, length: int) -> bytes:
+    """HKDF-Expand's input for one label, built once: a capture of many clients derives the same few labels
+    for every connection. Bounded, as the handshake's context is a transcript hash, new every time."""
+    return struct.pack("!HB", length, 6 + len(label)) + b"tls13 " + label + bytes((len(context),)) + context + b"\x01"
 
 
 def packet_keys(cipher_suite: int, secret: bytes, version: int) -> CryptoContext:
@@ -284,10 +291,16 @@ def crypto_frames(payload: bytes, google_frames: bool = False) -> Iterator[tuple
                 for _ in range(2 * range_count + (3 if frame_type == FRAME_ACK_ECN else 0)):
                     _, pos = decode_varint(payload, pos)
             elif frame_type == FRAME_CRYPTO:
-                offset, pos = decode_varint(payload, pos)
-                length, pos = decode_varint(payload, pos)
-                if pos + length > size:
+                # read_varint, not decode_varint: its None costs no exception set-up per frame, and a
+                # ClientHello comes in many small frames (Chromium's)
+                read = read_varint(payload, pos, size)
+                if read is None:
                     return
+                offset, pos = read
+                read = read_varint(payload, pos, size)
+                if read is None or read[1] + read[0] > size:
+                    return
+                length, pos = read
                 yield offset, payload[pos : pos + length]
                 pos += length
             elif frame_type in (FRAME_CONNECTION_CLOSE, FRAME_CONNECTION_CLOSE_APP):
@@ -315,8 +328,13 @@ class CryptoStream:
         self._read = 0  # where next_message() continues
 
     def add(self, offset: int, data: bytes) -> None:
+        have = len(self._data)
         end = offset + len(data)
-        if end <= len(self._data):
+        if end <= have:
+            return
+        if offset <= have and not self._chunks:
+            # In order, nothing waiting: most frames (Chromium's many small ones too) end up here.
+            self._data += data[have - offset :]
             return
         if len(self._chunks.get(offset, b"")) < len(data):
             self._chunks[offset] = data
