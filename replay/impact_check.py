@@ -179,18 +179,19 @@ def upload_credit(results: Path, run_ids: list[str]) -> dict[str, dict]:
 def granted(runs: list[dict], credit: dict[str, dict]) -> dict:
     """The columns of what the server granted in a case's ok runs, traced: its initial stream window, the
     largest stream and connection credit it ran at (limit less bytes received), the least the client had left
-    when an update left (near 0: it had used its window; see trace.receiver_credit), its updates, and whether a window grew past the
-    initial value (a miss the fixed-window model cannot see); None where not traced."""
+    when an update left (near 0: it had used its window; see trace.receiver_credit), its updates, and whether
+    a window grew past the initial value (a miss the fixed-window model cannot see); None where not traced."""
     traced = [credit[r["run_id"]] for r in runs if r["status"] == "ok" and r["run_id"] in credit]
-    def most(key: str, pick=max) -> int | None:
+
+    def over(key: str, pick=max) -> int | None:  # the runs' largest (or least) of one figure
         values = [t[key] for t in traced if t.get(key) is not None]
         return pick(values) if values else None
-    return {"traced_runs": len(traced), "server_initial_stream_window": most("initial_stream_window"),
-            "largest_stream_credit": most("largest_stream_credit"),
-            "largest_conn_credit": most("largest_conn_credit"),
-            "max_stream_data_updates": most("max_stream_data_updates"),
-            "least_stream_credit_left": most("least_stream_credit_left", min),
-            "least_conn_credit_left": most("least_conn_credit_left", min),
+    return {"traced_runs": len(traced), "server_initial_stream_window": over("initial_stream_window"),
+            "largest_stream_credit": over("largest_stream_credit"),
+            "largest_conn_credit": over("largest_conn_credit"),
+            "max_stream_data_updates": over("max_stream_data_updates"),
+            "least_stream_credit_left": over("least_stream_credit_left", min),
+            "least_conn_credit_left": over("least_conn_credit_left", min),
             "stream_window_grew": any(t.get("stream_window_grew") for t in traced) if traced else None,
             "conn_window_grew": any(t.get("conn_window_grew") for t in traced) if traced else None}
 

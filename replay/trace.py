@@ -305,7 +305,9 @@ def handshake_part(payload: bytes) -> bytes:
 
     tshark 4.0 never decrypts that packet (quiche's first flight to Chromium, 10 of 10 captures, 2026-11-28:
     wrong header protection, a random key-phase bit), and where the bit reads 1 it takes every later packet
-    of the server for the next key phase and decrypts none (7 of those 10); without it, all decrypt."""
+    of the server for the next key phase and decrypts none (7 of those 10); without it, all decrypt. What
+    every trace loses so: the server's opening frames sent before any request reached it (HTTP/3 SETTINGS,
+    new connection IDs), no byte of a response."""
     at = 0
     while at < len(payload) and payload[at] & 0x80:
         kind = (payload[at] >> 4) & 0x03
