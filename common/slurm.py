@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from common.process import STARTED_PIDS
+from common.process import STARTED_PIDS, ns_command
 
 DAEMONS = ("slurmctld", "slurmd")
 
@@ -53,16 +53,18 @@ def unavailable_reason() -> str | None:
 
 
 @contextlib.contextmanager
-def single_node_cluster(state: Path, name: str = "qcampaign", up_timeout_s: float = 30) -> Iterator[dict[str, str]]:
-    """A one-node Slurm cluster (this host, on 127.0.0.1) whose config and state live in ``state``; yields the
-    environment its client commands (sbatch, sinfo) need. RuntimeError if it does not come up."""
+def single_node_cluster(state: Path, name: str = "qcampaign", up_timeout_s: float = 30, address: str = "127.0.0.1",
+                        ns: str | None = None) -> Iterator[dict[str, str]]:
+    """A one-node Slurm cluster (this host, on ``address``; its daemons in namespace ``ns``, where that address
+    is) whose config and state live in ``state``; yields the environment its client commands (sbatch, sinfo)
+    need. RuntimeError if it does not come up."""
     (state / "state").mkdir(parents=True, exist_ok=True)
     (state / "spool").mkdir(exist_ok=True)
     host = socket.gethostname().split(".")[0]
     ports = [_free_port() for _ in range(2)]
     conf = state / "slurm.conf"
     conf.write_text("\n".join([
-        f"ClusterName={name}", f"SlurmctldHost={host}(127.0.0.1)", "AuthType=auth/none", "CredType=cred/none",
+        f"ClusterName={name}", f"SlurmctldHost={host}({address})", "AuthType=auth/none", "CredType=cred/none",
         "SlurmUser=root", "SlurmdUser=root", f"SlurmctldPort={ports[0]}", f"SlurmdPort={ports[1]}",
         f"StateSaveLocation={state / 'state'}", f"SlurmdSpoolDir={state / 'spool'}",
         f"SlurmctldPidFile={state / 'slurmctld.pid'}", f"SlurmdPidFile={state / 'slurmd.pid'}",
@@ -70,19 +72,22 @@ def single_node_cluster(state: Path, name: str = "qcampaign", up_timeout_s: floa
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
         "AccountingStorageType=accounting_storage/none", "SchedulerType=sched/builtin", "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core", "ReturnToService=2", "MpiDefault=none",
-        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} State=UNKNOWN",
+        f"NodeName={host} NodeAddr={address} CPUs={os.cpu_count()} State=UNKNOWN",
         f"PartitionName=main Nodes={host} Default=YES MaxTime=INFINITE State=UP", ""]))
     env = {**os.environ, "SLURM_CONF": str(conf)}
     daemons = []
     try:
         for daemon in DAEMONS:
-            process = subprocess.Popen([daemon, "-D"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                       start_new_session=True)
+            # nsenter, not `ip netns exec`: that mounts the namespace's own /sys, without the cgroup file system
+            # slurmd needs ("No filesystem mounted on /sys/fs/cgroup")
+            entered = ["nsenter", f"--net=/run/netns/{ns}"] if ns else []
+            process = subprocess.Popen([*entered, daemon, "-D"], env=env, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, start_new_session=True)
             STARTED_PIDS.add(process.pid)
             daemons.append(process)
         deadline = time.monotonic() + up_timeout_s
-        while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True,
-                                           text=True).stdout:
+        while "idle" not in subprocess.run(ns_command(ns, ["sinfo", "-h", "-o", "%t"]), env=env,
+                                           capture_output=True, text=True).stdout:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the one-node Slurm did not come up in {up_timeout_s:.0f} s "
                                    f"(see {state}/slurmctld.log)")

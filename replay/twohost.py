@@ -62,12 +62,12 @@ class TwoHosts(Endpoints):
         self.facts: dict = {}
 
     def __enter__(self) -> "TwoHosts":
-        reason = self.server_ns.unavailable_reason()
-        if reason:
-            raise ToolError(f"--launcher {self.server_ns.describe()}: {reason}")
-        if not LINKEM.exists():
-            raise ToolError(f"{LINKEM} is missing: it measures the link's RTT and MTU (run scripts/setup.sh)")
         try:
+            reason = self.server_ns.unavailable_reason()
+            if reason:
+                raise ToolError(f"--launcher {self.server_ns.describe()}: {reason}")
+            if not LINKEM.exists():
+                raise ToolError(f"{LINKEM} is missing: it measures the link's RTT and MTU (run scripts/setup.sh)")
             # a SIGTERM unwinds like Ctrl-C, so the servers started on the other host are stopped
             self._held.enter_context(netns.teardown_on_signals())
             if self._shallow_idle:

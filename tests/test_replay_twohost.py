@@ -1,12 +1,16 @@
 """Client and server on two hosts (replay/twohost.py, common/launchers): two network namespaces stand for the
 hosts, a veth with a non-default MTU between them and no emulator; qreplay runs on the client's "host" and starts
-the server on the other through the netns launcher, measures the link and stores it with each run."""
+the server on the other through the netns launcher (or as a Slurm job step there), measures the link and stores
+it with each run."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -15,7 +19,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from common import netns
+from common import netns, slurm
 from common.launchers import every_kind, get_launcher
 from conftest import lab_instance
 from replay.link import LINKEM
@@ -123,12 +127,58 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def test_the_srun_launcher_runs_the_server_as_a_step_of_a_slurm_job(two_hosts, tmp_path):
+    """The srun path for real, under a one-node Slurm whose daemons live in the server's namespace (its node
+    stands for the job's second node): the job runs qreplay in the client's namespace, which starts each of the
+    run's servers (and the link's probes) as a job step on that node."""
+    stack = _usable_stack()
+    if reason := slurm.unavailable_reason():
+        pytest.skip(reason)
+    client, server = two_hosts
+    node = socket.gethostname().split(".")[0]
+    out, log = tmp_path / "srun.duckdb", tmp_path / "job.log"
+    run = shlex.join(["ip", "netns", "exec", client, str(QREPLAY), "--stack", stack, "--size", str(SIZE), "--reps",
+                      "1", "--server-host", SERVER_HOST, "--launcher", f"srun:{node}", "--out", str(out)])
+    with slurm.single_node_cluster(tmp_path / "slurm", address=SERVER_HOST, ns=server) as env:
+        def slurm_command(*argv: str) -> str:
+            done = subprocess.run(["ip", "netns", "exec", client, *argv], env=env, capture_output=True, text=True,
+                                  timeout=30)
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+        job = slurm_command("sbatch", "--parsable", f"--output={log}", "--wrap", run).strip()
+        # polled, not `sbatch --wait`, whose checks come ever further apart (30 s after this job's end)
+        deadline = time.monotonic() + 120
+        while (state := re.search(r"JobState=(\w+)", slurm_command("scontrol", "show", "job", "-o", job)).group(1)) \
+                in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING") and time.monotonic() < deadline:
+            time.sleep(0.5)
+    assert state == "COMPLETED", state + (log.read_text()[-2000:] if log.exists() else "")
+    with duckdb.connect(str(out), read_only=True) as con:
+        (status, backend, mtu, server_argv), = con.execute(
+            "SELECT status, link_backend, path_mtu, server_argv FROM runs").fetchall()
+    assert (status, backend, mtu) == ("ok", "measured", PATH_MTU)
+    assert json.loads(server_argv)[:5] == ["srun", "--nodes=1", "--ntasks=1", "-w", node]
+
+
 def test_emulation_and_a_server_host_are_refused_together_in_one_line(tmp_path):
     done = subprocess.run([str(QREPLAY), "--delay", "30ms", "--server-host", SERVER_HOST, "--launcher",
                            "netns:qlab-none", "--out", str(tmp_path / "r.duckdb")], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode != 0 and "emulates nothing" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    backend = subprocess.run([str(QREPLAY), "--link", "netem", "--server-host", SERVER_HOST, "--launcher",
+                              "netns:qlab-none", "--out", str(tmp_path / "r.duckdb")], capture_output=True, text=True,
+                             timeout=60)
+    assert backend.returncode != 0 and "--link chooses" in backend.stderr and backend.stderr.count("\n") == 1
+
+
+def test_a_launcher_that_cannot_start_anything_is_one_line_before_any_run(tmp_path):
+    stack = _usable_stack()
+    done = subprocess.run([str(QREPLAY), "--stack", stack, "--size", "1MB", "--reps", "1", "--server-host", SERVER_HOST,
+                           "--launcher", "netns:qlab-none", "--out", str(tmp_path / "r.duckdb")], capture_output=True,
+                          text=True, timeout=60)
+    *banner, said = done.stderr.strip().splitlines()  # the set's banner line, then the one error line
+    assert done.returncode != 0 and said.startswith("qreplay: error: ") and "no network namespace qlab-none" in said
+    assert "Traceback" not in done.stderr, done.stderr
 
 
 def test_launchers_are_one_file_each_and_a_bad_one_is_one_line():
@@ -140,11 +190,11 @@ def test_launchers_are_one_file_each_and_a_bad_one_is_one_line():
 
 
 def test_ssh_and_srun_launchers_build_their_command_lines():
-    """What these launchers run; the real two-host case needs a second host (ssh) or a two-node allocation
-    (srun), and this machine may reach no address outside its own namespaces: test_two_real_hosts below."""
+    """What these launchers run. ssh to a real second host needs one, and this machine may reach no address
+    outside its own namespaces (test_two_real_hosts below); srun also runs for real above."""
     argv = ["build/bin/linkem", "echo", "--listen", "198.18.0.2:7007"]
     assert get_launcher("ssh:user@node2").command(argv) == [
-        "ssh", "-tt", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "user@node2", "--",
+        "ssh", "-n", "-tt", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "user@node2", "--",
         "build/bin/linkem echo --listen 198.18.0.2:7007"]
     assert get_launcher("srun:node2").command(argv) == [
         "srun", "--nodes=1", "--ntasks=1", "-w", "node2", "--overlap", "--quiet", "--kill-on-bad-exit=1", *argv]
@@ -156,8 +206,8 @@ def test_ssh_and_srun_launchers_build_their_command_lines():
         assert "not inside a Slurm allocation" in srun.unavailable_reason()
 
 
-@pytest.mark.skip(reason="needs two real hosts (ssh) or a two-node Slurm allocation (srun); this machine may send "
-                         "only to loopback and its own namespaces. Run by hand: docs/scale.md, 'Client and server on "
-                         "two hosts'")
+@pytest.mark.skip(reason="needs two real hosts (ssh, or a two-node Slurm allocation for srun); this machine may "
+                         "send only to loopback and its own namespaces. Run by hand: docs/scale.md, 'Client and "
+                         "server on two hosts'")
 def test_two_real_hosts():
     pass

@@ -16,8 +16,9 @@ class SshLauncher(Launcher):
 
     def command(self, argv: Sequence[str]) -> list[str]:
         # -tt: the remote program is the session's, so it gets SIGHUP when this ssh ends (a SIGTERM to it);
+        # -n: stdin from /dev/null, so a forced terminal never puts the caller's own into raw mode;
         # BatchMode: a missing key is an error, never a password prompt in the middle of a campaign.
-        return ["ssh", "-tt", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", self.where, "--", shlex.join(argv)]
+        return ["ssh", "-n", "-tt", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", self.where, "--", shlex.join(argv)]
 
     def unavailable_reason(self) -> str | None:
         return None if shutil.which("ssh") else "ssh is missing (Debian openssh-client)"

@@ -454,6 +454,8 @@ def register(app: typer.Typer) -> None:
                    [sets_api.with_overrides(s, client_param or []) for s in sets_api.resolve(set_spec)])
         server = server_set(server_set_spec, server_param)
         remote = two_hosts(server_host, launcher)
+        if remote and given(ctx, "link"):
+            raise ToolError("--link chooses how a path is emulated; a two-host run's is the real network, measured")
         experiment = Experiment("single", the_stack, [Condition(c, server, link_config) for c in clients],
                                 options, reps, "measured" if remote else link, current_command_line(), shallow_idle,
                                 parse_size(udp_buffer, "--udp-buffer"), server_stack=optional_stack(server_stack),

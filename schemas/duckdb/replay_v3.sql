@@ -15,7 +15,7 @@ CREATE TABLE IF NOT EXISTS experiments (
     started_at    TIMESTAMP NOT NULL,
     finished_at   TIMESTAMP,
     stack         VARCHAR NOT NULL,
-    link_backend  VARCHAR NOT NULL,      -- as requested: auto | netem | relay | veth | loopback
+    link_backend  VARCHAR NOT NULL,      -- as requested: auto | netem | relay | veth | loopback | measured (--server-host)
     size_bytes    BIGINT NOT NULL,
     reps          INTEGER NOT NULL,
     workload      VARCHAR,               -- tparams.workloads: download | upload | requests | ...
