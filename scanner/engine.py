@@ -122,11 +122,11 @@ class ScanSettings:
 @dataclass
 class Certificate:
     sha256: str
-    subject: str
-    issuer: str
+    subject: str | None  # None: the server sent a name or date that does not parse (its DER, by sha256, is kept)
+    issuer: str | None
     sans: list[str]
-    not_before: dt.datetime
-    not_after: dt.datetime
+    not_before: dt.datetime | None
+    not_after: dt.datetime | None
 
 
 @dataclass
@@ -251,12 +251,21 @@ def _read_certificate(cert: x509.Certificate) -> Certificate:
         sans = []
     return Certificate(
         sha256=cert.fingerprint(hashes.SHA256()).hex(),
-        subject=cert.subject.rfc4514_string(),
-        issuer=cert.issuer.rfc4514_string(),
+        subject=_parsed(lambda: cert.subject.rfc4514_string()),
+        issuer=_parsed(lambda: cert.issuer.rfc4514_string()),
         sans=sans,
-        not_before=cert.not_valid_before_utc,
-        not_after=cert.not_valid_after_utc,
+        not_before=_parsed(lambda: cert.not_valid_before_utc),
+        not_after=_parsed(lambda: cert.not_valid_after_utc),
     )
+
+
+def _parsed(read):
+    """A certificate field, or None where it does not parse: cryptography parses names and dates only when they
+    are read, so a certificate it accepted may still hold an issuer it cannot read (a hostile chain found one)."""
+    try:
+        return read()
+    except ValueError:
+        return None
 
 
 def handshake_record(

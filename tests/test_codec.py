@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 
 from hypothesis import HealthCheck, given, settings
@@ -81,6 +83,20 @@ def test_decoder_never_raises_on_mutated_encodings(data):
         assert parameter.name == spec_for(parameter.id).name
 
 
+@contextlib.contextmanager
+def _idle_priority():
+    """This thread at the lowest priority (Linux: nice is per thread), so that a minute of fuzzing takes the cores
+    the other workers leave idle rather than slowing their tests down; the old priority back after."""
+    thread = threading.get_native_id()
+    before = os.getpriority(os.PRIO_PROCESS, thread)
+    os.setpriority(os.PRIO_PROCESS, thread, 19)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(PermissionError):  # raising it again needs root, which the suite has
+            os.setpriority(os.PRIO_PROCESS, thread, before)
+
+
 def test_fuzz_for_a_while_finds_no_exception():
     """The issue asks for a minute of fuzzing; QTP_FUZZ_SECONDS shortens it for quick local runs."""
     import random
@@ -94,18 +110,19 @@ def test_fuzz_for_a_while_finds_no_exception():
     ]
     deadline = time.monotonic() + budget
     runs = 0
-    while time.monotonic() < deadline:
-        data = bytearray(rng.choice(seeds))
-        for _ in range(rng.randint(1, 6)):
-            choice = rng.random()
-            if choice < 0.4 and data:
-                data[rng.randrange(len(data))] = rng.randrange(256)
-            elif choice < 0.7:
-                data[rng.randrange(len(data) + 1) :] = rng.randbytes(rng.randint(0, 12))
-            else:
-                data += bytes([0xC0 | rng.randrange(64)]) + rng.randbytes(rng.randint(0, 9))
-        decode_transport_parameters(bytes(data), sender=rng.choice(["client", "server", None]))
-        runs += 1
+    with _idle_priority():
+        while time.monotonic() < deadline:
+            data = bytearray(rng.choice(seeds))
+            for _ in range(rng.randint(1, 6)):
+                choice = rng.random()
+                if choice < 0.4 and data:
+                    data[rng.randrange(len(data))] = rng.randrange(256)
+                elif choice < 0.7:
+                    data[rng.randrange(len(data) + 1) :] = rng.randbytes(rng.randint(0, 12))
+                else:
+                    data += bytes([0xC0 | rng.randrange(64)]) + rng.randbytes(rng.randint(0, 9))
+            decode_transport_parameters(bytes(data), sender=rng.choice(["client", "server", None]))
+            runs += 1
     assert runs > 1000
 
 

@@ -24,7 +24,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, mlkem, x25519
 from cryptography.x509.oid import NameOID
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from common.aioquic_adapter import transport_parameters_sent
 from lab.broken_server import HELLO_RETRY_RANDOM
@@ -454,6 +454,7 @@ def reseal(pair: Pair, datagram: bytes, rng: random.Random) -> bytes:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.integers(0, 2**32), st.sampled_from([0, 0, 1]))
+@example(seed=7521583, chain=1)  # a chain certificate whose issuer name does not parse (found 2026-11-28)
 def test_hostile_flights_end_in_a_record(certificate, seed: int, chain: int) -> None:
     """Damaged (inside and outside the encryption), dropped, duplicated server datagrams:
     never an exception, always a record with a status.
