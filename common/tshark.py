@@ -11,7 +11,6 @@ import subprocess
 import time
 from pathlib import Path
 
-from pyshark.tshark import tshark as pyshark_tshark
 
 from tparams.errors import ToolError
 
@@ -23,6 +22,7 @@ CAPTURE_BUFFER_MIB = 64
 
 
 def tshark_path() -> str:
+    from pyshark.tshark import tshark as pyshark_tshark  # (with asyncio) only where tshark runs: not at --help
     try:
         return pyshark_tshark.get_process_path()
     except pyshark_tshark.TSharkNotFoundException as exc:
@@ -76,4 +76,5 @@ def dropped_packets(log: Path) -> int | None:
 
 
 def tshark_version() -> str:
+    from pyshark.tshark import tshark as pyshark_tshark
     return str(pyshark_tshark.get_tshark_version(tshark_path()))

@@ -23,13 +23,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from scanner.capture.extract import CaptureResult, read_capture
 from common.tshark import tshark_path, wait_until_capturing
 from common.certs import write_certificate
 from common.process import Starter, process_groups
 from common.netns import teardown_on_signals
 from tparams.errors import ToolError
+
+if TYPE_CHECKING:  # the capture's decoder (aioquic's crypto, pyshark) is imported where a capture is read
+    from scanner.capture.extract import CaptureResult
 
 LAB_HOST = "lab.test"
 LOOPBACK = "127.0.0.1"
@@ -81,6 +84,7 @@ def capture_browser(
     The capture and key log stay in ``workdir`` (a fresh temporary directory
     when not given, which the caller may delete).
     """
+    from scanner.capture.extract import read_capture
     executable = _executable(browser)
     version, version_line = browser_version(browser)
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"qscan-{browser}-"))
@@ -210,6 +214,7 @@ def _start_tshark(start: Starter, port: int, capture_file: Path, log: Path) -> N
 
 
 def _wait_for_hello(browser: subprocess.Popen, capture_file: Path, port: int, timeout: float) -> None:
+    from scanner.capture.extract import read_capture
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         time.sleep(0.5)

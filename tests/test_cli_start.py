@@ -3,7 +3,8 @@
 2026-11-28 (load 12): `qscan --help` 1.1 s of CPU when every command module imported its implementation at
 the top, 0.6 s since (polars, pyroute2, dnspython, httpx, DuckDB imported where a command runs); `qreplay --help`
 1.0 s, then 0.7 s while fidelity, reproduce and impact read their grids from modules importing DuckDB and polars,
-0.25-0.3 s since the grids are modules of their own (replay/grids, 2026-11-28, load 9)."""
+0.25-0.3 s since the grids are modules of their own (replay/grids, 2026-11-28, load 9); `qscan --help` 0.37 ->
+0.21 s once the scan engine (aioquic's TLS) and pyshark are imported where a scan or a capture runs (10:45, load 1)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 import pytest
 
 #: packages only some commands need, each costing 0.1-0.2 s of CPU to import
-DEFERRED = ("polars", "pyroute2", "dns", "httpx", "matplotlib", "duckdb", "pyarrow")
+DEFERRED = ("polars", "pyroute2", "dns", "httpx", "matplotlib", "duckdb", "pyarrow", "numpy", "pyshark")
 
 
 @pytest.mark.parametrize("cli", ["scanner.cli", "replay.cli"])

@@ -24,9 +24,10 @@ def handshake_options(timeout: float = 5.0, rate: float = 100.0, concurrency: in
                       workers: int = 1) -> Callable[[Callable], Callable]:
     """Give a command the handshake options (--timeout, --handshake-rate, --concurrency, --workers), with
     these defaults, in place of its parameter ``settings``, which receives them as one ScanSettings."""
-    from scanner.engine import ScanSettings
+    def settings(timeout: float, handshake_rate: float, concurrency: int, workers: int):
+        from scanner.engine import ScanSettings  # the engine (aioquic's TLS) where a scan runs, not at --help
+        return ScanSettings(timeout=timeout, rate=handshake_rate, concurrency=concurrency, workers=workers)
+
     return options_in_place_of("settings", {
         "timeout": (HandshakeTimeout, timeout), "handshake_rate": (HandshakeRate, rate),
-        "concurrency": (Concurrency, concurrency), "workers": (Workers, workers)},
-        lambda timeout, handshake_rate, concurrency, workers: ScanSettings(
-            timeout=timeout, rate=handshake_rate, concurrency=concurrency, workers=workers))
+        "concurrency": (Concurrency, concurrency), "workers": (Workers, workers)}, settings)
