@@ -503,10 +503,6 @@ def _extension(kind: int, body: bytes) -> bytes:
     return kind.to_bytes(2, "big") + len(body).to_bytes(2, "big") + body
 
 
-def _extension(kind: int, body: bytes) -> bytes:
-    return kind.to_bytes(2, "big") + len(body).to_bytes(2, "big") + body
-
-
 def _server_message(random: bytes, session: bytes, suite: bytes, extensions: bytes, cut: int | None) -> bytes:
     body = b"\x03\x03" + random + bytes([len(session)]) + session + suite + b"\x00" + len(extensions).to_bytes(2, "big") + extensions
     return (b"\x02" + len(body).to_bytes(3, "big") + body)[: cut or None]
