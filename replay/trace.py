@@ -300,17 +300,18 @@ def _varint(data: bytes, at: int) -> tuple[int, int] | None:
 
 
 def handshake_part(payload: bytes) -> bytes:
-    """A datagram cut before a short-header packet coalesced behind its long-header ones (the server's first
-    flight with its 0.5-RTT packet), else as it is.
+    """The server's first flight (a datagram with an Initial) cut before a short-header packet coalesced behind its
+    long-header ones (its 0.5-RTT packet); any other datagram as it is.
 
     tshark 4.0 never decrypts that packet (quiche's first flight to Chromium, 10 of 10 captures, 2026-11-28:
     wrong header protection, a random key-phase bit), and where the bit reads 1 it takes every later packet
     of the server for the next key phase and decrypts none (7 of those 10); without it, all decrypt. What
     every trace loses so: the server's opening frames sent before any request reached it (HTTP/3 SETTINGS,
     new connection IDs), no byte of a response."""
-    at = 0
+    at, initial = 0, False
     while at < len(payload) and payload[at] & 0x80:
         kind = (payload[at] >> 4) & 0x03
+        initial |= kind == 0
         if payload[at + 1:at + 5] == b"\0\0\0\0" or kind == 3 or at + 6 > len(payload):
             return payload  # version negotiation, Retry: no length to step over
         cursor = at + 6 + payload[at + 5]
@@ -321,7 +322,9 @@ def handshake_part(payload: bytes) -> bytes:
         if length is None:
             return payload
         at = length[1] + length[0]
-    return payload[:at] if 0 < at < len(payload) else payload
+    # Only the first flight (an Initial in it): later Handshake packets come coalesced with 1-RTT ones that carry
+    # the response and MAX_STREAMS (quic-go's do), which tshark decrypts and the trace needs.
+    return payload[:at] if initial and 0 < at < len(payload) else payload
 
 
 def split_bursts(data: bytes, server_ip: str | None = None) -> tuple[bytes, int]:
