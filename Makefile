@@ -14,7 +14,7 @@ demo: setup
 	@$(VENV)/bin/quictp-demo
 
 test: setup
-	@$(PY) -m pytest -ra -p no:cacheprovider -n 3 --dist loadgroup --no-loadscope-reorder tests
+	@$(PY) -m pytest -ra -p no:cacheprovider -n 4 --dist loadgroup --no-loadscope-reorder tests
 
 # The generated pages committed in docs/ (CLI and schema reference, benchmarks chart), made anew from the
 # code and data; commit what changes (a test fails while they are stale).
