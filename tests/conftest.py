@@ -28,7 +28,8 @@ SESSION_TAG = str(os.getpid())
 _SESSION_NAMESPACE = re.compile(rf"qlab[a-z]*{SESSION_TAG}-")
 
 
-# `make test` runs the suite on three workers (pytest-xdist, --dist loadgroup): a module's tests stay on one worker
+# `make test` runs the suite on four workers (pytest-xdist, --dist loadgroup; on two cores, since a third of the
+# time the tests wait on links, timeouts and daemons rather than compute): a module's tests stay on one worker
 # in their order, so its module-scoped lab, scan or server starts once; a test that needs no such sharing may
 # name a group of its own (the manual's pages, each on a private /run). The groups start longest first, so the
 # workers end together: these took 70-260 s each of a 22-minute run beside other work (2026-11-28, load 6-10),
@@ -36,6 +37,11 @@ _SESSION_NAMESPACE = re.compile(rf"qlab[a-z]*{SESSION_TAG}-")
 LONGEST_GROUPS = ("test_replay_browsers", "manual-qscan.md", "test_notebooks", "test_campaign_store", "test_replay_cli",
                   "test_replay_campaign", "test_library", "manual-scale.md", "manual-qreplay.md", "manual-reproduce.md",
                   "manual-identification.md", "test_demo", "test_diff", "manual-store.md", "manual-README.md")
+# The `timing` tests, one group run last: each holds the workers' lock alone (below), and taken inside their
+# modules each one first waited for every other worker's test in flight to end, a manual page's 60-140 s
+# among them, with the workers idle behind it (12 min 16 s on four workers for 8 min 14 s of tests per worker,
+# 2026-11-28 10:42, load 1-5). Last, they wait for the other groups' final, short, tests only.
+TIMING_GROUP = "timing"
 
 
 # Each worker its own temporary directory (runs' work directories, browser profiles), so that a test checking what
@@ -78,13 +84,15 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_collection_modifyitems(config, items):
     def group(item) -> str:
         marker = item.get_closest_marker("xdist_group")
-        return marker.args[0] if marker and marker.args else item.module.__name__
+        if marker and marker.args:
+            return marker.args[0]
+        return TIMING_GROUP if item.get_closest_marker("timing") else item.module.__name__
 
     for item in items:
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(group(item)))
     rank = {name: index for index, name in enumerate(LONGEST_GROUPS)}
-    items.sort(key=lambda item: rank.get(group(item), len(rank)))
+    items.sort(key=lambda item: (group(item) == TIMING_GROUP, rank.get(group(item), len(rank))))
 
 
 def pytest_xdist_node_collection_finished(node, ids):
