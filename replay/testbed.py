@@ -171,6 +171,9 @@ class Endpoints:
         return ProcessResult(list(argv), returncode, text, time.monotonic() - started,
                              rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss)
 
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def stop(self, process: subprocess.Popen) -> None:
         """End a process started here, with its group."""
         if process.poll() is None:
@@ -229,9 +232,6 @@ class Testbed(Endpoints):
             self.close()
             raise
         return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def close(self) -> None:
         """Idempotent teardown; each step runs even if an earlier one failed."""

@@ -78,9 +78,6 @@ class TwoHosts(Endpoints):
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def close(self) -> None:
         for process in self._processes:
             self.stop(process)
