@@ -30,6 +30,7 @@ from common import netns
 from replay.link import PATH_DEVICE
 from tparams.errors import ToolError
 from tparams.knobs import CIPHER_SUITE_NAMES
+from tparams.varint import read_varint
 from tparams.frames import (
     FRAME_ACK,
     FRAME_ACK_ECN,
@@ -289,16 +290,6 @@ def split_burst(payload: bytes) -> list[bytes]:
     return [payload]
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int] | None:
-    """(value, offset after it) of the QUIC variable-length integer at ``at``, or None past the end."""
-    if at >= len(data):
-        return None
-    size = 1 << (data[at] >> 6)
-    if at + size > len(data):
-        return None
-    return int.from_bytes(bytes([data[at] & 0x3F]) + data[at + 1:at + size], "big"), at + size
-
-
 def handshake_part(payload: bytes) -> bytes:
     """The server's first flight (a datagram with an Initial) cut before a short-header packet coalesced behind its
     long-header ones (its 0.5-RTT packet); any other datagram as it is.
@@ -316,9 +307,9 @@ def handshake_part(payload: bytes) -> bytes:
             return payload  # version negotiation, Retry: no length to step over
         cursor = at + 6 + payload[at + 5]
         cursor += 1 + (payload[cursor] if cursor < len(payload) else 0)  # the SCID
-        if kind == 0 and (token := _varint(payload, cursor)):  # an Initial's token
+        if kind == 0 and (token := read_varint(payload, cursor, len(payload))):  # an Initial's token
             cursor = token[1] + token[0]
-        length = _varint(payload, cursor)
+        length = read_varint(payload, cursor, len(payload))
         if length is None:
             return payload
         at = length[1] + length[0]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from zlib import crc32
 from pathlib import Path
 
@@ -96,24 +96,18 @@ def _param_set(decoded: DecodedParameters) -> tuple[ParamSet, str]:
 _SETS: dict[tuple, tuple[ParamSet, str]] = {}
 
 
+@lru_cache(maxsize=4096)  # a few MB: a capture of fresh IDs must not grow it
 def _client_parameters(raw: bytes, sixteen_bit: bool) -> tuple[DecodedParameters, str | None]:
     """A ClientHello's transport parameters decoded, with Google's user_agent among them, once per distinct
     extension: decoding is a pure function of the bytes and its result immutable, and a client that keeps its
     source connection ID empty or fixed and sends no random GREASE parameter sends the same bytes to every
     server. Decoding was a quarter of qscan pcap's time on such a capture; with a fresh ID in every
     ClientHello nothing repeats and each is decoded as before."""
-    key = (raw, sixteen_bit)
-    found = _DECODED.get(key)
-    if found is None:
-        if len(_DECODED) >= 4096:  # a few MB: a capture of fresh IDs must not grow it
-            _DECODED.clear()
-        decoded = decode_transport_parameters(raw, "client", sixteen_bit)
-        user_agent = next((p.raw for p in decoded.parameters if p.id == _USER_AGENT_ID), None)
-        found = _DECODED[key] = (decoded, user_agent.decode(errors="replace") if user_agent else None)
-    return found
+    decoded = decode_transport_parameters(raw, "client", sixteen_bit)
+    user_agent = next((p.raw for p in decoded.parameters if p.id == _USER_AGENT_ID), None)
+    return decoded, user_agent.decode(errors="replace") if user_agent else None
 
 
-_DECODED: dict[tuple[bytes, bool], tuple[DecodedParameters, str | None]] = {}
 _PERFORMANCE_IDS = frozenset(id_for(name) for name in PERFORMANCE_PARAMETERS)
 
 
