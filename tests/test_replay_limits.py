@@ -325,6 +325,44 @@ def test_why_names_each_conditions_limit(engineered, tmp_path):
     assert all("none traced (qreplay --trace" in line for line in why_lines(older)[1:])
 
 
+def test_each_datasets_declared_runs_are_the_ones_it_holds():
+    """docs_build/limits.py's EXPERIMENTS, the invocations --measure runs again, name each stored dataset's
+    conditions in the order they ran: its stacks, delays, loss and sizes, two runs each."""
+    import csv
+    import shlex
+
+    from replay.link import parse_duration_ms, parse_percent, parse_size
+
+    for name, invocations in limits_page.EXPERIMENTS.items():
+        with (limits_page.DATASETS / f"{name}.runs.csv").open() as stored:
+            runs = [(r["stack"], float(r["delay_ms"]), float(r["loss_pct"]), int(r["size_bytes"]))
+                    for r in csv.DictReader(stored)]
+        declared = []
+        for invocation in invocations:
+            words = shlex.split(invocation)
+            option = dict(zip(words[words[0] == "sweep"::2], words[1 + (words[0] == "sweep")::2]))
+            declared += [(option["--stack"], parse_duration_ms(option["--delay"]),
+                          parse_percent(option.get("--loss", "0")), parse_size(option["--size"]))
+                         ] * int(option["--reps"])
+        assert runs == declared, name
+
+
+@pytest.mark.skipif(NGTCP2.unavailable_reason() is not None, reason=f"ngtcp2: {NGTCP2.unavailable_reason()}")
+def test_measure_runs_a_datasets_invocations_again_into_a_new_file_and_exports_it(tmp_path):
+    """One small traced download declared as a dataset: measured into a new results file, exported with its
+    breakdown, its table rendered; an existing file or an unknown name is one line, nothing run."""
+    tiny = {"tiny": ("--stack ngtcp2 --delay 5ms --size 200KB --reps 1 --trace",)}
+    results = tmp_path / "tiny.duckdb"
+    out = limits_page.measure("tiny", results, tmp_path, tiny)
+    with duckdb.connect() as con:
+        stored = con.execute(f"SELECT stack, status, limited_by FROM read_csv_auto('{out}')").fetchall()
+    assert len(stored) == 1 and stored[0][:2] == ("ngtcp2", "ok") and stored[0][2] in limits.LIMITS, stored
+    assert "1 runs" in limits_page.table("tiny", tmp_path)
+    for name, said in (("tiny", "exists"), ("none", "no dataset 'none'")):
+        with pytest.raises(limits_page.ToolError, match=said):
+            limits_page.measure(name, results, tmp_path, tiny)
+
+
 def test_a_window_bound_run_short_of_its_window_model_is_an_anomaly_shown_first(engineered, tmp_path):
     """The stream-window case's window model (ngtcp2's measured rule, 128 KiB, 30 ms, 2 MB, its start charged)
     allows 17-27 Mbit/s: at 5 Mbit/s the condition heads the report as an anomaly."""
