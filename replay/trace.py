@@ -569,8 +569,9 @@ def qlog_window_share(lines: Iterable[str], mss: int) -> float | None:
     which the latest metrics update it wrote had bytes in flight within ``mss`` of its congestion window. None
     where its qlog reports neither. Neither end is the first stream frame the server sent: its HTTP/3 control
     and QPACK streams go out at the handshake (ngtcp2's at its qlog's time 0, 0.5-RTT data), one round trip
-    before the request, which held ngtcp2's share 2-21 points below the capture's; and over all its 1-RTT
-    packets its last (ACKs) come after the body, which held quic-go's 8-12 points lower (both 2026-11-28)."""
+    before the request, which held ngtcp2's share 2-5 points lower (of the 2-21 it lay below the capture's);
+    and over all its 1-RTT packets its last (ACKs) come after the body, which held quic-go's 8-12 points lower
+    (both 2026-11-28)."""
     requested = None
     sent_times: list[float] = []
     updates: list[tuple[float, int, int]] = []  # (time, window, in flight), each as last reported
@@ -614,8 +615,8 @@ def attach_congestion_window(points: list[dict], sent: dict[int, float], windows
     And the capture's order, because the capture takes an ACK's bytes out of flight when it arrives: ngtcp2
     may send a burst under its old window before it reads an ACK that came first, and the window that ACK
     raised is the one to hold that flight against. By the clock alone the stretch after such an ACK kept the
-    window from before it, lower, and counted at the window: ngtcp2's share at its window 0-12 points above
-    its own qlog's in 8 runs, -2 to +1 by the packet (2026-11-28)."""
+    window from before it, lower, and counted at the window: ngtcp2's share at its window -0.4 to +12 points
+    from its own qlog's in 8 runs by the clock, -1.6 to -0.1 by the packet (2026-11-28, load 6-11)."""
     pairs = [(p["t_s"], sent[p["packet_number"]]) for p in points
              if p["direction"] == "down" and p.get("packet_number") in sent]
     if not pairs or not windows:
