@@ -4,7 +4,10 @@ datasets/limits.
 
 datasets/limits/NAME.runs.csv holds a traced qreplay results file's runs, each with its breakdown as
 replay/limits.py computes it from the run's stored trace points (:func:`export`, ``python -m docs_build.limits
-RESULTS.duckdb NAME``; the trace points, megabytes a run, stay out of git like every results file).
+RESULTS.duckdb NAME``; the trace points, megabytes a run, stay out of git like every results file). The
+qreplay runs behind each dataset are declared here (EXPERIMENTS); ``python -m docs_build.limits --measure NAME``
+runs them again, traced, into a new results file (out/limits/NAME.duckdb) and exports that: measured anew,
+on this machine at its load, not the stored runs recomputed.
 :func:`table` reads them back through replay.statistics.limits_summary, the summary ``qreplay why`` prints,
 with its models' predictions (replay/commands/why.py), the conditions short of theirs first; docs_build/
 committed.py writes each table into docs/results.md between its markers, and a test fails while one is stale.
@@ -26,6 +29,27 @@ PAGE = "results.md"
 #: each dataset's section of the page, by the dataset's name
 SECTIONS = {"fidelity": "what held the fidelity conditions back", "pairs": "what held the traced pairs back",
             "sweep": "what held the traced window sweep back"}
+#: the qreplay invocations (arguments, --out added) whose traced runs each dataset holds, in the order they ran:
+#: the fidelity campaign's conditions behind the page's hand explanations, the 0 ms implementation pairs, the
+#: window sweep (datasets/limits/PROVENANCE.md says when each ran)
+EXPERIMENTS = {
+    "fidelity": ("--stack ngtcp2 --set firefox --delay 30ms --size 20MB --reps 2 --trace",
+                 "--stack ngtcp2 --set chromium --delay 200ms --size 50MB --reps 2 --trace",
+                 "--stack ngtcp2 --set firefox --delay 10ms --loss 1 --size 10MB --reps 2 --trace",
+                 "--stack aioquic --set firefox --delay 0ms --size 10MB --reps 2 --trace",
+                 "--stack chromium --delay 0ms --size 50MB --reps 2 --trace",
+                 "--stack chromium --delay 200ms --size 50MB --reps 2 --trace",
+                 "--stack firefox --delay 200ms --size 50MB --reps 2 --trace",
+                 "--stack firefox --delay 30ms --size 50MB --reps 2 --trace",
+                 "--stack quiche --set firefox --delay 10ms --loss 1 --size 10MB --reps 2 --trace"),
+    "pairs": ("--stack quinn --server-stack quiche --delay 0ms --size 50MB --reps 2 --trace",
+              "--stack quinn --server-stack msquic --delay 0ms --size 50MB --reps 2 --trace",
+              "--stack quinn --server-stack aioquic --delay 0ms --size 10MB --reps 2 --trace",
+              "--stack aioquic --server-stack quinn --delay 0ms --size 10MB --reps 2 --trace"),
+    "sweep": tuple(f"sweep --stack {stack} --param initial_max_data --values 196608 --delay 30ms --size 10MB "
+                   "--reps 2 --trace" for stack in ("ngtcp2", "quic-go")),
+}
+MEASURED = ROOT / "out" / "limits"
 #: what an export keeps of a run besides its conditions (replay.statistics.present_conditions)
 KEPT = ("run_id", "experiment_id", "started_at", "status", "goodput_mbps", "bytes", "wall_s", "server_cpu_s",
         "client_cpu_s", "requested_client")
@@ -56,6 +80,30 @@ def export(results: Path, name: str, directory: Path = DATASETS) -> Path:
     finally:
         con.close()
     return out
+
+
+def measure(name: str, results: Path | None = None, directory: Path = DATASETS,
+            experiments: dict[str, tuple[str, ...]] = EXPERIMENTS) -> Path:
+    """Run dataset ``name``'s qreplay invocations again, traced, into ``results`` (a new file; default
+    out/limits/NAME.duckdb), then export it to DIRECTORY/NAME.runs.csv; ToolError (one line) when the name is
+    unknown, the file exists (runs of another measurement would join the dataset) or an invocation fails."""
+    import shlex
+    import subprocess
+
+    if name not in experiments:
+        raise ToolError(f"no dataset {name!r}: one of {', '.join(experiments)}")
+    results = Path(results or MEASURED / f"{name}.duckdb")
+    if results.exists():
+        raise ToolError(f"{results} exists: --measure writes a new results file")
+    results.parent.mkdir(parents=True, exist_ok=True)
+    for arguments in experiments[name]:
+        command = [sys.executable, "-c", "from replay.cli import main; main()", *shlex.split(arguments), "--out",
+                   str(results)]
+        ran = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if ran.returncode:
+            said = ran.stderr.strip().splitlines()[-1:] or [f"exit {ran.returncode}"]
+            raise ToolError(f"qreplay {arguments}: {said[0]}")
+    return export(results, name, directory)
 
 
 def _source(path: Path) -> duckdb.DuckDBPyConnection:
@@ -103,10 +151,15 @@ def table(name: str, directory: Path = DATASETS) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) != 3:
-        sys.exit("usage: python -m docs_build.limits RESULTS.duckdb NAME (writes datasets/limits/NAME.runs.csv)")
+    arguments = sys.argv[1:]
+    if not (len(arguments) == 2 or (arguments[:1] == ["--measure"] and len(arguments) in (2, 3))):
+        sys.exit("usage: python -m docs_build.limits RESULTS.duckdb NAME | --measure NAME [RESULTS.duckdb] "
+                 "(writes datasets/limits/NAME.runs.csv)")
     try:
-        out = export(Path(sys.argv[1]), sys.argv[2])
+        if arguments[0] == "--measure":
+            out = measure(arguments[1], Path(arguments[2]) if len(arguments) == 3 else None)
+        else:
+            out = export(Path(arguments[0]), arguments[1])
     except ToolError as exc:
         sys.exit(str(exc))
     print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)

@@ -20,10 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
-from replay import impact
+from replay import impact, store
 from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, run_experiment
 from replay.sets import NamedSet, own_set
@@ -163,15 +162,9 @@ def upload_credit(results: Path, run_ids: list[str]) -> dict[str, dict]:
     """run id -> what the server granted in that traced upload (traces.upload_credit), for the runs traced."""
     if not run_ids or not Path(results).exists():
         return {}
-    con = duckdb.connect(str(results), read_only=True)
+    con = store.open_read_only(results)
     try:
-        columns = {c for (c,) in con.execute("SELECT column_name FROM information_schema.columns "
-                                             "WHERE table_name = 'traces'").fetchall()}
-        if "upload_credit" not in columns:
-            return {}
-        return {run_id: json.loads(credit) for run_id, credit in con.execute(
-            "SELECT run_id, upload_credit FROM traces WHERE upload_credit IS NOT NULL AND run_id IN "
-            "(SELECT unnest(?))", [run_ids]).fetchall()}
+        return store.upload_credit(con, run_ids)
     finally:
         con.close()
 

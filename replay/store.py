@@ -112,6 +112,17 @@ def campaign_experiments(con: duckdb.DuckDBPyConnection, results: str | Path, ta
     return campaign, chosen
 
 
+def upload_credit(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, dict]:
+    """run id -> what the server granted in that traced upload (traces.upload_credit, replay/trace.py
+    receiver_credit), for those of ``run_ids`` traced as uploads; {} from a file written before the column
+    was added within v3 (a file opened read-only is not brought up to date)."""
+    if not run_ids or "upload_credit" not in _columns(con, "traces"):
+        return {}
+    return {run_id: json.loads(credit) for run_id, credit in con.execute(
+        "SELECT run_id, upload_credit FROM traces WHERE upload_credit IS NOT NULL AND run_id IN (SELECT unnest(?))",
+        [run_ids]).fetchall()}
+
+
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
     return [row[0] for row in con.execute(f"DESCRIBE {table}").fetchall()]
 

@@ -17,7 +17,7 @@ import socket
 import statistics
 import struct
 import subprocess
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -520,45 +520,77 @@ def _qlog_records(lines: Iterable[str]) -> Iterator[tuple[str, dict, float]]:
             yield event.get("name", ""), event.get("data") or {}, float(event["time"])
 
 
+def _one_rtt(data: dict) -> bool:
+    return (data.get("header") or {}).get("packet_type") in ("1RTT", "1rtt")
+
+
 def _one_rtt_sent(name: str, data: dict) -> bool:
-    return name.endswith("packet_sent") and (data.get("header") or {}).get("packet_type") in ("1RTT", "1rtt")
+    return name.endswith("packet_sent") and _one_rtt(data)
 
 
-def qlog_events(lines: Iterable[str]) -> tuple[dict[int, float], list[tuple[float, int]]]:
-    """From a sender's qlog: when each 1-RTT packet number was sent, and (time, congestion window) of each
-    recovery metrics update, in the qlog's own time unit."""
+def qlog_events(lines: Iterable[str]) -> tuple[dict[int, float], list[tuple[float, int]],
+                                                 dict[tuple[str, int], tuple[int, int]]]:
+    """From a sender's qlog: when each 1-RTT packet number was sent, (time, congestion window) of each
+    recovery metrics update, in the qlog's own time unit, and for each 1-RTT packet it logged, by direction
+    and packet number, the window the stack had for it as (that update's place among the updates, window): a
+    packet it sent ("down"), the window it sent it under (its last update logged before the packet: sending
+    moves no window); a packet it received ("up"), the window once it had handled it (its last update logged
+    before its next packet event: ngtcp2 and quiche log a packet's update after the packet, quic-go before
+    it, where the received packet's own update is the one logged before its next)."""
     sent: dict[int, float] = {}
     windows: list[tuple[float, int]] = []
+    handled: dict[tuple[str, int], tuple[int, int]] = {}
+    received = None  # the received packet the updates since are after
     for name, data, when in _qlog_records(lines):
-        if _one_rtt_sent(name, data):
-            sent.setdefault(data["header"].get("packet_number"), when)
+        if name.endswith(("packet_sent", "packet_received")):
+            if received is not None and windows:
+                handled.setdefault(received, (len(windows), windows[-1][1]))
+            received = None
+            number = data["header"].get("packet_number") if _one_rtt(data) else None
+            if number is None:
+                continue
+            if name.endswith("packet_received"):
+                received = ("up", number)
+            else:
+                sent.setdefault(number, when)
+                if windows:
+                    handled.setdefault(("down", number), (len(windows), windows[-1][1]))
         elif name.endswith("metrics_updated") and isinstance(data.get("congestion_window"), int):
             windows.append((when, data["congestion_window"]))
-    return sent, windows
+    if received is not None and windows:
+        handled.setdefault(received, (len(windows), windows[-1][1]))
+    return sent, windows, handled
 
 
 def qlog_window_share(lines: Iterable[str], mss: int) -> float | None:
     """The stack's own account of its congestion window, for holding a breakdown against: the share of its
-    sending span (its first 1-RTT packet carrying stream bytes to its last, as the breakdown's transfer)
-    during which the latest metrics update it wrote had bytes in flight within ``mss`` of its congestion
-    window. None where its qlog reports neither. The span is the stream bytes', not all 1-RTT packets': a
-    server's first 1-RTT packets (HANDSHAKE_DONE, tickets) leave a round trip before the request comes and
-    its last (ACKs) one after the body, some 60 ms at 30 ms that no window binds, which held quic-go's share
-    8-12 points below the capture's (2026-11-28)."""
+    transfer (the request's arrival, its first 1-RTT packet received with a frame of a client-initiated
+    bidirectional stream, to its last 1-RTT packet sent carrying stream bytes: the breakdown's span) during
+    which the latest metrics update it wrote had bytes in flight within ``mss`` of its congestion window. None
+    where its qlog reports neither. Neither end is the first stream frame the server sent: its HTTP/3 control
+    and QPACK streams go out at the handshake (ngtcp2's at its qlog's time 0, 0.5-RTT data), one round trip
+    before the request, which held ngtcp2's share 2-5 points lower (of the 2-21 it lay below the capture's);
+    and over all its 1-RTT packets its last (ACKs) come after the body, which held quic-go's 8-12 points lower
+    (both 2026-11-28)."""
+    requested = None
     sent_times: list[float] = []
     updates: list[tuple[float, int, int]] = []  # (time, window, in flight), each as last reported
     window = in_flight = None
     for name, data, when in _qlog_records(lines):
-        if _one_rtt_sent(name, data) and any(f.get("frame_type") == "stream" for f in data.get("frames") or ()):
+        streams = [f.get("stream_id") for f in data.get("frames") or () if f.get("frame_type") == "stream"]
+        if _one_rtt_sent(name, data) and streams:
             sent_times.append(when)
+        elif name.endswith("packet_received") and requested is None and any(
+                isinstance(s, int) and s % 4 == 0 for s in streams):
+            requested = when
         elif name.endswith("metrics_updated"):
             window = data.get("congestion_window", window)
             in_flight = data.get("bytes_in_flight", in_flight)
             if window is not None and in_flight is not None:
                 updates.append((when, window, in_flight))
-    if len(sent_times) < 2 or not updates:
+    if requested is None or not sent_times or not updates:
         return None
-    start, end = min(sent_times), max(sent_times)
+    start, end = requested, max(sent_times)
     full = 0.0
     for (when, window, flight), (after, _, _) in zip(updates, [*updates[1:], (end, 0, 0)]):
         span = min(after, end) - max(when, start)
@@ -568,11 +600,23 @@ def qlog_window_share(lines: Iterable[str], mss: int) -> float | None:
 
 
 def attach_congestion_window(points: list[dict], sent: dict[int, float], windows: list[tuple[float, int]],
+                             handled: Mapping[tuple[str, int], tuple[int, int]] | None = None,
                              tolerance_s: float = 0.005) -> bool:
-    """Put the sender's congestion window on each point (the last update before it). The qlog's clock is
-    mapped onto the capture's through the 1-RTT packet numbers both saw sent, in whichever unit (ms or s)
-    makes the packets agree; False, and nothing attached, when no unit lines them up within
-    ``tolerance_s`` (median deviation) or there are no updates."""
+    """Put the sender's congestion window on each point. Where the qlog names the packet (``handled``): the
+    later in the stack's own order of the window it had for that packet and the one it had once it had handled
+    the last packet received before the point (the capture's order); else the last update before the point by
+    the clock. The qlog's clock is mapped onto the capture's through the 1-RTT packet numbers both saw sent,
+    in whichever unit (ms or s) makes the packets agree; False, and nothing attached, when no unit lines them
+    up within ``tolerance_s`` (median deviation) or there are no updates.
+
+    By the packet, because the clock cannot say on which side of a point an update fell: a stack's qlog times
+    may be whole milliseconds (ngtcp2's), and it handles an ACK some time after the capture saw it arrive,
+    often with no packet of its own between that update and the next burst (tens of milliseconds at 30 ms).
+    And the capture's order, because the capture takes an ACK's bytes out of flight when it arrives: ngtcp2
+    may send a burst under its old window before it reads an ACK that came first, and the window that ACK
+    raised is the one to hold that flight against. By the clock alone the stretch after such an ACK kept the
+    window from before it, lower, and counted at the window: ngtcp2's share at its window -0.4 to +12 points
+    from its own qlog's in 8 runs by the clock, -1.6 to -0.1 by the packet (2026-11-28, load 6-11)."""
     pairs = [(p["t_s"], sent[p["packet_number"]]) for p in points
              if p["direction"] == "down" and p.get("packet_number") in sent]
     if not pairs or not windows:
@@ -587,13 +631,19 @@ def attach_congestion_window(points: list[dict], sent: dict[int, float], windows
     spread, scale, offset = best
     if spread > tolerance_s:
         return False
-    timeline = sorted((q * scale + offset, window) for q, window in windows)
-    index, current = 0, None
+    timeline = sorted(((q * scale + offset, window) for q, window in windows), key=lambda update: update[0])
+    index, current, acked = 0, None, (-1, None)  # acked: the window after the last received packet named
     for point in sorted(points, key=lambda p: p["t_s"]):
         while index < len(timeline) and timeline[index][0] <= point["t_s"]:
             current = timeline[index][1]
             index += 1
-        point["cwnd"] = current
+        own = (handled or {}).get((point["direction"], point.get("packet_number")))
+        if own is None:
+            point["cwnd"] = current
+            continue
+        if point["direction"] == "up":
+            acked = max(acked, own)
+        point["cwnd"] = max(own, acked)[1]
     return True
 
 

@@ -5,6 +5,7 @@ file, and bad scans end in one line."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -262,6 +263,25 @@ def test_spot_checks_measure_through_the_identified_librarys_server_and_mark_the
     assert stored == [("aioquic", "requests", "ok", 5 * 10_000), ("aioquic", "upload", "ok", 1_000_000)]
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## Spot checks: measured beside predicted" in report and "no h3 server of kwik" in report
+
+
+def test_the_check_reads_an_uploads_credit_from_the_results_file_through_its_store(tmp_path: Path):
+    """What a traced upload's server granted, read back for the runs asked about: a download's trace (no credit)
+    and a run not traced give nothing; a file written before traces had the column, and no file, give {}."""
+    from replay import store
+    from replay.impact_check import upload_credit
+
+    results = tmp_path / "r.duckdb"
+    granted = {"upload_stream": 0, "largest_stream_credit": 16_384}
+    with store.connect(results) as con:
+        store.insert(con, "traces", [{"run_id": "upload", "upload_credit": json.dumps(granted)},
+                                     {"run_id": "download", "download_stream": 0}])
+    assert upload_credit(results, ["upload", "download", "untraced"]) == {"upload": granted}
+    assert upload_credit(results, ["download"]) == {} and upload_credit(results, []) == {}
+    assert upload_credit(tmp_path / "none.duckdb", ["upload"]) == {}
+    with duckdb.connect(str(results)) as con:
+        con.execute("ALTER TABLE traces DROP COLUMN upload_credit")
+    assert upload_credit(results, ["upload"]) == {}
 
 
 def test_receiver_credit_reads_what_the_server_granted_and_a_window_grown_mid_connection():

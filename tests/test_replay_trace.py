@@ -155,6 +155,62 @@ def test_qlog_clock_is_matched_through_packet_numbers():
     assert all(p["cwnd"] is None for p in late)
 
 
+def _qlog(*events: tuple) -> list[str]:
+    """qlog lines (JSON-SEQ) of (time, name, data) events; a packet's data as ("1RTT", number, frames)."""
+    lines = []
+    for when, name, data in events:
+        if isinstance(data, tuple):
+            kind, number, frames = data
+            data = {"header": {"packet_type": kind, "packet_number": number}, "frames": frames}
+        lines.append("\x1e" + json.dumps({"time": when, "name": name, "data": data}))
+    return lines
+
+
+def test_the_window_is_the_one_the_stack_had_for_each_packet_in_the_captures_order():
+    """ngtcp2's order, in whole milliseconds: an ACK arrives (0.0100 s in the capture) before a burst the stack
+    sends under its old window and handles only after it; the burst's flight is held against the window the
+    ACK raised, as the capture has taken the ACK's bytes out of flight. quic-go's order: a received packet's
+    update logged before the packet itself."""
+    stream = [{"frame_type": "stream", "stream_id": 0}]
+    ngtcp2 = _qlog((10, "transport:packet_sent", ("1RTT", 1, stream)),
+                   (10, "recovery:metrics_updated", {"congestion_window": 12_000, "bytes_in_flight": 1200}),
+                   (15, "transport:packet_sent", ("1RTT", 2, stream)),
+                   (15, "recovery:metrics_updated", {"congestion_window": 12_000, "bytes_in_flight": 2400}),
+                   (15, "transport:packet_received", ("1RTT", 7, [{"frame_type": "ack"}])),
+                   (15, "recovery:metrics_updated", {"congestion_window": 13_200, "bytes_in_flight": 1200}))
+    sent, windows, handled = trace.qlog_events(ngtcp2)
+    assert sent == {1: 10, 2: 15} and handled[("down", 2)][1] == 12_000 and handled[("up", 7)][1] == 13_200
+    points = [{"t_s": 0.0003, "direction": "down", "packet_number": 1},
+              {"t_s": 0.0050, "direction": "up", "packet_number": 7},  # read by the stack after packet 2
+              {"t_s": 0.0051, "direction": "down", "packet_number": 2},
+              {"t_s": 0.0060, "direction": "up", "packet_number": 8}]  # not in the qlog: by the clock
+    assert trace.attach_congestion_window(points, sent, windows, handled)
+    assert [p["cwnd"] for p in points] == [12_000, 13_200, 13_200, 13_200]
+    quic_go = _qlog((10.0, "transport:packet_sent", ("1RTT", 1, stream)),
+                    (10.1, "recovery:metrics_updated", {"congestion_window": 12_000, "bytes_in_flight": 1200}),
+                    (40.0, "recovery:metrics_updated", {"congestion_window": 13_200, "bytes_in_flight": 0}),
+                    (40.1, "transport:packet_received", ("1RTT", 7, [{"frame_type": "ack"}])),
+                    (40.2, "transport:packet_sent", ("1RTT", 2, stream)))
+    _, _, handled = trace.qlog_events(quic_go)
+    assert ("down", 1) not in handled  # sent before any update: by the clock
+    assert handled[("up", 7)][1] == 13_200 and handled[("down", 2)][1] == 13_200
+
+
+def test_the_qlogs_share_at_the_window_runs_from_the_request():
+    """ngtcp2 sends its HTTP/3 control streams at the handshake (time 0), a round trip before the request
+    (stream 0, received at 30 ms): that time is not the transfer's. At its window from 30 to 40 ms of 30-50."""
+    control = [{"frame_type": "stream", "stream_id": 3}]
+    body = [{"frame_type": "stream", "stream_id": 0}]
+    lines = _qlog((0, "transport:packet_sent", ("1RTT", 0, control)),
+                  (0, "recovery:metrics_updated", {"congestion_window": 12_000, "bytes_in_flight": 100}),
+                  (30, "transport:packet_received", ("1RTT", 2, body)),
+                  (30, "transport:packet_sent", ("1RTT", 1, body)),
+                  (30, "recovery:metrics_updated", {"congestion_window": 12_000, "bytes_in_flight": 12_000}),
+                  (40, "recovery:metrics_updated", {"congestion_window": 24_000, "bytes_in_flight": 0}),
+                  (50, "transport:packet_sent", ("1RTT", 3, body)))
+    assert trace.qlog_window_share(lines, 1200) == pytest.approx(0.5)
+
+
 def test_the_servers_first_flight_is_cut_before_its_coalesced_short_header_packet():
     """tshark never decrypts the 0.5-RTT packet quiche coalesces behind its Initial and Handshake, and may then
     read no other packet of the server: the datagram keeps its long-header packets only. A two-byte length
