@@ -125,7 +125,12 @@ def test_two_shards_one_killed_and_resumed_merge_into_exactly_the_plan(campaign_
 
 @pytest.mark.parametrize("option, value, said", [
     ("stacks", '["nosuch"]', "unknown stack 'nosuch'"), ("sets", '["nosuch"]', "unknown set 'nosuch'"),
-    ("cc", '"vegas"', "--cc takes cubic, bbr"), ("colour", '"red"', "unknown option 'colour'")])
+    ("cc", '"vegas"', "--cc takes cubic, bbr"), ("colour", '"red"', "unknown option 'colour'"),
+    ("server-host", '"node2.example"\nlauncher = "ssh:node2"', "'node2.example' is not an IP address"),
+    ("server-host", '"198.18.0.2"', "--server-host and --launcher go together"),
+    ("server-host", '"198.18.0.2"\nlauncher = "ssh:node2"\ndelays = ["30ms"]', "emulates nothing"),
+    ("server-host", '"198.18.0.2"\nlauncher = "ssh:node2"\nlink = "netem"', "link chooses how a path is emulated"),
+    ("launcher", '"telnet:node2"\nserver-host = "198.18.0.2"', "give KIND:WHERE")])
 def test_a_bad_campaign_file_ends_in_one_line_before_any_run(tmp_path, option, value, said):
     path = tmp_path / "bad.toml"
     path.write_text(f'campaign = "bad"\n[[experiment]]\n{option} = {value}\n')

@@ -60,9 +60,13 @@ def register(app: typer.Typer) -> None:
             projection = campaign.project(plan, hosts, *campaign.measured_durations(measured))
         if runs:
             for run in plan.runs:
+                experiment = plan.experiments[run.experiment]
                 typer.echo(json.dumps({"index": run.index, "run_id": run.run_id, "shard": run.shard(hosts),
                                        "rep": run.rep, **campaign.planned_values(plan, run),
-                                       "set": run.condition.client.name, "knobs": dict(run.condition.knobs)},
+                                       "set": run.condition.client.name, "knobs": dict(run.condition.knobs),
+                                       **({"server_host": experiment.server_host,
+                                           "launcher": experiment.launcher.describe()}
+                                          if experiment.server_host else {})},
                                       default=str))
         elif json_output:
             typer.echo(json.dumps({"campaign": plan.name, "plan": plan.digest, "runs": len(plan.runs),
