@@ -30,6 +30,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import shlex
 import tomllib
 from collections.abc import Callable, Iterator
@@ -212,7 +213,8 @@ def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[floa
     runs, setups, fixed = [], [], []
     for source in sources:
         for done in sorted(Path(source).glob(f"{campaign_store.WORK}/{VANTAGE}/shard-*.json")):
-            fixed.append(json.loads(done.read_text())["outside_seconds"])
+            times = json.loads(done.read_text())
+            fixed.append(times["outside_seconds"] + times.get("startup_seconds", 0.0))
         con = duckdb.connect() if campaign_store.is_campaign(source) else store.open_read_only(source)
         try:
             if campaign_store.is_campaign(source):
@@ -355,11 +357,22 @@ class ShardResult:
     seconds: float
     #: of them outside the experiments (opening the shard's file, exporting it): a host's fixed cost
     outside_seconds: float = 0.0
+    #: the process's time before the shard began (the interpreter, imports, planning: `qreplay campaign run`'s
+    #: start-up, 1-3 s here at load 10), a host's fixed cost too; 0 where the caller is no such process
+    startup_seconds: float = 0.0
+
+
+def process_age() -> float:
+    """Seconds since this process started (Linux: its start in clock ticks since boot, /proc/self/stat)."""
+    # the fields after the command's name, which may hold spaces and parentheses; starttime is the 22nd field
+    started = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19]) / os.sysconf("SC_CLK_TCK")
+    return float(Path("/proc/uptime").read_text().split()[0]) - started
 
 
 def run_shard(plan_: Plan, shard: int, shards: int, directory: str | Path,
-              on_run: Callable[[dict], None] | None = None) -> ShardResult:
-    """Run (or resume) the shard's share of ``plan_`` into its own results file, then export it."""
+              on_run: Callable[[dict], None] | None = None, startup_seconds: float = 0.0) -> ShardResult:
+    """Run (or resume) the shard's share of ``plan_`` into its own results file, then export it.
+    ``startup_seconds``: what the calling process took before (stored with the shard's times for the projection)."""
     from scanner import campaign_store
 
     root = Path(directory)
@@ -394,7 +407,7 @@ def run_shard(plan_: Plan, shard: int, shards: int, directory: str | Path,
                                     open_file=read_only_results)
         seconds = (datetime.datetime.now() - started).total_seconds()
         result = ShardResult(shard, shards, len(share), len(share) - len(todo), len(rows),
-                             sum(row["status"] != "ok" for row in rows), seconds, seconds - inside)
+                             sum(row["status"] != "ok" for row in rows), seconds, seconds - inside, startup_seconds)
         work.with_suffix(".json").write_text(json.dumps(asdict(result)) + "\n")  # the projection's fixed cost
     return result
 

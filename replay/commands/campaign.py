@@ -105,7 +105,8 @@ def register(app: typer.Typer) -> None:
                 console.print(f"{row['run_id']} {row['stack']} {row['set_name']} delay {row['delay_ms']:g} ms rep "
                               f"{row['rep']}: {row['status']} {goodput}"[:160], soft_wrap=True)
 
-        typer.echo(json.dumps(asdict(campaign.run_shard(plan, index, shards, out, said))))
+        typer.echo(json.dumps(asdict(campaign.run_shard(plan, index, shards, out, said,
+                                                        startup_seconds=campaign.process_age()))))
 
     @group.command("merge", epilog="Example: qreplay campaign merge seeds/ --out seeds.duckdb")
     def merge_command(
