@@ -108,6 +108,11 @@ def test_two_shards_one_killed_and_resumed_merge_into_exactly_the_plan(campaign_
     one_host = tmp_path / "one-host"
     alone = _qreplay("campaign", "run", campaign_file, "--shard", "0/1", "--out", one_host, "--quiet")
     assert alone.returncode == 0, alone.stderr
+    # a host's own time, for the projection: its shard's time outside the experiments and its process's start-up
+    times = json.loads(alone.stdout)
+    assert times["startup_seconds"] > 0
+    assert campaign.measured_durations([one_host])[2] == [
+        pytest.approx(times["outside_seconds"] + times["startup_seconds"])]
     assert _qreplay("campaign", "merge", one_host, "--out", tmp_path / "one.duckdb").returncode == 0
     assert _grouping(merged) == _grouping(tmp_path / "one.duckdb")
     assert len(_grouping(merged)) == 2  # the two sets, each of its two repetitions
