@@ -89,6 +89,7 @@ class TwoHosts(Endpoints):
 
     def measure(self) -> dict:
         """The link's own facts, before any run: RTT, loss of the echoes, rate, path MTU."""
+        hostname = self.server_hostname()  # first: a launcher that reaches nothing says why, at once
         rtt = measure_rtt(self, RTT_PINGS)
         if not rtt.get("received"):
             raise ToolError(f"no echo came back from {self.server_ip}: the server's host is unreachable from here")
@@ -96,7 +97,7 @@ class TwoHosts(Endpoints):
         # datagrams that fill the path MTU, unfragmented, as a QUIC stack's would
         rate = measure_rate(self, self.rate_seconds, payload=mtu - ip_udp_headers(self.server_ip))
         return {"server_host": self.server_ip, "launcher": self.server_ns.describe(),
-                "server_hostname": self.server_hostname(), "rtt": rtt, "rate": rate, "path_mtu": mtu,
+                "server_hostname": hostname, "rtt": rtt, "rate": rate, "path_mtu": mtu,
                 "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
     def server_hostname(self) -> str:
@@ -104,7 +105,7 @@ class TwoHosts(Endpoints):
         done = self.run_in(self.server_ns, ["uname", "-n"], timeout=30)
         if done.returncode != 0:
             raise ToolError(f"--launcher {self.server_ns.describe()} ran nothing on the server's host: "
-                            f"{done.stdout.strip()[-200:]}")
+                            f"{' '.join(done.stdout.split())[-200:]}")  # one line, a terminal's \r\n too
         return done.stdout.strip().splitlines()[-1]
 
     def probe_mtu(self, rtt_ms: float) -> int:

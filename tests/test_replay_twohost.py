@@ -243,8 +243,9 @@ def ssh_server(two_hosts, tmp_path):
     """An sshd in the server's namespace, listening only at its address there, with its own host key and one
     authorized key in ``tmp_path``; the client's namespace sees an ssh_config naming them (ip netns exec binds
     /etc/netns/NAME/ssh over /etc/ssh). Yields (client, server); everything stopped and removed after."""
-    if not Path(SSHD).exists() or shutil.which("ssh-keygen") is None:
-        pytest.skip("sshd is missing (Debian openssh-server: scripts/setup.sh installs it)")
+    if not Path(SSHD).exists() or shutil.which("ssh-keygen") is None or shutil.which("ssh") is None:
+        pytest.skip("sshd or ssh is missing (Debian openssh-server and openssh-client: scripts/setup.sh installs "
+                    "them)")
     client, server = two_hosts
     keys = tmp_path / "ssh"
     keys.mkdir(mode=0o700)
@@ -258,7 +259,7 @@ def ssh_server(two_hosts, tmp_path):
         "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n")
     client_etc = Path("/etc/netns") / client / "ssh"
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory
-    daemon = None
+    daemon, log = None, open(keys / "sshd.log", "w")
     try:
         client_etc.mkdir(parents=True)
         (client_etc / "ssh_config").write_text(
@@ -266,7 +267,7 @@ def ssh_server(two_hosts, tmp_path):
             f"  UserKnownHostsFile {keys / 'known_hosts'}\n  StrictHostKeyChecking yes\n")
         (keys / "known_hosts").write_text(f"{SERVER_HOST} {(keys / 'host.pub').read_text()}")
         daemon = subprocess.Popen(["ip", "netns", "exec", server, SSHD, "-D", "-e", "-f", str(keys / "sshd_config")],
-                                  stdout=subprocess.DEVNULL, stderr=open(keys / "sshd.log", "w"))
+                                  stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 10
         while subprocess.run(["ip", "netns", "exec", server, "ss", "-Htln", f"src {SERVER_HOST}:22"],
                              capture_output=True, text=True).stdout.strip() == "":
@@ -282,12 +283,20 @@ def ssh_server(two_hosts, tmp_path):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(client_etc.parent, ignore_errors=True)
+        log.close()
 
 
 def test_the_ssh_launcher_runs_the_server_over_ssh_for_real(ssh_server, tmp_path):
     stack = _usable_stack()
     client, server = ssh_server
     out = tmp_path / "ssh.duckdb"
+    # a user the server's host does not accept: one line before any run, no password prompt (BatchMode)
+    refused = _qreplay(client, "--stack", stack, "--size", str(SIZE), "--reps", "1", "--server-host", SERVER_HOST,
+                       "--launcher", f"ssh:nobody@{SERVER_HOST}", "--out", str(tmp_path / "refused.duckdb"))
+    *banner, said = refused.stderr.strip().splitlines()  # the set's banner line, then the one error line
+    assert refused.returncode != 0 and "ran nothing on the server's host" in said and "Permission denied" in said
+    assert said.startswith("qreplay: error: ")
+    assert "Traceback" not in refused.stderr, refused.stderr
     done = _qreplay(client, "--stack", stack, "--size", str(SIZE), "--reps", "1", "--server-host", SERVER_HOST,
                     "--launcher", f"ssh:{SERVER_HOST}", "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
