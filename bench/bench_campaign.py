@@ -22,13 +22,15 @@ Writes datasets/campaign/measured.json (what `qscan campaign plan` reads).
 
 - the merge's time for 100,000 runs (two shards of copies of real runs, exported as the campaign layout);
 - the planner's projection against a small campaign's measured time: a first campaign of one repetition
-  each gives the run times, the plan projects the same campaign at three repetitions, which then runs;
+  each gives the run times, the plan projects the same campaign at three repetitions, which then runs; each
+  campaign is a `qreplay campaign run` process timed from outside, as a host runs it; three rounds (the
+  figure varies with the machine's load);
 - run times of every usable replay stack at 20 MB, 0 and 40 ms, 0% and 1% loss, one run each, kept as the
   campaign directory ``--replay-probe`` (default datasets/campaign/replay-probe, not committed), from which
   docs/scale.md projects datasets/campaign/seeds.toml on 8 and 64 hosts.
 
     .venv/bin/python bench/bench_campaign.py [--parquet-records 200000] [--no-slurm]
-    .venv/bin/python bench/bench_campaign.py --replay [--no-probe]
+    .venv/bin/python bench/bench_campaign.py --replay [--no-probe] [--no-merge] [--projection-rounds 3]
 """
 
 from __future__ import annotations
@@ -172,24 +174,34 @@ def replay_merge(runs: int, work: Path) -> float:
     return seconds
 
 
-def replay_projection(work: Path) -> list[tuple[str, float, float]]:
-    """(what it was projected from, projected, measured) seconds of a small campaign on one host: projected from
+def replay_projection(work: Path) -> list[tuple[str, float, float, str]]:
+    """(what it was projected from, projected, measured seconds, loads) of a small campaign on one host, each
+    campaign run as a host runs it (`qreplay campaign run`, its own process, timed from outside): projected from
     its first runs (one repetition of each condition), and from an earlier run of the whole campaign."""
     from replay import campaign as replay_campaign
 
     first, full = work / "first.toml", work / "full.toml"
     first.write_text(SMALL_CAMPAIGN.format(name="first", reps=1))
     full.write_text(SMALL_CAMPAIGN.format(name="full", reps=3))
-    replay_campaign.run_shard(replay_campaign.load(first), 0, 1, work / "first")
+    host_run(first, work / "first")
     plan = replay_campaign.load(full)
     comparisons = []
     for name, source in (("its first runs", work / "first"), ("an earlier run of it", work / "earlier")):
         projection = replay_campaign.project(plan, 1, *replay_campaign.measured_durations([source]))
-        result = replay_campaign.run_shard(plan, 0, 1, work / name.replace(" ", "-"))
+        before = os.getloadavg()[0]
+        seconds = host_run(full, work / name.replace(" ", "-"))
         if name == "its first runs":  # this run is the next comparison's earlier run
             (work / name.replace(" ", "-")).rename(work / "earlier")
-        comparisons.append((name, projection.wall_seconds, result.seconds))
+        comparisons.append((name, projection.wall_seconds, seconds, f"load {before:.1f}-{os.getloadavg()[0]:.1f}"))
     return comparisons
+
+
+def host_run(file: Path, directory: Path) -> float:
+    """Wall seconds of one host's `qreplay campaign run` of ``file`` (one shard), start-up included."""
+    started = time.monotonic()
+    subprocess.run([str(Path(sys.executable).with_name("qreplay")), "campaign", "run", str(file), "--shard", "0/1",
+                    "--out", str(directory), "--quiet"], check=True, capture_output=True, timeout=600)
+    return time.monotonic() - started
 
 
 def replay_probe(directory: Path) -> str:
@@ -209,14 +221,16 @@ def replay_main(args) -> None:
     load = os.getloadavg()[0]
     print(f"qreplay campaigns, {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, load {load:.1f}, "
           f"{os.cpu_count()} cores")
-    with tempfile.TemporaryDirectory() as tmp:
-        seconds = replay_merge(args.merge_runs, Path(tmp))
-        print(f"merge of {args.merge_runs:,} runs (2 shards): {seconds:.1f} s")
-    with tempfile.TemporaryDirectory() as tmp:
-        for source, projected, measured in replay_projection(Path(tmp)):
-            print(f"small campaign (2 stacks x 2 sets x 2 sizes x 3 reps, one host): projected {projected:.1f} s "
-                  f"from {source}, measured {measured:.1f} s; ratio {measured / projected:.2f} (goal within 20%: "
-                  f"{'met' if abs(measured / projected - 1) <= 0.2 else 'not met'})")
+    if not args.no_merge:
+        with tempfile.TemporaryDirectory() as tmp:
+            seconds = replay_merge(args.merge_runs, Path(tmp))
+            print(f"merge of {args.merge_runs:,} runs (2 shards): {seconds:.1f} s")
+    for _ in range(args.projection_rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            for source, projected, measured, loads in replay_projection(Path(tmp)):
+                print(f"small campaign (2 stacks x 2 sets x 2 sizes x 3 reps, one host): projected {projected:.1f} s "
+                      f"from {source}, measured {measured:.1f} s ({loads}); ratio {measured / projected:.2f} (goal "
+                      f"within 20%: {'met' if abs(measured / projected - 1) <= 0.2 else 'not met'})", flush=True)
     if not args.no_probe:
         print(f"probe: {replay_probe(args.replay_probe)} into {args.replay_probe}")
     print(f"load after: {os.getloadavg()[0]:.1f}")
@@ -231,6 +245,9 @@ def main() -> None:
     parser.add_argument("--replay", action="store_true", help="measure qreplay campaigns instead (see above)")
     parser.add_argument("--merge-runs", type=int, default=100_000, help="runs for the replay merge figure")
     parser.add_argument("--no-probe", action="store_true", help="skip the replay stacks' run times")
+    parser.add_argument("--no-merge", action="store_true", help="skip the replay merge figure")
+    parser.add_argument("--projection-rounds", type=int, default=3,
+                        help="times to compare the replay projection with a measured campaign (it varies with load)")
     parser.add_argument("--replay-probe", type=Path,
                         default=campaign_plan.MEASURED.parent / "replay-probe", help="where the probe runs go")
     args = parser.parse_args()

@@ -2,9 +2,10 @@
 
 A campaign file names experiments with the replay command line's own option
 names (``stacks``, ``sets``, ``server-set``, ``delays``, ``losses``, ``rate``,
-``size``, ``reps``, ``workload``, ``link``, each knob by its option, e.g.
-``cc``); ``size`` and each knob take one value or a list (a list is one more
-axis of conditions). :func:`plan` expands it into runs, each with a plan id
+``size``, ``reps``, ``workload``, ``link``, ``server-host`` and ``launcher``
+(its runs' servers on another host), each knob by its option, e.g. ``cc``);
+``size`` and each knob take one value or a list (a list is one more axis of
+conditions). :func:`plan` expands it into runs, each with a plan id
 (its ``run_id``), checking every stack, set and knob before any run.
 
 Order: per experiment, as ``qreplay`` runs one (replay/runner.py's
@@ -29,6 +30,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import shlex
 import tomllib
 from collections.abc import Callable, Iterator
@@ -47,7 +49,8 @@ VANTAGE = "main"  # the layout's vantage key: a replay campaign has one
 LIST_OPTIONS = {"stacks": ["ngtcp2"], "sets": ["firefox"], "delays": ["0ms"], "losses": ["0%"]}
 VALUE_OPTIONS = {"server-set": None, "server-stack": None, "delay-up": "0ms", "jitter": "0ms", "rate": None,
                  "queue": None, "size": "5MB", "reps": 10, "workload": "download", "requests": 1, "concurrency": 1,
-                 "clients": 1, "link": "auto", "timeout": None, "udp-buffer": "1664KiB"}
+                 "clients": 1, "link": "auto", "timeout": None, "udp-buffer": "1664KiB", "server-host": None,
+                 "launcher": None}
 KNOB_OPTIONS = {knob.option[2:]: knob for knob in KNOBS.values()}
 
 
@@ -107,7 +110,9 @@ def plan(data: dict, source: str = "campaign") -> Plan:
         for condition, rep in rotated_order(experiment.conditions, experiment.reps):
             index = experiment.conditions.index(condition)
             runs.append(PlannedRun(len(runs), f"{experiment.experiment_id}-c{index}-r{rep}", number, condition, rep))
-    described = [[e.experiment_id, e.tags, e.reps, e.link_backend] for e in experiments]
+    # a two-host experiment's server and launcher only when asked: the digests of earlier campaigns stay theirs
+    described = [[e.experiment_id, e.tags, e.reps, e.link_backend,
+                  *([e.server_host, e.launcher.describe()] if e.server_host else [])] for e in experiments]
     digest = hashlib.sha256(json.dumps([name, described, [r.run_id for r in runs]], default=str)
                             .encode()).hexdigest()[:16]
     return Plan(name, experiments, runs, digest)
@@ -132,7 +137,7 @@ def _values(entry: dict, key: str, default) -> list:
 def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
     """One [[experiment]] table as runner Experiments: one per size (a run's options hold one size)."""
     from replay import sets as sets_api
-    from replay.commands.run import make_link, make_options, optional_stack, server_set
+    from replay.commands.run import make_link, make_options, optional_stack, server_set, two_hosts
     from replay.link import parse_size
     from replay.sets import own_set
     from replay.stacks import get_stack
@@ -158,6 +163,9 @@ def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
         axes = {knob.name: [knob.parse(str(v).lower()) if knob.kind != "switch" else bool(v)
                             for v in _values(entry, key, None)] for key, knob in KNOB_OPTIONS.items() if key in entry}
         knob_points = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+        remote = two_hosts(*(option[key] and str(option[key]) for key in ("server-host", "launcher")))
+        if remote and "link" in entry:
+            raise ToolError("link chooses how a path is emulated; a two-host run's is the real network, measured")
         experiments = []
         for size in _values(entry, "size", VALUE_OPTIONS["size"]):
             options = make_options(str(size), None, option["timeout"], workload=str(option["workload"]),
@@ -167,12 +175,13 @@ def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
                           for s in stacks for c in ([own_set(s)] if s.own_parameters else clients)]
             identity = f"{campaign}/{label}/{size}"
             experiments.append(Experiment(
-                "campaign", stacks[0], conditions, options, int(option["reps"]), str(option["link"]),
+                "campaign", stacks[0], conditions, options, int(option["reps"]),
+                "measured" if remote else str(option["link"]),
                 f"qreplay campaign run ({campaign}, experiment {label}, size {size})",
                 udp_buffer_bytes=parse_size(str(option["udp-buffer"]), "udp-buffer"),
                 tags={"campaign": campaign, "campaign_experiment": label},
                 experiment_id=hashlib.sha256(identity.encode()).hexdigest()[:12],
-                server_stack=optional_stack(option["server-stack"])))
+                server_stack=optional_stack(option["server-stack"]), **remote))
     except ToolError as exc:
         raise ToolError(f"{where}: {exc}") from None
     except (ValueError, TypeError) as exc:
@@ -204,7 +213,8 @@ def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[floa
     runs, setups, fixed = [], [], []
     for source in sources:
         for done in sorted(Path(source).glob(f"{campaign_store.WORK}/{VANTAGE}/shard-*.json")):
-            fixed.append(json.loads(done.read_text())["outside_seconds"])
+            times = json.loads(done.read_text())
+            fixed.append(times["outside_seconds"] + times.get("startup_seconds", 0.0))
         con = duckdb.connect() if campaign_store.is_campaign(source) else store.open_read_only(source)
         try:
             if campaign_store.is_campaign(source):
@@ -219,7 +229,12 @@ def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[floa
                 con.execute("CREATE TEMP VIEW host_experiments AS SELECT * FROM experiments")
                 host = "'one'"
             rows = con.execute(f"""
-                SELECT r.stack, r.server_stack, r.delay_ms, r.loss_pct, r.rate_bps, r.size_bytes, r.workload,
+                SELECT r.stack, r.server_stack,
+                       -- a two-host run's link columns hold what was measured; it asked for no emulation
+                       CASE WHEN r.link_backend = 'measured' THEN 0 ELSE r.delay_ms END,
+                       CASE WHEN r.link_backend = 'measured' THEN 0 ELSE r.loss_pct END,
+                       CASE WHEN r.link_backend = 'measured' THEN NULL ELSE r.rate_bps END,
+                       r.size_bytes, r.workload,
                        epoch(coalesce(lead(r.started_at) OVER w, e.finished_at) - r.started_at) AS seconds,
                        CASE WHEN row_number() OVER w = 1 THEN epoch(r.started_at - e.started_at) END AS setup,
                        lead(r.started_at) OVER w IS NULL AS last, r.experiment_id || '/' || r.host AS share
@@ -342,11 +357,22 @@ class ShardResult:
     seconds: float
     #: of them outside the experiments (opening the shard's file, exporting it): a host's fixed cost
     outside_seconds: float = 0.0
+    #: the process's time before the shard began (the interpreter, imports, planning: `qreplay campaign run`'s
+    #: start-up, 1-3 s here at load 10), a host's fixed cost too; 0 where the caller is no such process
+    startup_seconds: float = 0.0
+
+
+def process_age() -> float:
+    """Seconds since this process started (Linux: its start in clock ticks since boot, /proc/self/stat)."""
+    # the fields after the command's name, which may hold spaces and parentheses; starttime is the 22nd field
+    started = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19]) / os.sysconf("SC_CLK_TCK")
+    return float(Path("/proc/uptime").read_text().split()[0]) - started
 
 
 def run_shard(plan_: Plan, shard: int, shards: int, directory: str | Path,
-              on_run: Callable[[dict], None] | None = None) -> ShardResult:
-    """Run (or resume) the shard's share of ``plan_`` into its own results file, then export it."""
+              on_run: Callable[[dict], None] | None = None, startup_seconds: float = 0.0) -> ShardResult:
+    """Run (or resume) the shard's share of ``plan_`` into its own results file, then export it.
+    ``startup_seconds``: what the calling process took before (stored with the shard's times for the projection)."""
     from scanner import campaign_store
 
     root = Path(directory)
@@ -365,6 +391,11 @@ def run_shard(plan_: Plan, shard: int, shards: int, directory: str | Path,
             con.close()
         share = plan_.share(shard, shards)
         todo = [run for run in share if run.run_id not in stored]
+        # every launcher this host needs, before its first run rather than at its experiment's
+        for experiment in {plan_.experiments[run.experiment].experiment_id: plan_.experiments[run.experiment]
+                           for run in todo}.values():
+            if experiment.launcher and (reason := experiment.launcher.unavailable_reason()):
+                raise ToolError(f"launcher {experiment.launcher.describe()}: {reason}")
         rows, inside = [], 0.0
         for number, experiment in enumerate(plan_.experiments):
             planned = [(run.condition, run.rep, run.run_id) for run in todo if run.experiment == number]
@@ -376,7 +407,7 @@ def run_shard(plan_: Plan, shard: int, shards: int, directory: str | Path,
                                     open_file=read_only_results)
         seconds = (datetime.datetime.now() - started).total_seconds()
         result = ShardResult(shard, shards, len(share), len(share) - len(todo), len(rows),
-                             sum(row["status"] != "ok" for row in rows), seconds, seconds - inside)
+                             sum(row["status"] != "ok" for row in rows), seconds, seconds - inside, startup_seconds)
         work.with_suffix(".json").write_text(json.dumps(asdict(result)) + "\n")  # the projection's fixed cost
     return result
 

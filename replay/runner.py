@@ -592,6 +592,9 @@ def run_experiment(experiment: Experiment, results: str | Path,
     ``planned``: (condition, rep, run id) in the order to run them instead (a campaign shard's share,
     replay/campaign.py); each run is then stored on its own, with its traces, in one transaction under its
     plan's run id, so a shard killed at any moment holds whole runs only and resumes by their ids."""
+    # from here: the stacks' checks and opening the results file are the experiment's time too (a campaign's
+    # projection counts an experiment's set-up from its start to its first run)
+    started = datetime.datetime.now()
     server_stack = experiment.stacks(None)[1]
     used = {s.name: s for c in experiment.conditions for s in experiment.stacks(c)}
     for stack in {experiment.stack.name: experiment.stack, server_stack.name: server_stack, **used}.values():
@@ -601,7 +604,7 @@ def run_experiment(experiment: Experiment, results: str | Path,
     con = store.connect(results)
     record = {
         "experiment_id": experiment.experiment_id, "kind": experiment.kind,
-        "started_at": datetime.datetime.now(), "stack": experiment.stack.name,
+        "started_at": started, "stack": experiment.stack.name,
         "link_backend": experiment.link_backend, "size_bytes": experiment.options.size,
         "reps": experiment.reps, "workload": experiment.options.workload.name,
         "knobs": json.dumps({name: experiment.options.knob(name) for name in KNOBS}),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import ipaddress
 import itertools
 import json
 import os
@@ -32,6 +33,7 @@ from common.process import (STARTED_PIDS, NotListening, ns_command, pid_alive, r
                             wait_listening)
 from common import netns
 from tparams.errors import ToolError
+from tparams.program_cli import address
 
 PREFIX = "qrep-"
 CLIENT_IP = "198.18.100.1"
@@ -378,15 +380,22 @@ ECHO_PORT = 7007
 IPERF_PORT = 5201
 UDP_PAYLOAD = 1400
 IPERF_SETUP_ATTEMPTS = 4  # at 1% loss all four lose the reply once in 10^8 tests
-IP_UDP_HEADERS = 28  # rates are compared at the IP level, where the link limit applies
+# rates are compared at the IP level, where the link limit applies
+IP_UDP_HEADERS = {4: 28, 6: 48}  # by IP version
+
+
+def ip_udp_headers(ip: str) -> int:
+    """The IP and UDP headers' bytes of a datagram to ``ip``."""
+    return IP_UDP_HEADERS[ipaddress.ip_address(ip).version]
+
 
 
 def measure_rtt(tb: Endpoints, count: int = 2000, interval_ms: float = 1.0) -> dict:
     """UDP echo round trips from the client to the server namespace (linkem's ping/echo)."""
-    echo = tb.start_server([str(LINKEM), "echo", "--listen", f"{tb.server_ip}:{ECHO_PORT}"], "echo.log")
+    echo = tb.start_server([str(LINKEM), "echo", "--listen", address(tb.server_ip, ECHO_PORT)], "echo.log")
     try:
         tb.wait_listening(ECHO_PORT, "udp")
-        done = tb.run_client([str(LINKEM), "ping", "--target", f"{tb.server_ip}:{ECHO_PORT}", "--count",
+        done = tb.run_client([str(LINKEM), "ping", "--target", address(tb.server_ip, ECHO_PORT), "--count",
                               str(count), "--interval", f"{interval_ms}ms",
                               "--wait", f"{max(500, 4 * tb.link.rtt_ms):.0f}ms"],
                              timeout=count * interval_ms / 1000 + 30)
@@ -427,7 +436,7 @@ def measure_rate(tb: Endpoints, seconds: float = 4.0, offered_bps: int | None = 
     # the end summary would count the queue's drain after the sender stops.
     steady = [i["sum"]["bits_per_second"] for i in intervals[1:]] or [summary["bits_per_second"]]
     payload_bps = sum(steady) / len(steady)
-    return {"bits_per_second": payload_bps * (payload + IP_UDP_HEADERS) / payload,
+    return {"bits_per_second": payload_bps * (payload + ip_udp_headers(tb.server_ip)) / payload,
             "payload_bits_per_second": payload_bps, "lost_percent": summary["lost_percent"],
             "packets": summary["packets"], "lost_packets": summary["lost_packets"],
             "offered_bps": offered_bps, "seconds": seconds, "setup_attempts": attempt}

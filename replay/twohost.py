@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import ipaddress
 import json
 import shutil
 import socket
@@ -24,8 +25,9 @@ from common import netns
 from common.launchers.base import Launcher
 from replay.cpuidle import ShallowIdle
 from replay.link import LINKEM, LinkConfig
-from replay.testbed import ECHO_PORT, Endpoints, measure_rate, measure_rtt
+from replay.testbed import ECHO_PORT, Endpoints, ip_udp_headers, measure_rate, measure_rtt
 from tparams.errors import ToolError
+from tparams.program_cli import address
 
 BACKEND = "measured"  # the runs' link_backend: the link's columns hold what was measured, not emulated
 RTT_PINGS = 200
@@ -34,7 +36,6 @@ RATE_SECONDS = 2.0
 # jumbo frame in common use.
 MTU_FLOOR = {socket.AF_INET: 576, socket.AF_INET6: 1280}
 MTU_CEILING = 9216
-IP_UDP_HEADERS = {socket.AF_INET: 28, socket.AF_INET6: 48}
 # Linux's values where Python's socket module does not name them
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = getattr(socket, "IP_MTU_DISCOVER", 10), getattr(socket, "IP_PMTUDISC_DO", 2)
 IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO = getattr(socket, "IPV6_MTU_DISCOVER", 23), getattr(socket, "IPV6_PMTUDISC_DO", 2)
@@ -42,7 +43,8 @@ IPV6_MTU_DISCOVER, IPV6_PMTUDISC_DO = getattr(socket, "IPV6_MTU_DISCOVER", 23), 
 
 class TwoHosts(Endpoints):
     """The path of a two-host run, in place of the testbed: the same process handling (Endpoints), the server's
-    side through ``launcher``, the client's here, no emulation. Entering it measures the link (``facts``)."""
+    side through ``launcher``, the client's here, no emulation. Entering it measures the link (``facts``). It has
+    no ``reconfigure``: an Experiment with a server host refuses any link to emulate before it runs."""
 
     client_ns = None
     client_ip = None
@@ -87,20 +89,30 @@ class TwoHosts(Endpoints):
 
     def measure(self) -> dict:
         """The link's own facts, before any run: RTT, loss of the echoes, rate, path MTU."""
+        hostname = self.server_hostname()  # first: a launcher that reaches nothing says why, at once
         rtt = measure_rtt(self, RTT_PINGS)
         if not rtt.get("received"):
             raise ToolError(f"no echo came back from {self.server_ip}: the server's host is unreachable from here")
         mtu = self.probe_mtu(rtt["rtt_max_ms"])
         # datagrams that fill the path MTU, unfragmented, as a QUIC stack's would
-        rate = measure_rate(self, self.rate_seconds, payload=mtu - IP_UDP_HEADERS[_family(self.server_ip)])
-        return {"server_host": self.server_ip, "launcher": self.server_ns.describe(), "rtt": rtt, "rate": rate,
-                "path_mtu": mtu, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        rate = measure_rate(self, self.rate_seconds, payload=mtu - ip_udp_headers(self.server_ip))
+        return {"server_host": self.server_ip, "launcher": self.server_ns.describe(),
+                "server_hostname": hostname, "rtt": rtt, "rate": rate, "path_mtu": mtu,
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+    def server_hostname(self) -> str:
+        """The name of the host the launcher reached: what ran, beside the address and launcher asked for."""
+        done = self.run_in(self.server_ns, ["uname", "-n"], timeout=30)
+        if done.returncode != 0:
+            raise ToolError(f"--launcher {self.server_ns.describe()} ran nothing on the server's host: "
+                            f"{' '.join(done.stdout.split())[-200:]}")  # one line, a terminal's \r\n too
+        return done.stdout.strip().splitlines()[-1]
 
     def probe_mtu(self, rtt_ms: float) -> int:
         """The largest IP packet that crosses to the server's host and back with don't-fragment set, by
         bisection over echoed UDP datagrams (linkem echo on the server's host)."""
-        family = _family(self.server_ip)
-        echo = self.start_server([str(LINKEM), "echo", "--listen", _host_port(self.server_ip, ECHO_PORT)],
+        family, headers = _family(self.server_ip), ip_udp_headers(self.server_ip)
+        echo = self.start_server([str(LINKEM), "echo", "--listen", address(self.server_ip, ECHO_PORT)],
                                  "mtu-echo.log")
         try:
             self.wait_listening(ECHO_PORT, "udp")
@@ -112,11 +124,11 @@ class TwoHosts(Endpoints):
                 sock.connect((self.server_ip, ECHO_PORT))
                 wait_s = max(0.1, 4 * rtt_ms / 1000)
                 low, high = MTU_FLOOR[family], MTU_CEILING + 1  # low crosses; high is the first size known not to
-                if not _crosses(sock, low - IP_UDP_HEADERS[family], wait_s):
+                if not _crosses(sock, low - headers, wait_s):
                     raise ToolError(f"not even a {low}-byte packet crossed to {self.server_ip} and back")
                 while high - low > 1:
                     size = (low + high) // 2
-                    if _crosses(sock, size - IP_UDP_HEADERS[family], wait_s):
+                    if _crosses(sock, size - headers, wait_s):
                         low = size
                     else:
                         high = size
@@ -138,21 +150,12 @@ class TwoHosts(Endpoints):
     def queue_applied(self, link: LinkConfig) -> None:
         return None
 
-    def reconfigure(self, link: LinkConfig) -> None:
-        if link != LinkConfig():
-            raise ToolError("a two-host run emulates nothing: drop --delay, --loss, --rate and --queue "
-                            "(the link's own are measured and stored)")
-
     def interface_counters(self) -> dict:
         return {}
 
 
 def _family(host: str) -> socket.AddressFamily:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-def _host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
 
 
 def _crosses(sock: socket.socket, payload: int, wait_s: float, attempts: int = 3) -> bool:

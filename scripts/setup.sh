@@ -9,6 +9,7 @@ APT_PACKAGES=(zmap tshark ngtcp2-client ngtcp2-server caddy iproute2 dnsmasq-bas
               chromium firefox-esr libnss3-tools libcap2-bin procps iperf3 ethtool)
 APT_PACKAGES+=(openjdk-17-jdk-headless maven)  # jvmlab: the lab's Java servers (block below)
 APT_PACKAGES+=(slurm-wlm)  # bench_campaign: a one-node Slurm cluster runs the campaign's array job file
+APT_PACKAGES+=(openssh-server)  # test_replay_twohost: the ssh launcher against an sshd the test starts in a namespace
 APT_PACKAGES+=(linux-perf strace)  # qreplay --profile: perf samples the stacks; strace shows their socket calls
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

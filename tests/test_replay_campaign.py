@@ -108,6 +108,11 @@ def test_two_shards_one_killed_and_resumed_merge_into_exactly_the_plan(campaign_
     one_host = tmp_path / "one-host"
     alone = _qreplay("campaign", "run", campaign_file, "--shard", "0/1", "--out", one_host, "--quiet")
     assert alone.returncode == 0, alone.stderr
+    # a host's own time, for the projection: its shard's time outside the experiments and its process's start-up
+    times = json.loads(alone.stdout)
+    assert times["startup_seconds"] > 0
+    assert campaign.measured_durations([one_host])[2] == [
+        pytest.approx(times["outside_seconds"] + times["startup_seconds"])]
     assert _qreplay("campaign", "merge", one_host, "--out", tmp_path / "one.duckdb").returncode == 0
     assert _grouping(merged) == _grouping(tmp_path / "one.duckdb")
     assert len(_grouping(merged)) == 2  # the two sets, each of its two repetitions
@@ -125,7 +130,12 @@ def test_two_shards_one_killed_and_resumed_merge_into_exactly_the_plan(campaign_
 
 @pytest.mark.parametrize("option, value, said", [
     ("stacks", '["nosuch"]', "unknown stack 'nosuch'"), ("sets", '["nosuch"]', "unknown set 'nosuch'"),
-    ("cc", '"vegas"', "--cc takes cubic, bbr"), ("colour", '"red"', "unknown option 'colour'")])
+    ("cc", '"vegas"', "--cc takes cubic, bbr"), ("colour", '"red"', "unknown option 'colour'"),
+    ("server-host", '"node2.example"\nlauncher = "ssh:node2"', "'node2.example' is not an IP address"),
+    ("server-host", '"198.18.0.2"', "--server-host and --launcher go together"),
+    ("server-host", '"198.18.0.2"\nlauncher = "ssh:node2"\ndelays = ["30ms"]', "emulates nothing"),
+    ("server-host", '"198.18.0.2"\nlauncher = "ssh:node2"\nlink = "netem"', "link chooses how a path is emulated"),
+    ("launcher", '"telnet:node2"\nserver-host = "198.18.0.2"', "give KIND:WHERE")])
 def test_a_bad_campaign_file_ends_in_one_line_before_any_run(tmp_path, option, value, said):
     path = tmp_path / "bad.toml"
     path.write_text(f'campaign = "bad"\n[[experiment]]\n{option} = {value}\n')

@@ -1,15 +1,17 @@
 """Client and server on two hosts (replay/twohost.py, common/launchers): two network namespaces stand for the
 hosts, a veth with a non-default MTU between them and no emulator; qreplay runs on the client's "host" and starts
-the server on the other through the netns launcher (or as a Slurm job step there), measures the link and stores
-it with each run."""
+the server on the other through the netns launcher (or as a Slurm job step there, or over ssh to an sshd there),
+measures the link and stores it with each run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +30,7 @@ from tparams.errors import ToolError
 
 QREPLAY = Path(sys.executable).with_name("qreplay")
 CLIENT_HOST, SERVER_HOST = "198.18.201.1", "198.18.201.2"
+CLIENT_HOST6, SERVER_HOST6 = "2001:2:0:201::1", "2001:2:0:201::2"
 # Not the 1500 a veth starts with, so a probe that only read a default could not pass.
 PATH_MTU = 1400
 SIZE = 300_000
@@ -37,6 +40,15 @@ SIZE = 300_000
 def two_hosts():
     """(client namespace, server namespace), joined by one veth; removed on every way out (the session's leak check
     names them: qlab...<session>-)."""
+    yield from _two_namespaces(((CLIENT_HOST, SERVER_HOST, 24),))
+
+
+@pytest.fixture
+def two_hosts_v6():
+    yield from _two_namespaces(((CLIENT_HOST6, SERVER_HOST6, 64),))
+
+
+def _two_namespaces(addresses):
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("two hosts as network namespaces need root and `ip`")
     tag = lab_instance("twohost")
@@ -45,11 +57,25 @@ def two_hosts():
         with netns.teardown_on_signals():
             for ns in (client, server):
                 netns.create_namespace(ns)
+                # an IPv6 address usable at once, not "tentative" for duplicate address detection
+                for conf in ("all", "default"):
+                    netns.set_sysctl(ns, f"net.ipv6.conf.{conf}.accept_dad", 0)
             netns.add_veth(client, "wire0", server, "wire0")
-            for ns, address in ((client, CLIENT_HOST), (server, SERVER_HOST)):
+            for ns in (client, server):
                 netns.set_mtu(ns, "wire0", PATH_MTU)
-                netns.add_address(ns, "wire0", address, 24)
                 netns.link_up(ns, "wire0")
+            for client_address, server_address, prefixlen in addresses:
+                netns.add_address(client, "wire0", client_address, prefixlen)
+                netns.add_address(server, "wire0", server_address, prefixlen)
+            # The link-local addresses are tentative for some milliseconds after the link comes up, even without
+            # duplicate address detection; a run begun in that moment had none of its IPv6 echoes answered (quinn,
+            # whose run starts soonest, 3 times of 3).
+            deadline = time.monotonic() + 5
+            while any(subprocess.run(["ip", "-n", ns, "-6", "addr", "show", "dev", "wire0", "tentative"],
+                                     capture_output=True, text=True, timeout=10).stdout.strip()
+                      for ns in (client, server)):
+                assert time.monotonic() < deadline, "an IPv6 address stayed tentative for 5 s"
+                time.sleep(0.01)
             yield client, server
     finally:
         for ns in (client, server):
@@ -98,6 +124,60 @@ def test_a_run_across_two_hosts_stores_the_link_as_measured(two_hosts, tmp_path)
     for command in (["plot", str(out), "--out-dir", str(tmp_path / "plots")], ["why", str(out)]):
         read = subprocess.run([str(QREPLAY), *command], capture_output=True, text=True, timeout=120)
         assert read.returncode == 0, read.stderr[-1000:]
+
+
+def test_an_ipv6_server_host_is_probed_and_served_at_its_bracketed_address(two_hosts_v6, tmp_path):
+    stack = _usable_stack()
+    client, server = two_hosts_v6
+    out = tmp_path / "v6.duckdb"
+    # written long, stored as the address's one spelling
+    done = _qreplay(client, "--stack", stack, "--size", str(SIZE), "--reps", "1", "--server-host",
+                    "2001:0002:0:201:0:0:0:2", "--launcher", f"netns:{server}", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    with duckdb.connect(str(out), read_only=True) as con:
+        (status, mtu, measured), = con.execute("SELECT status, path_mtu, link_measured FROM runs").fetchall()
+    facts = json.loads(measured)
+    assert (status, mtu, facts["server_host"]) == ("ok", PATH_MTU, SERVER_HOST6)
+    assert facts["rtt"]["received"] == facts["rtt"]["sent"]
+
+
+def test_a_campaign_names_its_server_host_and_each_run_stores_it_beside_what_ran(two_hosts, tmp_path):
+    """A campaign file's server host and launcher: planned, run as a shard on the client's "host", merged; each run
+    holds the address and launcher asked for and the host name the launcher reached."""
+    stack = _usable_stack()
+    client, server = two_hosts
+    path = tmp_path / "remote.toml"
+    path.write_text(f'campaign = "remote"\n[[experiment]]\nname = "pair"\nstacks = ["{stack}"]\n'
+                    f'sets = ["firefox", "chrome"]\nsize = "{SIZE}"\nreps = 1\n'
+                    f'server-host = "{SERVER_HOST}"\nlauncher = "netns:{server}"\n')
+    listed = subprocess.run([str(QREPLAY), "campaign", "plan", str(path), "--runs"], capture_output=True, text=True,
+                            timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    planned = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [(r["server_host"], r["launcher"]) for r in planned] == [(SERVER_HOST, f"netns:{server}")] * 2
+    ran = _qreplay(client, "campaign", "run", str(path), "--shard", "0/1", "--out", str(tmp_path / "c"), "--quiet")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    merged = subprocess.run([str(QREPLAY), "campaign", "merge", str(tmp_path / "c"), "--out",
+                             str(tmp_path / "m.duckdb")], capture_output=True, text=True, timeout=60)
+    assert merged.returncode == 0, merged.stderr
+    with duckdb.connect(str(tmp_path / "m.duckdb"), read_only=True) as con:
+        rows = con.execute("SELECT run_id, status, link_backend, path_mtu, link_measured FROM runs ORDER BY run_id") \
+            .fetchall()
+    assert sorted(r[0] for r in rows) == sorted(r["run_id"] for r in planned)
+    for _, status, backend, mtu, measured in rows:
+        facts = json.loads(measured)
+        assert (status, backend, mtu) == ("ok", "measured", PATH_MTU)
+        assert (facts["server_host"], facts["launcher"]) == (SERVER_HOST, f"netns:{server}")
+        assert facts["server_hostname"] == socket.gethostname()  # a namespace's "host" is this machine
+
+
+@pytest.mark.parametrize("address", ["node2.example", "198.18.201.300", "[2001:2::2]"])
+def test_a_server_host_that_is_no_ip_address_is_one_line(tmp_path, address):
+    done = subprocess.run([str(QREPLAY), "--server-host", address, "--launcher", "netns:qlab-none", "--out",
+                           str(tmp_path / "r.duckdb")], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
+    assert f"--server-host {address!r} is not an IP address" in done.stderr
+    assert not (tmp_path / "r.duckdb").exists()
 
 
 def test_a_sigterm_mid_run_stops_what_ran_on_the_other_host(two_hosts, tmp_path):
@@ -164,6 +244,84 @@ def test_the_srun_launcher_runs_the_server_as_a_step_of_a_slurm_job(two_hosts, t
     assert json.loads(server_argv)[:5] == ["srun", "--nodes=1", "--ntasks=1", "-w", node]
 
 
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+@pytest.fixture
+def ssh_server(two_hosts, tmp_path):
+    """An sshd in the server's namespace, listening only at its address there, with its own host key and one
+    authorized key in ``tmp_path``; the client's namespace sees an ssh_config naming them (ip netns exec binds
+    /etc/netns/NAME/ssh over /etc/ssh). Yields (client, server); everything stopped and removed after."""
+    if not Path(SSHD).exists() or shutil.which("ssh-keygen") is None or shutil.which("ssh") is None:
+        pytest.skip("sshd or ssh is missing (Debian openssh-server and openssh-client: scripts/setup.sh installs "
+                    "them)")
+    client, server = two_hosts
+    keys = tmp_path / "ssh"
+    keys.mkdir(mode=0o700)
+    for name in ("host", "user"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / name)], check=True,
+                       timeout=30)
+    (keys / "authorized_keys").write_text((keys / "user.pub").read_text())
+    (keys / "sshd_config").write_text(
+        f"ListenAddress {SERVER_HOST}\nHostKey {keys / 'host'}\nAuthorizedKeysFile {keys / 'authorized_keys'}\n"
+        f"PidFile {keys / 'sshd.pid'}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n")
+    client_etc = Path("/etc/netns") / client / "ssh"
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory
+    daemon, log = None, open(keys / "sshd.log", "w")
+    try:
+        client_etc.mkdir(parents=True)
+        (client_etc / "ssh_config").write_text(
+            f"Host {SERVER_HOST}\n  User root\n  IdentityFile {keys / 'user'}\n  IdentitiesOnly yes\n"
+            f"  UserKnownHostsFile {keys / 'known_hosts'}\n  StrictHostKeyChecking yes\n")
+        (keys / "known_hosts").write_text(f"{SERVER_HOST} {(keys / 'host.pub').read_text()}")
+        daemon = subprocess.Popen(["ip", "netns", "exec", server, SSHD, "-D", "-e", "-f", str(keys / "sshd_config")],
+                                  stdout=subprocess.DEVNULL, stderr=log)
+        deadline = time.monotonic() + 10
+        while subprocess.run(["ip", "netns", "exec", server, "ss", "-Htln", f"src {SERVER_HOST}:22"],
+                             capture_output=True, text=True).stdout.strip() == "":
+            assert daemon.poll() is None and time.monotonic() < deadline, (keys / "sshd.log").read_text()
+            time.sleep(0.05)
+        yield client, server
+    finally:
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait(10)
+        # the sessions' own sshd processes outlive the listener for a moment
+        for pid in netns.namespace_pids(server):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(client_etc.parent, ignore_errors=True)
+        log.close()
+
+
+def test_the_ssh_launcher_runs_the_server_over_ssh_for_real(ssh_server, tmp_path):
+    stack = _usable_stack()
+    client, server = ssh_server
+    out = tmp_path / "ssh.duckdb"
+    # a user the server's host does not accept: one line before any run, no password prompt (BatchMode)
+    refused = _qreplay(client, "--stack", stack, "--size", str(SIZE), "--reps", "1", "--server-host", SERVER_HOST,
+                       "--launcher", f"ssh:nobody@{SERVER_HOST}", "--out", str(tmp_path / "refused.duckdb"))
+    *banner, said = refused.stderr.strip().splitlines()  # the set's banner line, then the one error line
+    assert refused.returncode != 0 and "ran nothing on the server's host" in said and "Permission denied" in said
+    assert said.startswith("qreplay: error: ")
+    assert "Traceback" not in refused.stderr, refused.stderr
+    done = _qreplay(client, "--stack", stack, "--size", str(SIZE), "--reps", "1", "--server-host", SERVER_HOST,
+                    "--launcher", f"ssh:{SERVER_HOST}", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    with duckdb.connect(str(out), read_only=True) as con:
+        (status, bytes_moved, mtu, measured, server_argv), = con.execute(
+            "SELECT status, bytes, path_mtu, link_measured, server_argv FROM runs").fetchall()
+    assert (status, bytes_moved, mtu) == ("ok", SIZE, PATH_MTU)
+    assert json.loads(measured)["launcher"] == f"ssh:{SERVER_HOST}"
+    assert json.loads(server_argv)[:3] == ["ssh", "-n", "-tt"]
+    # the session ended with the run: nothing it started is left on the server's "host" but sshd's listener
+    deadline = time.monotonic() + 5
+    while [p for p in netns.namespace_pids(server) if "sshd" not in _cmdline(p)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [_cmdline(p) for p in netns.namespace_pids(server) if "sshd" not in _cmdline(p)] == []
+
+
 def test_emulation_and_a_server_host_are_refused_together_in_one_line(tmp_path):
     done = subprocess.run([str(QREPLAY), "--delay", "30ms", "--server-host", SERVER_HOST, "--launcher",
                            "netns:qlab-none", "--out", str(tmp_path / "r.duckdb")], capture_output=True, text=True,
@@ -195,8 +353,8 @@ def test_launchers_are_one_file_each_and_a_bad_one_is_one_line():
 
 
 def test_ssh_and_srun_launchers_build_their_command_lines():
-    """What these launchers run. ssh to a real second host needs one, and this machine may reach no address
-    outside its own namespaces (test_two_real_hosts below); srun also runs for real above."""
+    """What these launchers run, a user and host name included (both also run for real above, to an address in
+    the test's namespaces)."""
     argv = ["build/bin/linkem", "echo", "--listen", "198.18.0.2:7007"]
     assert get_launcher("ssh:user@node2").command(argv) == [
         "ssh", "-n", "-tt", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "user@node2", "--",

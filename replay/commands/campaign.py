@@ -60,9 +60,13 @@ def register(app: typer.Typer) -> None:
             projection = campaign.project(plan, hosts, *campaign.measured_durations(measured))
         if runs:
             for run in plan.runs:
+                experiment = plan.experiments[run.experiment]
                 typer.echo(json.dumps({"index": run.index, "run_id": run.run_id, "shard": run.shard(hosts),
                                        "rep": run.rep, **campaign.planned_values(plan, run),
-                                       "set": run.condition.client.name, "knobs": dict(run.condition.knobs)},
+                                       "set": run.condition.client.name, "knobs": dict(run.condition.knobs),
+                                       **({"server_host": experiment.server_host,
+                                           "launcher": experiment.launcher.describe()}
+                                          if experiment.server_host else {})},
                                       default=str))
         elif json_output:
             typer.echo(json.dumps({"campaign": plan.name, "plan": plan.digest, "runs": len(plan.runs),
@@ -101,7 +105,8 @@ def register(app: typer.Typer) -> None:
                 console.print(f"{row['run_id']} {row['stack']} {row['set_name']} delay {row['delay_ms']:g} ms rep "
                               f"{row['rep']}: {row['status']} {goodput}"[:160], soft_wrap=True)
 
-        typer.echo(json.dumps(asdict(campaign.run_shard(plan, index, shards, out, said))))
+        typer.echo(json.dumps(asdict(campaign.run_shard(plan, index, shards, out, said,
+                                                        startup_seconds=campaign.process_age()))))
 
     @group.command("merge", epilog="Example: qreplay campaign merge seeds/ --out seeds.duckdb")
     def merge_command(

@@ -13,6 +13,7 @@ from pathlib import Path
 from common import versions
 from replay.stacks.base import Applied, ClientPlan, RunOptions, Stack, ensure_certificate, which
 from tparams.paramset import ParamSet
+from tparams.program_cli import address
 
 # Transport parameter -> ngtcp2 example flag (same spelling on client and server).
 FLAGS = {
@@ -90,7 +91,7 @@ class Ngtcp2(Stack):
             applied.env["SSLKEYLOGFILE"] = str(opts.keylog)
         argv = [which(self.client_binary) or self.client_binary, "-q", "--exit-on-all-streams-close",
                 "--no-quic-dump", "--no-http-dump", f"--download={download}", *applied.flags,
-                server_ip, str(port), f"https://{server_ip}:{port}/{opts.size}"]
+                server_ip, str(port), f"https://{address(server_ip, port)}/{opts.size}"]
         return ClientPlan(applied.command(argv), body_fifo=download / str(opts.size)), applied
 
 
