@@ -22,10 +22,7 @@ from aioquic.quic.packet import QuicPacketType, QuicProtocolVersion
 from aioquic.tls import CipherSuite
 
 from common.pcap import Damage
-try:
-    from quic_initial import open_client_initial
-except ImportError as exc:  # built by scripts/setup.sh, which every checkout runs first
-    raise ImportError("qscan pcap's compiled step (scanner/capture/native) is not built: run scripts/setup.sh") from exc
+from qscan_native import open_client_initial  # built by scripts/setup.sh (packets, imported above, says so if not)
 from scanner.capture.frontend import CaptureDatagrams, Datagram
 from scanner.handshake.hello import TRANSPORT_PARAMETERS_EXTENSIONS, parse_client_hello
 from scanner.handshake.messages import read_encrypted_extensions, read_server_hello
@@ -114,7 +111,7 @@ def _client_parameters(raw: bytes, sixteen_bit: bool) -> tuple[DecodedParameters
 
 def _open_client_initial(packet: LongPacket, dcid: bytes, key_version: int, expected_packet_number: int = 0) -> tuple[int, bytes] | None:
     """(packet number, payload) of a client Initial opened with the Initial keys ``dcid`` derives in
-    ``key_version``, None when they do not open it. Compiled (scanner/capture/native): deriving the keys and
+    ``key_version``, None when they do not open it. Compiled (scanner/native/src/initial.rs): deriving the keys and
     opening with aioquic's CryptoContext (packets.initial_keys and unprotect, which the scanner's handshake and
     the key log's server side keep using, as they also seal or take other cipher suites) cost a sixth of
     qscan pcap's time, since every ClientHello of a capture of many clients needs keys of its own."""
