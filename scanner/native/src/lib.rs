@@ -5,11 +5,13 @@
 use pyo3::prelude::*;
 
 mod crypto;
+mod hello;
 mod initial;
 
 #[pymodule]
 fn qscan_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(initial::open_client_initial, module)?)?;
     module.add_function(wrap_pyfunction!(crypto::crypto_frames, module)?)?;
+    module.add_function(wrap_pyfunction!(hello::client_hello_fields, module)?)?;
     module.add_class::<crypto::CryptoStream>()
 }
