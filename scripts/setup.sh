@@ -40,6 +40,25 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# qscan's compiled per-packet steps (scanner/native: opening client Initials, CRYPTO reassembly), a Python extension module
+# built with cargo (pyo3, pinned in its Cargo.lock) into the cache outside the clone under a key of its
+# sources, and copied into .venv's site-packages. Always built: the scanner and the capture reader have no Python twin of it.
+native=scanner/native
+if [ -f $native/Cargo.toml ]; then
+  command -v cargo >/dev/null || { echo "setup: cargo is missing (qscan's compiled part needs it)" >&2; exit 1; }
+  key=$( { rustc -V; .venv/bin/python -V; find $native -type f -not -path '*/target/*' -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
+  built=${XDG_CACHE_HOME:-$HOME/.cache}/quictp/native/qscan_native-$key.so
+  if [ ! -f "$built" ]; then
+    echo "setup: cargo build $native"
+    CARGO_TARGET_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/quictp/cargo-target PYO3_PYTHON=$PWD/.venv/bin/python \
+      cargo build -q --release --locked -j2 --manifest-path $native/Cargo.toml
+    mkdir -p "$(dirname "$built")"
+    install -m644 "${XDG_CACHE_HOME:-$HOME/.cache}/quictp/cargo-target/release/libqscan_native.so" "$built"
+  fi
+  site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
+  cmp -s "$built" "$site/qscan_native.abi3.so" || install -m644 "$built" "$site/qscan_native.abi3.so"
+fi
+
 # The lab's picoquic server runs on aiopquic (picoquic bundled), which needs Python
 # >= 3.12: its own environment, pinned in requirements.lock, from pyenv's 3.12 where
 # the system has none. Without one the lab simply has no picoquic server.

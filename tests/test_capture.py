@@ -322,3 +322,19 @@ def test_workers_store_what_one_process_stores(tmp_path: Path) -> None:
             tables.append((con.execute("SELECT * FROM client_hellos ORDER BY hello_id").fetchall(),
                            con.execute("SELECT * FROM client_hello_parameters ORDER BY ALL").fetchall()))
     assert len(tables[0][0]) == 5 and tables[0] == tables[1]
+
+
+def test_connections_past_the_limit_are_forgotten_oldest_first(monkeypatch) -> None:
+    """A capture of more connections than MAX_CONNECTIONS is followed within it, each ClientHello still
+    found: the least recently heard connection is the one forgotten."""
+    from scanner.capture import extract
+
+    monkeypatch.setattr(extract, "MAX_CONNECTIONS", 2)
+    extractor = extract.HelloExtractor()
+    held = []
+    for datagram in long_header_datagrams(MIXED):
+        extractor.feed(datagram)
+        held.append(len(extractor._by_dcid))
+    assert max(held) == 2, "the connection table outgrew its limit, or never reached it"
+    assert [h.frame for h in extractor.finish()] == [h.frame for h in read_capture(MIXED).hellos]
+    assert len(extractor._by_flow) <= 2

@@ -10,7 +10,7 @@ Negotiation counts again: that is what it sent.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -22,6 +22,7 @@ from aioquic.quic.packet import QuicPacketType, QuicProtocolVersion
 from aioquic.tls import CipherSuite
 
 from common.pcap import Damage
+from qscan_native import open_client_initial  # built by scripts/setup.sh (packets, imported above, says so if not)
 from scanner.capture.frontend import CaptureDatagrams, Datagram
 from scanner.handshake.hello import TRANSPORT_PARAMETERS_EXTENSIONS, parse_client_hello
 from scanner.handshake.messages import read_encrypted_extensions, read_server_hello
@@ -108,6 +109,16 @@ def _client_parameters(raw: bytes, sixteen_bit: bool) -> tuple[DecodedParameters
     return decoded, user_agent.decode(errors="replace") if user_agent else None
 
 
+def _open_client_initial(packet: LongPacket, dcid: bytes, key_version: int, expected_packet_number: int = 0) -> tuple[int, bytes] | None:
+    """(packet number, payload) of a client Initial opened with the Initial keys ``dcid`` derives in
+    ``key_version``, None when they do not open it. Compiled (scanner/native/src/initial.rs): deriving the keys and
+    opening with aioquic's CryptoContext (packets.initial_keys and unprotect, which the scanner's handshake and
+    the key log's server side keep using, as they also seal or take other cipher suites) cost a sixth of
+    qscan pcap's time, since every ClientHello of a capture of many clients needs keys of its own."""
+    return open_client_initial(packet.data, packet.pn_offset, dcid, INITIAL_FORMATS[key_version].salt,
+                               key_version == QuicProtocolVersion.VERSION_2, expected_packet_number)
+
+
 _PERFORMANCE_IDS = frozenset(id_for(name) for name in PERFORMANCE_PARAMETERS)
 
 
@@ -176,7 +187,9 @@ class _Connection:
     version: int
     format: InitialFormat  # the version's, or for a greased version that of the keys that opened its Initial
     original_dcid: bytes
-    client_keys: CryptoContext | None  # None once the ClientHello was handed over (no key log)
+    # The version whose Initial keys, derived from original_dcid, open its client Initials; None once the
+    # ClientHello was handed over (no key log)
+    key_version: int | None
     first_frame: int
     client_initial: CryptoStream | None = field(default_factory=CryptoStream)  # None once parsed
     largest_client_pn: int = 0
@@ -229,7 +242,10 @@ class HelloExtractor:
         self._keylog = keylog
         self._client = client
         # by (flow, DCID), least recently used first
-        self._by_dcid: dict[tuple[Flow, bytes], _Connection] = {}
+        # An OrderedDict, not a dict: forgetting the oldest of a dict (next(iter(...))) walks the holes its
+        # earlier deletions left at the front: with this table's pattern (two packets a connection, 300,000
+        # connections past the 100,000 limit) 11 us a connection against 0.6 us here (docs/benchmarks.md).
+        self._by_dcid: OrderedDict[tuple[Flow, bytes], _Connection] = OrderedDict()
         self._by_flow: dict[Flow, _Connection] = {}  # the latest connection whose client sends on the flow
         self._ready: list[ClientHelloRecord] = []
         self._count = 0
@@ -257,8 +273,7 @@ class HelloExtractor:
             connection.keys_held += 1
         by_dcid[key] = connection
         while len(by_dcid) > MAX_CONNECTIONS:
-            oldest = next(iter(by_dcid))
-            gone = by_dcid.pop(oldest)
+            _, gone = by_dcid.popitem(last=False)
             gone.keys_held -= 1
             if not gone.keys_held and self._by_flow.get(gone.flow) is gone:
                 del self._by_flow[gone.flow]
@@ -290,31 +305,29 @@ class HelloExtractor:
         connection = self._by_dcid.get(key) or self._by_flow.get(flow)
         if connection is not None and connection.version != packet.version:
             connection = None  # after Version Negotiation: a new attempt, with a ClientHello of its own
-        if connection is not None and connection.client_keys is None:
-            # Its ClientHello was handed over and its keys let go (they are most of a connection's memory):
-            # on its flow, an Initial that is not a new connection's is one of its own.
+        if connection is not None and connection.key_version is None:
+            # Its ClientHello was handed over: on its flow, an Initial that is not a new connection's is one of
+            # its own.
             if key not in self._by_dcid:
-                keys = initial_keys(packet.dcid, key_version, of_client=True)
-                opened = unprotect(packet, keys)
+                opened = _open_client_initial(packet, packet.dcid, key_version)
                 if opened is not None:
-                    return self._opened(flow, packet, datagram, key_version, keys, opened)
+                    return self._opened(flow, packet, datagram, key_version, opened)
             self._remember(key, connection)
             self.summary.initial_packets += 1
             return True
-        opened = unprotect(packet, connection.client_keys, connection.largest_client_pn) if connection else None
+        opened = (_open_client_initial(packet, connection.original_dcid, connection.key_version, connection.largest_client_pn)
+                  if connection else None)
         if opened is None:
-            keys = initial_keys(packet.dcid, key_version, of_client=True)
-            opened = unprotect(packet, keys)
+            opened = _open_client_initial(packet, packet.dcid, key_version)
             if opened is None:
                 return False
-            return self._opened(flow, packet, datagram, key_version, keys, opened)
+            return self._opened(flow, packet, datagram, key_version, opened)
         assert connection is not None
         return self._add(connection, key, opened, datagram)
 
-    def _opened(self, flow: Flow, packet: LongPacket, datagram: Datagram, key_version: int, keys: CryptoContext,
-                opened: tuple[int, bytes]) -> bool:
-        """A client Initial that ``keys``, derived from its own DCID, opened: a new connection."""
-        connection = _Connection(flow, packet.version, INITIAL_FORMATS[key_version], packet.dcid, keys, datagram.frame)
+    def _opened(self, flow: Flow, packet: LongPacket, datagram: Datagram, key_version: int, opened: tuple[int, bytes]) -> bool:
+        """A client Initial that the keys of its own DCID opened: a new connection."""
+        connection = _Connection(flow, packet.version, INITIAL_FORMATS[key_version], packet.dcid, key_version, datagram.frame)
         self._by_flow[flow] = connection
         return self._add(connection, (flow, packet.dcid), opened, datagram)
 
@@ -363,7 +376,7 @@ class HelloExtractor:
         self._ready.append(connection.record)
         if self._keylog is None:
             # The caller holds the record now; the connection only has to recognise its retransmissions.
-            connection.record, connection.client_keys = _TAKEN, None
+            connection.record, connection.key_version = _TAKEN, None
         else:
             connection.handshake_secret = self._keylog.get(hello.random)
             connection.server_initial, connection.server_handshake, connection.pending_handshake = CryptoStream(), CryptoStream(), []

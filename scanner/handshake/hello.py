@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aioquic.buffer import Buffer
@@ -37,6 +37,7 @@ from aioquic.tls import (
 )
 from cryptography.hazmat.primitives.asymmetric import ec, mlkem, x448, x25519
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from qscan_native import client_hello_fields
 
 # quic_transport_parameters: the RFC 9001 code point, then the draft one old clients used.
 TRANSPORT_PARAMETERS_EXTENSIONS = (0x39, 0xFFA5)
@@ -258,43 +259,9 @@ def parse_client_hello(message: bytes) -> ClientHelloFields:
 
     aioquic's pull_client_hello parses every extension into Python objects
     (key shares, signature lists, ...), three times the cost of the whole
-    rest of the per-connection work; this walks the extensions and reads three.
+    rest of the per-connection work; this walks the extensions and reads
+    three, in compiled code (scanner/native/src/hello.rs): a capture of many
+    clients parses one a connection.
     """
-    try:
-        if message[0] != 1:
-            raise ValueError(f"handshake message type {message[0]}, not ClientHello")
-        end = 4 + int.from_bytes(message[1:4], "big")
-        random = message[6:38]
-        pos = 38
-        pos += 1 + message[pos]  # legacy_session_id
-        pos += 2 + struct.unpack_from("!H", message, pos)[0]  # cipher_suites
-        pos += 1 + message[pos]  # legacy_compression_methods
-        extensions_end = pos + 2 + struct.unpack_from("!H", message, pos)[0]
-        pos += 2
-        if extensions_end > end or end > len(message):
-            raise ValueError("extensions run past the message")
-        sni, alpn, found = None, (), {}
-        while pos < extensions_end:
-            kind, length = struct.unpack_from("!HH", message, pos)
-            body = message[pos + 4 : pos + 4 + length]
-            pos += 4 + length
-            if len(body) != length or pos > extensions_end:
-                raise ValueError(f"extension {kind:#x} runs past the extensions")
-            if kind == EXTENSION_SERVER_NAME and len(body) > 5 and body[2] == 0:  # first entry, host_name
-                sni = body[5 : 5 + struct.unpack_from("!H", body, 3)[0]].decode("ascii", "replace")
-            elif kind == EXTENSION_ALPN:
-                alpn = tuple(_length_prefixed(body[2:]))
-            elif kind in TRANSPORT_PARAMETERS_EXTENSIONS:
-                found.setdefault(kind, body)
-    except (IndexError, struct.error) as exc:
-        raise ValueError(f"truncated ClientHello: {exc}") from None
-    raw = next((found[e] for e in TRANSPORT_PARAMETERS_EXTENSIONS if e in found), b"")
-    return ClientHelloFields(random, sni, alpn, raw)
-
-
-def _length_prefixed(data: bytes) -> Iterator[str]:
-    pos = 0
-    while pos < len(data):
-        length = data[pos]
-        yield data[pos + 1 : pos + 1 + length].decode("ascii", "replace")
-        pos += 1 + length
+    random, sni, alpn, raw = client_hello_fields(message, TRANSPORT_PARAMETERS_EXTENSIONS)
+    return ClientHelloFields(random, sni, tuple(alpn), raw)

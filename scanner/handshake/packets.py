@@ -7,7 +7,9 @@ ClientHello sits in one well-formed datagram. Browsers on loopback break
 every one of those assumptions (GSO batches with padding between datagrams,
 ClientHellos over several packets, CRYPTO frames out of order, a greased QUIC
 bit), so the project walks the packets itself. Key derivation and AEAD are
-aioquic's (over `cryptography`); only the framing is done here.
+aioquic's (over `cryptography`); only the framing is done here. CRYPTO frames
+and their reassembly are compiled (scanner/native), and so is opening a client
+Initial where a capture of many clients does it for each (scanner/capture/extract.py).
 """
 
 from __future__ import annotations
@@ -36,16 +38,14 @@ from aioquic.quic.packet import (
 )
 
 from common.aioquic_adapter import packet_protection
-from tparams.frames import (
-    FRAME_ACK,
-    FRAME_ACK_ECN,
-    FRAME_CONNECTION_CLOSE,
-    FRAME_CONNECTION_CLOSE_APP,
-    FRAME_CRYPTO,
-    FRAME_PADDING,
-    FRAME_PING,
-)
-from tparams.varint import decode_varint, encode_varint, read_varint
+try:
+    # CRYPTO frames and their reassembly, compiled: walking a browser's many small frames and joining them in
+    # Python cost a tenth of qscan pcap's time (scanner/native/src/crypto.rs).
+    from qscan_native import CryptoStream, crypto_frames
+except ImportError as exc:  # built by scripts/setup.sh, which every checkout runs first
+    raise ImportError("qscan's compiled part (scanner/native) is not built: run scripts/setup.sh") from exc
+from tparams.frames import FRAME_ACK, FRAME_CONNECTION_CLOSE, FRAME_CRYPTO
+from tparams.varint import decode_varint, encode_varint
 
 # Every version whose client Initials we open, with what reading one takes. Besides RFC 9001's and
 # RFC 9369's salts (aioquic's), public captures of 2019-2023 hold the IETF drafts (Chrome and mvfst
@@ -95,9 +95,6 @@ INITIAL_FORMATS: dict[int, InitialFormat] = {
 INITIAL_KEY_VERSIONS = tuple(INITIAL_FORMATS)
 # The long-header packet types by version (the type bits mean other types in QUIC v2).
 LONG_TYPES = {version: spec.long_types for version, spec in INITIAL_FORMATS.items()}
-
-GOOGLE_FRAME_PING = 0x07  # Google QUIC's frame types that a T050/T051 Initial may carry besides PADDING
-GOOGLE_FRAME_CRYPTO = 0x08
 
 
 @dataclass(frozen=True)
@@ -253,140 +250,6 @@ def unprotect(packet: LongPacket, keys: CryptoContext, expected_packet_number: i
     except Exception:  # aioquic raises plain ValueError/CryptoError on a wrong key; both mean "not these keys"
         return None
     return packet_number, payload
-
-
-def crypto_frames(payload: bytes, google_frames: bool = False) -> Iterator[tuple[int, bytes]]:
-    """(offset, data) of every CRYPTO frame, skipping the other frames an Initial or
-    Handshake packet may carry (PADDING, PING, ACK, CONNECTION_CLOSE).
-
-    Stops quietly at a frame type those packets cannot carry: what came before
-    is still good, and nothing after it can be framed. ``google_frames`` reads
-    Google QUIC's frame types (T050/T051), of which only PADDING, PING and CRYPTO
-    are read; the others' layouts differ from IETF QUIC's.
-    """
-    pos = 0
-    size = len(payload)
-    try:
-        while pos < size:
-            frame_type = payload[pos]
-            pos += 1
-            if google_frames and frame_type != FRAME_PADDING:
-                if frame_type == GOOGLE_FRAME_PING:
-                    continue
-                if frame_type != GOOGLE_FRAME_CRYPTO:
-                    return
-                frame_type = FRAME_CRYPTO  # the same fields as IETF QUIC's
-            if frame_type == FRAME_PADDING:
-                # Initials are padded to 1200+ bytes; skip the run in C, not byte by byte.
-                rest = payload[pos:]
-                pos += len(rest) - len(rest.lstrip(b"\x00"))
-                continue
-            if frame_type == FRAME_PING:
-                continue
-            if frame_type in (FRAME_ACK, FRAME_ACK_ECN):
-                _, pos = decode_varint(payload, pos)  # largest acknowledged
-                _, pos = decode_varint(payload, pos)  # ack delay
-                range_count, pos = decode_varint(payload, pos)
-                _, pos = decode_varint(payload, pos)  # first range
-                for _ in range(2 * range_count + (3 if frame_type == FRAME_ACK_ECN else 0)):
-                    _, pos = decode_varint(payload, pos)
-            elif frame_type == FRAME_CRYPTO:
-                # read_varint, not decode_varint: its None costs no exception set-up per frame, and a
-                # ClientHello comes in many small frames (Chromium's)
-                read = read_varint(payload, pos, size)
-                if read is None:
-                    return
-                offset, pos = read
-                read = read_varint(payload, pos, size)
-                if read is None or read[1] + read[0] > size:
-                    return
-                length, pos = read
-                yield offset, payload[pos : pos + length]
-                pos += length
-            elif frame_type in (FRAME_CONNECTION_CLOSE, FRAME_CONNECTION_CLOSE_APP):
-                _, pos = decode_varint(payload, pos)  # error code
-                if frame_type == FRAME_CONNECTION_CLOSE:
-                    _, pos = decode_varint(payload, pos)  # offending frame type
-                reason_length, pos = decode_varint(payload, pos)
-                pos += reason_length
-            else:
-                return
-    except ValueError:
-        return
-
-
-class CryptoStream:
-    """One direction's CRYPTO stream at one encryption level, reassembled by offset.
-
-    Browsers send CRYPTO frames out of order and repeat them; the stream only
-    grows at its contiguous end, and overlapping retransmissions are ignored.
-    """
-
-    def __init__(self) -> None:
-        self._chunks: dict[int, bytes] = {}
-        self._data = bytearray()
-        self._read = 0  # where next_message() continues
-
-    def add(self, offset: int, data: bytes) -> None:
-        have = len(self._data)
-        end = offset + len(data)
-        if end <= have:
-            return
-        if offset <= have and not self._chunks:
-            # In order, nothing waiting: most frames (Chromium's many small ones too) end up here.
-            self._data += data[have - offset :]
-            return
-        if len(self._chunks.get(offset, b"")) < len(data):
-            self._chunks[offset] = data
-        self._advance()
-
-    def add_frames(self, payload: bytes, google_frames: bool = False) -> bytes | None:
-        """Add every CRYPTO frame of an opened packet; the first message once it is complete."""
-        for offset, data in crypto_frames(payload, google_frames):
-            self.add(offset, data)
-        return self.message()
-
-    def _advance(self) -> None:
-        progressed = True
-        while progressed and self._chunks:
-            progressed = False
-            for offset in sorted(self._chunks):
-                data = self._chunks[offset]
-                if offset > len(self._data):
-                    break
-                del self._chunks[offset]
-                skip = len(self._data) - offset
-                if skip < len(data):
-                    self._data += data[skip:]
-                progressed = True
-
-    @property
-    def contiguous(self) -> int:
-        """How many bytes from offset 0 have arrived."""
-        return len(self._data)
-
-    def next_message(self) -> bytes | None:
-        """The next complete TLS handshake message after those already taken, header included."""
-        start = self._read
-        if len(self._data) < start + 4:
-            return None
-        end = start + 4 + int.from_bytes(self._data[start + 1 : start + 4], "big")
-        if len(self._data) < end:
-            return None
-        self._read = end
-        return bytes(self._data[start:end])
-
-    @property
-    def data(self) -> bytes:
-        """The contiguous prefix received so far."""
-        return bytes(self._data)
-
-    def message(self) -> bytes | None:
-        """The first TLS handshake message once it is complete, header included."""
-        if len(self._data) < 4:
-            return None
-        end = 4 + int.from_bytes(self._data[1:4], "big")
-        return bytes(self._data[:end]) if len(self._data) >= end else None
 
 
 PACKET_NUMBER_LENGTH = 2  # what we send; enough for a handshake's few packets

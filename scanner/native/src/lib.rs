@@ -1,0 +1,17 @@
+//! qscan's hot per-packet steps in compiled code, a Python extension module (built by scripts/setup.sh):
+//! what a capture of many clients does for every ClientHello. Everything that names a parameter or a
+//! version stays in Python (tparams/, scanner/handshake/packets.py).
+
+use pyo3::prelude::*;
+
+mod crypto;
+mod hello;
+mod initial;
+
+#[pymodule]
+fn qscan_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(initial::open_client_initial, module)?)?;
+    module.add_function(wrap_pyfunction!(crypto::crypto_frames, module)?)?;
+    module.add_function(wrap_pyfunction!(hello::client_hello_fields, module)?)?;
+    module.add_class::<crypto::CryptoStream>()
+}
