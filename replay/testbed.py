@@ -389,7 +389,6 @@ def ip_udp_headers(ip: str) -> int:
     return IP_UDP_HEADERS[ipaddress.ip_address(ip).version]
 
 
-
 def measure_rtt(tb: Endpoints, count: int = 2000, interval_ms: float = 1.0) -> dict:
     """UDP echo round trips from the client to the server namespace (linkem's ping/echo)."""
     echo = tb.start_server([str(LINKEM), "echo", "--listen", address(tb.server_ip, ECHO_PORT)], "echo.log")
