@@ -39,8 +39,9 @@ UPLOAD_RECEIVERS_CSV = REPO_ROOT / "datasets" / "flowcontrol" / "upload_receiver
 def load_upload_receiver_rules(path: Path = UPLOAD_RECEIVERS_CSV) -> dict[tuple[str, str], UpdateRule]:
     """(h3 server's stack, browser) -> that server's stream-window rule as the receiver of that browser's upload,
     measured from a traced upload (scripts/upload_receivers.py). It is not always the library's rule under a
-    download (rules.csv): quiche and tquic granted Firefox's uploads 0.65 and 0.68 of the window an update where
-    they grant 0.55 and 0.53 under downloads, which the spot checks of 2026-11-28 missed by 28-32%."""
+    download (rules.csv): quiche and tquic granted Firefox's uploads 0.62 and 0.60 of the window an update
+    (2026-11-28, load 0.4-0.5) where they grant 0.55 and 0.53 under downloads, which the spot checks had missed by
+    28-32%."""
     if not path.is_file():
         return {}
     with open(path, newline="") as f:
