@@ -417,6 +417,7 @@ class Target:
     direction: str = "down"  # down: GETs, up: a PUT of a body of ``size`` bytes
     requests: int = 1
     concurrency: int = 1
+    qlog_dir: Path | None = None  # firefox: neqo's qlog of each connection, copied here
 
     @property
     def page_url(self) -> str:
@@ -509,6 +510,8 @@ def firefox_preferences(target: Target) -> dict[str, object]:
             # protocol check (3 of 3, 2026-11-28), as one in a loaded test run had at Firefox's default; an
             # h3 handshake slower than this fails the run instead, as a timeout.
             "network.http.http3.backup_timer_delay": 30_000,
+            # neqo's qlog (its congestion window, losses, state changes) into the temporary directory
+            "network.http.http3.enable_qlog": target.qlog_dir is not None,
         })
     else:
         prefs["network.http.http3.enable"] = False
@@ -682,6 +685,13 @@ def run_firefox(target: Target, profile: Path, out: dict) -> dict:
     return measured
 
 
+def keep_qlogs(target: Target) -> None:
+    """Firefox's qlogs (one a connection, in qlog_<pid> of its temporary directory) into target.qlog_dir."""
+    target.qlog_dir.mkdir(parents=True, exist_ok=True)
+    for written in Path(target.process_environment()["TMPDIR"]).glob("qlog*/*"):
+        shutil.copy(written, target.qlog_dir / written.name)
+
+
 def _bidi_url(browser: subprocess.Popen, log: Path, deadline: float) -> str:
     """The WebDriver BiDi address Firefox prints; the rest of its output is copied to ``log``."""
     assert browser.stdout is not None
@@ -837,12 +847,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--direction", choices=("down", "up"), default="down")
     parser.add_argument("--requests", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--qlog-dir", type=Path, help="firefox: write neqo's qlog of each connection here")
     args = parser.parse_args(argv)
     ip, port = args.server.rsplit(":", 1)
     args.workdir.mkdir(parents=True, exist_ok=True)
     target = Target(args.browser, ip, int(port), args.size, args.transport, args.cert, args.ca, not args.no_trust,
                     args.workdir, args.timeout_s, args.keylog or args.workdir / "keylog", direction=args.direction,
-                    requests=args.requests, concurrency=args.concurrency)
+                    requests=args.requests, concurrency=args.concurrency, qlog_dir=args.qlog_dir)
     # The runner stops a client with SIGTERM: unwind, so the browser's tree is ended and reaped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result: dict = {"bytes": 0}
@@ -854,6 +865,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({**result, "error": str(exc)}), flush=True)
         print(str(exc), file=sys.stderr, flush=True)
         return 1
+    finally:
+        if target.qlog_dir is not None:
+            keep_qlogs(target)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ objects' bytes flow the other way, bounded by the link, the server's slow start 
 
 A parameter the server did not send is RFC 9000's default for it: 0 (no credit until the server raises
 it, which the model cannot time: such a prediction is empty). Every row says which receiver rule it used
-and whether that rule was measured for the identified library or assumed.
+and whether that rule was measured for the identified library or assumed: an upload's receiver is the
+library's h3 server, whose rule measured with that browser's upload (datasets/flowcontrol/upload_receivers.csv)
+stands where there is one, before the library's rule measured under a download.
 """
 
 from __future__ import annotations
@@ -119,12 +121,16 @@ def predict(sets: pl.DataFrame, browsers: Sequence[BrowserClient], rules: Mappin
             rule_keys: Mapping[str, str], h3_servers: Mapping[str, str], *, delays_ms: Sequence[float] = DELAYS_MS,
             rate_mbps: float = RATE_MBPS, upload_bytes: int = UPLOAD_BYTES, objects: int = PAGE_OBJECTS,
             object_bytes: int = OBJECT_BYTES, request_bytes: int = REQUEST_BYTES,
-            assumed_fraction: float = ASSUMED_FRACTION) -> pl.DataFrame:
+            assumed_fraction: float = ASSUMED_FRACTION,
+            upload_rules: Mapping[tuple[str, str], UpdateRule] | None = None) -> pl.DataFrame:
     """One row per set x browser x round-trip time.
 
     ``sets``: one row per distinct set and identified library, with ``set_fingerprint``, ``library`` (None:
     not identified), ``endpoints`` (the weight) and SET_COLUMNS as sent (None: not sent). ``h3_servers``:
-    identified library -> the replay stack whose h3 server a browser can load from (the spot check's)."""
+    identified library -> the replay stack whose h3 server a browser can load from (the spot check's).
+    ``upload_rules``: (h3 server's stack, browser) -> that server's rule measured receiving that browser's upload
+    (replay.measured_rules.load_upload_receiver_rules()); where one is measured it replaces the library's rule,
+    measured under a download, for that browser."""
     libraries = sets["library"].unique().to_list()
     chosen = {name: receiver_rule(name, rules, rule_keys, assumed_fraction) for name in libraries}
     rule_frame = pl.DataFrame({
@@ -142,12 +148,29 @@ def predict(sets: pl.DataFrame, browsers: Sequence[BrowserClient], rules: Mappin
         "browser_fraction": [b.receive_fraction for b in browsers],
         "concurrency": [b.concurrency or objects for b in browsers],
     })
-    rows = (sets.select("set_fingerprint", "library", "endpoints", *SET_COLUMNS)
-            .join(rule_frame, on="library", how="left", nulls_equal=True)
-            .join(browser_frame, how="cross")
-            .join(pl.DataFrame({"rtt_ms": [float(d) for d in delays_ms]}), how="cross"))
+    rows = _upload_rules((sets.select("set_fingerprint", "library", "endpoints", *SET_COLUMNS)
+                          .join(rule_frame, on="library", how="left", nulls_equal=True)
+                          .join(browser_frame, how="cross")), upload_rules or {})
+    rows = rows.join(pl.DataFrame({"rtt_ms": [float(d) for d in delays_ms]}), how="cross")
     return rows.hstack(_arithmetic(rows, rate_mbps, upload_bytes, objects, object_bytes, request_bytes)).with_columns(
         pl.lit(rate_mbps).alias("rate_mbps"), pl.lit(False).alias("checked"))
+
+
+def _upload_rules(rows: pl.DataFrame, upload_rules: Mapping[tuple[str, str], UpdateRule]) -> pl.DataFrame:
+    """Each row's receiver rule, the one its h3 server was measured with receiving its browser's upload where
+    there is one."""
+    if not upload_rules:
+        return rows
+    measured = pl.DataFrame({"h3_server": [server for server, _ in upload_rules],
+                             "browser": [browser for _, browser in upload_rules],
+                             "_fraction": [rule.consumed_fraction for rule in upload_rules.values()],
+                             "_source": [f"{server}'s h3 server {rule.source}"
+                                         for (server, _), rule in upload_rules.items()]})
+    return (rows.join(measured, on=["h3_server", "browser"], how="left")
+            .with_columns(pl.coalesce("_fraction", "receiver_fraction").alias("receiver_fraction"),
+                          pl.coalesce("_source", "rule_source").alias("rule_source"),
+                          (pl.col("rule_assumed") & pl.col("_fraction").is_null()).alias("rule_assumed"))
+            .drop("_fraction", "_source"))
 
 
 def _arithmetic(rows: pl.DataFrame, rate_mbps: float, upload_bytes: int, objects: int, object_bytes: int,
@@ -273,11 +296,11 @@ def lifting_values(predictions: pl.DataFrame) -> pl.DataFrame:
 def rule_table(predictions: pl.DataFrame) -> pl.DataFrame:
     """Per identified library: its endpoints, the receiver rule used, whether it was assumed, and whether a
     set of it can be checked with real browsers (an h3 server of that library in the project)."""
-    one = predictions.filter((pl.col("browser") == pl.col("browser").first()) & (pl.col("rtt_ms") == pl.col("rtt_ms").first()))
-    return (one.group_by("library")
+    one = predictions.filter(pl.col("rtt_ms") == pl.col("rtt_ms").first())
+    return (one.group_by("library", "browser")
             .agg(pl.col("endpoints").sum(), pl.len().alias("sets"), pl.col("receiver_fraction").first(),
                  pl.col("rule_assumed").first(), pl.col("rule_source").first(), pl.col("h3_server").first())
-            .sort("endpoints", descending=True))
+            .sort("endpoints", "library", "browser", descending=[True, False, False], nulls_last=True))
 
 
 def spot_check_candidates(predictions: pl.DataFrame, top: int = 5, worst: int = 5) -> pl.DataFrame:

@@ -20,7 +20,7 @@ import polars as pl
 from common.markdown import markdown_table
 from replay import impact, impact_check
 from replay.figures import markdown_page, pyplot, save_png
-from replay.measured_rules import load_update_rules
+from replay.measured_rules import load_update_rules, load_upload_receiver_rules
 from replay.impact_check import CheckOptions, Execute, mark_checked, run_checks
 from replay.sets import resolve_one
 from tparams.errors import ToolError, first_line
@@ -70,7 +70,8 @@ class ImpactResult:
                   .agg(pl.col("share_pct").sum()))
         slowed = (page.filter(pl.col("page_binding") != impact.NONE).group_by("browser", "rtt_ms")
                   .agg(pl.col("share_pct").sum()))
-        assumed = self.tables["rules"].filter(pl.col("rule_assumed"))["endpoints"].sum()
+        assumed = (self.tables["rules"].filter(pl.col("rule_assumed") & (pl.col("browser") == BROWSERS[0]))
+                   ["endpoints"].sum())
         lines = [f"impact: {self.sets:,} distinct sets x library of {self.endpoints:,} endpoints in {self.scan}; "
                  f"receiver rule assumed for {assumed:,} endpoints ({100 * assumed / self.endpoints:.1f}%)"]
         rtts = sorted(self.predictions["rtt_ms"].unique())
@@ -180,11 +181,12 @@ def run_impact(scan: str | Path, out_dir: str | Path | None, options: ImpactOpti
     figures there."""
     sets, endpoints = read_sets(scan)
     rules, keys, servers = load_update_rules(), rule_keys(), h3_servers()
+    upload_rules = load_upload_receiver_rules()
     predictions = impact.predict(
         sets, browser_clients(options.concurrency), rules, keys, servers,
         delays_ms=options.delays_ms, rate_mbps=options.rate_mbps, upload_bytes=options.upload_bytes,
         objects=options.objects, object_bytes=options.object_bytes, request_bytes=options.request_bytes,
-        assumed_fraction=options.assumed_fraction)
+        assumed_fraction=options.assumed_fraction, upload_rules=upload_rules)
     candidates = impact.spot_check_candidates(predictions, options.top, options.worst)
     checks = None
     if options.check is not None:
@@ -198,7 +200,7 @@ def run_impact(scan: str | Path, out_dir: str | Path | None, options: ImpactOpti
             chosen, browser_clients(check.objects), rules, keys, servers, delays_ms=check.delays_ms,
             rate_mbps=options.rate_mbps, upload_bytes=check.upload_bytes, objects=check.objects,
             object_bytes=check.object_bytes, request_bytes=options.request_bytes,
-            assumed_fraction=options.assumed_fraction)
+            assumed_fraction=options.assumed_fraction, upload_rules=upload_rules)
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         checks = run_checks(str(scan), sets, candidates, at_check, check, options.rate_mbps,
                             Path(out_dir) / "spot_checks.duckdb", execute)
@@ -303,7 +305,7 @@ def _markdown(result: ImpactResult, options: ImpactOptions, figures: list[tuple[
         "windows when the requests' own bytes exceed them; the objects' bytes need slow start and the link.",
         _table(_pivot(t["page_shares"], "page_binding")),
         f"![{figures[1][0]}]({figures[1][1].name})",
-        "## Receiver rules used, per identified library",
+        "## Receiver rules used, per identified library and browser",
         _table(t["rules"]),
         "Browsers as senders: " + "; ".join(f"{name}: {source}" for name, (_, source) in impact.BROWSER_CWND.items())
         + ".",

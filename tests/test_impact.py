@@ -17,9 +17,9 @@ import polars as pl
 import pytest
 
 from replay.flowcontrol import burst_share, delivery_rounds, stream_rounds
-from replay.impact import OBJECT_BYTES, PAGE_OBJECTS, spot_check_candidates
-from replay.impact_report import ImpactOptions, run_impact
-from replay.measured_rules import load_update_rules
+from replay.impact import OBJECT_BYTES, PAGE_OBJECTS, predict, spot_check_candidates
+from replay.impact_report import ImpactOptions, browser_clients, h3_servers, rule_keys, run_impact
+from replay.measured_rules import load_update_rules, load_upload_receiver_rules
 from scanner.campaign_store import export_shard
 from scanner.engine import ScanSettings
 from scanner.identify import identify_into, load_signatures, store_identifications
@@ -83,6 +83,34 @@ def test_a_small_stream_window_caps_the_upload_and_is_named_with_its_lifting_val
     stored = duckdb.connect(str(tmp_path / "out" / "impact.duckdb"), read_only=True)
     assert stored.execute("SELECT count(*) FROM predictions").fetchone()[0] == result.predictions.height
     assert (tmp_path / "out" / "report.html").read_text().count("data:image/png;base64") == 2  # both figures inside
+
+
+def test_an_upload_is_predicted_with_the_rule_its_h3_server_was_measured_with_receiving_that_browsers_upload():
+    """quiche's h3 server granted Firefox's uploads more of its window an update than quiche grants under a
+    download (upload_receivers.csv against rules.csv): the upload's prediction takes the rule measured with the
+    same server and browser; a library whose h3 server was not measured so (ngtcp2) keeps its download rule."""
+    measured = load_upload_receiver_rules()
+    if ("quiche", "firefox") not in measured:
+        pytest.skip("no upload receiver rule of quiche's h3 server with Firefox in datasets/flowcontrol")
+    sets = pl.DataFrame({"set_fingerprint": ["q", "n"], "library": ["quiche", "ngtcp2"], "endpoints": [1, 1],
+                         "initial_max_data": [16_777_216] * 2, "initial_max_stream_data_bidi_remote": [131_072] * 2,
+                         "initial_max_streams_bidi": [100] * 2})
+    download = load_update_rules()
+    rows = predict(sets, browser_clients(), download, rule_keys(), h3_servers(), delays_ms=(100,),
+                   upload_rules=measured)
+    for row in rows.iter_rows(named=True):
+        if row["library"] == "quiche":
+            rule = measured[("quiche", row["browser"])]
+            assert row["receiver_fraction"] == rule.consumed_fraction
+            assert "quiche's h3 server measured" in row["rule_source"]
+            assert f"receiving {row['browser']}'s upload" in row["rule_source"]
+        else:
+            assert row["receiver_fraction"] == download["ngtcp2"].consumed_fraction
+            assert "'s upload:" not in row["rule_source"]
+        steady = burst_share(row["receiver_fraction"]) * 131_072 * 8 / 0.1 / 1e6
+        assert row["upload_steady_mbps"] == pytest.approx(steady)
+    quiche = rows.filter(pl.col("library") == "quiche")
+    assert quiche["receiver_fraction"].n_unique() == 2  # each browser its own, as measured
 
 
 def test_a_small_stream_limit_slows_the_page_and_a_library_without_h3_server_is_not_checked(scan: Path):

@@ -349,6 +349,35 @@ def test_a_browsers_requests_workload_stores_requests_per_second_and_latencies(t
     assert 10 <= ttfb <= p99 and 10 <= p50 <= p90 <= p99 < duration * 1000  # each at least the round trip
 
 
+def test_firefox_writes_neqos_qlog_where_the_run_asks_for_qlog(tmp_path):
+    """--qlog DIR: Firefox's own qlog of its h3 connection (neqo's congestion window and losses, which showed why
+    its uploads to caddy leave slow start at the handshake) lands in DIR/client."""
+    _usable("firefox")
+    if get_stack("quinn").unavailable_reason():
+        pytest.skip(get_stack("quinn").unavailable_reason())
+    done = qreplay("--stack", "firefox", "--server-stack", "quinn", "--workload", "upload", "--size", "200kB",
+                   "--delay", "10ms", "--reps", "1", "--qlog", str(tmp_path / "qlog"),
+                   "--out", str(tmp_path / "r.duckdb"))
+    assert done.returncode == 0, done.stderr
+    written = list((tmp_path / "qlog" / "client").iterdir())
+    assert written and any('"recovery:metrics_updated"' in f.read_text() for f in written), written
+
+
+def test_a_page_of_twenty_requests_at_once_loads_through_quiches_h3_server(tmp_path):
+    """Twenty GETs at once spend quiche's send capacity on the first responses: the server answers the rest once it
+    has room (it dropped them before: Chromium's page got 2 of 20 and timed out, 2026-11-28)."""
+    _usable("chromium")
+    if get_stack("quiche").unavailable_reason():
+        pytest.skip(get_stack("quiche").unavailable_reason())
+    out = tmp_path / "r.duckdb"
+    done = qreplay("--stack", "chromium", "--server-stack", "quiche", "--workload", "requests", "--requests", "20",
+                   "--concurrency", "20", "--delay", "30ms", "--size", "10kB", "--reps", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    status, error, moved = duckdb.connect(str(out), read_only=True).execute(
+        "SELECT status, error, bytes FROM runs").fetchone()
+    assert (status, moved) == ("ok", 20 * 10_000), error
+
+
 @pytest.mark.timing  # goodput against the default set's, measured
 def test_a_small_server_stream_window_binds_a_browsers_upload():
     """aioquic's server advertising initial_max_stream_data_bidi_remote = 16 KiB at 30 ms lets Chromium send at

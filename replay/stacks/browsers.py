@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from replay.browser_driver import BROWSERS, PROTOCOLS, write_page
 from replay.link import PATH_DEVICE
@@ -90,6 +91,13 @@ class Browser(Stack):
             argv.append(f"--keylog={opts.keylog}")
         notes = ([] if not opts.autotune else [f"--autotune: {self.name}'s windows follow the browser's own rule, "
                                                 "asked or not"])
+        # only into a directory the user asked for (--qlog): a traced run's own one, inside the run's directory, is
+        # for the server's qlog, and writing Firefox's would cost the measured browser CPU nobody asked for
+        if opts.qlog_dir and not Path(opts.qlog_dir).is_relative_to(workdir):
+            if self.browser == "firefox" and self.transport == "quic":
+                argv.append(f"--qlog-dir={Path(opts.qlog_dir, 'client')}")
+            else:
+                notes.append(f"{self.name} writes no qlog")
         return ClientPlan(argv), Applied(notes=notes)
 
     def complete_row(self, row: dict, result: ClientResult) -> None:

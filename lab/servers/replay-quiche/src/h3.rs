@@ -14,6 +14,9 @@ pub struct Session {
     uploads: HashMap<u64, u64>,
     /// Responses whose body is still going out.
     sending: HashMap<u64, Body>,
+    /// Answers whose headers quiche had no room for yet (its send capacity spent on earlier responses: a page's
+    /// twenty requests at once), tried again at every serve, in the order asked.
+    unanswered: Vec<(u64, Answer, u64)>,
 }
 
 impl Session {
@@ -21,7 +24,7 @@ impl Session {
     pub fn start(connection: &mut quiche::Connection) -> Option<Session> {
         let config = quiche::h3::Config::new().expect("h3 config");
         match quiche::h3::Connection::with_transport(connection, &config) {
-            Ok(h3) => Some(Session { h3, uploads: HashMap::new(), sending: HashMap::new() }),
+            Ok(h3) => Some(Session { h3, uploads: HashMap::new(), sending: HashMap::new(), unanswered: Vec::new() }),
             Err(e) => {
                 let _ = connection.close(true, 0x101, e.to_string().as_bytes());
                 None
@@ -60,6 +63,7 @@ impl Session {
                 Ok((stream_id, quiche::h3::Event::Reset(_))) => {
                     self.uploads.remove(&stream_id);
                     self.sending.remove(&stream_id);
+                    self.unanswered.retain(|(unanswered, ..)| *unanswered != stream_id);
                 }
                 Ok(_) => {}
                 Err(quiche::h3::Error::Done) => break,
@@ -69,18 +73,29 @@ impl Session {
                 }
             }
         }
+        for (stream_id, answer, count) in std::mem::take(&mut self.unanswered) {
+            self.respond(connection, stream_id, answer, count);
+        }
         self.sending.retain(|&stream_id, body| !send(&mut self.h3, connection, stream_id, body, chunk));
     }
 
-    /// Starts the response to `stream_id`: its headers now, its body from the end of `serve` on.
+    /// Starts the response to `stream_id`: its headers now (or once quiche has room for them), its body from the
+    /// end of `serve` on.
     fn respond(&mut self, connection: &mut quiche::Connection, stream_id: u64, answer: Answer, count: u64) {
         let body = Body::of(&answer, count);
         let length = body.left();
         let headers = page::response_headers(&answer, length);
-        if self.h3.send_response(connection, stream_id, &headers, length == 0).is_err() || length == 0 {
-            return; // a stream quiche cannot answer on (reset, or no room for the headers): the client sees it
+        match self.h3.send_response(connection, stream_id, &headers, length == 0) {
+            Ok(()) if length > 0 => {
+                self.sending.insert(stream_id, body);
+            }
+            Ok(()) => {}
+            // dropped here, these left a page's requests unanswered for good (18 of 20, 2026-11-28)
+            Err(quiche::h3::Error::StreamBlocked) | Err(quiche::h3::Error::Done) => {
+                self.unanswered.push((stream_id, answer, count))
+            }
+            Err(_) => {} // a stream quiche cannot answer on (reset by the client): the client sees it
         }
-        self.sending.insert(stream_id, body);
     }
 }
 
