@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -83,47 +85,47 @@ def test_decoder_never_raises_on_mutated_encodings(data):
         assert parameter.name == spec_for(parameter.id).name
 
 
-@contextlib.contextmanager
-def _idle_priority():
-    """This thread at the lowest priority (Linux: nice is per thread), so that a minute of fuzzing takes the cores
-    the other workers leave idle rather than slowing their tests down; the old priority back after."""
-    thread = threading.get_native_id()
-    before = os.getpriority(os.PRIO_PROCESS, thread)
-    os.setpriority(os.PRIO_PROCESS, thread, 19)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(PermissionError):  # raising it again needs root, which the suite has
-            os.setpriority(os.PRIO_PROCESS, thread, before)
-
-
-def test_fuzz_for_a_while_finds_no_exception():
-    """The issue asks for a minute of fuzzing; QTP_FUZZ_SECONDS shortens it for quick local runs."""
+def fuzz(seconds: float) -> int:
+    """Mutations of a few encodings through the decoder for ``seconds``; how many it decoded."""
     import random
 
-    budget = float(os.environ.get("QTP_FUZZ_SECONDS", "60"))
     rng = random.Random(20261121)
     seeds = [
         encode_transport_parameters([(id_for("initial_max_data"), encode_varint(15728640)), (0x2AB2, b"")]),
         bytes.fromhex("0104807530030245c0"),
         b"",
     ]
-    deadline = time.monotonic() + budget
+    deadline = time.monotonic() + seconds
     runs = 0
-    with _idle_priority():
-        while time.monotonic() < deadline:
-            data = bytearray(rng.choice(seeds))
-            for _ in range(rng.randint(1, 6)):
-                choice = rng.random()
-                if choice < 0.4 and data:
-                    data[rng.randrange(len(data))] = rng.randrange(256)
-                elif choice < 0.7:
-                    data[rng.randrange(len(data) + 1) :] = rng.randbytes(rng.randint(0, 12))
-                else:
-                    data += bytes([0xC0 | rng.randrange(64)]) + rng.randbytes(rng.randint(0, 9))
-            decode_transport_parameters(bytes(data), sender=rng.choice(["client", "server", None]))
-            runs += 1
-    assert runs > 1000
+    while time.monotonic() < deadline:
+        data = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 6)):
+            choice = rng.random()
+            if choice < 0.4 and data:
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            elif choice < 0.7:
+                data[rng.randrange(len(data) + 1) :] = rng.randbytes(rng.randint(0, 12))
+            else:
+                data += bytes([0xC0 | rng.randrange(64)]) + rng.randbytes(rng.randint(0, 9))
+        decode_transport_parameters(bytes(data), sender=rng.choice(["client", "server", None]))
+        runs += 1
+    return runs
+
+
+def test_fuzz_for_a_while_finds_no_exception():
+    """The issue asks for a minute of fuzzing; QTP_FUZZ_SECONDS shortens it for quick local runs. It runs in a
+    session of its own whose scheduler group is at nice 19, so that it takes the cores the other workers leave
+    idle: a thread's own nice counted only inside the worker's group (Linux's autogroups), and the minute took
+    37-41 s of CPU from the suite's busiest part (2026-11-28, two runs)."""
+    budget = float(os.environ.get("QTP_FUZZ_SECONDS", "60"))
+    fuzzer = subprocess.Popen([sys.executable, "-c", f"import test_codec; print(test_codec.fuzz({budget}))"],
+                              cwd=Path(__file__).parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    with contextlib.suppress(OSError):  # a kernel without autogroups: the session runs at the usual priority
+        Path(f"/proc/{fuzzer.pid}/autogroup").write_text("19")
+    out, err = fuzzer.communicate(timeout=budget + 120)
+    assert fuzzer.returncode == 0, err[-3000:]
+    assert int(out) > 1000
 
 
 def kinds(data: bytes, sender=None) -> list[str]:
