@@ -13,6 +13,7 @@ import duckdb
 import polars as pl
 import pytest
 
+from conftest import SPARK_TEST_JVM_OPTIONS
 from lab import Lab
 from scanner.campaign_store import PARTITION_KEYS, export_shard, open_campaign
 from scanner.engine import ScanSettings
@@ -169,9 +170,7 @@ def spark():
                .config("spark.ui.enabled", "false")
                .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.driver.memory", "512m").config("spark.sql.shuffle.partitions", "1")
-               # A few seconds of queries: the JIT's first tier and one GC thread do them with 10 s less CPU (22.7
-               # -> 12.5 s user for the module's Spark test, 2026-11-28 13:30, load 2), the answers the same.
-               .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+               .config("spark.driver.extraJavaOptions", SPARK_TEST_JVM_OPTIONS)
                .config("spark.sql.session.timeZone", "UTC")
                # As docs/scale.md tells readers: shard labels stay text ('003' is not 3).
                .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")

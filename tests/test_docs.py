@@ -25,7 +25,7 @@ import pytest
 import typer
 from markdown_it import MarkdownIt
 
-from conftest import lab_unavailable
+from conftest import SPARK_TEST_JVM_OPTIONS, lab_unavailable
 from demo.cli import app as demo_app
 from replay.cli import app as qreplay_app
 from scanner.cli import app as qscan_app
@@ -251,7 +251,9 @@ def run_page(page: Path, workdir: Path, timeout: float = 600) -> subprocess.Comp
     for name in {line.split("/")[0] for line in tracked.splitlines()} | {".venv", ".venv-picoquic", "build"}:
         if (ROOT / name).exists():
             (workdir / name).symlink_to(ROOT / name)
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "VIRTUAL_ENV": str(BIN.parent)}
+    # SPARK_SUBMIT_OPTS: a page's Spark driver with the tests' JVM options (conftest), the commands as written
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "VIRTUAL_ENV": str(BIN.parent),
+           "SPARK_SUBMIT_OPTS": SPARK_TEST_JVM_OPTIONS}
     return subprocess.run([*PRIVATE_RUN_DIR, "bash", "-c", page_script(steps)], cwd=workdir, capture_output=True,
                           text=True, env=env, timeout=timeout)
 
