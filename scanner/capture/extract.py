@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from zlib import crc32
 from pathlib import Path
 
@@ -70,20 +70,26 @@ class ClientHelloRecord:
     server_transport_parameters: DecodedParameters | None = None
     sixteen_bit: bool = False  # the extensions' framing before draft-27 (16-bit ids and lengths)
 
-    @cached_property
+    @property
     def parameter_set(self) -> ParamSet:
         """The twelve as sent: the summary and a set file ask for them."""
-        return _param_set(self.transport_parameters)[0]
+        return _param_set(self.transport_parameters, self.sixteen_bit)[0]
 
-    @cached_property
+    @property
     def set_fingerprint(self) -> str:
-        return _param_set(self.transport_parameters)[1]
+        return _param_set(self.transport_parameters, self.sixteen_bit)[1]
 
 
-def _param_set(decoded: DecodedParameters) -> tuple[ParamSet, str]:
-    """The ParamSet of ``decoded`` and its fingerprint, built once per distinct twelve: a big capture holds
-    few sets among many ClientHellos (a client sends the same values to every server), and building and
-    hashing one cost a tenth of qscan pcap's time."""
+def _param_set(decoded: DecodedParameters, sixteen_bit: bool) -> tuple[ParamSet, str]:
+    """The ParamSet of ``decoded`` (the client extension that ``_client_parameters`` decoded in the given
+    framing) and its fingerprint, built once per distinct twelve: a big capture holds few sets among many
+    ClientHellos (a client sends the same values to every server), and building and hashing one cost a tenth
+    of qscan pcap's time. Looked up first by the extension's bytes, which repeat whenever ``_client_parameters``'
+    cache held them: then the twelve are not picked out of the parameters again for each ClientHello's tally."""
+    extension = (sixteen_bit, decoded.raw)
+    found = _SETS_BY_EXTENSION.get(extension)
+    if found is not None:
+        return found
     key = tuple([(p.id, p.value) for p in decoded.parameters if p.id in _PERFORMANCE_IDS])
     found = _SETS.get(key)
     if found is None:
@@ -91,10 +97,14 @@ def _param_set(decoded: DecodedParameters) -> tuple[ParamSet, str]:
             _SETS.clear()
         param_set = ParamSet.from_decoded(decoded)
         found = _SETS[key] = (param_set, param_set.fingerprint())
+    if len(_SETS_BY_EXTENSION) >= 4096:  # as many as _client_parameters keeps
+        _SETS_BY_EXTENSION.clear()
+    _SETS_BY_EXTENSION[extension] = found
     return found
 
 
 _SETS: dict[tuple, tuple[ParamSet, str]] = {}
+_SETS_BY_EXTENSION: dict[tuple[bool, bytes], tuple[ParamSet, str]] = {}
 
 
 @lru_cache(maxsize=4096)  # a few MB: a capture of fresh IDs must not grow it

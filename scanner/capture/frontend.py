@@ -13,8 +13,8 @@ import socket
 import struct
 import subprocess
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from common import pcap
 from common.tshark import tshark_path
@@ -23,8 +23,10 @@ from tparams.paramset import PERFORMANCE_PARAMETERS
 
 
 
-@dataclass(frozen=True)
-class Datagram:
+class Datagram(NamedTuple):
+    """One UDP datagram of a capture: a tuple, as a frozen dataclass took 600 ns to build against 180 (measured
+    2026-11-28 13:28), once a datagram."""
+
     frame: int
     time: float
     src_ip: str
