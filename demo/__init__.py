@@ -415,7 +415,7 @@ def _impact(story: Story, plan: DemoPlan, scan: Path, check: bool) -> list[Entry
     import polars as pl
 
     from replay.impact import LINK
-    from replay.impact_check import CheckOptions, TOLERANCE
+    from replay.impact_check import CheckOptions
     from replay.impact_report import ImpactOptions, run_impact
 
     out_dir = scan.with_name(f"{scan.stem}-impact")
@@ -432,10 +432,8 @@ def _impact(story: Story, plan: DemoPlan, scan: Path, check: bool) -> list[Entry
                 f"{options.rate_mbps:g} Mbit/s at 30 ms on {capped['share_pct'].sum():.0f}% of endpoints"
                 + (f" (most by {capped.sort('share_pct')['upload_binding'][-1]})" if capped.height else ""))
     if result.checks is not None:
-        measured = result.checks.filter(pl.col("checked"))
-        bound = measured.filter(pl.col("window_bound"))
-        headline += (f"; spot checks: {measured.height} of {result.checks.height} cases measured, window-bound "
-                     f"{bound['within_tolerance'].sum()} of {bound.height} within {TOLERANCE:.0%}")
+        headline += (f"; spot checks: {result.checks.filter(pl.col('checked')).height} of {result.checks.height} "
+                     f"cases measured, {result.bound_within()}")
     story.say(headline)
     story.warn()
     return [Entry(out_dir / "report.html", "What every server set of the scan does to a browser's upload and page "
