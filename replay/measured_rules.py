@@ -32,7 +32,6 @@ def load_update_rules(path: Path = RULES_CSV) -> dict[str, UpdateRule]:
     return rules
 
 
-
 UPLOAD_RECEIVERS_CSV = REPO_ROOT / "datasets" / "flowcontrol" / "upload_receivers.csv"
 
 
