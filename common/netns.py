@@ -125,6 +125,11 @@ def set_mtu(ns: str, ifname: str, mtu: int) -> None:
 
 
 def add_address(ns: str, ifname: str, address: str, prefixlen: int) -> None:
+    if ":" in address:
+        # Usable at once, not "tentative" for duplicate address detection: an interface made elsewhere and moved
+        # here (a veth's end) keeps the accept_dad of where it was made, and a lab server binding its address under
+        # load failed "cannot assign requested address" (caddy, `qscan lab up`, 2026-11-28 a fresh clone's run).
+        set_sysctl(ns, f"net.ipv6.conf.{ifname}.accept_dad", 0)
     with iproute(ns) as ipr:
         ipr.addr("add", index=_index(ipr, ns, ifname), address=address, prefixlen=prefixlen)
 
