@@ -147,8 +147,9 @@ AIOQUIC = get_stack("aioquic")
 def engineered(tmp_path_factory):
     """One traced download of 4 MB under each condition built to hit one limit (ngtcp2's, aioquic's for the
     CPU); ({case: runs row}, the results file). 4 MB, not 2: at 2 MB slow start's few round trips before the 128 KiB
-    window binds were near half of the transfer, and the suite's own load took the windows' shares to 0.491 and
-    0.498 (2026-11-28, a fresh clone's run among them); at 4 MB they are 0.79 and 0.80 (14:17, load 2)."""
+    window binds were near half of the transfer, and load took the windows' shares to 0.491 (other work beside
+    the suite, load 11) and 0.498 (a fresh clone's run, the suite's own load), 2026-11-28; at 4 MB they are 0.79
+    and 0.80 (14:17, load 2)."""
     for stack in (NGTCP2, AIOQUIC):
         if stack.unavailable_reason():
             pytest.skip(f"{stack.name}: {stack.unavailable_reason()}")
