@@ -117,8 +117,7 @@ def _source(path: Path) -> duckdb.DuckDBPyConnection:
 def table(name: str, directory: Path = DATASETS) -> str:
     """DIRECTORY/NAME.runs.csv's conditions, what held each back, as a dated Markdown table (anomalies first)."""
     from replay import statistics
-    from replay.commands.why import SHOWN_SHARE, differed, prediction
-    from replay.limits import LIMITS
+    from replay.commands.why import SHOWN_SHARE, differed, prediction, shown_shares
     from replay.measured_rules import load_update_rules
 
     path = directory / f"{name}.runs.csv"
@@ -132,8 +131,7 @@ def table(name: str, directory: Path = DATASETS) -> str:
     for row in summary.iter_rows(named=True):
         bound = prediction(row, rules) if row["traced"] else None
         short = bool(bound and bound.short_of(row["mean_mbps"]))
-        shares = ", ".join(f"{limit.replace('_', ' ')} {row[limit]:.0%}" for limit in
-                           sorted(LIMITS, key=lambda n: -(row[n] or 0)) if (row[limit] or 0) >= SHOWN_SHARE)
+        shares = ", ".join(f"{limit.replace('_', ' ')} {share:.0%}" for limit, share in shown_shares(row))
         rows.append((not short, [
             statistics.describe(row, differing),
             f"`{row['limited_by']}` ({row['agreeing']} of {row['traced']})" if row["traced"] else "not traced",

@@ -79,13 +79,18 @@ def prediction(row: dict, rules, components: dict[str, list] | None = None) -> B
     return None
 
 
+def shown_shares(row: dict) -> list[tuple[str, float]]:
+    """(limit, share of the time) of a summary row's limits at SHOWN_SHARE or more, the largest first."""
+    from replay.limits import LIMITS
+    return [(name, row[name]) for name in sorted(LIMITS, key=lambda n: -(row[n] or 0))
+            if (row[name] or 0) >= SHOWN_SHARE]
+
+
 def differed(row: dict) -> str:
     """What an anomalous condition's runs show beside its limit's model: the share of their time at that limit
     and the largest others, the smallest RTT measured against the link's, the CPU an end was busy."""
-    from replay.limits import LIMITS
     label = row["limited_by"]
-    others = ", ".join(f"{name} {row[name]:.0%}" for name in sorted(LIMITS, key=lambda n: -(row[n] or 0))
-                       if name != label and (row[name] or 0) >= SHOWN_SHARE)
+    others = ", ".join(f"{name} {share:.0%}" for name, share in shown_shares(row) if name != label)
     parts = [f"{row[label]:.0%} of the time at {label}" + (f" (the rest: {others})" if others else "")]
     configured = row["delay_ms"] + (row.get("delay_up_ms") or 0)
     if row.get("min_rtt_ms") and configured and row["min_rtt_ms"] > configured * (1 + SLACK):
@@ -103,7 +108,6 @@ def why_lines(results: Path) -> list[str]:
     by, how many agree, the mean share of every limit above SHOWN_SHARE, the mean goodput, the model's
     prediction where there is one and, for a CPU limit, that end's profile's largest components."""
     from replay import statistics, store
-    from replay.limits import LIMITS
     from replay.measured_rules import load_update_rules
     con = store.open_read_only(results)
     try:
@@ -124,8 +128,7 @@ def why_lines(results: Path) -> list[str]:
                 lines.append(f"{head}{row['runs']} runs, none traced (qreplay --trace stores what held a run "
                              f"back); {goodput}")
                 continue
-            shares = ", ".join(f"{name} {row[name]:.0%}" for name in sorted(LIMITS, key=lambda n: -(row[n] or 0))
-                               if (row[name] or 0) >= SHOWN_SHARE)
+            shares = ", ".join(f"{name} {share:.0%}" for name, share in shown_shares(row))
             components = profiles.get((experiment, *(row[k] for k in shared)))
             bound = prediction(row, rules, components)
             predicted = f" ({bound.basis}: {bound.text()} Mbit/s)" if bound else ""
