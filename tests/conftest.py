@@ -40,11 +40,15 @@ _SESSION_NAMESPACE = re.compile(rf"qlab[a-z]*{SESSION_TAG}-")
 LONGEST_GROUPS = ("test_replay_browsers", "manual-qscan.md", "test_notebooks", "test_campaign_store", "test_replay_cli",
                   "test_replay_campaign", "test_library", "manual-scale.md", "manual-qreplay.md", "manual-reproduce.md",
                   "manual-identification.md", "test_demo", "test_diff", "manual-store.md", "manual-README.md")
-# The `timing` tests, one group run last: each holds the workers' lock alone (below), and taken inside their
-# modules each one first waited for every other worker's test in flight to end, a manual page's 60-140 s
-# among them, with the workers idle behind it (12 min 16 s on four workers for 8 min 14 s of tests per worker,
-# 2026-11-28 10:42, load 1-5). Last, they wait for the other groups' final, short, tests only.
+# The `timing` tests, one group run first, at the normal scheduling policy while every other test runs at SCHED_IDLE
+# (below): the kernel gives an idle-policy task a CPU only when no normal one wants it, so the tests that measure
+# have the machine as if alone, and the others use what they leave. Taking the workers' lock alone instead, each
+# waited for every other worker's test in flight to end, and run last as one group, they were a tail of 107 s with
+# one core of two idle (2026-11-28 13:15, 73 CPU-s of tests in it).
 TIMING_GROUP = "timing"
+# The `alone` tests check state the kernel keeps for the whole machine (the socket-buffer sysctls every testbed
+# raises, the CPU-latency request): they hold the workers' lock alone, one short group run last.
+ALONE_GROUP = "alone"
 
 
 # Each worker its own temporary directory (runs' work directories, browser profiles), so that a test checking what
@@ -61,17 +65,20 @@ def pytest_unconfigure(config):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """A test marked `timing` holds the workers' lock exclusively, from its fixtures' set-up to their tear-down;
-    every other test holds it shared. Measured here with two workers at a load of 8-10: a 2 ms relay's RTT at
-    27-72 ms, a profile's CPU above GNU time's, no socket drops from a sender slowed down."""
+    """A `timing` test runs at the normal policy and every other one at SCHED_IDLE, inherited by the programs it
+    starts (with the others at the normal policy beside it, two workers at a load of 8-10 gave a 2 ms relay's RTT
+    of 27-72 ms, a profile's CPU above GNU time's, no socket drops from a sender slowed down). An `alone` test holds
+    the workers' lock exclusively, from its fixtures' set-up to their tear-down; every other test holds it shared."""
     workers = os.environ.get("PYTEST_XDIST_WORKER")
     if not workers:
         yield
         return
+    timing = item.get_closest_marker("timing") is not None
+    os.sched_setscheduler(0, os.SCHED_OTHER if timing else os.SCHED_IDLE, os.sched_param(0))
     locks = item.config._tmp_path_factory.getbasetemp().parent
-    exclusive = item.get_closest_marker("timing") is not None
-    with open(locks / "timing.turnstile", "a") as turnstile, open(locks / "timing.lock", "a") as lock:
-        # The turnstile keeps a waiting `timing` test from being starved by the other workers' streams of tests.
+    exclusive = item.get_closest_marker("alone") is not None
+    with open(locks / "alone.turnstile", "a") as turnstile, open(locks / "alone.lock", "a") as lock:
+        # The turnstile keeps a waiting `alone` test from being starved by the other workers' streams of tests.
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         with contextlib.ExitStack() as held:
             fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
@@ -89,13 +96,16 @@ def pytest_collection_modifyitems(config, items):
         marker = item.get_closest_marker("xdist_group")
         if marker and marker.args:
             return marker.args[0]
+        if item.get_closest_marker("alone"):
+            return ALONE_GROUP
         return TIMING_GROUP if item.get_closest_marker("timing") else item.module.__name__
 
     for item in items:
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(group(item)))
     rank = {name: index for index, name in enumerate(LONGEST_GROUPS)}
-    items.sort(key=lambda item: (group(item) == TIMING_GROUP, rank.get(group(item), len(rank))))
+    items.sort(key=lambda item: (group(item) == ALONE_GROUP, group(item) != TIMING_GROUP,
+                                 rank.get(group(item), len(rank))))
 
 
 def pytest_xdist_node_collection_finished(node, ids):

@@ -20,7 +20,7 @@ from common import netns
 from timing import measure_until
 from tparams.errors import ToolError
 
-pytestmark = pytest.mark.timing  # (tests/conftest.py: runs while the other worker waits)
+pytestmark = pytest.mark.timing  # (tests/conftest.py: the others run at SCHED_IDLE meanwhile)
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)")
 relay = pytest.mark.skipif(os.geteuid() != 0 or not RelayBackend.availability().ok,
@@ -77,6 +77,7 @@ def test_netem_backend_calibrates_when_present():
 
 @pytest.mark.lab
 @relay
+@pytest.mark.alone  # the socket-buffer sysctls restored: another testbed would hold them raised
 def test_delay_20ms_measured_within_1ms_and_nothing_leaks():
     # this process's testbeds only: another qreplay on the machine (a user's, or a second checkout's suite) has its
     # own, and one started while this test ran once failed it (2026-11-28 12:30)
@@ -125,6 +126,7 @@ def _cpu_latency_limit_us() -> int:
 @pytest.mark.lab
 @relay
 @pytest.mark.skipif(not cpuidle.availability()[0], reason="no writable /dev/cpu_dma_latency (PM QoS) here")
+@pytest.mark.alone  # the machine's CPU-latency request: another testbed would hold it too
 def test_the_cpus_are_held_out_of_deep_idle_only_while_the_testbed_lives():
     before = _cpu_latency_limit_us()
     with Testbed(backend="relay") as tb:
