@@ -16,7 +16,7 @@ DevTools protocol on --remote-debugging-pipe, Firefox through WebDriver BiDi on 
 
 Accounting. CPU: the driver is a child subreaper, so every process of the browser's tree, orphaned or
 not, is reaped here or by a reaped ancestor, and wait4's rusage of the browser's processes adds up to
-the tree's exact CPU time (the capture's tshark is left out). Memory: the largest sum of VmRSS over the
+the tree's exact CPU time (the capture's dumpcap is left out). Memory: the largest sum of VmRSS over the
 tree, sampled every 100 ms (a page shared by several processes counts in each, as in each process's
 own RSS); a peak shorter than the interval can be missed.
 
@@ -273,11 +273,11 @@ class Capture:
     @classmethod
     def start(cls, device: str, transport: str, server_ip: str, client_ip: str, workdir: Path,
               account: TreeAccount) -> "Capture":
-        from common.tshark import tshark_path, wait_until_capturing
+        from common.tshark import dumpcap_path, wait_until_capturing
 
-        path, log = workdir / "run.pcapng", workdir / "tshark.log"
+        path, log = workdir / "run.pcapng", workdir / "dumpcap.log"
         with open(log, "wb") as out:
-            process = subprocess.Popen([tshark_path(), "-n", "-i", device, "-f", capture_filter(transport, server_ip, client_ip),
+            process = subprocess.Popen([dumpcap_path(), "-i", device, "-f", capture_filter(transport, server_ip, client_ip),
                                         "-w", str(path)], stdout=out, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL)
         account.excluded.add(process.pid)
