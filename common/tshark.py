@@ -29,19 +29,26 @@ def tshark_path() -> str:
         raise ToolError("tshark is not installed (Debian package 'tshark')") from exc
 
 
-def wait_until_capturing(tshark: subprocess.Popen, log: Path, timeout: float = 20.0) -> None:
-    """Return once ``tshark`` (its stdout and stderr going to ``log``) keeps packets.
+def dumpcap_path() -> str:
+    """The dumpcap beside tshark, the one tshark captures with: a capture that only writes a file runs it alone,
+    without tshark's start-up (its dissectors: 0.35 s of CPU against dumpcap's 0.02 s, 2026-11-28)."""
+    return str(Path(tshark_path()).with_name("dumpcap"))
 
-    tshark says "Capturing on" before its dumpcap has opened the interface; dumpcap's own
-    "Capture started" comes a few hundred ms later (seconds on a loaded machine), and only
-    packets after it are in the file.
-    """
+
+# What dumpcap reports once its interface is open, its filter set and its file made (packets from then on are
+# in the file): its "File: <path>" line; tshark passes that report on as "Capture started." (before its own
+# "File:" line). Their "Capturing on" lines come earlier, a few hundred ms (seconds on a loaded machine).
+_CAPTURING = re.compile(rb"Capture started|^File: ", re.MULTILINE)
+
+
+def wait_until_capturing(capture: subprocess.Popen, log: Path, timeout: float = 20.0) -> None:
+    """Return once ``capture``, a tshark or dumpcap (its stdout and stderr going to ``log``), keeps packets."""
     deadline = time.monotonic() + timeout
-    while b"Capture started" not in log.read_bytes():
-        if tshark.poll() is not None:
-            raise ToolError(f"tshark could not capture: {log.read_text(errors='replace').strip()[-300:]}")
+    while not _CAPTURING.search(log.read_bytes()):
+        if capture.poll() is not None:
+            raise ToolError(f"the capture could not start: {log.read_text(errors='replace').strip()[-300:]}")
         if time.monotonic() > deadline:
-            raise ToolError(f"tshark did not start capturing within {timeout:.0f} s")
+            raise ToolError(f"the capture did not start within {timeout:.0f} s")
         time.sleep(0.05)
 
 

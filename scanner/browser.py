@@ -2,9 +2,9 @@
 
 A browser is started headless in a fresh profile, forced onto HTTP/3 against
 a QUIC server on loopback (ngtcp2's gtlsserver with a throw-away certificate)
-while tshark captures that port. Only the ClientHello matters, so a refused
+while dumpcap captures that port. Only the ClientHello matters, so a refused
 certificate is fine. The browser's key log comes along, which also yields
-the lab server's EncryptedExtensions. Browser, tshark and server run in their
+the lab server's EncryptedExtensions. Browser, dumpcap and server run in their
 own process groups and are always ended, also on Ctrl-C and SIGTERM.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.tshark import tshark_path, wait_until_capturing
+from common.tshark import dumpcap_path, wait_until_capturing
 from common.certs import write_certificate
 from common.process import Starter, process_groups
 from common.netns import teardown_on_signals
@@ -111,7 +111,7 @@ def capture_browser(
 
 @dataclass(frozen=True)
 class LabCapture:
-    """A QUIC server on loopback with tshark capturing its port; ``start`` runs a client beside them."""
+    """A QUIC server on loopback with dumpcap capturing its port; ``start`` runs a client beside them."""
 
     port: int
     capture_file: Path
@@ -135,7 +135,7 @@ def lab_capture(workdir: Path, name: str) -> Iterator[LabCapture]:
     # instead of leaving a browser behind.
     with teardown_on_signals(), process_groups() as start:
         start([SERVER_EXECUTABLE, "-q", LOOPBACK, str(port), str(key_file), str(cert_file)], workdir / f"{name}-server.log")
-        _start_tshark(start, port, capture_file, workdir / f"{name}-tshark.log")
+        _start_capture(start, port, capture_file, workdir / f"{name}-dumpcap.log")
         yield LabCapture(port, capture_file, keylog_file, start)
 
 
@@ -206,11 +206,11 @@ def _free_udp_port() -> int:
         return probe.getsockname()[1]
 
 
-def _start_tshark(start: Starter, port: int, capture_file: Path, log: Path) -> None:
-    # SIGINT lets tshark finish the file.
-    tshark = start([tshark_path(), "-i", "lo", "-f", f"udp port {port}", "-w", str(capture_file)], log,
-                   first_signal=signal.SIGINT)
-    wait_until_capturing(tshark, log)
+def _start_capture(start: Starter, port: int, capture_file: Path, log: Path) -> None:
+    # SIGINT lets dumpcap finish the file.
+    dumpcap = start([dumpcap_path(), "-i", "lo", "-f", f"udp port {port}", "-w", str(capture_file)], log,
+                    first_signal=signal.SIGINT)
+    wait_until_capturing(dumpcap, log)
 
 
 def _wait_for_hello(browser: subprocess.Popen, capture_file: Path, port: int, timeout: float) -> None:
