@@ -24,8 +24,11 @@ import pytest
 from common import netns, slurm
 from common.launchers import every_kind, get_launcher
 from conftest import lab_instance
-from replay.link import LINKEM
+from replay.link import LINKEM, LinkConfig
+from replay.runner import Condition, Experiment
+from replay.sets import resolve_one
 from replay.stacks import get_stack
+from replay.stacks.base import RunOptions
 from tparams.errors import ToolError
 
 QREPLAY = Path(sys.executable).with_name("qreplay")
@@ -320,6 +323,21 @@ def test_the_ssh_launcher_runs_the_server_over_ssh_for_real(ssh_server, tmp_path
     while [p for p in netns.namespace_pids(server) if "sshd" not in _cmdline(p)] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert [_cmdline(p) for p in netns.namespace_pids(server) if "sshd" not in _cmdline(p)] == []
+
+
+def test_an_experiment_built_in_python_checks_its_server_host_as_the_command_line_does():
+    """A notebook's Experiment gets the command line's and a campaign file's line: the check is the Experiment's."""
+    def experiment(server_host, launcher=get_launcher("netns:qlab-none")):
+        return Experiment("single", get_stack("ngtcp2"), [Condition(resolve_one("firefox"), None, LinkConfig())],
+                          RunOptions(size=SIZE), 1, "measured", server_host=server_host, launcher=launcher)
+    for address in ("node2.example", "198.18.201.300", "[2001:2::2]"):
+        with pytest.raises(ToolError) as refused:
+            experiment(address)
+        assert str(refused.value) == (f"--server-host {address!r} is not an IP address (give the server host's "
+                                      "address, e.g. 198.18.0.2 or 2001:2::2)")
+    with pytest.raises(ToolError, match="--server-host and --launcher go together"):
+        experiment(SERVER_HOST, launcher=None)
+    assert experiment("2001:0002:0:201:0:0:0:2").server_host == SERVER_HOST6  # stored in its one spelling
 
 
 def test_emulation_and_a_server_host_are_refused_together_in_one_line(tmp_path):
