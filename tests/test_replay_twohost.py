@@ -25,7 +25,7 @@ from common import netns, slurm
 from common.launchers import every_kind, get_launcher
 from conftest import lab_instance
 from replay.link import LINKEM, LinkConfig
-from replay.runner import Condition, Experiment
+from replay.runner import SERVER_PORT, Condition, Experiment
 from replay.sets import resolve_one
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
@@ -130,6 +130,47 @@ def test_an_ipv6_server_host_is_probed_and_served_at_its_bracketed_address(two_h
     facts = json.loads(measured)
     assert (status, mtu, facts["server_host"]) == ("ok", PATH_MTU, SERVER_HOST6)
     assert facts["rtt"]["received"] == facts["rtt"]["sent"]
+
+
+def _ipv6_run(client: str, server: str, stack: str, out: Path) -> dict:
+    """One run of ``stack``'s client against its default server on the IPv6 "host"; the stored row."""
+    done = _qreplay(client, "--stack", stack, "--size", str(SIZE), "--reps", "1", "--server-host", SERVER_HOST6,
+                    "--launcher", f"netns:{server}", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    with duckdb.connect(str(out), read_only=True) as con:
+        cursor = con.execute("SELECT * FROM runs")
+        row, = [dict(zip([c[0] for c in cursor.description], values)) for values in cursor.fetchall()]
+    assert (row["status"], row["error"], row["bytes"]) == ("ok", None, SIZE)
+    return row
+
+
+def test_lsquic_runs_across_two_hosts_over_ipv6(two_hosts_v6, tmp_path):
+    """LSQUIC's -s takes the address unbracketed (its parser splits at the last colon; a bracketed one would be
+    looked up as a host name)."""
+    if not LINKEM.exists() or shutil.which("iperf3") is None:
+        pytest.skip("linkem or iperf3 is missing (scripts/setup.sh builds and installs them)")
+    if reason := get_stack("lsquic").unavailable_reason():
+        pytest.skip(f"LSQUIC is not available here: {reason}")
+    client, server = two_hosts_v6
+    row = _ipv6_run(client, server, "lsquic", tmp_path / "lsquic.duckdb")
+    for argv in (row["client_argv"], row["server_argv"]):
+        assert f"{SERVER_HOST6}:{SERVER_PORT}" in json.loads(argv)
+
+
+@pytest.mark.parametrize("browser", ["chromium", "firefox"])
+def test_a_browser_loads_its_page_across_two_hosts_over_ipv6(two_hosts_v6, tmp_path, browser):
+    """A browser as the client of a two-host run to an IPv6 server: it is named by the server's address (Chromium's
+    resolver rule bracketed, Firefox's IPv6 lookups on), its path is the link's interface, and its capture (an IPv6
+    filter) holds its ClientHello."""
+    if reason := get_stack(browser).unavailable_reason():
+        pytest.skip(reason)
+    _usable_stack()  # its default server, ngtcp2's
+    client, server = two_hosts_v6
+    row = _ipv6_run(client, server, browser, tmp_path / "browser.duckdb")
+    seen = json.loads(row["transport_seen"])
+    assert row["protocol_seen"] == "h3" and seen["quic_v1_packets"] > 0 and seen["quic_handshake_s"] > 0
+    assert seen["udp_in_datagrams"] > 0  # IPv6's UDP counters (snmp6)
+    assert json.loads(row["client_sent"])["initial_max_data"] > 0  # the ClientHello, from the IPv6 capture
 
 
 def test_the_ipv6_addresses_of_our_namespaces_are_usable_at_once(two_hosts_v6):
