@@ -634,7 +634,10 @@ def run_experiment(experiment: Experiment, results: str | Path,
                  if len(used) > 2 else {}),
               "timeout_s": experiment.options.timeout_s, "qlog_dir": str(experiment.options.qlog_dir or ""),
               "requests": experiment.options.requests, "concurrency": experiment.options.concurrency,
-              "clients": experiment.options.clients}
+              "clients": experiment.options.clients,
+              # beside the run times (a campaign's projection says at which load they were measured); and at the
+              # end, below
+              "load_1min": round(os.getloadavg()[0], 2)}
     record["config"] = json.dumps(config)
     store.upsert_experiment(con, record)
     rows: list[dict] = []
@@ -687,9 +690,13 @@ def run_experiment(experiment: Experiment, results: str | Path,
                 store.insert(con, "runs", batch, skip_stored=True)
                 rows += batch
         record["finished_at"] = datetime.datetime.now()
-        store.upsert_experiment(con, record)
     finally:
-        con.close()
+        try:  # an interrupted experiment keeps its load at the end too
+            record["config"] = json.dumps({**json.loads(record["config"]),
+                                           "load_1min_end": round(os.getloadavg()[0], 2)})
+            store.upsert_experiment(con, record)
+        finally:
+            con.close()
     return rows
 
 
