@@ -94,6 +94,10 @@ def list_namespaces(prefix: str = "") -> list[str]:
     return sorted(name for name in _pyroute2_netns().listnetns() if name.startswith(prefix))
 
 
+# IFA_F_NODAD (linux/if_addr.h): an address added with it is never "tentative"
+IFA_F_NODAD = 0x02
+
+
 def create_namespace(name: str) -> None:
     """A fresh namespace with loopback up; refuses to reuse an existing one."""
     if name in _pyroute2_netns().listnetns():
@@ -101,6 +105,16 @@ def create_namespace(name: str) -> None:
     _pyroute2_netns().create(name)
     with iproute(name) as ipr:
         ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+    # No IPv6 duplicate address detection in the project's namespaces, whose addresses are its own. add_address's
+    # IFA_F_NODAD covers the addresses it adds; this covers the link-local one the kernel adds to every interface
+    # as its link comes up, which an interface made here (both ends of add_veth, each in its own namespace) takes
+    # from `default` (1 in a new namespace; `all` 0): measured 2026-11-28 at load 11-13, such a link-local stayed
+    # tentative 1.4-1.8 s, 4-44 ms with this. Nothing of ours sends from a link-local address (an echo
+    # between two NODAD addresses crossed while both link-locals were tentative), so this only keeps DAD's
+    # solicitations off the links, and `all` against a host whose new namespaces inherit its own.
+    with contextlib.suppress(FileNotFoundError):  # a kernel without IPv6 has no DAD to turn off
+        for conf in ("all", "default"):
+            set_sysctl(name, f"net.ipv6.conf.{conf}.accept_dad", 0)
 
 
 def delete_namespace(name: str) -> None:
@@ -148,13 +162,14 @@ def set_mtu(ns: str, ifname: str, mtu: int) -> None:
 
 
 def add_address(ns: str, ifname: str, address: str, prefixlen: int) -> None:
-    if ":" in address:
-        # Usable at once, not "tentative" for duplicate address detection: an interface made elsewhere and moved
-        # here (a veth's end) keeps the accept_dad of where it was made, and a lab server binding its address under
-        # load failed "cannot assign requested address" (caddy, `qscan lab up`, 2026-11-28 a fresh clone's run).
-        set_sysctl(ns, f"net.ipv6.conf.{ifname}.accept_dad", 0)
+    """An IPv6 address is usable (bindable, a source) the moment this returns: with duplicate address detection
+    off (accept_dad 0) an address still stays "tentative" until the kernel's DAD work runs, and binding it fails
+    "cannot assign requested address" until then (a lab server's under load, caddy in `qscan lab up`; measured
+    2026-11-28 at load 11: 3 of 12 binds right after the add failed with accept_dad 0 on the interface or the
+    namespace's default, none of 12 with IFA_F_NODAD)."""
     with iproute(ns) as ipr:
-        ipr.addr("add", index=_index(ipr, ns, ifname), address=address, prefixlen=prefixlen)
+        ipr.addr("add", index=_index(ipr, ns, ifname), address=address, prefixlen=prefixlen,
+                 **({"flags": IFA_F_NODAD} if ":" in address else {}))
 
 
 def add_route(ns: str, destination: str, gateway: str | None = None, blackhole: bool = False) -> None:

@@ -63,7 +63,7 @@ def wait_until_in_capture(pcap: Path, address: str, timeout: float = 30.0) -> No
     long-header bit set, so captures filtered to QUIC long headers keep it too.
     """
     marker = b"\xc0" + os.urandom(15)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.sendto(marker, (address, 9))
     deadline = time.monotonic() + timeout
     while marker not in pcap.read_bytes():

@@ -207,11 +207,11 @@ def _bring_up(topology: Topology, instance: str) -> dict[str, Any]:
         netns.create_namespace(name)
         state["namespaces"].append(name)
         _write_state(instance, state)  # a crash from here on leaves a trail for `down`
-        # Dual-stack, but static: no duplicate address detection (an address is usable at once, not
-        # "tentative" for a second), no router advertisements or autoconfigured addresses.
+        # Dual-stack, but static: no router advertisements or autoconfigured addresses (and, as in every
+        # namespace of ours, no duplicate address detection: netns.create_namespace and add_address).
         for conf in ("all", "default"):
-            for key, value in (("accept_dad", 0), ("accept_ra", 0), ("autoconf", 0)):
-                netns.set_sysctl(name, f"net.ipv6.conf.{conf}.{key}", value)
+            for key in ("accept_ra", "autoconf"):
+                netns.set_sysctl(name, f"net.ipv6.conf.{conf}.{key}", 0)
         return name
 
     namespace(core_ns)

@@ -1,4 +1,5 @@
-"""One browser download, run inside the testbed's client namespace: the client process of a browser stack.
+"""One browser download, run inside the testbed's client namespace (or a two-host run's client "host"): the client
+process of a browser stack.
 
     python -m replay.browser_driver chromium --server 198.18.100.2:4433 --size 5000000 --workdir DIR \\
         --cert DIR/cert.pem --ca DIR/ca.pem
@@ -51,6 +52,8 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+
+from tparams.program_cli import split_address
 
 HOST = "qreplay.lab"  # the server's name in the browser; each browser maps it to the server's address
 BROWSERS = {"chromium": "chromium", "firefox": "firefox-esr"}
@@ -245,8 +248,16 @@ class TreeAccount:
                 self.peak_rss_kb = max(self.peak_rss_kb, usage.ru_maxrss)
 
 
+def path_device(server_ip: str) -> str:
+    """The interface this namespace reaches the server through: the testbed's path, or a two-host run's link."""
+    done = subprocess.run(["ip", "-j", "route", "get", server_ip], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RunFailed(f"no route to the server {server_ip}: {done.stderr.strip()[-200:]}")
+    return json.loads(done.stdout)[0]["dev"]
+
+
 def _only_the_path(device: str) -> bool:
-    """Whether this namespace's interfaces are loopback and the testbed's path alone (``ip netns exec``
+    """Whether this namespace's interfaces are loopback and the path to the server alone (``ip netns exec``
     mounts the namespace's own /sys), so the browser can reach nothing but the server's namespace."""
     return set(os.listdir("/sys/class/net")) <= {"lo", device}
 
@@ -258,10 +269,16 @@ def capture_filter(transport: str, server_ip: str, client_ip: str) -> str:
     packets (the handshake, the ClientHello) and any TCP segment with payload or SYN, which must not be
     there; h2 runs: every UDP datagram (none must be there), the TCP handshakes and what the client sends
     (its TLS handshake, requests and window updates; not the download)."""
-    tcp_payload = "(ip[2:2] - ((ip[0] & 0xf) << 2) - ((tcp[12] & 0xf0) >> 2)) > 0"
-    syn = "tcp[tcpflags] & tcp-syn != 0"
+    if ":" in server_ip:
+        # libpcap's udp[] and tcp[] read IPv4 packets only: over IPv6 the transport header is read at its offset
+        # behind the fixed 40-byte header (the project's links add no extension headers)
+        tcp_payload = "(ip6[4:2] - ((ip6[52] & 0xf0) >> 2)) > 0"
+        syn, long_header = "ip6[53] & 0x02 != 0", "ip6[48] & 0x80 != 0"
+    else:
+        tcp_payload = "(ip[2:2] - ((ip[0] & 0xf) << 2) - ((tcp[12] & 0xf0) >> 2)) > 0"
+        syn, long_header = "tcp[tcpflags] & tcp-syn != 0", "udp[8] & 0x80 != 0"
     if transport == "quic":
-        return f"host {server_ip} and ((udp and udp[8] & 0x80 != 0) or (tcp and ({syn} or {tcp_payload})))"
+        return f"host {server_ip} and ((udp and {long_header}) or (tcp and ({syn} or {tcp_payload})))"
     return f"host {server_ip} and (udp or (tcp and ({syn} or (src host {client_ip} and {tcp_payload}))))"
 
 
@@ -305,7 +322,7 @@ class Capture:
 
 def _own_address(server_ip: str) -> str:
     """This namespace's address towards the server."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+    with socket.socket(socket.AF_INET6 if ":" in server_ip else socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((server_ip, MARKER_PORT))
         return probe.getsockname()[0]
 
@@ -322,7 +339,8 @@ def read_transport(capture: Path, client_ip: str, server_ip: str, server_port: i
     from scanner.capture.frontend import long_header_datagrams
     from scanner.handshake.packets import long_packets
 
-    fields = ["frame.time_epoch", "ip.src", "udp.dstport", "tcp.len", "tcp.flags.syn", "tcp.stream"]
+    ip = "ipv6" if ":" in server_ip else "ip"  # tshark's field names by family
+    fields = ["frame.time_epoch", f"{ip}.src", "udp.dstport", "tcp.len", "tcp.flags.syn", "tcp.stream"]
     command = [tshark_path(), "-n", "-r", str(capture), "--disable-protocol", "quic", "-Y", "udp or tcp",
                "-T", "fields", "-E", "separator=/t", "-E", "occurrence=f"]
     for name in fields:
@@ -357,7 +375,7 @@ def read_transport(capture: Path, client_ip: str, server_ip: str, server_port: i
                     first.setdefault(packet.packet_type.name, datagram.time)
     if syn_of_stream:  # the connection that first carried a request: a browser may open a spare one
         tls = subprocess.run([tshark_path(), "-n", "-r", str(capture), "-d", f"tcp.port=={server_port},tls", "-Y",
-                              f"ip.src == {client_ip} and tls.record.content_type == 23", "-T", "fields", "-e",
+                              f"{ip}.src == {client_ip} and tls.record.content_type == 23", "-T", "fields", "-e",
                               "frame.time_epoch", "-e", "tcp.stream"], capture_output=True, text=True).stdout.split()
         if len(tls) >= 2 and tls[1] in syn_of_stream:
             first["tls-syn"], first["tls-finished"] = syn_of_stream[tls[1]], float(tls[0])
@@ -391,12 +409,16 @@ def read_client_hello(capture: Path, label: str, server_port: int, keylog: Path 
 
 
 def namespace_counters() -> dict[str, int]:
-    """This namespace's UDP datagrams and TCP segments received (/proc/net/snmp)."""
+    """This namespace's UDP datagrams and TCP segments received (/proc/net/snmp; IPv6's UDP apart in snmp6, TCP's
+    one count for both families)."""
     lines = [line.split() for line in Path("/proc/net/snmp").read_text().splitlines()]
     table = {}
     for names, values in zip(lines[::2], lines[1::2]):
         table.update({f"{names[0]}{n}": int(v) for n, v in zip(names[1:], values[1:]) if v.lstrip("-").isdigit()})
-    return {"udp_in_datagrams": table.get("Udp:InDatagrams", 0), "tcp_in_segments": table.get("Tcp:InSegs", 0)}
+    with contextlib.suppress(OSError):  # no snmp6 on a kernel without IPv6
+        table.update(line.split() for line in Path("/proc/net/snmp6").read_text().splitlines())
+    return {"udp_in_datagrams": table.get("Udp:InDatagrams", 0) + int(table.get("Udp6InDatagrams", 0)),
+            "tcp_in_segments": table.get("Tcp:InSegs", 0)}
 
 
 # --- the browsers -----------------------------------------------------------------------------------
@@ -467,7 +489,9 @@ def quiet_chromium(profile: Path) -> list[str]:
 
 
 def chromium_command(target: Target, profile: Path) -> list[str]:
-    argv = [*quiet_chromium(profile), f"--host-resolver-rules=MAP {HOST} {target.server_ip}"]
+    # an IPv6 address in brackets: unbracketed, the rule is dropped and the name not resolved (Chromium 156)
+    server = f"[{target.server_ip}]" if ":" in target.server_ip else target.server_ip
+    argv = [*quiet_chromium(profile), f"--host-resolver-rules=MAP {HOST} {server}"]
     if target.transport == "quic":
         argv += ["--enable-quic", f"--origin-to-force-quic-on={HOST}:{target.port}"]
     else:
@@ -478,9 +502,8 @@ def chromium_command(target: Target, profile: Path) -> list[str]:
 
 
 FIREFOX_PREFERENCES = {
-    # Name resolution: the system's (resolve_only), IPv4 only: the testbed has no IPv6, and a ::1 answer
-    # first would leave the load hanging.
-    "network.dns.disableIPv6": True,
+    # Name resolution: the system's (resolve_only); network.dns.disableIPv6 by the server's family
+    # (firefox_preferences).
     "network.trr.mode": 5,
     "network.proxy.type": 0,
     # Quiet: no updates, telemetry, safe browsing, remote settings, portal or connectivity checks.
@@ -497,7 +520,8 @@ FIREFOX_PREFERENCES = {
 
 
 def firefox_preferences(target: Target) -> dict[str, object]:
-    prefs = dict(FIREFOX_PREFERENCES)
+    # IPv4 only to an IPv4 server: an IPv6 (::1) answer first left the load hanging
+    prefs = {**FIREFOX_PREFERENCES, "network.dns.disableIPv6": ":" not in target.server_ip}
     if target.transport == "quic":
         prefs.update({
             "network.http.http3.enable": True,
@@ -829,12 +853,14 @@ def check_protocol(target: Target, measured: dict, seen: dict, label: str) -> st
     return expected
 
 
-def run(target: Target, device: str, out: dict) -> None:
+def run(target: Target, out: dict) -> None:
     """Fill ``out`` with the run as the runner stores it; RunFailed when it cannot count (``out`` then
     holds what was measured all the same: the version, CPU, the capture's counts, the ClientHello)."""
+    device = path_device(target.server_ip)
     if not _only_the_path(device):
-        raise RunFailed("a browser runs only in the testbed's client namespace, whose one way out is the path "
-                        f"{device} (not with --link loopback)")
+        raise RunFailed("a browser runs only in a namespace whose one way out is the path to the server, here "
+                        f"{device} (the testbed's client namespace, or a two-host run's standing for its host; not "
+                        "with --link loopback)")
     resolve_only(target.server_ip, target.workdir)
     become_subreaper()
     profile = target.workdir / "profile"
@@ -918,14 +944,13 @@ def check_moved(target: Target, measured: dict, label: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m replay.browser_driver", description=__doc__.split("\n")[0])
     parser.add_argument("browser", choices=sorted(BROWSERS))
-    parser.add_argument("--server", required=True, help="IP:PORT of the server")
+    parser.add_argument("--server", required=True, help="IP:PORT of the server ([IPv6]:PORT)")
     parser.add_argument("--size", type=int, required=True)
     parser.add_argument("--transport", choices=sorted(PROTOCOLS), default="quic")
     parser.add_argument("--cert", type=Path, required=True)
     parser.add_argument("--ca", type=Path, required=True)
     parser.add_argument("--no-trust", action="store_true", help="give the browser nothing to trust the server by")
     parser.add_argument("--workdir", type=Path, required=True)
-    parser.add_argument("--device", required=True, help="the client namespace's path interface, captured")
     parser.add_argument("--timeout-s", type=float, default=120.0)
     parser.add_argument("--keylog", type=Path)
     # the replay protocol's workload options (tparams.workloads), as the replay clients take them
@@ -934,7 +959,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--qlog-dir", type=Path, help="firefox: write neqo's qlog of each connection here")
     args = parser.parse_args(argv)
-    ip, port = args.server.rsplit(":", 1)
+    ip, port = split_address(args.server)
     args.workdir.mkdir(parents=True, exist_ok=True)
     target = Target(args.browser, ip, int(port), args.size, args.transport, args.cert, args.ca, not args.no_trust,
                     args.workdir, args.timeout_s, args.keylog or args.workdir / "keylog", direction=args.direction,
@@ -943,7 +968,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result: dict = {"bytes": 0}
     try:
-        run(target, args.device, result)
+        run(target, result)
         print(json.dumps(result), flush=True)
         return 0
     except RunFailed as exc:

@@ -237,7 +237,9 @@ def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[floa
                        r.size_bytes, r.workload,
                        epoch(coalesce(lead(r.started_at) OVER w, e.finished_at) - r.started_at) AS seconds,
                        CASE WHEN row_number() OVER w = 1 THEN epoch(r.started_at - e.started_at) END AS setup,
-                       lead(r.started_at) OVER w IS NULL AS last, r.experiment_id || '/' || r.host AS share
+                       lead(r.started_at) OVER w IS NULL AS last, r.experiment_id || '/' || r.host AS share,
+                       TRY_CAST(json_extract_string(e.config, '$.load_1min') AS DOUBLE),
+                       TRY_CAST(json_extract_string(e.config, '$.load_1min_end') AS DOUBLE)
                 FROM (SELECT *, {host} AS host FROM host_runs) r
                 JOIN (SELECT *, {host} AS host FROM host_experiments) e USING (experiment_id, host)
                 WINDOW w AS (PARTITION BY r.experiment_id, r.host ORDER BY r.started_at)
@@ -248,15 +250,16 @@ def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[floa
             con.close()
         # The last run of an experiment on a host ends with the testbed's teardown, once an experiment:
         # what it took beyond the mean of the others counts with the set-up, not as a run.
-        for _, members in itertools.groupby(rows, key=lambda row: row[-1]):
+        for _, members in itertools.groupby(rows, key=lambda row: row[10]):
             members = [row for row in members if row[7] is not None and row[7] > 0]
             others = [row[7] for row in members if not row[9]]
             overhead = sum(row[8] for row in members if row[8] is not None and row[8] >= 0)
-            for *values, seconds, _, last, _ in members:
+            for *values, seconds, _, last, _, load_start, load_end in members:
                 if last and others:
                     overhead += max(0.0, seconds - sum(others) / len(others))
                     seconds = sum(others) / len(others)
-                runs.append(dict(zip(KEYS[0], values)) | {"seconds": seconds})
+                # the machine's 1-minute load at its experiment's start and end (None: not recorded)
+                runs.append(dict(zip(KEYS[0], values)) | {"seconds": seconds, "loads": (load_start, load_end)})
             if members:
                 setups.append(overhead)
     return runs, setups, fixed
@@ -281,6 +284,11 @@ class Projection:
     measured_runs: int
     setup_seconds: float
     fixed_seconds: float
+    #: the lowest and highest 1-minute load average recorded with the measured runs (None: none recorded): a
+    #: projection holds at the load its runs were measured at (the same campaign took 5.3 and 8.7 s a minute apart
+    #: at load 4.5, 2026-11-28: docs/scale.md)
+    measured_load: tuple[float, float] | None
+    load_now: float
 
     @property
     def wall_seconds(self) -> float:
@@ -318,8 +326,10 @@ def project(plan_: Plan, hosts: int, measured: list[dict], setups: list[float],
                 break
     once = sum(fixed) / len(fixed) if fixed else 0.0
     host_seconds = [s + setup * len(e) + once for s, e in zip(seconds, experiments)]
+    loads = [load for run in measured for load in run.get("loads", ()) if load is not None]
     return Projection(hosts, len(plan_.runs), host_seconds, sum(seconds) + setup * len(plan_.experiments) + once,
-                      {k: v for k, v in matched.items() if v}, len(measured), setup, once)
+                      {k: v for k, v in matched.items() if v}, len(measured), setup, once,
+                      (min(loads), max(loads)) if loads else None, round(os.getloadavg()[0], 2))
 
 
 def projection_lines(plan_: Plan, p: Projection, file: str, directory: str) -> list[str]:
@@ -336,6 +346,10 @@ def projection_lines(plan_: Plan, p: Projection, file: str, directory: str) -> l
         + f" (means of {p.measured_runs:,} measured runs; {p.setup_seconds:.1f} s set-up and teardown an experiment "
         "a host, "
         f"{p.fixed_seconds:.1f} s a host's own)",
+        "load:        " + (f"{p.measured_load[0]:.1f}-{p.measured_load[1]:.1f} when measured" if p.measured_load
+                           else "not recorded with the measured runs")
+        + f", {p.load_now:.1f} now (1-minute load average on {os.cpu_count()} cores: the times hold at the load "
+        "they were measured at)",
         f"each host:   {shlex.join(host_argv(file, '<I>', p.hosts, directory))}",
     ]
 

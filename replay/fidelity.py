@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -154,17 +153,9 @@ def run_fidelity(plan: FidelityPlan, results: str | Path, *, link_backend: str =
     for links, size in plan.parts():
         experiment = Experiment("fidelity", plan.browsers[0], fidelity_conditions(plan, links, sets),
                                 RunOptions(size=size, timeout_s=default_timeout_s(size)), plan.reps,
-                                tags={**tags, "purpose": "comparison", "sets": {b: s.name for b, s in sets.items()},
-                                      "load_1min": round(os.getloadavg()[0], 2)}, **common)
-        try:
-            execute(experiment, results)
-        finally:  # an interrupted campaign keeps its runs, and its load at the end
-            con = store.connect(results)
-            try:
-                con.execute("UPDATE experiments SET config = json_merge_patch(config, ?) WHERE experiment_id = ?",
-                            [json.dumps({"load_1min_end": round(os.getloadavg()[0], 2)}), experiment.experiment_id])
-            finally:
-                con.close()
+                                tags={**tags, "purpose": "comparison", "sets": {b: s.name for b, s in sets.items()}},
+                                **common)
+        execute(experiment, results)  # its load at the start and end in its config (runner.run_experiment)
     return campaign
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import csv
 import datetime
 import json
-import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -228,8 +227,7 @@ def run_campaign(stacks: list[Stack], plans: list[FigurePlan], results: str | Pa
     campaign = uuid.uuid4().hex[:12]
     execute = execute or run_experiment
     for plan, stack in runnable:
-        tags = {"campaign": campaign, "figure": plan.figure, "mode": mode, "load_1min": round(os.getloadavg()[0], 2),
-                "not_run": not_run}
+        tags = {"campaign": campaign, "figure": plan.figure, "mode": mode, "not_run": not_run}
         if plan.browsers:  # the browsers are the clients, the stack their server
             tags["browsers"] = list(plan.browsers)
             execute(Experiment(plan.kind, get_stack(plan.browsers[0]), list(plan.conditions), plan.options(),

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import datetime
 import fcntl
+import ipaddress
 import json
 import os
 import shutil
@@ -78,6 +79,10 @@ class Experiment:
     launcher: Launcher | None = None
 
     def __post_init__(self) -> None:
+        if bool(self.server_host) != (self.launcher is not None):
+            raise ToolError("--server-host and --launcher go together: the server's address, and how to start it there")
+        if self.server_host:
+            self.server_host = server_address(self.server_host)
         for client, server in {self.stacks(c) for c in self.conditions} or {self.stacks(None)}:
             if not server.serves(client.protocol) and client.needs_page:
                 why = server.library.no_h3_server if server.library and client.protocol == "h3" else None
@@ -119,6 +124,18 @@ class Experiment:
         if self.server_stack:
             return client, self.server_stack
         return client, get_stack(client.default_server) if client.default_server else client
+
+
+def server_address(server_host: str) -> str:
+    """A two-host run's server address in its one spelling. An address, not a name: the link is probed and the
+    servers listen at it (an IPv6 one bracketed as ip:port), and a name resolving elsewhere on the other host would
+    be another link than the one measured. Checked where an Experiment is made, so the command line, a campaign
+    file and a notebook get the same line."""
+    try:
+        return str(ipaddress.ip_address(server_host))
+    except ValueError:
+        raise ToolError(f"--server-host {server_host!r} is not an IP address (give the server host's address, "
+                        "e.g. 198.18.0.2 or 2001:2::2)") from None
 
 
 class Loopback:
@@ -617,7 +634,10 @@ def run_experiment(experiment: Experiment, results: str | Path,
                  if len(used) > 2 else {}),
               "timeout_s": experiment.options.timeout_s, "qlog_dir": str(experiment.options.qlog_dir or ""),
               "requests": experiment.options.requests, "concurrency": experiment.options.concurrency,
-              "clients": experiment.options.clients}
+              "clients": experiment.options.clients,
+              # beside the run times (a campaign's projection says at which load they were measured); and at the
+              # end, below
+              "load_1min": round(os.getloadavg()[0], 2)}
     record["config"] = json.dumps(config)
     store.upsert_experiment(con, record)
     rows: list[dict] = []
@@ -670,9 +690,13 @@ def run_experiment(experiment: Experiment, results: str | Path,
                 store.insert(con, "runs", batch, skip_stored=True)
                 rows += batch
         record["finished_at"] = datetime.datetime.now()
-        store.upsert_experiment(con, record)
     finally:
-        con.close()
+        try:  # an interrupted experiment keeps its load at the end too
+            record["config"] = json.dumps({**json.loads(record["config"]),
+                                           "load_1min_end": round(os.getloadavg()[0], 2)})
+            store.upsert_experiment(con, record)
+        finally:
+            con.close()
     return rows
 
 

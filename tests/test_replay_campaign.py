@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -111,8 +112,14 @@ def test_two_shards_one_killed_and_resumed_merge_into_exactly_the_plan(campaign_
     # a host's own time, for the projection: its shard's time outside the experiments and its process's start-up
     times = json.loads(alone.stdout)
     assert times["startup_seconds"] > 0
-    assert campaign.measured_durations([one_host])[2] == [
-        pytest.approx(times["outside_seconds"] + times["startup_seconds"])]
+    measured, _, fixed = campaign.measured_durations([one_host])
+    assert fixed == [pytest.approx(times["outside_seconds"] + times["startup_seconds"])]
+    # each run's time beside the machine's load at its experiment's start and end, and the plan says it
+    assert all(len(run["loads"]) == 2 and None not in run["loads"] for run in measured)
+    planned = _qreplay("campaign", "plan", campaign_file, "--hosts", "2", "--measured", one_host)
+    assert planned.returncode == 0, planned.stderr
+    assert re.search(r"^load: +\d+\.\d-\d+\.\d when measured, \d+\.\d now ", planned.stdout, re.MULTILINE), \
+        planned.stdout
     assert _qreplay("campaign", "merge", one_host, "--out", tmp_path / "one.duckdb").returncode == 0
     assert _grouping(merged) == _grouping(tmp_path / "one.duckdb")
     assert len(_grouping(merged)) == 2  # the two sets, each of its two repetitions

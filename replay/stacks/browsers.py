@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 from replay.browser_driver import BROWSERS, PROTOCOLS, write_page
-from replay.link import PATH_DEVICE
 from replay.stacks.base import Applied, ClientPlan, ClientResult, Stack
 from tparams.errors import ToolError
+from tparams.program_cli import address
 
 # Debian packages behind each thing a browser run needs.
 PACKAGES = {"chromium": "chromium", "firefox-esr": "firefox-esr", "certutil": "libnss3-tools", "tshark": "tshark"}
@@ -78,9 +78,9 @@ class Browser(Stack):
         if params is not None and any(v is not None for v in params.as_sent().values()):
             raise ToolError(f"a browser's parameters are its own: {self.name} takes no --set or --client-param")
         write_page(workdir / "htdocs")  # the server stacks that serve a page serve this directory
-        argv = [sys.executable, "-m", "replay.browser_driver", self.browser, f"--server={server_ip}:{port}",
+        argv = [sys.executable, "-m", "replay.browser_driver", self.browser, f"--server={address(server_ip, port)}",
                 f"--size={opts.size}", f"--transport={self.transport}", f"--cert={workdir / 'cert.pem'}",
-                f"--ca={workdir / 'ca.pem'}", f"--workdir={workdir / 'browser'}", f"--device={PATH_DEVICE}",
+                f"--ca={workdir / 'ca.pem'}", f"--workdir={workdir / 'browser'}",
                 # the runner's own deadline stops the driver later; the driver's leaves time to end the browser
                 f"--timeout-s={max(10.0, opts.timeout_s - 10):g}"]
         argv += [f"--{name}={value}" for name, value in

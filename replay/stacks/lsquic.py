@@ -130,6 +130,8 @@ class Lsquic(Stack):
             with open(docroot / name, "wb") as payload:
                 payload.truncate(opts.size)  # sparse: the size costs no disk
         applied = self._settings(params, opts, "server")
+        # -s ip:port, an IPv6 address unbracketed: LSQUIC's parser splits at the last colon and looks a bracketed
+        # address up as a host name
         argv = [self.binary("server") or PROGRAM["server"], "-c", f"{HOST},{cert},{key}", "-s", f"{ip}:{port}",
                 "-r", str(docroot), *applied.flags]
         return argv, applied
