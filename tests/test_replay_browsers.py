@@ -104,7 +104,11 @@ def test_each_browser_downloads_over_h3_through_the_testbed_and_is_stored_as_a_b
     assert 0.010 <= row["handshake_s"] < 1  # from the capture: at least the round trip of 10 ms
     seen = json.loads(row["transport_seen"])
     assert seen["quic_v1_packets"] > 0 and seen["tcp_payload_packets"] == 0
-    assert seen["udp_in_datagrams"] >= SIZE / 1500
+    # Firefox reads with UDP_GRO (neqo's quinn-udp): a burst linkem writes as one UDP GSO write reaches it whole and
+    # counts once, up to 64 KiB (1,851 datagrams for 3 MB, 2026-11-28, the link's process at SCHED_IDLE in the
+    # suite, so more due together); Chromium reads datagram by datagram.
+    largest_read = {"chromium": 1500, "firefox": 65535}[browser]
+    assert seen["udp_in_datagrams"] >= SIZE / largest_read
     # What the browser sent, from its own ClientHello; the run's fingerprint is that set's.
     sent = json.loads(row["client_sent"])
     assert sent["initial_max_data"] >= 1_000_000 and sent["initial_max_streams_bidi"] >= 1
