@@ -374,6 +374,22 @@ def test_each_datasets_declared_runs_are_the_ones_it_holds():
         assert runs == declared, name
 
 
+def test_the_hand_explanations_claims_agree_with_the_runs_breakdowns(monkeypatch):
+    """Each limit a hand explanation of the results page names for a traced condition is borne out by at least
+    half the condition's runs, and the paragraph is on the page; a claim the runs do not bear out is said so."""
+    page = (limits_page.ROOT / "docs" / limits_page.PAGE).read_text()
+    for name in limits_page.SECTIONS:
+        checked = limits_page.hand_checks(name)
+        assert checked and [c for c in checked if not c[1]] == [], name
+        assert all(claim[1] in page for claim, _, _ in checked)
+    made_up = ("fidelity", "made up", {"stack": "aioquic", "delay_ms": 0}, "congestion_window", "label")
+    monkeypatch.setattr(limits_page, "HAND", (made_up, (*made_up[:2], {"stack": "none"}, *made_up[3:])))
+    (_, holds, said), (_, none_holds, none_said) = limits_page.hand_checks("fidelity")
+    assert not holds and "of the time, the label of 0 of 2 runs" in said, said
+    assert not none_holds and none_said == "no such runs"
+    assert "`congestion_window` its label, **disagrees**" in limits_page.hand_line("fidelity")
+
+
 @pytest.mark.skipif(NGTCP2.unavailable_reason() is not None, reason=f"ngtcp2: {NGTCP2.unavailable_reason()}")
 def test_measure_runs_a_datasets_invocations_again_into_a_new_file_and_exports_it(tmp_path):
     """One small traced download declared as a dataset: measured into a new results file, exported with its
