@@ -65,7 +65,8 @@ HAND = (
       for stack in ("ngtcp2", "quiche")),
     *(("pairs", "the table agrees with it", {"stack": "quinn", "server_stack": server}, "sender_cpu", "label")
       for server in ("quiche", "msquic", "aioquic")),
-    ("pairs", "the table agrees with it", {"stack": "aioquic", "server_stack": "quinn"}, "receiver_cpu_socket", "label"),
+    ("pairs", "the table agrees with it", {"stack": "aioquic", "server_stack": "quinn"}, "receiver_cpu_socket",
+     "label"),
     *(("sweep", "flow control, not congestion control", {"stack": stack}, "receive_window_connection", "label")
       for stack in ("ngtcp2", "quic-go")),
 )

@@ -262,7 +262,8 @@ def _not_yet_read(point: Mapping, unread: list[tuple[float, int]], window: int |
     """How long from ``point`` (until ``until`` at most) the sender, at room in its window by the capture, had
     not yet read the ACKs that made the room (rule 4): counting the bytes of those it had not read as in flight,
     it is at ``window``, the one it had before them, until it has read enough of them. 0 where that is not so."""
-    if point.get("cwnd") is None or window is None or not unread or (point.get("in_flight") or 0) >= point["cwnd"] - mss:
+    if point.get("cwnd") is None or window is None or not unread or \
+            (point.get("in_flight") or 0) >= point["cwnd"] - mss:
         return 0.0
     seen = (point.get("in_flight") or 0) + sum(taken for _, taken in unread)
     if seen < window - mss:
