@@ -432,8 +432,7 @@ def _impact(story: Story, plan: DemoPlan, scan: Path, check: bool) -> list[Entry
                 f"{options.rate_mbps:g} Mbit/s at 30 ms on {capped['share_pct'].sum():.0f}% of endpoints"
                 + (f" (most by {capped.sort('share_pct')['upload_binding'][-1]})" if capped.height else ""))
     if result.checks is not None:
-        headline += (f"; spot checks: {result.checks.filter(pl.col('checked')).height} of {result.checks.height} "
-                     f"cases measured, {result.bound_within()}")
+        headline += f"; {result.measured()}, {result.bound_within()}"
     story.say(headline)
     story.warn()
     return [Entry(out_dir / "report.html", "What every server set of the scan does to a browser's upload and page "

@@ -49,6 +49,27 @@ EXPERIMENTS = {
     "sweep": tuple(f"sweep --stack {stack} --param initial_max_data --values 196608 --delay 30ms --size 10MB "
                    "--reps 2 --trace" for stack in ("ngtcp2", "quic-go")),
 }
+#: what the page's hand explanations say held the traced conditions back, held against the runs' breakdowns in
+#: a generated line beneath each table (a test fails where one disagrees): (dataset, the paragraph, the
+#: condition (runs columns and values), the limit it names, and whether it names it as the condition's label or
+#: as a share of its time (why's SHOWN_SHARE or more); it agrees where at least half the condition's runs bear it out)
+HAND = (
+    ("fidelity", "0-10 ms: the client's CPU", {"stack": "aioquic", "delay_ms": 0}, "receiver_cpu_socket", "label"),
+    ("fidelity", "0-10 ms: the client's CPU", {"stack": "chromium", "delay_ms": 0}, "receiver_cpu_socket", "label"),
+    *(("fidelity", "The receive socket", {"stack": stack, "delay_ms": delay}, "receiver_cpu_socket", "share")
+      for stack, delay in (("ngtcp2", 30), ("ngtcp2", 200), ("chromium", 200), ("firefox", 30), ("firefox", 200))),
+    *(("fidelity", "The update rule", {"stack": stack, "delay_ms": 200}, limit, how)
+      for stack in ("chromium", "ngtcp2")
+      for limit, how in (("congestion_window", "label"), ("receive_window_stream", "share"))),
+    *(("fidelity", "The lossy link", {"stack": stack, "loss_pct": 1}, "loss_recovery", "label")
+      for stack in ("ngtcp2", "quiche")),
+    *(("pairs", "the table agrees with it", {"stack": "quinn", "server_stack": server}, "sender_cpu", "label")
+      for server in ("quiche", "msquic", "aioquic")),
+    ("pairs", "the table agrees with it", {"stack": "aioquic", "server_stack": "quinn"}, "receiver_cpu_socket",
+     "label"),
+    *(("sweep", "flow control, not congestion control", {"stack": stack}, "receive_window_connection", "label")
+      for stack in ("ngtcp2", "quic-go")),
+)
 MEASURED = ROOT / "out" / "limits"
 #: what an export keeps of a run besides its conditions (replay.statistics.present_conditions)
 KEPT = ("run_id", "experiment_id", "started_at", "status", "goodput_mbps", "bytes", "wall_s", "server_cpu_s",
@@ -145,7 +166,72 @@ def table(name: str, directory: Path = DATASETS) -> str:
             f"from its trace. All: {statistics.shared(summary)}. Per condition the limit most of its runs were held "
             f"by, the mean share of the transfer's time at each limit of {SHOWN_SHARE:.0%} or more, the mean goodput "
             "and what the limit's model allows (`qreplay why`); a condition well short of it (an anomaly) first.\n\n"
-            + markdown_table(header, [cells for _, cells in sorted(rows, key=lambda r: r[0])]) + "\n")
+            + markdown_table(header, [cells for _, cells in sorted(rows, key=lambda r: r[0])]) + "\n"
+            + (f"\n{hand}" if (hand := hand_line(name, directory)) else ""))
+
+
+def hand_checks(name: str, directory: Path = DATASETS) -> list[tuple[tuple, bool, str]]:
+    """Each of HAND's claims on dataset ``name``: (the claim, whether the runs bear it out, what they say)."""
+    import csv
+    import json
+
+    from replay.commands.why import SHOWN_SHARE
+
+    with (directory / f"{name}.runs.csv").open() as stored:
+        runs = [r for r in csv.DictReader(stored) if r["limits"]]
+    checked = []
+    for claim in (c for c in HAND if c[0] == name):
+        _, _, condition, limit, how = claim
+        found = [r for r in runs if all(_same(r[column], value) for column, value in condition.items())]
+        breakdowns = [json.loads(r["limits"]) for r in found]
+        labels = [r["limited_by"] for r in found]
+        shares = [b["fractions"][limit] for b in breakdowns]
+        bearing = labels.count(limit) if how == "label" else sum(share >= SHOWN_SHARE for share in shares)
+        holds = bool(found) and bearing * 2 >= len(found)
+        basis = [b["basis"] for b in breakdowns]
+        said = (f"{_span(shares, 100, '%')} of the time, the label of {labels.count(limit)} of {len(found)} runs; "
+                f"the client busy {_span([b['receiver_cpu_share'] for b in basis], 100, '%')}, the server "
+                f"{_span([b['sender_cpu_share'] for b in basis], 100, '%')} of the run; "
+                f"{_span([b['client_socket_drops'] for b in basis])} datagrams dropped at the client's socket, "
+                f"{_span([b['link_drops'] for b in basis])} on the link" if found else "no such runs")
+        checked.append((claim, holds, said))
+    return checked
+
+
+def hand_line(name: str, directory: Path = DATASETS) -> str:
+    """The generated line beneath a table: each hand explanation's claim on its conditions and what the runs'
+    breakdowns say of them."""
+    from replay.commands.why import SHOWN_SHARE
+
+    parts = [f"- *{paragraph}*, {_condition(condition)}: `{limit}` "
+             f"{'its label' if how == 'label' else 'a share of its time'}, {'agrees' if holds else '**disagrees**'}: "
+             f"{said}." for (_, paragraph, condition, limit, how), holds, said in hand_checks(name, directory)]
+    return (f"What the hand explanations below say held these conditions back, held against the runs' "
+            f"breakdowns (generated: a claim agrees where at least half the condition's runs carry its label, or "
+            f"that limit's share at {SHOWN_SHARE:.0%} or more):\n\n" + "\n".join(parts) + "\n") if parts else ""
+
+
+def _condition(condition: dict) -> str:
+    """A HAND condition in words."""
+    words = {"stack": "{}", "server_stack": "server {}", "delay_ms": "{:g} ms", "loss_pct": "{:g}% loss"}
+    return ", ".join(words[column].format(value) for column, value in condition.items())
+
+
+def _same(stored: str, wanted) -> bool:
+    """A CSV cell against a HAND condition's value (numbers as numbers)."""
+    try:
+        return float(stored) == float(wanted) if isinstance(wanted, (int, float)) else stored == wanted
+    except ValueError:
+        return False
+
+
+def _span(values: list, scale: float = 1, unit: str = "") -> str:
+    """The range of ``values`` x ``scale``, whole numbers, ``unit`` after ("-" where none is known)."""
+    known = sorted(v * scale for v in values if v is not None)
+    if not known:
+        return "-"
+    low, high = f"{known[0]:,.0f}", f"{known[-1]:,.0f}"
+    return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
 
 
 def main() -> None:

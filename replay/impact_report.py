@@ -90,9 +90,12 @@ class ImpactResult:
         if self.checks is None:
             return "not checked with real browsers (checked = false); candidates: qreplay impact's spot_checks table"
         unchecked = self.checks.filter(~pl.col("checked"))["set_fingerprint"].n_unique()
-        return (f"spot checks: {self.checks.filter(pl.col('checked')).height} of {self.checks.height} cases measured "
-                f"with real browsers; {self.bound_within()}; {unchecked} sets with a case not checked (why: "
-                "spot_check_results)")
+        return (f"{self.measured()} with real browsers; {self.bound_within()}; {unchecked} sets with a case not "
+                "checked (why: spot_check_results)")
+
+    def measured(self) -> str:
+        """How many of the spot checks' cases were measured, in words (the demo's headline says it too)."""
+        return f"spot checks: {self.checks.filter(pl.col('checked')).height} of {self.checks.height} cases measured"
 
     def bound_within(self) -> str:
         """How many of the measured window-bound cases came within the tolerance of predicted, in words (a

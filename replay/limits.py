@@ -30,6 +30,20 @@ the point that opens it, by the first rule that holds:
    rate x the run's smallest RTT sample) by more than one MSS: the excess waits in the emulator's queue,
    which is non-empty, so the link's rate is what delivers.
 4. ``congestion_window``, when the sender's qlog gave its window: in flight within one MSS of it.
+   ``sender_cpu`` where the capture shows room in that window only because ACKs have reached the server that
+   the sender has not read yet (its qlog says when it read each, trace.attach_congestion_window's ``read_s``):
+   counting their bytes as still in flight, as the sender does until it reads them, it would be at the window
+   it had before them. From the stretch's start until the sender read enough of them to see room, the sender
+   had credit and window on the wire and sent nothing because it had not run: its CPU, not its window (the
+   rest of the stretch by the rules below). Measured 2026-11-28 15:12-15:32 at 30 ms with busy loops pinned
+   to both cores (scripts/qlog_unread_acks.py, load 12-27): the servers read ACKs up to 29 ms after they
+   arrived; the capture's share at the window lay 0.3-15 points below the stack's own qlog's (quiche 15 with
+   ACKs up to 20 ms late, quic-go 9.7, ngtcp2 8.6); the stretches the qlog counts at its window and the
+   capture does not were nearly all with an ACK unread, and with them charged here the capture's share plus
+   theirs came within 1.8 points of the qlog's in all 23 runs (quiche 10, quic-go 10, ngtcp2 3). Before, that
+   time was the congestion window's. Most ACKs are read 0.1-0.2 ms after they arrive (quic-go's median, the
+   same runs): where the sender was at its window that is charged so too, 1-4% of quic-go's transfer; without
+   busy loops (15:38, load 4-5) 0.2-2.2% of quiche's and quic-go's, the sum within 1.7 points in 6 runs.
 5. ``sender_cpu``: a core near saturation at the sender over the run (the server's CPU seconds over the
    client's lifetime at least CPU_SATURATED); then ``receiver_cpu_socket``: the client's likewise. (Run-level:
    the counters say how busy an end was, not when.) Also an end's CPU,
@@ -134,8 +148,16 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     sent_before, recovery_point, rtt_ms = 0, None, None
     peak, cut = 0, None  # the sender's largest window since the last loss began; the one a loss cut
     at_window = 0.0  # time with in flight within one MSS of the qlog's window, whatever rule charged it
+    unread: list[tuple[float, int]] = []  # (read_s, the bytes it took out of flight) of ACKs the sender has not read
+    unread_window, flight_before, window_before, ack_unread = None, 0, None, 0.0
     for point, after in zip(points, points[1:]):
         span = after["t_s"] - point["t_s"]
+        unread = [u for u in unread if u[0] > point["t_s"]]
+        if point["direction"] == "up" and (point.get("read_s") or 0) > point["t_s"]:
+            if not unread:
+                unread_window = window_before
+            unread.append((point["read_s"], max(0, flight_before - (point.get("in_flight") or 0))))
+        flight_before, window_before = point.get("in_flight") or 0, point.get("cwnd")
         if point["direction"] == "down":
             if point.get("stream_data_blocked") is not None:
                 blocked["stream"] = point["stream_data_blocked"]
@@ -174,6 +196,10 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
         else:
             inflated = not facts.rate_bps and rtt_ms is not None and min_rtt_ms and rtt_ms >= RTT_INFLATED * min_rtt_ms
             limit = _sender_limit(point, mss, bdp, sender_share, receiver_share, inflated)
+            late = 0.0 if limit == "link" else _not_yet_read(point, unread, unread_window, mss, after["t_s"])
+            seconds["sender_cpu"] += late
+            ack_unread += late
+            span -= late
             if limit == "congestion_window" and cut is not None:  # the window a loss cut: the loss's
                 seconds["receiver_cpu_socket"] += span * socket_loss
                 seconds["loss_recovery"] += span * (1 - socket_loss)
@@ -189,7 +215,10 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
              "link_drops": facts.link_drops, "cwnd_known": cwnd_known,
              # the share of the transfer at the window itself: what a stack's own qlog can be held against (the
              # congestion window's share is larger where the remainder, rule 7, is paced or ACK-clocked sending)
-             "at_window_share": at_window / total if cwnd_known else None}
+             "at_window_share": at_window / total if cwnd_known else None,
+             # the share charged to the sender's CPU for ACKs it had not read (rule 4): the stack's own qlog counts
+             # it at the window, so the qlog's share at the window is at_window_share plus this
+             "ack_unread_share": ack_unread / total if cwnd_known else None}
     return Breakdown(fractions, max(LIMITS, key=fractions.get), end, basis)
 
 
@@ -226,6 +255,24 @@ def _window(point: Mapping, mss: int, blocked: dict[str, int]) -> str | None:
     if not room:
         return None
     return f"receive_window_{min(room, key=lambda w: (room[w], w != 'stream'))}"
+
+
+def _not_yet_read(point: Mapping, unread: list[tuple[float, int]], window: int | None, mss: int,
+                  until: float) -> float:
+    """How long from ``point`` (until ``until`` at most) the sender, at room in its window by the capture, had
+    not yet read the ACKs that made the room (rule 4): counting the bytes of those it had not read as in flight,
+    it is at ``window``, the one it had before them, until it has read enough of them. 0 where that is not so."""
+    if point.get("cwnd") is None or window is None or not unread or \
+            (point.get("in_flight") or 0) >= point["cwnd"] - mss:
+        return 0.0
+    seen = (point.get("in_flight") or 0) + sum(taken for _, taken in unread)
+    if seen < window - mss:
+        return 0.0  # room by its own count too: not the reading that held it
+    for read, taken in sorted(unread):
+        seen -= taken
+        if seen < window - mss:
+            break
+    return max(0.0, min(read, until) - point["t_s"])
 
 
 def _sender_limit(point: Mapping, mss: int, bdp: float | None, sender_share: float | None,

@@ -599,9 +599,32 @@ def qlog_window_share(lines: Iterable[str], mss: int) -> float | None:
     return full / (end - start) if end > start else None
 
 
+def qlog_reads(lines: Iterable[str]) -> dict[int, tuple[float, int | None]]:
+    """From a sender's qlog: for each 1-RTT packet it received, by packet number, (when it logged reading it, in
+    the qlog's own time unit; the number of the first 1-RTT packet it sent after it, or None)."""
+    reads: dict[int, tuple[float, int | None]] = {}
+    waiting: list[int] = []  # read, no packet sent since
+    for name, data, when in _qlog_records(lines):
+        if not (name.endswith(("packet_sent", "packet_received")) and _one_rtt(data)):
+            continue
+        number = data["header"].get("packet_number")
+        if number is None:
+            continue
+        if name.endswith("packet_received"):
+            if number not in reads:
+                reads[number] = (when, None)
+                waiting.append(number)
+        else:
+            for read in waiting:
+                reads[read] = (reads[read][0], number)
+            waiting = []
+    return reads
+
+
 def attach_congestion_window(points: list[dict], sent: dict[int, float], windows: list[tuple[float, int]],
                              handled: Mapping[tuple[str, int], tuple[int, int]] | None = None,
-                             tolerance_s: float = 0.005) -> bool:
+                             tolerance_s: float = 0.005,
+                             reads: Mapping[int, tuple[float, int | None]] | None = None) -> bool:
     """Put the sender's congestion window on each point. Where the qlog names the packet (``handled``): the
     later in the stack's own order of the window it had for that packet and the one it had once it had handled
     the last packet received before the point (the capture's order); else the last update before the point by
@@ -616,7 +639,11 @@ def attach_congestion_window(points: list[dict], sent: dict[int, float], windows
     may send a burst under its old window before it reads an ACK that came first, and the window that ACK
     raised is the one to hold that flight against. By the clock alone the stretch after such an ACK kept the
     window from before it, lower, and counted at the window: ngtcp2's share at its window -0.4 to +12 points
-    from its own qlog's in 8 runs by the clock, -1.6 to -0.1 by the packet (2026-11-28, load 6-11)."""
+    from its own qlog's in 8 runs by the clock, -1.6 to -0.1 by the packet (2026-11-28, load 6-11).
+
+    With ``reads`` (qlog_reads), each received packet's ``read_s``: when the sender read it, on the capture's
+    clock, no sooner than it arrived and no later than the capture saw the first packet the stack sent after
+    reading it (a qlog in whole milliseconds cannot place it closer)."""
     pairs = [(p["t_s"], sent[p["packet_number"]]) for p in points
              if p["direction"] == "down" and p.get("packet_number") in sent]
     if not pairs or not windows:
@@ -631,6 +658,12 @@ def attach_congestion_window(points: list[dict], sent: dict[int, float], windows
     spread, scale, offset = best
     if spread > tolerance_s:
         return False
+    departed = {p["packet_number"]: p["t_s"] for p in points if p["direction"] == "down"}
+    for point in points:
+        read = (reads or {}).get(point.get("packet_number")) if point["direction"] == "up" else None
+        if read is not None:
+            when, next_sent = read
+            point["read_s"] = max(point["t_s"], min(when * scale + offset, departed.get(next_sent, float("inf"))))
     timeline = sorted(((q * scale + offset, window) for q, window in windows), key=lambda update: update[0])
     index, current, acked = 0, None, (-1, None)  # acked: the window after the last received packet named
     for point in sorted(points, key=lambda p: p["t_s"]):
@@ -891,7 +924,8 @@ def build_trace(run_id: str, decoded: Decoded, captured: dict,
     """The `traces` row and the `trace_points` rows of one run; the sender's qlog, where it wrote one,
     adds its congestion window."""
     points, summary = sender_series(decoded.packets, decoded.client_params, decoded.server_params)
-    captured = {**captured, "cwnd_from_qlog": attach_congestion_window(points, *qlog_events(qlog_lines or []))}
+    captured = {**captured, "cwnd_from_qlog": attach_congestion_window(
+        points, *qlog_events(qlog_lines or []), reads=qlog_reads(qlog_lines or []))}
     kept = downsample(points)
     row = {"run_id": run_id, **summary, "packets": len(points), "points": len(kept),
            "undecrypted": decoded.undecrypted, "bursts_split": decoded.bursts_split, "cipher": decoded.cipher,

@@ -196,6 +196,32 @@ def test_the_window_is_the_one_the_stack_had_for_each_packet_in_the_captures_ord
     assert handled[("up", 7)][1] == 13_200 and handled[("down", 2)][1] == 13_200
 
 
+def test_when_the_sender_read_each_packet_is_its_qlogs_time_bounded_by_what_it_sent_next():
+    """quiche's order in milliseconds: ACK 7 logged read 6 ms after the capture saw it arrive; ACK 8 logged in
+    whole milliseconds after the packet the stack sent next, which bounds it; ACK 9, not in the qlog, has none."""
+    stream = [{"frame_type": "stream", "stream_id": 0}]
+    qlog = _qlog((10.0, "transport:packet_sent", ("1RTT", 1, stream)),
+                 (20.0, "transport:packet_sent", ("1RTT", 2, stream)),
+                 (26.0, "transport:packet_received", ("1RTT", 7, [{"frame_type": "ack"}])),
+                 (30.0, "transport:packet_sent", ("1RTT", 3, stream)),
+                 (31.0, "transport:packet_received", ("1RTT", 8, [{"frame_type": "ack"}])),
+                 (31.0, "recovery:metrics_updated", {"congestion_window": 13_200, "bytes_in_flight": 1200}),
+                 (31.0, "transport:packet_sent", ("1RTT", 4, stream)))
+    reads = trace.qlog_reads(qlog)
+    assert reads == {7: (26.0, 3), 8: (31.0, 4)}
+    points = [{"t_s": 0.0, "direction": "down", "packet_number": 1},
+              {"t_s": 0.010, "direction": "down", "packet_number": 2},
+              {"t_s": 0.010, "direction": "up", "packet_number": 7},
+              {"t_s": 0.020, "direction": "down", "packet_number": 3},
+              {"t_s": 0.0205, "direction": "up", "packet_number": 8},
+              {"t_s": 0.0206, "direction": "down", "packet_number": 4},
+              {"t_s": 0.025, "direction": "up", "packet_number": 9}]
+    sent, windows, handled = trace.qlog_events(qlog)
+    assert trace.attach_congestion_window(points, sent, windows, handled, reads=reads)
+    assert points[2]["read_s"] == pytest.approx(0.016) and points[4]["read_s"] == pytest.approx(0.0206)
+    assert "read_s" not in points[6]
+
+
 def test_the_qlogs_share_at_the_window_runs_from_the_request():
     """ngtcp2 sends its HTTP/3 control streams at the handshake (time 0), a round trip before the request
     (stream 0, received at 30 ms): that time is not the transfer's. At its window from 30 to 40 ms of 30-50."""

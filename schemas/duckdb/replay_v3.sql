@@ -167,7 +167,8 @@ CREATE TABLE IF NOT EXISTS trace_points (
     streams_open        INTEGER,            -- the client's bidirectional streams opened so far (its requests)
     streams_credit      BIGINT,             -- the server's stream limit so far (initial_max_streams_bidi, MAX_STREAMS)
     max_streams         BIGINT,             -- down: a MAX_STREAMS (bidirectional) frame's limit
-    streams_blocked     BIGINT              -- up: a STREAMS_BLOCKED (bidirectional) frame's limit
+    streams_blocked     BIGINT,             -- up: a STREAMS_BLOCKED (bidirectional) frame's limit
+    read_s              DOUBLE              -- up: when the sender read this packet, by its qlog, where known
 );
 -- Added within v3 (old readers ignore them): the requests' streams of trace_points; a file written before
 -- gains the columns, NULL in its stored points.
@@ -179,6 +180,8 @@ ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS streams_open INTEGER;
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS streams_credit BIGINT;
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS max_streams BIGINT;
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS streams_blocked BIGINT;
+-- Added within v3: when the sender read each of the client's packets (its qlog's time on the capture's clock).
+ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS read_s DOUBLE;
 
 -- `qreplay --profile`: where each endpoint's CPU went during the transfer (replay/profile.py), sampled
 -- with call stacks (perf's cpu-clock for native programs, py-spy for Python ones) from the server's
