@@ -105,8 +105,8 @@ def test_each_browser_downloads_over_h3_through_the_testbed_and_is_stored_as_a_b
     seen = json.loads(row["transport_seen"])
     assert seen["quic_v1_packets"] > 0 and seen["tcp_payload_packets"] == 0
     # Firefox reads with UDP_GRO (neqo's quinn-udp): a burst linkem writes as one UDP GSO write reaches it whole and
-    # counts once, up to 64 KiB (1,851 datagrams for 3 MB, 2026-11-28, the link's process at SCHED_IDLE in the
-    # suite, so more due together); Chromium reads datagram by datagram.
+    # counts once, up to 64 KiB (1,851 datagrams for 3 MB in one suite run, 2026-11-28); Chromium reads datagram
+    # by datagram.
     largest_read = {"chromium": 1500, "firefox": 65535}[browser]
     assert seen["udp_in_datagrams"] >= SIZE / largest_read
     # What the browser sent, from its own ClientHello; the run's fingerprint is that set's.
