@@ -174,8 +174,17 @@ def hellos_to_arrow(capture_file: str, hellos: list[ClientHelloRecord]) -> tuple
         if any(s is not None for s in server):  # a key log's servers: their rows beside their clients'
             framed = [None if s is None else _varint_framed(s, h.sixteen_bit) for s, h in zip(server, hellos)]
             parameters.append(_parameter_rows(frames, "server", extension_columns(framed)[0]))
-        table = pa.concat_tables(parameters).sort_by([("hello_id", "ascending"), ("sender", "ascending"), ("position", "ascending")])
-        return pa.Table.from_pydict(columns, schema=HELLO_SCHEMA), table
+        return pa.Table.from_pydict(columns, schema=HELLO_SCHEMA), _in_store_order(parameters)
+
+
+def _in_store_order(parameters: list[pa.Table]) -> pa.Table:
+    """Parameter rows by ClientHello, sender and position. The clients' rows alone (no key log) are sorted
+    by their two integer keys in numpy: pyarrow's sort on three keys, a string among them, took twice as
+    long, 3% of qscan pcap's time (2026-11-28 15:30)."""
+    if len(parameters) > 1:
+        return pa.concat_tables(parameters).sort_by([("hello_id", "ascending"), ("sender", "ascending"), ("position", "ascending")])
+    (table,) = parameters
+    return table.take(np.lexsort((table.column("position").to_numpy(), table.column("hello_id").to_numpy())))
 
 
 def _varint_framed(decoded: DecodedParameters, sixteen_bit: bool) -> DecodedParameters:
