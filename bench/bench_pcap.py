@@ -16,7 +16,7 @@ case for qscan, whose work is per ClientHello.
 Both commands run as subprocesses under /usr/bin/time, tshark first (`tshark -n -M 100000 -r FILE`, its output
 to /dev/null), then `qscan pcap FILE --out STORE`, then the same with
 one worker process per core (--workers); the capture and the store are deleted afterwards. Printed: wall and CPU
-seconds and peak memory of each, and the ratio of qscan's wall time to tshark's.
+seconds and peak memory of each, and the ratios of qscan's wall and CPU time to tshark's.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def main() -> None:
             stored = con.execute("SELECT count(*) FROM client_hellos").fetchone()[0]
         print(f"qscan pcap  : {qscan.wall:7.1f} s wall, {qscan.cpu:7.1f} s CPU, peak {qscan.peak_mib:,.0f} MiB (its largest "
               f"process), {stored:,} ClientHellos stored ({hellos / qscan.wall:,.0f}/s)")
-        print(f"ratio       : {qscan.wall / tshark.wall:.2f} (qscan / tshark, wall) [goal: <= 1]; "
+        print(f"ratio       : {qscan.wall / tshark.wall:.2f} (qscan / tshark, wall) [goal: <= 1], CPU {qscan.cpu / tshark.cpu:.2f}; "
               f"load average now {os.getloadavg()[0]:.1f}")
         print("qscan's summary, as printed:\n" + "\n".join(qscan.stdout.splitlines()[:8]))
         assert stored == hellos, f"stored {stored} ClientHellos of {hellos}"

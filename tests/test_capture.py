@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ from aioquic.quic.packet import QuicPacketType
 from hypothesis import given, strategies as st
 
 from capturing import assert_decodes_as_tshark
+from common import pcap
 from scanner.capture.extract import read_capture
 from common.tshark import tshark_path
 from scanner.capture.frontend import Datagram, long_header_datagrams, write_udp_pcap
@@ -195,6 +198,46 @@ def test_bad_captures_give_one_line_and_status_2(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("qscan: error:") and message in lines[0], done.stderr
+
+
+def _pcapng_block(kind: int, body: bytes) -> bytes:
+    body += bytes(-len(body) % 4)
+    return struct.pack("<II", kind, 12 + len(body)) + body + struct.pack("<I", 12 + len(body))
+
+
+def test_a_nanosecond_clock_reads_as_python_divides(tmp_path: Path) -> None:
+    """Time stamps of a pcapng interface with a nanosecond clock (if_tsresol 9) and one of 2^-20 s: ticks
+    past 2^53, which a float divided by 1e9 rounds twice (1618189305.7430642 s for the first here)."""
+    capture = tmp_path / "clocks.pcapng"
+    datagram = Datagram(1, 0.0, "198.18.0.1", 50000, "198.18.0.2", 443, b"\xc0payload")
+    write_udp_pcap(tmp_path / "one.pcap", [datagram])
+    frame = (tmp_path / "one.pcap").read_bytes()[24 + 16:]
+    ticks = [1_618_189_305_743_064_004, 1_700_000_000_123_456_789, 1_700_000_000 << 20 | 12345]
+    blocks = [_pcapng_block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))]
+    for resolution in (9, 0x80 | 20):
+        options = struct.pack("<HHB3x", 9, 1, resolution) + struct.pack("<HH", 0, 0)
+        blocks.append(_pcapng_block(1, struct.pack("<HHI", 101, 0, 65535) + options))
+    for interface, tick in [(0, ticks[0]), (0, ticks[1]), (1, ticks[2])]:
+        blocks.append(_pcapng_block(6, struct.pack("<IIIII", interface, tick >> 32, tick & 0xFFFFFFFF, len(frame), len(frame)) + frame))
+    capture.write_bytes(b"".join(blocks))
+    times = [d.time for d in long_header_datagrams(capture)]
+    assert times == [ticks[0] / 10**9, ticks[1] / 10**9, ticks[2] / 2**20]
+    assert times[0] != float(ticks[0]) / 1e9
+
+
+def test_addresses_read_as_inet_ntop_writes_them(tmp_path: Path) -> None:
+    """IPv6 addresses as socket.inet_ntop (the C library's) writes them: the first longest run of zero groups
+    as "::", IPv4 dotted after 96 zero bits or ::ffff:, and as it is after ::ffff:0:."""
+    addresses = ["::", "::1", "::2", "1::", "::1.2.3.4", "::ffff:1.2.3.4", "::ffff:0:102:304", "1:0:0:2::3",
+                 "1::2:0:0:3", "2001:2::1", "1:2:3:4:5:6:7:8", "fe80::1:0:0:0:1", "0:1::"]
+    frames = []
+    for address in addresses:
+        packed = socket.inet_pton(socket.AF_INET6, address)
+        udp = struct.pack("!HHHH", 50000, 443, 9, 0) + b"\xc0"
+        frames.append((1.0, struct.pack("!IHBB", 0x60000000, len(udp), 17, 64) + packed + packed + udp))
+    pcap.write(tmp_path / "six.pcap", pcap.LINKTYPE_RAW, frames)
+    expected = [socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, a)) for a in addresses]
+    assert [d.src_ip for d in long_header_datagrams(tmp_path / "six.pcap")] == expected
 
 
 # draft-ietf-quic-tls-27 and -29, Appendix A.2: the sample client Initial's CRYPTO frame (the same in

@@ -1,10 +1,10 @@
 """The capture front end: the UDP payloads of a pcap or pcapng file that may hold QUIC long-header packets,
-read by common/pcap.py straight from the file.
+read straight from the file by common/pcap.py's compiled capture reader (scanner/native/src/capture.rs).
 
 tshark's own reading (a display filter on the first payload byte, the payload printed as hex) cost more than
 tshark's whole decode of the file before Python saw a byte, and it refused a file cut short as a whole; reading
-the records here costs a few microseconds a packet, streams files of any size, and keeps what comes before a
-damaged record (bench/bench_pcap.py times the whole command beside tshark).
+the records here streams files of any size and keeps what comes before a damaged record
+(bench/bench_pcap.py times the whole command beside tshark).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tparams.paramset import PERFORMANCE_PARAMETERS
 
 class Datagram(NamedTuple):
     """One UDP datagram of a capture: a tuple, as a frozen dataclass took 600 ns to build against 180 (measured
-    2026-11-28 13:28), once a datagram."""
+    2026-11-28 13:28), once a datagram; the compiled reader builds them as tuples of this class."""
 
     frame: int
     time: float
@@ -63,16 +63,15 @@ class CaptureDatagrams:
             raise ToolError(f"{self.path}: no such capture file")
         try:
             self.size = self.path.stat().st_size
-            self._reader = pcap.CaptureReader(self.path)
+            self._reader = pcap.CaptureReader.long_header_datagrams(self.path, Datagram, sorted(set(ports)))
         except pcap.CaptureFileError as exc:
             raise ToolError(f"cannot read capture {self.path}: {exc}") from None
         except OSError as exc:
             raise ToolError(f"cannot read capture {self.path}: {exc.strerror}") from None
-        self._ports = frozenset(ports)
 
     @property
     def damage(self) -> pcap.Damage | None:
-        return self._reader.damage
+        return pcap.Damage.of(self._reader)
 
     @property
     def offset(self) -> int:
@@ -85,19 +84,7 @@ class CaptureDatagrams:
         return self._reader.packets
 
     def __iter__(self) -> Iterator[Datagram]:
-        ports, udp_datagram, ntop = self._ports, pcap.udp_datagram, socket.inet_ntop
-        for number, when, link, frame, _ in self._reader:
-            try:
-                udp = udp_datagram(link, frame)
-            except IndexError:  # a frame cut inside its link or IP header by the snap length
-                continue
-            if udp is None or not udp[4] or not udp[4][0] & 0x80:
-                continue
-            source, source_port, destination, destination_port, payload = udp
-            if ports and source_port not in ports and destination_port not in ports:
-                continue
-            family = socket.AF_INET if len(source) == 4 else socket.AF_INET6
-            yield Datagram(number, when, ntop(family, source), source_port, ntop(family, destination), destination_port, payload)
+        return self._reader
 
 
 def long_header_datagrams(path: Path | str, ports: tuple[int, ...] = ()) -> Iterator[Datagram]:

@@ -29,6 +29,7 @@ from tparams.errors import ToolError
 
 def _worker(path: str, client: str | None, shard: tuple[int, int], keep: int, results: multiprocessing.Queue) -> None:
     index = shard[0]
+    gc.set_threshold(50_000, *gc.get_threshold()[1:])  # as qscan pcap in one process (scanner/commands/capture.py)
     try:
         scan = CaptureScan(path, None, client, (), shard)
         tally = HelloTally(keep=keep)

@@ -16,7 +16,7 @@ import ipaddress
 import os
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from aioquic.buffer import Buffer
 from aioquic.quic.packet import (
@@ -246,8 +246,7 @@ def _is_address(name: str) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class ClientHelloFields:
+class ClientHelloFields(NamedTuple):  # a tuple: built once a connection of a capture
     random: bytes
     sni: str | None
     alpn: tuple[str, ...]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import functools
 import hmac
 import struct
+from typing import NamedTuple
 
 from aioquic.quic.crypto import (
     CIPHER_SUITES,
@@ -97,9 +98,9 @@ INITIAL_KEY_VERSIONS = tuple(INITIAL_FORMATS)
 LONG_TYPES = {version: spec.long_types for version, spec in INITIAL_FORMATS.items()}
 
 
-@dataclass(frozen=True)
-class LongPacket:
-    """One long-header packet inside a datagram, still protected."""
+class LongPacket(NamedTuple):
+    """One long-header packet inside a datagram, still protected: a tuple, built for every packet of a capture
+    (a frozen dataclass cost 2% of qscan pcap's time, 2026-11-28 15:23)."""
 
     version: int
     packet_type: QuicPacketType | None  # None for versions whose type bits we cannot read (0 is VERSION_NEGOTIATION)
