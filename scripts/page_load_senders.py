@@ -20,7 +20,6 @@ import datetime
 import json
 import os
 import shutil
-import statistics
 import sys
 from pathlib import Path
 
@@ -38,76 +37,11 @@ from tparams.workloads import REQUESTS
 
 OUT = Path(__file__).resolve().parents[1] / "datasets" / "flowcontrol" / "page_senders.csv"
 BROWSERS = ("chromium", "firefox")
-FRAMING = 1_000  # an HTTP/3 response's HEADERS and DATA frame headers, at most (a 200's are a few dozen bytes)
 COLUMNS = ("server", "server_version", "browser", "browser_version", "delay_ms", "rate_mbps", "objects",
            "object_bytes", "status", "page_ms", "predicted_ms", "ratio", "model_initial_cwnd", "requests_seen",
            "request_spread_ms", "streams_blocked", "max_streams_updates", "first_flight_bytes",
            "first_flight_packets", "first_flight_ms", "response_bytes", "bytes_per_round", "rounds_to_last_byte",
            "ttfb_ms_median", "ttfb_ms_max", "last_byte_sent_ms", "undecrypted", "date", "load_1min")
-
-
-def page_flights(packets: list[trace.Packet], delay_ms: float, object_bytes: int) -> dict:
-    """What the server did with a page's ``objects`` requests, from a capture at its end.
-
-    The objects' requests are the client-opened bidirectional streams whose responses carry an object's bytes
-    (``object_bytes`` to ``object_bytes`` + FRAMING of stream data: the page itself, its favicon's 404 and such are
-    smaller or larger). t0 is the first object request's arrival. The first flight is the wire bytes of the
-    server's ack-eliciting packets sent from t0 until the first ACK arrived that covers a packet of the objects'
-    responses: what its congestion window let it send before any was acknowledged. ``bytes_per_round``: the
-    objects' stream bytes sent in each ``delay_ms`` after t0 (the path's round trip, the delay being on the
-    server-to-client direction alone)."""
-    requested: dict[int, float] = {}
-    answered: dict[int, int] = {}
-    for p in packets:
-        for f in p.streams:
-            if f.stream_id % 4 == 0:
-                if not p.down:
-                    requested.setdefault(f.stream_id, p.time)
-                else:
-                    answered[f.stream_id] = answered.get(f.stream_id, 0) + f.length
-    opened = {s: t for s, t in requested.items() if object_bytes <= answered.get(s, 0) <= object_bytes + FRAMING}
-    if not opened:
-        return {}
-    t0 = min(opened.values())
-    first_answer: dict[int, float] = {}
-    last_sent = t0
-    first_number = None
-    response_bytes = 0
-    for p in packets:
-        if p.down and p.time >= t0:
-            for f in p.streams:
-                if f.stream_id in opened:
-                    first_answer.setdefault(f.stream_id, p.time)
-                    response_bytes += f.length
-                    last_sent = max(last_sent, p.time)
-                    if first_number is None:
-                        first_number = p.number
-    acked_at = next((p.time for p in packets if not p.down and p.time >= t0 and first_number is not None
-                     and any(high >= first_number for a in p.acks for _, high in a.ranges)), None)
-    flight = [p for p in packets if p.down and p.ack_eliciting and t0 <= p.time < (acked_at or t0)]
-    rtt_s = delay_ms / 1000
-    rounds: list[int] = []
-    for p in packets:
-        if p.down and p.time >= t0:
-            sent = sum(f.length for f in p.streams if f.stream_id in opened)
-            if sent:
-                k = int((p.time - t0) / rtt_s)
-                rounds += [0] * (k + 1 - len(rounds))
-                rounds[k] += sent
-    ttfb = [(first_answer[s] - opened[s]) * 1000 for s in first_answer]
-    return {"requests_seen": len(opened),
-            "request_spread_ms": round((max(opened.values()) - t0) * 1000, 1),
-            "streams_blocked": sum(len(p.streams_blocked) for p in packets if not p.down),
-            "max_streams_updates": sum(len(p.max_streams) for p in packets if p.down),
-            "first_flight_bytes": sum(p.size for p in flight) if acked_at else None,
-            "first_flight_packets": len(flight) if acked_at else None,
-            # how long it took to send (a pacer spreads a window over most of the round trip)
-            "first_flight_ms": round((flight[-1].time - flight[0].time) * 1000, 1) if acked_at and flight else None,
-            "response_bytes": response_bytes, "bytes_per_round": ";".join(map(str, rounds)),
-            "rounds_to_last_byte": len(rounds),
-            "ttfb_ms_median": round(statistics.median(ttfb), 1) if ttfb else None,
-            "ttfb_ms_max": round(max(ttfb), 1) if ttfb else None,
-            "last_byte_sent_ms": round((last_sent - t0) * 1000, 1)}
 
 
 def page_servers() -> list[str]:
@@ -131,7 +65,7 @@ def measure(tb: Testbed, server_name: str, browser_name: str, args) -> dict | No
             args.keep.mkdir(parents=True, exist_ok=True)
             for kept in (pcap, keylog):
                 shutil.copy(kept, args.keep / f"{server_name}-{browser_name}-{row['run_id'][:8]}-{kept.name}")
-    seen = page_flights(decoded.packets, args.delay_ms, args.size)
+    seen = trace.page_flights(decoded.packets, args.delay_ms, args.size)
     sent = json.loads(row.get("transport_seen") or "{}").get("server_sent") or {}
     if not seen:
         print(f"{server_name} ({browser_name}): no request decrypted ({decoded.undecrypted} undecrypted)",
