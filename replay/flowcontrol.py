@@ -38,9 +38,15 @@ class UpdateRule:
     consumed_fraction: float
     source: str  # where the rule is written down, for the report
     initial_cwnd: int = 12_000  # RFC 9002: ten 1,200-byte datagrams
+    #: the stream and connection windows the receiver grows to when it runs with its library's defaults (auto-
+    #: tuning); 0: it keeps the advertised ones. The replay runs pin every window (the thesis's model), so only
+    #: the impact prediction (servers as deployed: the scan's, caddy) takes them.
+    max_stream_window: int = 0
+    max_conn_window: int = 0
 
 
-# Each stack's receiver, as its source has it (windows pinned: no auto-tuning in the runs the model is for).
+# Each stack's receiver, as its source has it (windows pinned: no auto-tuning in the replay runs the model is for;
+# what an unpinned one grows to is in max_stream_window and max_conn_window).
 UPDATE_RULES: dict[str, UpdateRule] = {
     "lsquic": UpdateRule(0.5, "LSQUIC 4.9.3 lsquic_sfcw.c / lsquic_cfcw.c: a new limit read offset + window once "
                               "the unread credit falls below half the window (max_sfcw/max_cfcw 0: never grows). "
@@ -52,7 +58,16 @@ UPDATE_RULES: dict[str, UpdateRule] = {
                          initial_cwnd=32 * 1460),  # lsquic_cubic.c: 32 * TCP_MSS
     "ngtcp2": UpdateRule(0.5, "ngtcp2 conn_should_send_max_(stream_)data: once the remaining window is below "
                               "twice the pending increment, i.e. half the window was read"),
-    "quic-go": UpdateRule(0.25, "quic-go flowcontrol: WindowUpdateThreshold 0.25 of the window read"),
+    "quic-go": UpdateRule(0.25, "quic-go flowcontrol: WindowUpdateThreshold 0.25 of the window read. Unpinned, "
+                                "it auto-tunes (maybeAdjustWindowSize, v0.29.0 as in Debian's caddy 2.6.2 to v0.65): "
+                                "at an update, once more than half the window was read since the last adjustment, "
+                                "the window doubles if that took less than 4 x (the share read) x the smoothed RTT, "
+                                "i.e. whenever the sender delivered more than a quarter window a round trip, which a "
+                                "window-bound sender always does; up to DefaultMaxReceiveStreamFlowControlWindow 6 MiB "
+                                "and DefaultMaxReceiveConnectionFlowControlWindow 15 MiB (caddy 2.6.2's quic.Config "
+                                "sets only the versions). Its sender starts at initialCongestionWindow 32 packets "
+                                "(congestion/cubic_sender.go) of 1,280 bytes (1,252 in v0.29.0)",
+                          initial_cwnd=32 * 1280, max_stream_window=6 * 2**20, max_conn_window=15 * 2**20),
 }
 
 STARTUP_RTTS = 2  # handshake, then the request: the first body byte comes two round trips after the client starts

@@ -7,10 +7,12 @@ A server's parameters bound what the *client sends*. For an upload the browser i
 the receiver, so the server's initial_max_stream_data_bidi_remote (its window on the request stream the
 browser opens) and initial_max_data (its connection window) cap the browser's flight whatever its congestion
 window, and the server library's window-update rule (replay/flowcontrol.py, measured in
-datasets/flowcontrol/rules.csv) says how fast it re-opens them. For a page load the browser sends one
+datasets/flowcontrol/rules.csv) says how fast it re-opens them; a library that auto-tunes (quic-go) grows a window
+that binds, so its upload is bounded by the window it grows to (UpdateRule.max_stream_window), not the one it sent. For a page load the browser sends one
 request per object: the server's initial_max_streams_bidi limits how many are open (replay.flowcontrol.
 stream_rounds, the discrete form of stream_credit_bound), and its windows the requests' own bytes; the
-objects' bytes flow the other way, bounded by the link, the server's slow start and the browser's own windows.
+objects' bytes flow the other way, bounded by the link, the server's slow start (from its library's initial window:
+quic-go's 32 packets, RFC 9002's ten where the source has no other) and the browser's own windows.
 
 A parameter the server did not send is RFC 9000's default for it: 0 (no credit until the server raises
 it, which the model cannot time: such a prediction is empty). Every row says which receiver rule it used
@@ -73,6 +75,8 @@ class ReceiverRule:
     initial_cwnd: int  # the library's sender, for the page's responses
     source: str
     assumed: bool
+    max_stream_window: int = 0  # what auto-tuning grows the windows to (UpdateRule's); 0: they stay as sent
+    max_conn_window: int = 0
 
 
 def receiver_rule(library: str | None, rules: Mapping[str, UpdateRule], rule_keys: Mapping[str, str],
@@ -92,7 +96,8 @@ def receiver_rule(library: str | None, rules: Mapping[str, UpdateRule], rule_key
         role = (" (measured as a download's receiver, our client of it; taken for its server receiving the upload)"
                 if rule.source.startswith("measured") else "")
         prefix = "" if len(candidates) == 1 else f"identified as one of {', '.join(candidates)}, all with this rule: "
-        return ReceiverRule(rule.consumed_fraction, rule.initial_cwnd, f"{prefix}{name}: {rule.source}{role}", False)
+        return ReceiverRule(rule.consumed_fraction, rule.initial_cwnd, f"{prefix}{name}: {rule.source}{role}", False,
+                            rule.max_stream_window, rule.max_conn_window)
     if library is None:
         why = "no library identified for these endpoints"
     elif library == UNKNOWN:
@@ -137,6 +142,8 @@ def predict(sets: pl.DataFrame, browsers: Sequence[BrowserClient], rules: Mappin
         "library": libraries,
         "receiver_fraction": [chosen[n].consumed_fraction for n in libraries],
         "server_initial_cwnd": [chosen[n].initial_cwnd for n in libraries],
+        "max_stream_window": [chosen[n].max_stream_window for n in libraries],
+        "max_conn_window": [chosen[n].max_conn_window for n in libraries],
         "rule_source": [chosen[n].source for n in libraries],
         "rule_assumed": [chosen[n].assumed for n in libraries],
         "h3_server": [h3_servers.get(n) if n is not None else None for n in libraries],
@@ -183,15 +190,19 @@ def _arithmetic(rows: pl.DataFrame, rate_mbps: float, upload_bytes: int, objects
     link = rate_mbps * 1e6 / 8 * rtt_s  # bytes a round trip the link carries
     share = burst_share(column("receiver_fraction"))
     windows = {name: column(name) for name in UPLOAD_PARAMETERS}
+    # A receiver that auto-tunes grows a window that binds (quic-go's: whenever the sender delivers more than a
+    # quarter window a round trip), so an upload's steady flight is bounded by the window it grows to.
+    grown = {name: np.where(windows[name] > 0, np.maximum(windows[name], column(most)), 0.0)
+             for name, most in zip(UPLOAD_PARAMETERS, ("max_stream_window", "max_conn_window"))}
 
     # Upload: the browser's flight is at most what the tighter window re-opens a round trip (the burst bound).
-    per_rtt = {name: share * w for name, w in windows.items()}
+    per_rtt = {name: share * w for name, w in grown.items()}
     window_per_rtt = np.minimum(*per_rtt.values())
     stream_binds = per_rtt["initial_max_stream_data_bidi_remote"] <= per_rtt["initial_max_data"]
     capped = window_per_rtt < link
     flight = np.minimum(window_per_rtt, link)
     steady = flight * 8 / rtt_s / 1e6
-    whole = np.minimum(np.minimum(*windows.values()), link) * 8 / rtt_s / 1e6
+    whole = np.minimum(np.minimum(*grown.values()), link) * 8 / rtt_s / 1e6
     started = np.where(flight > 0, flight, 1.0)
     start_s = (STARTUP_RTTS + slow_start_rtts(started, column("browser_initial_cwnd"))) * rtt_s
     upload = upload_bytes * 8 / (upload_bytes * 8 / (started * 8 / rtt_s) + start_s) / 1e6

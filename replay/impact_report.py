@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import polars as pl
 from common.markdown import markdown_table
 from replay import impact, impact_check
 from replay.figures import markdown_page, pyplot, save_png
+from replay.flowcontrol import UpdateRule
 from replay.measured_rules import load_update_rules, load_upload_receiver_rules
 from replay.impact_check import CheckOptions, Execute, mark_checked, run_checks
 from replay.sets import resolve_one
@@ -181,6 +183,22 @@ def h3_servers() -> dict[str, str]:
         if stack.serves_page and stack.serves("h3") and stack.library is not None:
             servers.setdefault(stack.library.identified_as, stack.name)
     return servers
+
+
+def predict_sent(sent: Mapping[str, int | None], library: str, server: str, browser: str, delay_ms: float,
+                 rate_mbps: float, *, upload_bytes: int = impact.UPLOAD_BYTES, objects: int = impact.PAGE_OBJECTS,
+                 object_bytes: int = impact.OBJECT_BYTES, rules: Mapping[str, UpdateRule] | None = None) -> dict:
+    """The prediction row for one run: what its server (stack ``server``, library ``library``) sent, its browser,
+    delay and sizes, each h3 server's measured upload rule where there is one (a script holding traced runs
+    against the model, scripts/page_load_senders.py, scripts/upload_window_growth.py); ``rules``: the stacks'
+    rules (default: load_update_rules())."""
+    sets = pl.DataFrame({"set_fingerprint": ["run"], "library": [library], "endpoints": [1],
+                         **{name: [sent.get(name)] for name in impact.SET_COLUMNS}},
+                        schema_overrides={name: pl.Int64 for name in impact.SET_COLUMNS})
+    return impact.predict(sets, [b for b in browser_clients() if b.name == browser],
+                          load_update_rules() if rules is None else rules, rule_keys(), {library: server},
+                          delays_ms=(delay_ms,), rate_mbps=rate_mbps, upload_bytes=upload_bytes, objects=objects,
+                          object_bytes=object_bytes, upload_rules=load_upload_receiver_rules()).row(0, named=True)
 
 
 def run_impact(scan: str | Path, out_dir: str | Path | None, options: ImpactOptions = ImpactOptions(),

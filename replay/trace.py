@@ -46,6 +46,8 @@ from tparams.frames import (
 )
 
 MAX_POINTS = 20_000
+#: an HTTP/3 response's HEADERS and DATA frame headers, at most (a 200's are a few dozen bytes): page_flights
+RESPONSE_FRAMING = 1_000
 #: RFC 9002 kPacketThreshold: a packet this many numbers below an acknowledged one counts as lost
 PACKET_THRESHOLD = 3
 DEFAULT_ACK_DELAY_EXPONENT = 3  # RFC 9000 18.2
@@ -504,6 +506,72 @@ def receiver_credit(packets: list[Packet], server_params: dict[str, int]) -> dic
             else largest_stream > stream_window,
             "conn_window_grew": None if largest_conn is None or conn_window is None else largest_conn > conn_window,
             "stream_credit_over_time": stream_updates, "conn_credit_over_time": conn_updates}
+
+
+def page_flights(packets: list[Packet], delay_ms: float, object_bytes: int) -> dict:
+    """What a server did with a page's requests for objects of ``object_bytes``, from a capture at its end
+    (scripts/page_load_senders.py; the impact prediction's page load starts from the library's initial window).
+
+    The objects' requests are the client-opened bidirectional streams whose responses carry an object's bytes
+    (``object_bytes`` to ``object_bytes`` + RESPONSE_FRAMING of stream data: the page itself, its favicon's 404
+    and such are smaller or larger). t0 is the first object request's arrival. The first flight is the wire bytes
+    of the server's ack-eliciting packets sent from t0 until the first ACK arrived that covers a packet of the
+    objects' responses: what its congestion window let it send before any was acknowledged. ``bytes_per_round``: the
+    objects' stream bytes sent in each ``delay_ms`` after t0 (the path's round trip, the delay being on the
+    server-to-client direction alone)."""
+    requested: dict[int, float] = {}
+    answered: dict[int, int] = {}
+    for p in packets:
+        for f in p.streams:
+            if f.stream_id % 4 == 0:
+                if not p.down:
+                    requested.setdefault(f.stream_id, p.time)
+                else:
+                    answered[f.stream_id] = answered.get(f.stream_id, 0) + f.length
+    opened = {s: t for s, t in requested.items()
+              if object_bytes <= answered.get(s, 0) <= object_bytes + RESPONSE_FRAMING}
+    if not opened:
+        return {}
+    t0 = min(opened.values())
+    first_answer: dict[int, float] = {}
+    last_sent = t0
+    first_number = None
+    response_bytes = 0
+    for p in packets:
+        if p.down and p.time >= t0:
+            for f in p.streams:
+                if f.stream_id in opened:
+                    first_answer.setdefault(f.stream_id, p.time)
+                    response_bytes += f.length
+                    last_sent = max(last_sent, p.time)
+                    if first_number is None:
+                        first_number = p.number
+    acked_at = next((p.time for p in packets if not p.down and p.time >= t0 and first_number is not None
+                     and any(high >= first_number for a in p.acks for _, high in a.ranges)), None)
+    flight = [p for p in packets if p.down and p.ack_eliciting and t0 <= p.time < (acked_at or t0)]
+    rtt_s = delay_ms / 1000
+    rounds: list[int] = []
+    for p in packets:
+        if p.down and p.time >= t0:
+            sent = sum(f.length for f in p.streams if f.stream_id in opened)
+            if sent:
+                k = int((p.time - t0) / rtt_s)
+                rounds += [0] * (k + 1 - len(rounds))
+                rounds[k] += sent
+    ttfb = [(first_answer[s] - opened[s]) * 1000 for s in first_answer]
+    return {"requests_seen": len(opened),
+            "request_spread_ms": round((max(opened.values()) - t0) * 1000, 1),
+            "streams_blocked": sum(len(p.streams_blocked) for p in packets if not p.down),
+            "max_streams_updates": sum(len(p.max_streams) for p in packets if p.down),
+            "first_flight_bytes": sum(p.size for p in flight) if acked_at else None,
+            "first_flight_packets": len(flight) if acked_at else None,
+            # how long it took to send (a pacer spreads a window over most of the round trip)
+            "first_flight_ms": round((flight[-1].time - flight[0].time) * 1000, 1) if acked_at and flight else None,
+            "response_bytes": response_bytes, "bytes_per_round": ";".join(map(str, rounds)),
+            "rounds_to_last_byte": len(rounds),
+            "ttfb_ms_median": round(statistics.median(ttfb), 1) if ttfb else None,
+            "ttfb_ms_max": round(max(ttfb), 1) if ttfb else None,
+            "last_byte_sent_ms": round((last_sent - t0) * 1000, 1)}
 
 
 def _qlog_records(lines: Iterable[str]) -> Iterator[tuple[str, dict, float]]:
