@@ -406,6 +406,8 @@ def test_a_small_server_stream_window_binds_a_browsers_upload():
     assert bound["goodput_mbps"] < 0.6 * default["goodput_mbps"], (bound["goodput_mbps"], default["goodput_mbps"])
 
 
+@pytest.mark.timing  # what the flight holds depends on when quic-go reads which ACK: in a fresh clone's suite,
+# the server at SCHED_IDLE beside the other tests, it sent 43,282 bytes (40,339-41,620 in the quiet window)
 def test_caddys_quic_go_sends_a_pages_first_flight_of_its_32_packet_window_as_the_impact_model_has_it():
     """caddy's page loads took 0.71-0.73 of the impact model's time while it started every server's responses at
     RFC 9002's 12,000 bytes (2026-11-28): quic-go's sender starts at 32 packets. The capture at the server shows
