@@ -597,17 +597,22 @@ def _one_rtt_sent(name: str, data: dict) -> bool:
 
 
 def qlog_events(lines: Iterable[str]) -> tuple[dict[int, float], list[tuple[float, int]],
-                                                 dict[tuple[str, int], tuple[int, int]]]:
+                                                 dict[tuple[str, int], tuple[int, int]],
+                                                 dict[int, tuple[float, int | None]]]:
     """From a sender's qlog: when each 1-RTT packet number was sent, (time, congestion window) of each
     recovery metrics update, in the qlog's own time unit, and for each 1-RTT packet it logged, by direction
     and packet number, the window the stack had for it as (that update's place among the updates, window): a
     packet it sent ("down"), the window it sent it under (its last update logged before the packet: sending
     moves no window); a packet it received ("up"), the window once it had handled it (its last update logged
     before its next packet event: ngtcp2 and quiche log a packet's update after the packet, quic-go before
-    it, where the received packet's own update is the one logged before its next)."""
+    it, where the received packet's own update is the one logged before its next); and for each 1-RTT packet it
+    received, by packet number, (when it logged reading it, the number of the first 1-RTT packet it sent after
+    it, or None)."""
     sent: dict[int, float] = {}
     windows: list[tuple[float, int]] = []
     handled: dict[tuple[str, int], tuple[int, int]] = {}
+    reads: dict[int, tuple[float, int | None]] = {}
+    waiting: list[int] = []  # read, no packet sent since
     received = None  # the received packet the updates since are after
     for name, data, when in _qlog_records(lines):
         if name.endswith(("packet_sent", "packet_received")):
@@ -619,15 +624,21 @@ def qlog_events(lines: Iterable[str]) -> tuple[dict[int, float], list[tuple[floa
                 continue
             if name.endswith("packet_received"):
                 received = ("up", number)
+                if number not in reads:
+                    reads[number] = (when, None)
+                    waiting.append(number)
             else:
                 sent.setdefault(number, when)
                 if windows:
                     handled.setdefault(("down", number), (len(windows), windows[-1][1]))
+                for read in waiting:
+                    reads[read] = (reads[read][0], number)
+                waiting = []
         elif name.endswith("metrics_updated") and isinstance(data.get("congestion_window"), int):
             windows.append((when, data["congestion_window"]))
     if received is not None and windows:
         handled.setdefault(received, (len(windows), windows[-1][1]))
-    return sent, windows, handled
+    return sent, windows, handled, reads
 
 
 def qlog_window_share(lines: Iterable[str], mss: int) -> float | None:
@@ -667,32 +678,10 @@ def qlog_window_share(lines: Iterable[str], mss: int) -> float | None:
     return full / (end - start) if end > start else None
 
 
-def qlog_reads(lines: Iterable[str]) -> dict[int, tuple[float, int | None]]:
-    """From a sender's qlog: for each 1-RTT packet it received, by packet number, (when it logged reading it, in
-    the qlog's own time unit; the number of the first 1-RTT packet it sent after it, or None)."""
-    reads: dict[int, tuple[float, int | None]] = {}
-    waiting: list[int] = []  # read, no packet sent since
-    for name, data, when in _qlog_records(lines):
-        if not (name.endswith(("packet_sent", "packet_received")) and _one_rtt(data)):
-            continue
-        number = data["header"].get("packet_number")
-        if number is None:
-            continue
-        if name.endswith("packet_received"):
-            if number not in reads:
-                reads[number] = (when, None)
-                waiting.append(number)
-        else:
-            for read in waiting:
-                reads[read] = (reads[read][0], number)
-            waiting = []
-    return reads
-
-
 def attach_congestion_window(points: list[dict], sent: dict[int, float], windows: list[tuple[float, int]],
                              handled: Mapping[tuple[str, int], tuple[int, int]] | None = None,
-                             tolerance_s: float = 0.005,
-                             reads: Mapping[int, tuple[float, int | None]] | None = None) -> bool:
+                             reads: Mapping[int, tuple[float, int | None]] | None = None,
+                             tolerance_s: float = 0.005) -> bool:
     """Put the sender's congestion window on each point. Where the qlog names the packet (``handled``): the
     later in the stack's own order of the window it had for that packet and the one it had once it had handled
     the last packet received before the point (the capture's order); else the last update before the point by
@@ -709,7 +698,7 @@ def attach_congestion_window(points: list[dict], sent: dict[int, float], windows
     window from before it, lower, and counted at the window: ngtcp2's share at its window -0.4 to +12 points
     from its own qlog's in 8 runs by the clock, -1.6 to -0.1 by the packet (2026-11-28, load 6-11).
 
-    With ``reads`` (qlog_reads), each received packet's ``read_s``: when the sender read it, on the capture's
+    With ``reads`` (qlog_events'), each received packet's ``read_s``: when the sender read it, on the capture's
     clock, no sooner than it arrived and no later than the capture saw the first packet the stack sent after
     reading it (a qlog in whole milliseconds cannot place it closer)."""
     pairs = [(p["t_s"], sent[p["packet_number"]]) for p in points
@@ -992,8 +981,7 @@ def build_trace(run_id: str, decoded: Decoded, captured: dict,
     """The `traces` row and the `trace_points` rows of one run; the sender's qlog, where it wrote one,
     adds its congestion window."""
     points, summary = sender_series(decoded.packets, decoded.client_params, decoded.server_params)
-    captured = {**captured, "cwnd_from_qlog": attach_congestion_window(
-        points, *qlog_events(qlog_lines or []), reads=qlog_reads(qlog_lines or []))}
+    captured = {**captured, "cwnd_from_qlog": attach_congestion_window(points, *qlog_events(qlog_lines or []))}
     kept = downsample(points)
     row = {"run_id": run_id, **summary, "packets": len(points), "points": len(kept),
            "undecrypted": decoded.undecrypted, "bursts_split": decoded.bursts_split, "cipher": decoded.cipher,

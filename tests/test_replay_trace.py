@@ -178,7 +178,7 @@ def test_the_window_is_the_one_the_stack_had_for_each_packet_in_the_captures_ord
                    (15, "recovery:metrics_updated", {"congestion_window": 12_000, "bytes_in_flight": 2400}),
                    (15, "transport:packet_received", ("1RTT", 7, [{"frame_type": "ack"}])),
                    (15, "recovery:metrics_updated", {"congestion_window": 13_200, "bytes_in_flight": 1200}))
-    sent, windows, handled = trace.qlog_events(ngtcp2)
+    sent, windows, handled, _ = trace.qlog_events(ngtcp2)
     assert sent == {1: 10, 2: 15} and handled[("down", 2)][1] == 12_000 and handled[("up", 7)][1] == 13_200
     points = [{"t_s": 0.0003, "direction": "down", "packet_number": 1},
               {"t_s": 0.0050, "direction": "up", "packet_number": 7},  # read by the stack after packet 2
@@ -191,7 +191,7 @@ def test_the_window_is_the_one_the_stack_had_for_each_packet_in_the_captures_ord
                     (40.0, "recovery:metrics_updated", {"congestion_window": 13_200, "bytes_in_flight": 0}),
                     (40.1, "transport:packet_received", ("1RTT", 7, [{"frame_type": "ack"}])),
                     (40.2, "transport:packet_sent", ("1RTT", 2, stream)))
-    _, _, handled = trace.qlog_events(quic_go)
+    _, _, handled, _ = trace.qlog_events(quic_go)
     assert ("down", 1) not in handled  # sent before any update: by the clock
     assert handled[("up", 7)][1] == 13_200 and handled[("down", 2)][1] == 13_200
 
@@ -207,7 +207,7 @@ def test_when_the_sender_read_each_packet_is_its_qlogs_time_bounded_by_what_it_s
                  (31.0, "transport:packet_received", ("1RTT", 8, [{"frame_type": "ack"}])),
                  (31.0, "recovery:metrics_updated", {"congestion_window": 13_200, "bytes_in_flight": 1200}),
                  (31.0, "transport:packet_sent", ("1RTT", 4, stream)))
-    reads = trace.qlog_reads(qlog)
+    sent, windows, handled, reads = trace.qlog_events(qlog)
     assert reads == {7: (26.0, 3), 8: (31.0, 4)}
     points = [{"t_s": 0.0, "direction": "down", "packet_number": 1},
               {"t_s": 0.010, "direction": "down", "packet_number": 2},
@@ -216,7 +216,6 @@ def test_when_the_sender_read_each_packet_is_its_qlogs_time_bounded_by_what_it_s
               {"t_s": 0.0205, "direction": "up", "packet_number": 8},
               {"t_s": 0.0206, "direction": "down", "packet_number": 4},
               {"t_s": 0.025, "direction": "up", "packet_number": 9}]
-    sent, windows, handled = trace.qlog_events(qlog)
     assert trace.attach_congestion_window(points, sent, windows, handled, reads=reads)
     assert points[2]["read_s"] == pytest.approx(0.016) and points[4]["read_s"] == pytest.approx(0.0206)
     assert "read_s" not in points[6]
