@@ -10,6 +10,8 @@ Negotiation counts again: that is what it sent.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -453,6 +455,24 @@ def shard_of(datagram: Datagram, shards: int) -> int:
     flow, and the same in every process (Python's own str hash is salted per process)."""
     ends = crc32(datagram.src_ip.encode()) ^ crc32(datagram.dst_ip.encode()) ^ datagram.src_port ^ datagram.dst_port
     return ends % shards
+
+
+@contextlib.contextmanager
+def collecting_for_capture() -> Iterator[None]:
+    """Python's cycle collector as reading a capture wants it (qscan pcap's process and each of its workers),
+    restored after. Its first generation every 50,000 allocations rather than 700: a ClientHello leaves a few
+    dozen small objects (its connection, record, packets), and collecting them that often cost a tenth of the
+    extraction (2026-11-28 15:35, 300 MB capture); cycles are still collected, later. The reading loop also
+    calls gc.freeze() after each batch (the connections followed live on for many batches, and the collector
+    walked all of them again and again: a quarter of the time on bench_pcap's capture); unfrozen here at the
+    end, as frozen objects outlive the interpreter and DuckDB's bindings complain of leaks."""
+    threshold = gc.get_threshold()
+    gc.set_threshold(50_000, *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
 
 
 class CaptureScan:

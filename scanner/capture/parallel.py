@@ -22,29 +22,27 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from common.pcap import Damage
-from scanner.capture.extract import CaptureScan, CaptureSummary, nothing_found
+from scanner.capture.extract import CaptureScan, CaptureSummary, collecting_for_capture, nothing_found
 from scanner.capture.frontend import CaptureDatagrams
 from scanner.capture.results import CaptureWriter, HelloTally, hellos_to_arrow
 from tparams.errors import ToolError
 
 def _worker(path: str, client: str | None, shard: tuple[int, int], keep: int, results: multiprocessing.Queue) -> None:
     index = shard[0]
-    gc.set_threshold(50_000, *gc.get_threshold()[1:])  # as qscan pcap in one process (scanner/commands/capture.py)
     try:
-        scan = CaptureScan(path, None, client, (), shard)
-        tally = HelloTally(keep=keep)
-        for hellos in scan.batches():
-            gc.freeze()  # the connections followed live on for many batches (see qscan pcap)
-            tally.add(hellos)
-            tables = hellos_to_arrow(path, hellos) if hellos else None
-            results.put(("batch", index, scan.datagrams.packets, scan.datagrams.offset, tables))
+        with collecting_for_capture():
+            scan = CaptureScan(path, None, client, (), shard)
+            tally = HelloTally(keep=keep)
+            for hellos in scan.batches():
+                gc.freeze()  # collecting_for_capture says why
+                tally.add(hellos)
+                tables = hellos_to_arrow(path, hellos) if hellos else None
+                results.put(("batch", index, scan.datagrams.packets, scan.datagrams.offset, tables))
         results.put(("done", index, scan.summary, scan.datagrams.damage, tally))
     except ToolError as exc:
         results.put(("error", index, str(exc)))
     except BaseException as exc:  # noqa: BLE001 - said in one line by the parent, never lost
         results.put(("error", index, f"worker {index} failed: {type(exc).__name__}: {exc}"))
-    finally:
-        gc.unfreeze()  # frozen objects outlive the interpreter, and DuckDB's bindings complain of leaks
 
 
 class ShardedScan:

@@ -57,7 +57,7 @@ def pcap(
     summarised by parameter set (--json lists them all). A capture cut short or damaged keeps every
     ClientHello before the damage, with one warning that says where the file stops being readable.
     """
-    from scanner.capture.extract import CaptureScan
+    from scanner.capture.extract import CaptureScan, collecting_for_capture
     from common.tshark import tshark_version
     from scanner.capture.parallel import ShardedScan
     from scanner.capture.results import CaptureWriter, HelloTally, choose_hello, set_document
@@ -65,13 +65,8 @@ def pcap(
     scan: CaptureScan | ShardedScan = CaptureScan(capture, keylog, client) if workers == 1 or one_process else ShardedScan(capture, client, workers)
     tally = HelloTally(keep=LISTED, wanted=hello)
     writer = CaptureWriter(out, capture, "pcap", {"capture": str(capture), "keylog": str(keylog) if keylog else None}, _command_line()) if out else None
-    # The collector's first generation every 50,000 allocations rather than 700: a ClientHello leaves a few
-    # dozen small objects (its connection, record, packets), and collecting them that often cost a tenth of the
-    # extraction (2026-11-28 15:35, 300 MB capture); cycles are still collected, later.
-    threshold = gc.get_threshold()
-    gc.set_threshold(50_000, *threshold[1:])
     try:
-        with _reading(scan, tally, not quiet and sys.stderr.isatty()):
+        with collecting_for_capture(), _reading(scan, tally, not quiet and sys.stderr.isatty()):
             if isinstance(scan, ShardedScan):
                 scan.run(writer, tally)
             for batch in scan.batches() if isinstance(scan, CaptureScan) else ():
@@ -80,12 +75,8 @@ def pcap(
                 tally.add(batch)
                 if as_json:
                     sys.stdout.writelines(json.dumps(hello_summary(h)) + "\n" for h in batch)
-                # The connections followed so far live on for many batches; without this, Python's cycle
-                # collector walks all of them again and again, a quarter of the time on bench_pcap's capture.
-                gc.freeze()
+                gc.freeze()  # collecting_for_capture says why
     finally:
-        gc.unfreeze()
-        gc.set_threshold(*threshold)
         if writer is not None:
             writer.close()
     if not tally.count:
