@@ -47,7 +47,8 @@ LONGEST_GROUPS = ("test_replay_browsers", "manual-qscan.md", "test_notebooks", "
 # one core of two idle (2026-11-28 13:15, 73 CPU-s of tests in it).
 TIMING_GROUP = "timing"
 # The `alone` tests check state the kernel keeps for the whole machine (the socket-buffer sysctls every testbed
-# raises, the CPU-latency request): they hold the workers' lock alone, one short group run last.
+# raises, the CPU-latency request), or are timing tests that the others at SCHED_IDLE still disturbed (each says
+# how): they hold the workers' lock alone, one short group run last.
 ALONE_GROUP = "alone"
 
 

@@ -88,6 +88,8 @@ def _qreplay(ns: str, *args: str, timeout: float = 120) -> subprocess.CompletedP
 
 
 @pytest.mark.timing
+@pytest.mark.alone  # beside the other tests at SCHED_IDLE its server once did not listen within 5 s (a fresh clone's
+# suite, 2026-11-28 17:28, nothing else running); alone it passed in every run
 def test_a_run_across_two_hosts_stores_the_link_as_measured(two_hosts, tmp_path):
     stack = _usable_stack()
     client, server = two_hosts

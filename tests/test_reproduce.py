@@ -131,6 +131,8 @@ def test_reproduce_writes_a_report_beside_the_published_numbers(tmp_path):
 
 
 @pytest.mark.timing
+@pytest.mark.alone  # beside the other tests at SCHED_IDLE quinn made 214 requests/s against the 267 its credit
+# allows (a fresh clone's suite, 2026-11-28 17:28, nothing else running; not explained): alone it held in every run
 @pytest.mark.lab
 def test_the_servers_stream_limit_caps_requests_per_second_as_the_credit_model_says(tmp_path):
     """quinn at 30 ms, 100 requests at once: 4 and 16 streams allow limit / 2 RTT requests a second, 256 more
