@@ -52,12 +52,15 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _kill_after_first_run(argv: list[str]) -> None:
-    """Start a shard; once it has stored one run, SIGKILL it and everything it started (its host dies)."""
+    """Start a shard; once it has stored one run, SIGKILL it and everything it started (its host dies).
+    Stopped first, so that it stores nothing more while its tree is listed: a CI run listed it for longer than
+    the shard's second 100 KB run took, and that run was stored before the kill."""
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
     try:
         line = process.stderr.readline()
         assert ": ok" in line, line + process.stderr.read()
+        os.kill(process.pid, signal.SIGSTOP)
         tree = [process.pid, *_descendants(process.pid)]
         for pid in tree:
             try:
