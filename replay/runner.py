@@ -444,7 +444,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         if captured is not None:
             stack.gather_keylog(options.keylog)
             row["trace"] = _trace(row, tracing, captured, workdir, path.server_ip, options.qlog_dir)
-            if row["trace"] and row["trace"][1]:
+            if row["trace"]:
                 row.update(limits.columns(row["trace"][1], limits.RunFacts.from_run(row)))
         if profiling and row["status"] == "ok":
             row["profile"] = _profile(row, profiling)
@@ -484,13 +484,18 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
         if captured.get("dropped") else []
     notes += [] if tcp else [f"the {end} sent {n} datagrams holding a short-header packet after another, which no "
                              "receiver can decrypt: lost on the wire" for end, n in read.joined.items() if n]
+    if tcp:
+        built = trace.build_tcp_trace(row["run_id"], *read, captured)
+    elif row["workload"] == UPLOAD.name:
+        built = trace.build_upload_trace(row["run_id"], read, captured)
+    else:
+        built = trace.build_trace(row["run_id"], read, captured, trace.sender_qlog(qlog_dir))
+        if not built[1]:  # no breakdown without points: the run says why rather than lacking one silently
+            notes.append(f"the trace holds no 1-RTT packet: {read.undecrypted} short-header packets could not be "
+                         f"decrypted; the client's parameters {'were' if read.client_params else 'were not'} read")
     if notes:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), *notes])
-    if tcp:
-        return trace.build_tcp_trace(row["run_id"], *read, captured)
-    if row["workload"] == UPLOAD.name:
-        return trace.build_upload_trace(row["run_id"], read, captured)
-    return trace.build_trace(row["run_id"], read, captured, trace.sender_qlog(qlog_dir))
+    return built
 
 
 def _profile(row: dict, profiling: profile.Profiling) -> tuple[list[dict], list[dict]] | None:
