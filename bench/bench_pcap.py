@@ -135,6 +135,8 @@ def main() -> None:
     parser.add_argument("--other-packets", type=int, default=0)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="where the capture is made (deleted after)")
     args = parser.parse_args()
+    if not args.dir.is_dir():
+        parser.error(f"--dir {args.dir}: no such directory")
     print(f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="bench-pcap-", dir=args.dir) as scratch:
         capture, store = Path(scratch) / "clients.pcap", Path(scratch) / "clients.duckdb"

@@ -521,7 +521,12 @@ def page_flights(packets: list[Packet], delay_ms: float, object_bytes: int) -> d
     server-to-client direction alone)."""
     requested: dict[int, float] = {}
     answered: dict[int, int] = {}
+    streams_blocked = max_streams_updates = 0
     for p in packets:
+        if p.down:
+            max_streams_updates += len(p.max_streams)
+        else:
+            streams_blocked += len(p.streams_blocked)
         for f in p.streams:
             if f.stream_id % 4 == 0:
                 if not p.down:
@@ -533,41 +538,41 @@ def page_flights(packets: list[Packet], delay_ms: float, object_bytes: int) -> d
     if not opened:
         return {}
     t0 = min(opened.values())
-    first_answer: dict[int, float] = {}
-    last_sent = t0
-    first_number = None
-    response_bytes = 0
-    for p in packets:
-        if p.down and p.time >= t0:
-            for f in p.streams:
-                if f.stream_id in opened:
-                    first_answer.setdefault(f.stream_id, p.time)
-                    response_bytes += f.length
-                    last_sent = max(last_sent, p.time)
-                    if first_number is None:
-                        first_number = p.number
-    acked_at = next((p.time for p in packets if not p.down and p.time >= t0 and first_number is not None
-                     and any(high >= first_number for a in p.acks for _, high in a.ranges)), None)
-    flight = [p for p in packets if p.down and p.ack_eliciting and t0 <= p.time < (acked_at or t0)]
     rtt_s = delay_ms / 1000
+    first_answer: dict[int, float] = {}
+    last_sent, first_number, acked_at = t0, None, None
+    flight: list[Packet] = []
     rounds: list[int] = []
-    for p in packets:
-        if p.down and p.time >= t0:
-            sent = sum(f.length for f in p.streams if f.stream_id in opened)
-            if sent:
-                k = int((p.time - t0) / rtt_s)
-                rounds += [0] * (k + 1 - len(rounds))
-                rounds[k] += sent
+    for p in packets:  # in capture order: the first flight is what left before the first response's ACK came back
+        if p.time < t0:
+            continue
+        if not p.down:
+            if acked_at is None and first_number is not None and \
+                    any(high >= first_number for a in p.acks for _, high in a.ranges):
+                acked_at = p.time
+            continue
+        if p.ack_eliciting and acked_at is None:
+            flight.append(p)
+        own = [f for f in p.streams if f.stream_id in opened]
+        if not own:
+            continue
+        for f in own:
+            first_answer.setdefault(f.stream_id, p.time)
+        first_number = p.number if first_number is None else first_number
+        last_sent = max(last_sent, p.time)
+        if sent := sum(f.length for f in own):
+            k = int((p.time - t0) / rtt_s)
+            rounds += [0] * (k + 1 - len(rounds))
+            rounds[k] += sent
     ttfb = [(first_answer[s] - opened[s]) * 1000 for s in first_answer]
     return {"requests_seen": len(opened),
             "request_spread_ms": round((max(opened.values()) - t0) * 1000, 1),
-            "streams_blocked": sum(len(p.streams_blocked) for p in packets if not p.down),
-            "max_streams_updates": sum(len(p.max_streams) for p in packets if p.down),
+            "streams_blocked": streams_blocked, "max_streams_updates": max_streams_updates,
             "first_flight_bytes": sum(p.size for p in flight) if acked_at else None,
             "first_flight_packets": len(flight) if acked_at else None,
             # how long it took to send (a pacer spreads a window over most of the round trip)
             "first_flight_ms": round((flight[-1].time - flight[0].time) * 1000, 1) if acked_at and flight else None,
-            "response_bytes": response_bytes, "bytes_per_round": ";".join(map(str, rounds)),
+            "response_bytes": sum(rounds), "bytes_per_round": ";".join(map(str, rounds)),
             "rounds_to_last_byte": len(rounds),
             "ttfb_ms_median": round(statistics.median(ttfb), 1) if ttfb else None,
             "ttfb_ms_max": round(max(ttfb), 1) if ttfb else None,
