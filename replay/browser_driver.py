@@ -543,90 +543,24 @@ def firefox_preferences(target: Target) -> dict[str, object]:
     return prefs
 
 
-def prepare_firefox_profile(target: Target, profile: Path, template: Path | None) -> None:
-    """The run's own profile: a copy of ``template`` (firefox_template) where there is one, else a new
-    directory; its trust in the lab's CA and its preferences (user.js, read over prefs.js) are the run's."""
-    if template is None:
-        profile.mkdir(parents=True)
-    else:
-        shutil.copytree(template, profile, symlinks=True)
+def prepare_firefox_profile(target: Target, profile: Path) -> None:
+    """The run's own new profile, trusting the lab's CA, with the run's preferences (user.js).
+
+    New for every run, not a copy of one Firefox started once (1.3-1.7 s less CPU a run, tried 2026-11-28): on
+    a quiet machine a copied profile's page of 20 objects at 100 ms took 615-633 ms in 5 of 7 invocations
+    (4 runs each), a new one 460-495 ms in 8 of 8, interleaved, 19:37-19:42 at load 0.4-3.8; a slow run's capture
+    shows Firefox's second connection, which the page's fetches use, opened when they start (394 ms) instead of
+    beside the first handshake (42-110 ms in fast runs). Which of the profile's state does it: not found."""
+    profile.mkdir(parents=True)
     if target.trust:
-        for argv in ([] if template else [["certutil", "-N", "-d", f"sql:{profile}", "--empty-password"]]) + [
-                ["certutil", "-A", "-d", f"sql:{profile}", "-n", "qreplay lab CA", "-t", "CT,C,C", "-i",
-                 str(target.ca)]]:
+        for argv in (["certutil", "-N", "-d", f"sql:{profile}", "--empty-password"],
+                     ["certutil", "-A", "-d", f"sql:{profile}", "-n", "qreplay lab CA", "-t", "CT,C,C",
+                      "-i", str(target.ca)]):
             done = subprocess.run(argv, capture_output=True, text=True)
             if done.returncode != 0:
                 raise RunFailed(f"certutil could not trust the lab CA: {done.stderr.strip()[-200:]}")
-    write_user_js(profile, firefox_preferences(target))
-
-
-def write_user_js(profile: Path, prefs: dict[str, object]) -> None:
     (profile / "user.js").write_text("".join(f"user_pref({json.dumps(k)}, {json.dumps(v)});\n"
-                                             for k, v in prefs.items()))
-
-
-# A profile's first start costs Firefox over a second of CPU that every later start of it is spared (measured
-# 2026-11-28, load 5-16: start to WebDriver session and exit 2.8-3.2 s of CPU against 1.7-1.8 s; a one-run
-# `qreplay --stack firefox` 5.5-6.4 s against 4.5-5.3 s): it builds its start-up cache, registers its built-in
-# extensions, fills its databases and remote settings from the copies it ships.
-# Each run therefore copies a profile that Firefox started once with FIREFOX_PREFERENCES and loaded nothing in
-# (no site visited, so no Alt-Svc, HSTS, cookie or session entry; the run's CA and user.js added to the copy),
-# made once per Firefox build and preferences. What the browser sends is the same (its ClientHello's transport
-# parameters byte for byte, checked by the capture); its start-up's CPU in client_cpu_s is that of a second start.
-TEMPLATE_SETTLE_S = 3.0  # start-up's deferred work (extensions, remote settings) finishes before the close
-TEMPLATE_DROPPED = ("lock", ".parentlock", "user.js", "sessionstore.jsonlz4", "sessionstore-backups",
-                    "sessionCheckpoints.json", "cache2", "crashes", "minidumps")
-
-
-def firefox_template(target: Target) -> Path | None:
-    """The started-once profile of the installed Firefox build and FIREFOX_PREFERENCES, made here if missing
-    (in the machine's cache, ${XDG_CACHE_HOME:-~/.cache}/quictp); None where the build cannot be told."""
-    binary = shutil.which(BROWSERS["firefox"])
-    try:
-        build = (Path(binary).resolve().parent / "application.ini").read_bytes() if binary else None
-    except OSError:
-        build = None
-    if build is None:
-        return None
-    key = hashlib.sha256(build + json.dumps(FIREFOX_PREFERENCES, sort_keys=True).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "quictp" / "firefox-profiles"
-    template = cache / key
-    if template.is_dir():
-        return template
-    making = cache / f".{key}-{os.getpid()}"
-    shutil.rmtree(making, ignore_errors=True)
-    making.mkdir(parents=True)
-    try:
-        done = subprocess.run(["certutil", "-N", "-d", f"sql:{making}", "--empty-password"], capture_output=True,
-                              text=True)
-        if done.returncode != 0:
-            raise RunFailed(f"certutil could not make a certificate database: {done.stderr.strip()[-200:]}")
-        write_user_js(making, FIREFOX_PREFERENCES)
-        scratch = Target("firefox", target.server_ip, target.port, 0, target.transport, target.cert, target.ca,
-                         False, target.workdir / "template", target.timeout_s)
-        account = TreeAccount()
-        try:
-            with firefox_session(scratch, making) as call:
-                call("session.new", {"capabilities": {}})
-                time.sleep(TEMPLATE_SETTLE_S)
-                with contextlib.suppress(RunFailed, OSError):
-                    call("browser.close", {})
-        finally:
-            account.end_all(grace_s=10.0)
-            shutil.rmtree(scratch.workdir, ignore_errors=True)
-        for name in TEMPLATE_DROPPED:
-            dropped = making / name
-            if dropped.is_dir() and not dropped.is_symlink():
-                shutil.rmtree(dropped)
-            else:
-                dropped.unlink(missing_ok=True)
-        making.rename(template)
-    except OSError:
-        if not template.is_dir():  # not another run's making it first, in parallel
-            raise
-    finally:
-        shutil.rmtree(making, ignore_errors=True)
-    return template
+                                             for k, v in firefox_preferences(target).items()))
 
 
 class DevTools:
@@ -765,10 +699,9 @@ def firefox_session(target: Target, profile: Path) -> Iterator[Callable[[str, di
         yield call
 
 
-def run_firefox(target: Target, profile: Path, out: dict, template: Path | None = None) -> dict:
-    """The page's measurement from Firefox through WebDriver BiDi (its exact version into ``out``), its profile
-    a copy of ``template`` where there is one."""
-    prepare_firefox_profile(target, profile, template)
+def run_firefox(target: Target, profile: Path, out: dict) -> dict:
+    """The page's measurement from Firefox through WebDriver BiDi (its exact version into ``out``)."""
+    prepare_firefox_profile(target, profile)
     with firefox_session(target, profile) as call:
         version = out["browser_version"] = call("session.new", {"capabilities": {}})["capabilities"]["browserVersion"]
         context = call("browsingContext.getTree", {})["contexts"][0]["context"]
@@ -865,7 +798,6 @@ def run(target: Target, out: dict) -> None:
     become_subreaper()
     profile = target.workdir / "profile"
     shutil.rmtree(profile, ignore_errors=True)
-    template = firefox_template(target) if target.browser == "firefox" else None  # before the accounting starts
     account = TreeAccount()
     client_ip = _own_address(target.server_ip)
     capture = Capture.start(device, target.transport, target.server_ip, client_ip, target.workdir, account)
@@ -874,7 +806,7 @@ def run(target: Target, out: dict) -> None:
     try:
         try:
             measured = (run_chromium(target, profile, out) if target.browser == "chromium" else
-                        run_firefox(target, profile, out, template))
+                        run_firefox(target, profile, out))
         except RunFailed as exc:
             failure = exc
         finally:
