@@ -491,8 +491,7 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
     else:
         built = trace.build_trace(row["run_id"], read, captured, trace.sender_qlog(qlog_dir))
         if not built[1]:  # no breakdown without points: the run says why rather than lacking one silently
-            notes.append(f"the trace holds no 1-RTT packet: {read.undecrypted} short-header packets could not be "
-                         f"decrypted; the client's parameters {'were' if read.client_params else 'were not'} read")
+            notes.append(trace.no_packets_note(read, workdir / "keylog"))
     if notes:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), *notes])
     return built

@@ -17,6 +17,7 @@ import socket
 import statistics
 import struct
 import subprocess
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -961,6 +962,20 @@ def decrypt(pcap: Path, keylog: Path, server_ip: str) -> Decoded:
         raise ToolError(f"tshark could not read {pcap}: {stderr.strip().splitlines()[-1:] or process.returncode}")
     decoded.bursts_split = bursts
     return decoded
+
+
+def no_packets_note(decoded: Decoded, keylog: Path) -> str:
+    """Why a capture gave no 1-RTT packet, as far as the handshake shows: each step tshark needs before the
+    first 1-RTT packet (the client's ClientHello, which names the key log's secrets; the server's ServerHello;
+    its EncryptedExtensions, the first thing the key log's handshake secrets decrypt) read or not, and the
+    secrets the key log holds (CI's traced quiche run once lacked its breakdown, the cause not visible)."""
+    lines = keylog.read_text(errors="replace").splitlines() if keylog.is_file() else []
+    labels = Counter(line.split(" ", 1)[0] for line in lines if line and not line.startswith("#"))
+    read = {"the client's parameters": bool(decoded.client_params), "the server's cipher": decoded.cipher is not None,
+            "the server's parameters": bool(decoded.server_params)}
+    return (f"the trace holds no 1-RTT packet: {decoded.undecrypted} short-header packets could not be decrypted; "
+            + ", ".join(f"{what} {'read' if ok else 'not read'}" for what, ok in read.items())
+            + "; the key log holds " + (", ".join(f"{n} {label}" for label, n in labels.items()) or "no secret"))
 
 
 def sender_qlog(qlog_dir: Path | None) -> list[str]:

@@ -133,6 +133,24 @@ def test_a_datagram_of_two_short_header_packets_is_counted_apart(tmp_path):
     assert 4 not in numbers and 5 not in numbers and {3, 6} <= set(numbers)
 
 
+def test_a_capture_without_1rtt_packets_says_how_far_the_handshake_was_read(tmp_path):
+    """A trace with no 1-RTT packet names each handshake step tshark read and the key log's secrets, so that a
+    run that lacks its breakdown shows where decryption stopped: here (tests/data/firefox_joined) the key log
+    without its traffic secrets reads the whole handshake; with the exporter secret alone, the server's
+    EncryptedExtensions stays unread."""
+    capture = tmp_path / "trace.pcap"
+    capture.write_bytes(Path("tests/data/firefox_joined/trace.pcap").read_bytes())
+    lines = Path("tests/data/firefox_joined/keylog").read_text().splitlines()
+    for kept, expected in (("HANDSHAKE_TRAFFIC_SECRET", "the server's parameters read;"),
+                           ("EXPORTER_SECRET", "the server's parameters not read;")):
+        keylog = tmp_path / "keylog"
+        keylog.write_text("".join(line + "\n" for line in lines if kept in line or "EXPORTER" in line))
+        decoded = trace.decrypt(capture, keylog, server_ip="198.18.100.2")
+        note = trace.no_packets_note(decoded, keylog)
+        assert not decoded.packets and "the client's parameters read, the server's cipher read" in note, note
+        assert expected in note and "TRAFFIC_SECRET_0" not in note and "1 EXPORTER_SECRET" in note, note
+
+
 def test_the_senders_congestion_window_comes_from_its_qlog(traced):
     """ngtcp2's server writes qlog: every point carries the window it had then, and it grew in slow start
     from ngtcp2's initial 14,520 bytes while the flow-control window, not it, held the flight down."""
