@@ -59,6 +59,11 @@ def start_process(
     return process
 
 
+# How long a step a starved process takes at once (exiting when killed, GNU time forking its program) may last before
+# something is wrong: the tests run at SCHED_IDLE, which a loaded machine gives no CPU for seconds at a time
+STARVED_S = 30.0
+
+
 def pid_alive(pid: int) -> bool:
     try:
         # A zombie still "exists" to kill(0); it is not alive for us.
@@ -72,7 +77,7 @@ def stop_process(pid: int, grace: float = 2.0) -> None:
     """SIGTERM to the process group (or the process), SIGKILL after ``grace`` seconds."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         _signal(pid, sig)
-        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 2.0)
+        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else STARVED_S)
         while time.monotonic() < deadline:
             _reap(pid)
             if not pid_alive(pid):
@@ -130,7 +135,7 @@ def end_group(process: subprocess.Popen, first_signal: int = signal.SIGTERM, gra
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
         try:
-            process.wait(grace)
+            process.wait(grace if sig == first_signal else STARVED_S)
             break
         except subprocess.TimeoutExpired:
             continue
@@ -224,7 +229,9 @@ class Process:
             os.killpg(self.popen.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        self.wait(grace_s)
+        # Not the grace again: a killed group surely ends, but at SCHED_IDLE on a loaded machine it may take seconds
+        # to be scheduled to, and a caller must not see it still running after stop
+        self.wait(STARVED_S)
 
     def release(self) -> None:
         """Let a gated process go on (the program starts now)."""
@@ -232,7 +239,7 @@ class Process:
         self.popen.stdin.close()
         self.started = time.monotonic()
 
-    def program_pid(self, timeout_s: float = 2.0) -> int:
+    def program_pid(self, timeout_s: float = STARVED_S) -> int:
         """The program's own pid: GNU time's child (``ip netns exec`` execs into GNU time)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not self.wait(0):

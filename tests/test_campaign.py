@@ -74,9 +74,12 @@ def campaign(tmp_path_factory):
             if time.monotonic() >= handshaking and size > discovered > 0:
                 break
             time.sleep(0.05)
+        # Stopped first, so that it stores nothing more while its namespace's processes are listed (a listing at
+        # SCHED_IDLE on a loaded machine can outlast the shard's remaining handshakes)
+        killed = started.pop(KILLED)
+        os.killpg(killed.pid, signal.SIGSTOP)
         for pid in namespace_pids(namespaces[KILLED]):
             os.kill(pid, signal.SIGKILL)
-        killed = started.pop(KILLED)
         killed.wait(timeout=10)
         results = wait_local(started, timeout=120)
         with duckdb.connect(str(work_file(directory, "main", KILLED)), read_only=True) as con:

@@ -29,7 +29,7 @@ def server(tmp_path_factory):
         address = "127.0.0.1:%d" % probe.getsockname()[1]
     process = subprocess.Popen([H2, "server", address, f"--cert={workdir / 'cert.pem'}",
                                 f"--key={workdir / 'key.pem'}", "--cc=cubic"], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # the server starts at SCHED_IDLE, on a loaded machine seconds later
     while True:
         try:
             socket.create_connection(("127.0.0.1", int(address.split(":")[1]))).close()
@@ -53,12 +53,16 @@ def client(address: str, *options: str) -> subprocess.CompletedProcess:
     (["--size=1000", "--requests=50", "--concurrency=8"], 1000, 50),
 ])
 def test_client_and_server_speak_the_replay_protocol(server, options, size, requests):
+    started = time.monotonic()
     done = client(server, "--cc=cubic", *options)
+    elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["bytes"] == size * requests and result["requests"] == len(result["latencies_s"]) == requests
-    assert 0 < result["handshake_s"] < 1 and 0 < result["ttfb_s"] <= max(result["latencies_s"])
-    assert max(result["latencies_s"]) <= result["duration_s"] < 10
+    assert 0 < result["handshake_s"] and 0 < result["ttfb_s"] <= max(result["latencies_s"]) <= result["duration_s"]
+    # Seconds, within the client's life (not fixed bounds: at SCHED_IDLE on a loaded machine the handshake alone
+    # can take more than one): the handshake comes before the first request, where the duration starts
+    assert result["handshake_s"] + result["duration_s"] < elapsed, (result, elapsed)
 
 
 def test_curl_downloads_over_h2(server):
