@@ -36,6 +36,33 @@ def ns_command(ns: str | Launcher | None, argv: Sequence[str]) -> list[str]:
     return ns.command(argv)
 
 
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM that land inside the block take effect as it ends. Start a process and hand it to the
+    owner that stops it (a list its teardown walks, a variable its ``finally`` reads) inside one such block: a
+    signal between the two would otherwise unwind past an owner that never held the process, and leave it
+    running (a two-host run's server, on the other host, after a SIGTERM mid-start: CI, 2026-11-28)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # Python runs signal handlers in the main thread only: none can interrupt this one
+        return
+    pending: list[int] = []
+    previous = {sig: handler for sig in (signal.SIGINT, signal.SIGTERM)
+                if (handler := signal.getsignal(sig)) is not None}  # None: a handler not set from Python, left as is
+    for sig in previous:
+        signal.signal(sig, lambda signum, _frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if pending:
+            handler = previous[pending[0]]
+            if callable(handler):
+                handler(pending[0], None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(pending[0])
+
+
 def start_process(
     ns: str,
     argv: Sequence[str],
@@ -115,10 +142,11 @@ def process_groups() -> Iterator[Starter]:
         def start(command: list[str], log: Path, env: dict[str, str] | None = None,
                   first_signal: int = signal.SIGTERM) -> subprocess.Popen:
             handle = logs.enter_context(open(log, "wb"))
-            process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=env, start_new_session=True)
-            STARTED_PIDS.add(process.pid)
-            processes.append((process, first_signal))
+            with signals_deferred():
+                process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                STARTED_PIDS.add(process.pid)
+                processes.append((process, first_signal))
             return process
 
         try:

@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.process import STARTED_PIDS, ns_command, stop_process
+from common.process import STARTED_PIDS, ns_command, signals_deferred, stop_process
 from common import netns
 from tparams.errors import ToolError
 
@@ -364,11 +364,11 @@ class RelayBackend(LinkBackend):
         self.detach()
         self.stats_file.unlink(missing_ok=True)
         log = self.workdir / "linkem.log"
-        with open(log, "ab") as err, open(self.workdir / "linkem.out", "wb") as out:
+        with open(log, "ab") as err, open(self.workdir / "linkem.out", "wb") as out, signals_deferred():
             self.process = subprocess.Popen(
                 [str(LINKEM), "relay", *self.flags(config), "--stats-file", str(self.stats_file)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
-        STARTED_PIDS.add(self.process.pid)
+            STARTED_PIDS.add(self.process.pid)
         deadline = time.monotonic() + 5
         while not self.stats_file.exists():
             if self.process.poll() is not None or time.monotonic() > deadline:

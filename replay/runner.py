@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.launchers.base import Launcher
-from common.process import ExitedEarly, NotListening, Process, ns_command, wait_listening
+from common.process import ExitedEarly, NotListening, Process, ns_command, signals_deferred, wait_listening
 from replay import limits, profile, store, trace
 from replay.cpuidle import ShallowIdle
 from replay.link import LinkConfig, select_backend
@@ -353,14 +353,16 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             warnings += [f"{role}: {note}" for note in applied.notes]
         row["warnings"] = json.dumps(warnings)
         server_stdout = open(workdir / "server.stdout", "w+b")
-        server = Process(path.server_ns, server_argv, workdir / "server.usage", stdout=server_stdout)
-        row["server_argv"] = json.dumps(server.popen.args)
+        server: Process | None = None
         client = result = None
         clients: list[_Client] = []
         tracing, captured = contextlib.ExitStack(), None
         profiling = profile.Profiling(workdir) if options.profile else None
         settings = contextlib.ExitStack()
         try:
+            with signals_deferred():  # held by the finally below before a SIGTERM can unwind past it
+                server = Process(path.server_ns, server_argv, workdir / "server.usage", stdout=server_stdout)
+            row["server_argv"] = json.dumps(server.popen.args)
             # a knob's kernel settings, before the client starts: its sockets, and those the server accepts
             for ns, sysctls in ((path.client_ns, client_applied.sysctls), (path.server_ns, server_applied.sysctls)):
                 settings.enter_context(namespace_sysctls(ns, sysctls))
@@ -372,7 +374,9 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                                                                TRANSPORTS[stack.protocol]))
             before = path.interface_counters()
             gated = bool(profiling) and profile.gated(plan.argv)
-            clients = [_Client.start(path.client_ns, each, workdir, i, gated) for i, each in enumerate(plans)]
+            with signals_deferred():
+                for i, each in enumerate(plans):
+                    clients.append(_Client.start(path.client_ns, each, workdir, i, gated))
             client = clients[0].process
             row["client_argv"] = json.dumps(client.popen.args)
             if profiling:
@@ -429,9 +433,10 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                 usages = [c.process.usage() for c in clients]
                 row["client_cpu_s"], row["client_maxrss_kb"] = (
                     None if any(u[k] is None for u in usages) else sum(u[k] for u in usages) for k in (0, 1))
-            server.stop()
+            if server is not None:
+                server.stop()
+                row["server_cpu_s"], row["server_maxrss_kb"] = server.usage()
             settings.close()
-            row["server_cpu_s"], row["server_maxrss_kb"] = server.usage()
             server_stdout.seek(0)
             sender = server_stack.parse_server_output(server_stdout.read().decode(errors="replace"))
             server_stdout.close()

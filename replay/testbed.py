@@ -29,8 +29,8 @@ from pathlib import Path
 
 from replay.cpuidle import ShallowIdle
 from replay.link import LINKEM, PATH_DEVICE, LinkBackend, LinkConfig, select_backend
-from common.process import (STARTED_PIDS, NotListening, ns_command, pid_alive, run_to_end, start_process, stop_process,
-                            wait_listening)
+from common.process import (STARTED_PIDS, NotListening, ns_command, pid_alive, run_to_end, signals_deferred,
+                            start_process, stop_process, wait_listening)
 from common import netns
 from tparams.errors import ToolError
 from tparams.program_cli import address
@@ -156,8 +156,9 @@ class Endpoints:
         return self._start(self.client_ns, argv, log_name)
 
     def _start(self, ns: str, argv: Sequence[str], log_name: str) -> subprocess.Popen:
-        process = start_process(ns, list(argv), self.workdir / log_name)
-        self._processes.append(process)
+        with signals_deferred():
+            process = start_process(ns, list(argv), self.workdir / log_name)
+            self._processes.append(process)
         return process
 
     def run_client(self, argv: Sequence[str], timeout: float = 60.0) -> ProcessResult:
