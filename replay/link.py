@@ -24,7 +24,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.process import STARTED_PIDS, ns_command, signals_deferred, stop_process
+from common.process import STARTED_PIDS, ns_command, stop_process
+from common.signals import signals_deferred
 from common import netns
 from tparams.errors import ToolError
 

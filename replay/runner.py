@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.launchers.base import Launcher
-from common.process import ExitedEarly, NotListening, Process, ns_command, signals_deferred, wait_listening
+from common.process import ExitedEarly, NotListening, Process, ns_command, wait_listening
+from common.signals import signals_deferred
 from replay import limits, profile, store, trace
 from replay.cpuidle import ShallowIdle
 from replay.link import LinkConfig, select_backend

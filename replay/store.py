@@ -10,6 +10,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from common.signals import signals_deferred
 from replay import statistics
 from replay.stacks.base import REPO_ROOT
 from tparams.errors import ToolError
@@ -141,8 +142,9 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, rows: Iterable[Mapping], 
     batch = pa.Table.from_pylist([{c: r.get(c) for c in used} for r in rows])
     con.register("_batch", batch)
     try:
-        con.execute(f"INSERT {'OR IGNORE ' if skip_stored else ''}INTO {table} ({', '.join(used)}) "
-                    f"SELECT {', '.join(used)} FROM _batch")
+        with signals_deferred():  # a Ctrl-C keeps the rows: it lands after them, not as DuckDB's abandoned query
+            con.execute(f"INSERT {'OR IGNORE ' if skip_stored else ''}INTO {table} ({', '.join(used)}) "
+                        f"SELECT {', '.join(used)} FROM _batch")
     finally:
         con.unregister("_batch")
     return len(rows)
@@ -157,9 +159,11 @@ def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     except BaseException:
         con.execute("ROLLBACK")
         raise
-    con.execute("COMMIT")
+    with signals_deferred():
+        con.execute("COMMIT")
 
 
 def upsert_experiment(con: duckdb.DuckDBPyConnection, experiment: Mapping) -> None:
-    con.execute("DELETE FROM experiments WHERE experiment_id = ?", [experiment["experiment_id"]])
-    insert(con, "experiments", [experiment])
+    with signals_deferred():  # never the old record deleted and the new one not yet written
+        con.execute("DELETE FROM experiments WHERE experiment_id = ?", [experiment["experiment_id"]])
+        insert(con, "experiments", [experiment])

@@ -29,8 +29,9 @@ from pathlib import Path
 
 from replay.cpuidle import ShallowIdle
 from replay.link import LINKEM, PATH_DEVICE, LinkBackend, LinkConfig, select_backend
-from common.process import (STARTED_PIDS, NotListening, ns_command, pid_alive, run_to_end, signals_deferred,
-                            start_process, stop_process, wait_listening)
+from common.process import (STARTED_PIDS, NotListening, ns_command, pid_alive, run_to_end, start_process,
+                            stop_process, wait_listening)
+from common.signals import signals_deferred
 from common import netns
 from tparams.errors import ToolError
 from tparams.program_cli import address

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import socket
-import subprocess
 import sys
 import time
 
@@ -56,33 +54,3 @@ def test_process_groups_end_every_group_on_an_exception(tmp_path):
         raise KeyboardInterrupt
     assert all(sleeper.poll() is not None for sleeper in sleepers)
 
-
-# Starts a program and hands it to its owner (``held``, which the finally stops) with a SIGTERM or Ctrl-C landing
-# between the two, as a two-host run's server did when CI's SIGTERM came in the middle of its start (2026-11-28).
-HANDED_OVER = """
-import os, signal, sys
-from pathlib import Path
-from common import netns
-from common.process import Process, signals_deferred
-held = []
-with netns.teardown_on_signals():
-    try:
-        with signals_deferred():
-            os.kill(os.getpid(), getattr(signal, sys.argv[2]))
-            held.append(Process(None, ["sleep", "60"], Path(sys.argv[1])))
-            print(held[0].program_pid(), flush=True)
-        print("went on past the signal", flush=True)
-    finally:
-        for process in held:
-            process.stop()
-"""
-
-
-# SystemExit(143) from teardown_on_signals; an uncaught KeyboardInterrupt ends Python by SIGINT itself
-@pytest.mark.parametrize(("sent", "exit_code"), [("SIGTERM", 143), ("SIGINT", -signal.SIGINT)])
-def test_a_signal_between_a_start_and_its_owner_waits_until_the_owner_holds_it(tmp_path, sent, exit_code):
-    done = subprocess.run([sys.executable, "-c", HANDED_OVER, str(tmp_path / "p.usage"), sent],
-                          capture_output=True, text=True, timeout=STARVED_S)
-    lines = done.stdout.split()
-    assert done.returncode == exit_code and lines and "went on" not in done.stdout, (done.stdout, done.stderr)
-    assert not pid_alive(int(lines[0]))
