@@ -51,7 +51,11 @@ the point that opens it, by the first rule that holds:
    RTT_INFLATED times the smallest: the packets waited in an endpoint, not on the path (a machine whose cores
    are shared shows so where no process reaches CPU_SATURATED).
 6. ``application``: nothing in flight (less than one MSS), the sender at no credit: it had nothing to send
-   (before the first body byte, too).
+   (before the first body byte, too). ``sender_cpu`` instead where the request had reached the server and the
+   sender had not read it yet (its qlog's ``read_s`` of the request, as for an ACK in rule 4): it had the
+   request and did not run. Measured 2026-11-29 00:33-00:40 (quic-go at 30 ms beside three test workers at
+   SCHED_IDLE, load 2-6, scripts/qlog_unread_acks.py): one run of ten read its request 21 ms after it arrived,
+   11.5% of its transfer charged here before.
 7. ``congestion_window``: what is left: data in flight, the sender at no credit, queue or CPU limit (RFC
    4898's SndLimTimeCwnd is likewise the remainder once the receiver's window and the sender's application
    are accounted for).
@@ -150,6 +154,9 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     at_window = 0.0  # time with in flight within one MSS of the qlog's window, whatever rule charged it
     unread: list[tuple[float, int]] = []  # (read_s, the bytes it took out of flight) of ACKs the sender has not read
     unread_window, flight_before, window_before, ack_unread = None, 0, None, 0.0
+    # when the sender read the request (its qlog's, as for an ACK): before that, nothing to send was its CPU's
+    request_read = points[0].get("read_s") if points[0]["direction"] == "up" else None
+    request_unread = 0.0
     for point, after in zip(points, points[1:]):
         span = after["t_s"] - point["t_s"]
         unread = [u for u in unread if u[0] > point["t_s"]]
@@ -200,6 +207,11 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
             seconds["sender_cpu"] += late
             ack_unread += late
             span -= late
+            if limit == "application" and request_read is not None and point["t_s"] < request_read:
+                waited = min(request_read, after["t_s"]) - point["t_s"]
+                seconds["sender_cpu"] += waited
+                request_unread += waited
+                span -= waited
             if limit == "congestion_window" and cut is not None:  # the window a loss cut: the loss's
                 seconds["receiver_cpu_socket"] += span * socket_loss
                 seconds["loss_recovery"] += span * (1 - socket_loss)
@@ -218,7 +230,11 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
              "at_window_share": at_window / total if cwnd_known else None,
              # the share charged to the sender's CPU for ACKs it had not read (rule 4): the stack's own qlog counts
              # it at the window, so the qlog's share at the window is at_window_share plus this
-             "ack_unread_share": ack_unread / total if cwnd_known else None}
+             "ack_unread_share": ack_unread / total if cwnd_known else None,
+             # the share before the sender read the request (rule 6), charged to its CPU: the stack's own qlog
+             # starts its transfer where it read it, so its share at the window over this span is its own x (1 -
+             # this)
+             "request_unread_share": request_unread / total}
     return Breakdown(fractions, max(LIMITS, key=fractions.get), end, basis)
 
 

@@ -1,8 +1,9 @@
 """The qlog cross-check under CPU starvation (tests/test_replay_limits.py's window-share test; replay/limits.py
 rule 4): traced 2 MB downloads at 30 ms with the server's qlog, beside busy loops this script starts pinned to
 each core with taskset and stops when it ends; per run the capture's share of the transfer at the window, the
-share charged to the sender's CPU for ACKs it had not read yet, the stack's own qlog's share at its window,
-and how late the server read its ACKs.
+share charged to the sender's CPU for ACKs it had not read yet, and for the request before it read it, the stack's
+own qlog's share at its window (over its own span, from its read of the request, and over the breakdown's), and
+how late the server read its ACKs.
 
 usage: .venv/bin/python scripts/qlog_unread_acks.py STACK [RUNS] [BUSY_LOOPS] [OUT_DIR]"""
 
@@ -57,13 +58,15 @@ def main() -> None:
             with duckdb.connect(str(out / f"run{n}.duckdb"), read_only=True) as con:
                 late = con.execute("SELECT max(read_s - t_s) * 1000 FROM trace_points WHERE run_id = ?",
                                    [run["run_id"]]).fetchone()[0]
-            at, unread = basis["at_window_share"], basis["ack_unread_share"]
+            at, unread, request = basis["at_window_share"], basis["ack_unread_share"], basis["request_unread_share"]
             if own is None or at is None:
                 print(f"run {n}: no congestion window in {stack.name}'s qlog")
                 continue
-            print(f"run {n} (load {load()}): capture at the window {at:.1%}, ACKs unread {unread:.1%}, "
-                  f"qlog {own:.1%}: capture {100 * (at - own):+.1f} points, with the unread "
-                  f"{100 * (at + unread - own):+.1f}; ACKs read up to {late or 0:.1f} ms late")
+            spanned = own * (1 - request)
+            print(f"run {n} (load {load()}): capture at the window {at:.1%}, ACKs unread {unread:.1%}, request "
+                  f"unread {request:.1%}, qlog {own:.1%} ({spanned:.1%} over the breakdown's span): capture "
+                  f"{100 * (at - spanned):+.1f} points, with the unread {100 * (at + unread - spanned):+.1f}; ACKs "
+                  f"read up to {late or 0:.1f} ms late")
     finally:
         for loop in busy:
             loop.kill()
