@@ -316,7 +316,9 @@ def test_the_window_share_agrees_with_the_stacks_own_qlog(stack, tmp_path):
     41.8% plus 4.5% unread against its qlog's 58.8%, as a request read ~21% of the span late would; measured
     2026-11-29 00:33-00:40 beside three test workers at SCHED_IDLE (load 2-6), one quic-go run of ten read its
     request 21 ms (11% of the span) after it arrived: 5.8 points short, 0.1 with the qlog's share taken over
-    the breakdown's span. The sum also overshoots where a starved sender was pacing below its window by more
+    the breakdown's span. Reproduced at will by SIGSTOPping quic-go's server for 40 ms around the request
+    (00:51-00:53, load 0.5-4, a second pair of hands): read 25-38 ms late, its qlog 8.5 and 12.0 points above, within
+    0.2 over the same span. The sum also overshoots where a starved sender was pacing below its window by more
     than an MSS when the ACKs came unread (its qlog not at the window, the breakdown charging the stall to its
     CPU): +5.7 in another of those ten."""
     within = 0.10
