@@ -20,14 +20,18 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyroute2 import IPRoute
 
-from common.process import stop_process
+from common.process import STARVED_S, stop_process
 from tparams.errors import ToolError
 
 
 # pyroute2 takes a fifth of a second of CPU to import, as long as the rest of a qscan or qreplay command's
 # start, and most commands never touch a namespace: it is imported where a namespace is.
 def _pyroute2_netns():
-    from pyroute2 import netns
+    from pyroute2 import config, netns
+    # pyroute2 does namespace work in a forked child and gives up on it after 2 s: a starved process (the tests at
+    # SCHED_IDLE, a loaded machine) took longer to create one (TimeoutError 'no response from the child',
+    # 2026-11-29, beside the normal-priority busy loops of another measurement)
+    config.default_communicate_timeout = STARVED_S
     return netns
 
 
