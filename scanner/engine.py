@@ -159,7 +159,7 @@ class HandshakeRecord:
     key_exchange_group: str | None = None
     hello_retry_request: bool = False  # the server answered the first ClientHello with one
     # With ScanSettings.await_handshake_done (not stored): whether HANDSHAKE_DONE came, and the
-    # lengths of the NEW_TOKEN frames' tokens before it; None when not waited for.
+    # lengths of the NEW_TOKEN frames' tokens before it; None when not waited for or it did not come.
     handshake_done: bool | None = None
     new_token_lengths: list[int] | None = None
     certificates: list[Certificate] = field(default_factory=list)
@@ -302,7 +302,9 @@ def handshake_record(
         retry_token=conn.retry_token,
         hello_retry_request=conn.hello_retry_request,
         handshake_done=conn.handshake_done,
-        new_token_lengths=None if conn.handshake_done is None else [len(token) for token in conn.new_tokens],
+        # counted only up to a HANDSHAKE_DONE that came: where the wait ran out (a server, or this scanner starved,
+        # slower than HANDSHAKE_DONE_WAIT) the tokens were not seen, not absent (ngtcp2's counted "0" so, 2026-11-29)
+        new_token_lengths=[len(token) for token in conn.new_tokens] if conn.handshake_done else None,
         datagrams_received=conn.datagrams_received,
         transport_parameters_raw=conn.transport_parameters_raw,
         decoded=conn.decoded,
