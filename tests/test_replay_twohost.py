@@ -254,7 +254,7 @@ def test_a_sigterm_mid_run_stops_what_ran_on_the_other_host(two_hosts, tmp_path)
     # stop_process returns when the group's leader is gone; its members end a moment later, longer on a loaded
     # machine. The GNU time and gtlsserver CI found left after 15 s (2026-11-28) were a leak, not slowness: the
     # SIGTERM had landed while the server's Process was being made, before run_once's finally held it (shown with
-    # a 3 s pause there: the same two left; none since common.process.signals_deferred)
+    # a 3 s pause there: the same two left; none since common.signals.signals_deferred)
     deadline = time.monotonic() + 15
     while (netns.namespace_pids(server) or netns.namespace_pids(client)) and time.monotonic() < deadline:
         time.sleep(0.05)
