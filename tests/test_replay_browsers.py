@@ -30,6 +30,7 @@ from replay.testbed import PREFIX, Testbed
 from scanner.capture.frontend import long_header_datagrams
 from tparams.paramset import ParamSet
 from tparams.workloads import UPLOAD
+from interrupting import signal_state
 
 pytestmark = pytest.mark.lab
 QREPLAY = str(Path(sys.executable).with_name("qreplay"))
@@ -252,9 +253,10 @@ def test_ctrl_c_during_a_browser_run_leaves_no_browser_profile_or_namespace(tmp_
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.2)
     time.sleep(1)  # the page is loading or the download under way
+    taking = signal_state(process.pid)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    assert process.returncode == 130 and "Traceback" not in stderr, (stderr, taking)
     assert not [n for n in netns.list_namespaces(PREFIX) if n.startswith(f"{PREFIX}{process.pid}-")]
     assert not browser_processes()
     assert not browser_run_directories() - before

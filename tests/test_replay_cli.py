@@ -21,6 +21,7 @@ from replay.sets import resolve_alias
 from replay.stacks import get_stack
 from replay.stacks.base import GO_BIN_DIR
 from timing import measure_until
+from interrupting import signal_state
 
 QREPLAY = str(Path(sys.executable).with_name("qreplay"))
 
@@ -77,9 +78,10 @@ def test_ctrl_c_keeps_the_finished_runs_and_says_so(tmp_path):
         clients |= set(subprocess.run(["pgrep", "-f", f"^{GO_BIN_DIR / 'qgclient'} "], capture_output=True,
                                       text=True).stdout.split())
         time.sleep(0.05)
+    taking = signal_state(process.pid)
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    assert process.returncode == 130 and "Traceback" not in stderr, (stderr, taking)
     kept = re.search(r"interrupted: (\d+) of 500 runs finished and are kept in (\S+) \(experiment", stderr)
     assert kept and kept[2] == str(out), stderr
     stored = duckdb.connect(str(out), read_only=True).execute("SELECT count(*) FROM runs").fetchone()[0]
