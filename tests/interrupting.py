@@ -5,16 +5,30 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
+# Starts a command with Ctrl-C and SIGQUIT at their default, whatever the test worker has them at: a command
+# inherits an ignored signal, and a Python program keeps it ignored. Fresh clones' suites twice had commands end
+# 0 after their Ctrl-C (2026-11-29 01:50, 02:10), started with SIGINT and SIGQUIT ignored (SigIgn 0x81001006, by
+# signal_state below) from a worker that had them so for a while: what in the worker did is not found (glibc's
+# system() does exactly that while its child runs; no code of ours calls it; at every test's end of a watched
+# suite no worker had them ignored).
+_DEFAULTS = ("import os, signal, sys; [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGQUIT)]; "
+             "os.execvp(sys.argv[1], sys.argv[1:])")
+
+
+def interruptible(argv: Sequence[str]) -> list[str]:
+    """``argv`` with SIGINT and SIGQUIT reset to their default before it runs (the same pid: the reset execs it)."""
+    return [sys.executable, "-c", _DEFAULTS, *argv]
+
+
 def signal_state(pid: int) -> str:
     """How ``pid`` takes signals as the kernel has it (the masks of /proc/PID/status: blocked, ignored, caught),
-    for a test to show beside an exit that says a Ctrl-C went unheeded: a fresh clone's suite had two commands end
-    0 after their Ctrl-C (2026-11-29 01:50), cause not found; none of the suite's workers had SIGINT ignored or
-    blocked at any test's end in the next run."""
+    for a test to show beside an exit that says a Ctrl-C went unheeded."""
     try:
         status = Path(f"/proc/{pid}/status").read_text().splitlines()
     except OSError:
@@ -25,7 +39,7 @@ def signal_state(pid: int) -> str:
 def ctrl_c_when(argv: Sequence[str], ready: Callable[[], bool], within: float) -> tuple[int, str]:
     """Start ``argv`` in its own session, wait until ``ready()`` holds (failing if the command ends first
     or ``within`` seconds pass), then SIGINT its group; returns the exit status and stderr."""
-    process = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    process = subprocess.Popen(interruptible(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
     try:
         deadline = time.monotonic() + within

@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from interrupting import ctrl_c_when
+from interrupting import ctrl_c_when, interruptible
 from common.tshark import wait_until_capturing, wait_until_in_capture
 from scanner.scan import scan_into
 from scanner.engine import OK, PROTOCOL_ERROR, TIMEOUT, TLS_ALERT, ScanSettings
@@ -60,8 +60,9 @@ def lab_scan(lab: Lab, tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("engine")
     pcap, keylog, out, log = tmp / "scan.pcapng", tmp / "keys.log", tmp / "scan.duckdb", tmp / "tshark.log"
     with open(log, "wb") as log_file:
-        capture = subprocess.Popen(
-            ["ip", "netns", "exec", lab.client_ns, "tshark", "-q", "-i", client_interface(lab), "-f", "udp", "-w", str(pcap)],
+        capture = subprocess.Popen(  # ended by SIGINT below, which it must not have inherited ignored
+            interruptible(["ip", "netns", "exec", lab.client_ns, "tshark", "-q", "-i", client_interface(lab),
+                           "-f", "udp", "-w", str(pcap)]),
             stdout=log_file, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:

@@ -30,7 +30,7 @@ from replay.testbed import PREFIX, Testbed
 from scanner.capture.frontend import long_header_datagrams
 from tparams.paramset import ParamSet
 from tparams.workloads import UPLOAD
-from interrupting import signal_state
+from interrupting import interruptible, signal_state
 
 pytestmark = pytest.mark.lab
 QREPLAY = str(Path(sys.executable).with_name("qreplay"))
@@ -245,9 +245,9 @@ def test_doctor_lists_the_browsers_with_their_versions_and_what_they_cannot_set(
 def test_ctrl_c_during_a_browser_run_leaves_no_browser_profile_or_namespace(tmp_path):
     _usable("firefox")
     before = browser_run_directories()
-    process = subprocess.Popen([QREPLAY, "--stack", "firefox", "--delay", "10ms", "--rate", "20mbit", "--size", "20MB",
-                                "--reps", "3", "--out", str(tmp_path / "r.duckdb")], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(interruptible([QREPLAY, "--stack", "firefox", "--delay", "10ms", "--rate", "20mbit",
+                                              "--size", "20MB", "--reps", "3", "--out", str(tmp_path / "r.duckdb")]),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not any("firefox-esr" in p for p in browser_processes()):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()

@@ -21,7 +21,7 @@ from replay.sets import resolve_alias
 from replay.stacks import get_stack
 from replay.stacks.base import GO_BIN_DIR
 from timing import measure_until
-from interrupting import signal_state
+from interrupting import interruptible, signal_state
 
 QREPLAY = str(Path(sys.executable).with_name("qreplay"))
 
@@ -66,9 +66,9 @@ def test_a_socket_buffer_the_kernel_refuses_is_named_as_such(tmp_path):
 
 def test_ctrl_c_keeps_the_finished_runs_and_says_so(tmp_path):
     out = tmp_path / "r.duckdb"
-    process = subprocess.Popen([QREPLAY, "--set", "firefox", "--stack", "quic-go", "--link", "loopback", "--size",
-                                "100kB", "--reps", "500", "--out", str(out)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(interruptible([QREPLAY, "--set", "firefox", "--stack", "quic-go", "--link", "loopback",
+                                              "--size", "100kB", "--reps", "500", "--out", str(out)]),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Interrupt once a third client has started, so that at least two runs are finished (a fixed sleep
     # interrupted a slow start-up on a loaded machine before any run had ended).
     clients: set[str] = set()

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from common.process import STARVED_S, pid_alive
+from interrupting import interruptible
 
 
 # Starts a program and hands it to its owner (``held``, which the finally stops) with a SIGTERM or Ctrl-C landing
@@ -36,7 +37,7 @@ with netns.teardown_on_signals():
 # SystemExit(143) from teardown_on_signals; an uncaught KeyboardInterrupt ends Python by SIGINT itself
 @pytest.mark.parametrize(("sent", "exit_code"), [("SIGTERM", 143), ("SIGINT", -signal.SIGINT)])
 def test_a_signal_between_a_start_and_its_owner_waits_until_the_owner_holds_it(tmp_path, sent, exit_code):
-    done = subprocess.run([sys.executable, "-c", HANDED_OVER, str(tmp_path / "p.usage"), sent],
+    done = subprocess.run(interruptible([sys.executable, "-c", HANDED_OVER, str(tmp_path / "p.usage"), sent]),
                           capture_output=True, text=True, timeout=STARVED_S)
     lines = done.stdout.split()
     assert done.returncode == exit_code and lines and "went on" not in done.stdout, (done.stdout, done.stderr)
@@ -65,6 +66,6 @@ except BaseException as exc:
 
 
 def test_a_ctrl_c_mid_statement_lets_duckdb_finish_it_then_interrupts():
-    done = subprocess.run([sys.executable, "-c", INTERRUPTED_STATEMENT], capture_output=True, text=True,
+    done = subprocess.run(interruptible([sys.executable, "-c", INTERRUPTED_STATEMENT]), capture_output=True, text=True,
                           timeout=STARVED_S)
     assert done.stdout.split() == ["KeyboardInterrupt", "[(899999999,)]"], (done.stdout, done.stderr)
