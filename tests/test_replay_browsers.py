@@ -410,14 +410,16 @@ def test_a_small_server_stream_window_binds_a_browsers_upload():
 
 @pytest.mark.timing  # what the flight holds depends on when quic-go reads which ACK: in a fresh clone's suite,
 # the server at SCHED_IDLE beside the other tests, it sent 43,282 bytes (40,339-41,620 in the quiet window); and on
-# whether its pacer fills the window within the round trip: 31,734 in a fresh clone's suite, 2026-11-29 02:05
+# whether its pacer fills the window within the round trip: 31,734 and 18,019 in fresh clones' suites, 2026-11-29
+# 02:05 and 02:15 (Chromium, caddy, linkem and the capture on two cores)
 def test_caddys_quic_go_sends_a_pages_first_flight_of_its_32_packet_window_as_the_impact_model_has_it():
     """caddy's page loads took 0.71-0.73 of the impact model's time while it started every server's responses at
     RFC 9002's 12,000 bytes (2026-11-28): quic-go's sender starts at 32 packets. The capture at the server shows
     it: the responses to a page's twenty requests go out 40 kB before the first of them is acknowledged, the
     initial window the model now takes for quic-go (replay.flowcontrol.UPDATE_RULES), not 12 kB. At most that
-    window; at least well above 12 kB: quic-go paces its window over most of the round trip, and where the machine
-    slows the pacer the first ACK comes back before the window is out (31,734 bytes once in a loaded suite)."""
+    window; more than a sender starting at 12 kB could send (its window and the one packet that may overshoot it):
+    quic-go paces its window over most of the round trip, and where the machine slows the pacer and caddy the
+    first ACK comes back before the window is out (18,019-31,734 bytes in loaded suites)."""
     from replay.flowcontrol import UPDATE_RULES, UpdateRule
     from replay.runner import captured_run
     from replay.trace import decrypt, page_flights
@@ -434,4 +436,4 @@ def test_caddys_quic_go_sends_a_pages_first_flight_of_its_32_packet_window_as_th
             seen = page_flights(decrypt(pcap, keylog, tb.server_ip).packets, 50, 10_000)
     assert seen["requests_seen"] == 20 and seen["streams_blocked"] == 0  # 20 of quic-go's 100 streams: none waits
     window, rfc_window = UPDATE_RULES["quic-go"].initial_cwnd, UpdateRule.initial_cwnd
-    assert 2 * rfc_window <= seen["first_flight_bytes"] <= 1.05 * window, seen
+    assert rfc_window + 1500 < seen["first_flight_bytes"] <= 1.05 * window, seen
