@@ -24,13 +24,15 @@ def signals_deferred() -> Iterator[None]:
     pending: list[int] = []
     previous = {sig: handler for sig in (signal.SIGINT, signal.SIGTERM)
                 if (handler := signal.getsignal(sig)) is not None}  # None: a handler not set from Python, left as is
-    for sig in previous:
-        signal.signal(sig, lambda signum, _frame: pending.append(signum))
+    # signal.signal runs the handlers of signals already arrived, which may raise: every handler set here is set
+    # back whatever happens, else a Ctrl-C would be noted in a list nobody reads from then on
     try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        with contextlib.ExitStack() as restoring:
+            for sig, handler in previous.items():
+                restoring.callback(signal.signal, sig, handler)
+                signal.signal(sig, lambda signum, _frame: pending.append(signum))
+            yield
+    finally:  # the signal, in place of whatever the block raised, as it would have landed
         if pending:
             handler = previous[pending[0]]
             if callable(handler):

@@ -53,4 +53,3 @@ def test_process_groups_end_every_group_on_an_exception(tmp_path):
                     for n in range(2)]
         raise KeyboardInterrupt
     assert all(sleeper.poll() is not None for sleeper in sleepers)
-
