@@ -238,6 +238,15 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     return Breakdown(fractions, max(LIMITS, key=fractions.get), end, basis)
 
 
+def against_own_qlog(basis: Mapping, qlog_share: float) -> tuple[float, float]:
+    """(the capture's share at the congestion window as the sender's own qlog counts it, that qlog's share over
+    the breakdown's span), for holding one against the other: the qlog counts at its window the time the sender
+    sat on ACKs it had not read (rule 4's sender_cpu), and starts its transfer where it read the request, not
+    where the request arrived (rule 6), so its share covers only that part of the span."""
+    return (basis["at_window_share"] + basis["ack_unread_share"],
+            qlog_share * (1 - basis["request_unread_share"]))
+
+
 def columns(points: Iterable[Mapping], facts: RunFacts) -> dict:
     """The runs columns of a traced run's breakdown: ``limited_by`` and ``limits`` (JSON: fractions, transfer_s
     and basis); both None when the trace holds no transfer."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import duckdb
 
-from replay import sets, trace
+from replay import limits, sets, trace
 from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, run_experiment
 from replay.stacks import get_stack
@@ -62,7 +62,7 @@ def main() -> None:
             if own is None or at is None:
                 print(f"run {n}: no congestion window in {stack.name}'s qlog")
                 continue
-            spanned = own * (1 - request)
+            spanned = limits.against_own_qlog(basis, own)[1]
             print(f"run {n} (load {load()}): capture at the window {at:.1%}, ACKs unread {unread:.1%}, request "
                   f"unread {request:.1%}, qlog {own:.1%} ({spanned:.1%} over the breakdown's span): capture "
                   f"{100 * (at - spanned):+.1f} points, with the unread {100 * (at + unread - spanned):+.1f}; ACKs "

@@ -294,7 +294,7 @@ def test_spot_checks_measure_through_the_identified_librarys_server_and_mark_the
     assert (upload["server_stack"], upload["binding"]) == ("aioquic", "initial_max_stream_data_bidi_remote")
     assert upload["window_bound"] and upload["measured"] < 1.25 * upload["predicted"], upload
     assert upload["ratio"] == pytest.approx(upload["measured"] / upload["predicted"])
-    assert "window-bound 1 of 1 within 25% of predicted" in result.check_line(), result.check_line()
+    assert "window-bound 1 of 1 within 25% of predicted" in result.check_line(), (result.check_line(), upload)
     # the upload traced: what aioquic granted, beside the case (the window it started at is the set's)
     assert upload["traced_runs"] == 1 and upload["max_stream_data_updates"] > 0, upload
     assert upload["server_initial_stream_window"] == SMALL_AIOQUIC.initial_max_stream_data_bidi_remote
