@@ -22,9 +22,10 @@ from collections.abc import Callable, Mapping
 import tempfile
 from pathlib import Path
 
+import duckdb
 import typer
 
-from tparams.errors import ToolError
+from tparams.errors import ToolError, first_line
 
 
 # Where a reader goes from any --help: the manual's pages within the repository.
@@ -109,6 +110,12 @@ def run(app: typer.Typer, prog_name: str) -> None:
     except ToolError as exc:
         print(f"{prog_name}: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except duckdb.IOException as exc:
+        # A DuckDB file cut short or damaged (copied while written, a disk filled): DuckDB finds it only when a
+        # query reaches the missing block, anywhere below, so it is named here, once, in one line.
+        print(f"{prog_name}: error: cannot read a DuckDB file, damaged or cut short? {first_line(exc)}",
+              file=sys.stderr)
+        sys.exit(2)  # bad input, as a ToolError
     except OSError as exc:
         # A named path the machine refused (a default output in a read-only place, a
         # path derived from an output): the environment, not a bug, so one line too.

@@ -381,3 +381,19 @@ def test_connections_past_the_limit_are_forgotten_oldest_first(monkeypatch) -> N
     assert max(held) == 2, "the connection table outgrew its limit, or never reached it"
     assert [h.frame for h in extractor.finish()] == [h.frame for h in read_capture(MIXED).hellos]
     assert len(extractor._by_flow) <= 2
+
+
+def test_a_scan_file_cut_short_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """DuckDB finds a file cut short only when a query reaches the missing block, deep in a command: the
+    command still ends in one line naming the file (a copy taken while a scan wrote it, a full disk)."""
+    whole = tmp_path / "scan.duckdb"
+    assert qscan("pcap", str(MIXED), "--out", str(whole), "--quiet").returncode == 0
+    assert qscan("report", str(whole)).returncode == 0
+    data = whole.read_bytes()
+    for fraction in (2, 3):
+        cut = tmp_path / f"cut{fraction}.duckdb"
+        cut.write_bytes(data[:len(data) // fraction])
+        done = qscan("report", str(cut))
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+        assert lines[0].startswith("qscan: error:") and str(cut) in lines[0], lines
