@@ -147,16 +147,29 @@ def run_fidelity(plan: FidelityPlan, results: str | Path, *, link_backend: str =
     start and end)."""
     results, execute = Path(results), execute or run_experiment
     campaign = uuid.uuid4().hex[:12]
-    tags = {"fidelity": campaign, "mode": plan.mode}
     common = {"link_backend": link_backend, "command_line": command_line, "udp_buffer_bytes": udp_buffer_bytes}
-    sets = {b.name: captured_set(b, results, tags, execute, **common) for b in plan.browsers}
-    for links, size in plan.parts():
-        experiment = Experiment("fidelity", plan.browsers[0], fidelity_conditions(plan, links, sets),
-                                RunOptions(size=size, timeout_s=default_timeout_s(size)), plan.reps,
-                                tags={**tags, "purpose": "comparison", "sets": {b: s.name for b, s in sets.items()}},
-                                **common)
+    sets = {b.name: captured_set(b, results, campaign_tags(plan, campaign), execute, **common) for b in plan.browsers}
+    for experiment in comparison_experiments(plan, campaign, sets, **common):
         execute(experiment, results)  # its load at the start and end in its config (runner.run_experiment)
     return campaign
+
+
+def campaign_tags(plan: FidelityPlan, campaign: str) -> dict:
+    """What every experiment of the fidelity campaign ``campaign`` carries in its config (load_fidelity finds it
+    by them)."""
+    return {"fidelity": campaign, "mode": plan.mode}
+
+
+def comparison_experiments(plan: FidelityPlan, campaign: str, sets: dict[str, NamedSet], **experiment) \
+        -> list[Experiment]:
+    """The comparison, one experiment per download size, each browser's replays with ``sets[browser]``
+    (``experiment``: further Experiment fields). run_fidelity runs them after capturing the sets; a replay
+    campaign file's ``fidelity = true`` experiment plans them with the sets it names (replay/campaign.py)."""
+    return [Experiment("fidelity", plan.browsers[0], fidelity_conditions(plan, links, sets),
+                       RunOptions(size=size, timeout_s=default_timeout_s(size)), plan.reps,
+                       tags={**campaign_tags(plan, campaign), "purpose": "comparison",
+                             "sets": {b: s.name for b, s in sets.items()}}, **experiment)
+            for links, size in plan.parts()]
 
 
 # --- reading a campaign back ----------------------------------------------------------------------------
