@@ -175,6 +175,7 @@ def test_a_fidelity_campaign_in_two_shards_merges_into_a_file_fidelity_and_the_n
     assert report.returncode == 0, report.stderr
     text = (tmp_path / "report" / "fidelity.md").read_text()
     assert "| ngtcp2 | pinned |" in text and "| ngtcp2 | autotune |" in text, text[:2000]
+    assert "ran the set the replay campaign file named" in text and "- firefox: " in text
     html, _ = HTMLExporter().from_notebook_node(execute_notebook("replay_goodput", {REPLAY_DB_VARIABLE: merged}))
     notebook = " ".join(re.sub(r"<[^>]+>", " ", html).split())
     fidelity = notebook[notebook.index("Do replayed browser sets behave like the browsers?"):]
