@@ -249,13 +249,13 @@ def _expand_fidelity(campaign: str, entry: dict, where: str) -> list[Experiment]
         raise ToolError(f"{where}: reps must be at least 1")
     # the fidelity campaign's id: the same on every host
     identity = hashlib.sha256(f"{campaign}/{label}/fidelity".encode()).hexdigest()[:12]
+    # each part's id by its place in the plan, not its size: the lossy part may download the loss-free one's size
     return [replace(experiment, tags={**experiment.tags, "campaign": campaign, "campaign_experiment": label},
-                    experiment_id=hashlib.sha256(f"{campaign}/{label}/{experiment.options.size}".encode())
-                    .hexdigest()[:12])
-            for experiment in fidelity.comparison_experiments(
+                    experiment_id=hashlib.sha256(f"{campaign}/{label}/{part}".encode()).hexdigest()[:12])
+            for part, experiment in enumerate(fidelity.comparison_experiments(
                 plan_, identity, sets, link_backend=str(entry.get("link", VALUE_OPTIONS["link"])),
                 command_line=f"qreplay campaign run ({campaign}, experiment {label}, fidelity)",
-                udp_buffer_bytes=udp_buffer)]
+                udp_buffer_bytes=udp_buffer))]
 
 
 # --- projection ----------------------------------------------------------------------------------
