@@ -220,7 +220,9 @@ def limits_summary(con: duckdb.DuckDBPyConnection):
     share), ``agreeing`` (how many carry it), the mean share of each limit of replay.limits.LIMITS over the
     traced runs, the mean goodput of the successful ones and the client parameters asked (one run's), and over the
     successful runs the mean smallest RTT the breakdowns measured and each end's CPU (seconds over the client's
-    lifetime, seconds per 10^9 bytes moved); polars, in the order the conditions first ran.
+    lifetime, seconds per 10^9 bytes moved); ``traced_runs``: each successful traced run's id, goodput, label and
+    CPU per GB (a run can fall short of its own limit's model where the condition's mean does not); polars, in the
+    order the conditions first ran.
     Traced runs stored without a breakdown (before replay schema version 3) get theirs from their trace points."""
     import polars as pl
 
@@ -242,7 +244,9 @@ def limits_summary(con: duckdb.DuckDBPyConnection):
         pl.col("goodput_mbps").filter(pl.col("status") == "ok").mean().alias("mean_mbps"),
         *(pl.col(name).mean().alias(name) for name in LIMITS),
         *(pl.col(name).filter(pl.col("status") == "ok").mean() for name in (
-            "min_rtt_ms", "server_cpu_share", "client_cpu_share", "server_cpu_s_per_gb", "client_cpu_s_per_gb")))
+            "min_rtt_ms", "server_cpu_share", "client_cpu_share", "server_cpu_s_per_gb", "client_cpu_s_per_gb")),
+        pl.struct("run_id", "goodput_mbps", "limited_by", "server_cpu_s_per_gb", "client_cpu_s_per_gb")
+        .filter((pl.col("status") == "ok") & pl.col("limited_by").is_not_null()).alias("traced_runs"))
     labels = (frame.filter(pl.col("limited_by").is_not_null()).group_by([*group, "limited_by"])
               .agg(pl.len().alias("agreeing")))
     summary = summary.join(labels, on=group, how="left", nulls_equal=True)

@@ -502,3 +502,20 @@ def test_tcp_with_a_tiny_receive_buffer_agrees_with_the_kernels_chronographs(tmp
     capture_share = json.loads(row["limits"])["fractions"]["receive_window_connection"]
     assert row["limited_by"] == "receive_window_connection"
     assert kernel_share > 0.5 and abs(capture_share - kernel_share) < 0.10, (capture_share, kernel)
+
+
+def test_one_run_short_of_its_limit_is_an_anomaly_though_its_conditions_mean_is_not(engineered, tmp_path):
+    """Two runs of the 50 Mbit/s link's condition, at 48 and 30 Mbit/s: their mean (39) is within the link's
+    ceiling slack, the 30 Mbit/s run is not, and it is named as an anomaly by its own id."""
+    runs, results = engineered
+    slowed = tmp_path / "one_slow.duckdb"
+    shutil.copy(results, slowed)
+    slow = runs["link"]["run_id"]
+    with duckdb.connect(str(slowed)) as con:
+        con.execute("INSERT INTO runs SELECT * REPLACE (run_id || '-fast' AS run_id, 48.0 AS goodput_mbps) "
+                    "FROM runs WHERE run_id = ?", [slow])
+        con.execute("UPDATE runs SET goodput_mbps = 30 WHERE run_id = ?", [slow])
+    lines = why_lines(slowed)
+    flagged = [line for line in lines if "below what its link allows" in line]
+    assert len(flagged) == 1 and f"run {slow[:8]}: 30.0 Mbit/s (its condition's mean 39.0 Mbit/s)" in flagged[0], lines
+    assert lines[0].startswith("anomalies")

@@ -79,6 +79,18 @@ def prediction(row: dict, rules, components: dict[str, list] | None = None) -> B
     return None
 
 
+def short_runs(row: dict, rules, components: dict[str, list] | None = None) -> list[tuple[dict, Bound]]:
+    """(run, the bound it fell short of) for each traced run of a condition whose goodput is well short of what its
+    own limit allows (its own label and CPU per GB; the condition's link, parameters and profile): one slow run
+    among fast ones, which the condition's mean hides."""
+    found = []
+    for run in row.get("traced_runs") or []:
+        bound = prediction({**row, **run}, rules, components)
+        if bound and bound.short_of(run["goodput_mbps"]):
+            found.append((run, bound))
+    return found
+
+
 def shown_shares(row: dict) -> list[tuple[str, float]]:
     """(limit, share of the time) of a summary row's limits at SHOWN_SHARE or more, the largest first."""
     from replay.limits import LIMITS
@@ -102,9 +114,9 @@ def differed(row: dict) -> str:
 
 def why_lines(results: Path) -> list[str]:
     """The report as lines: the anomalies first (conditions whose mean goodput falls short of what their limit's
-    model allows: more than SLACK below a window model's lower bound, CEILING_SLACK below the link's rate or a
-    core's worth of the busier end's CPU per GB; each with what differed), then each experiment headed by what its
-    conditions share and one line per condition (those that differ): the limit most of its traced runs were held
+    model allows, and else any of their runs short of what its own limit allows: more than SLACK below a window
+    model's lower bound, CEILING_SLACK below the link's rate or a core's worth of the busier end's CPU per GB; a
+    condition with what differed), then each experiment headed by what its conditions share and one line per condition (those that differ): the limit most of its traced runs were held
     by, how many agree, the mean share of every limit above SHOWN_SHARE, the mean goodput, the model's
     prediction where there is one and, for a CPU limit, that end's profile's largest components."""
     from replay import statistics, store
@@ -142,6 +154,12 @@ def why_lines(results: Path) -> list[str]:
                 anomalies.append(f"  experiment {experiment[:8]}, {statistics.describe(row, differing)}: "
                                  f"{goodput}, below what its {row['limited_by']} allows ({bound.basis}: "
                                  f"{bound.text()} Mbit/s); {differed(row)}")
+                continue
+            for run, run_bound in short_runs(row, rules, components):
+                anomalies.append(f"  experiment {experiment[:8]}, {statistics.describe(row, differing)}, run "
+                                 f"{run['run_id'][:8]}: {run['goodput_mbps']:,.1f} Mbit/s (its condition's mean "
+                                 f"{goodput}), below what its {run['limited_by']} allows ({run_bound.basis}: "
+                                 f"{run_bound.text()} Mbit/s)")
     if anomalies:
         lines = ["anomalies (goodput well short of its limit's model):", *anomalies, *lines]
     return lines or [f"{results} holds no runs"]
