@@ -504,6 +504,29 @@ def test_tcp_with_a_tiny_receive_buffer_agrees_with_the_kernels_chronographs(tmp
     assert kernel_share > 0.5 and abs(capture_share - kernel_share) < 0.10, (capture_share, kernel)
 
 
+@pytest.mark.parametrize("link, size, label", [
+    (LinkConfig(delay_down_ms=30), 8_000_000, "congestion_window"),
+    (LinkConfig(delay_down_ms=10, rate_bps=50_000_000), 4_000_000, "link")], ids=["cwnd", "link"])
+def test_tcp_held_by_its_congestion_window_or_the_link_agrees_with_the_kernels_chronographs(link, size, label):
+    """tcp-h2 with the kernel's own buffers: at 30 ms (8 MB: the receive window autotuned past the flight after a
+    fifth of the transfer) and behind a 50 Mbit/s link. The kernel's chronographs have no link and no
+    application-limited time in busy (RFC 4898's SndLimTimeCwnd is what the receiver's window and the send
+    buffer leave), so the capture's congestion window, link and loss recovery over its time sending (less its
+    application share) are held against busy less rwnd- and sndbuf-limited, within 10 points. Measured
+    2026-11-29 04:37: 0.80 against 0.82 (30 ms), 1.00 against 1.00 (the link)."""
+    with open_path("auto", link) as path:
+        row = run_once(TCP_H2, path, Condition(sets.resolve_one("firefox"), None, link),
+                       RunOptions(size=size, timeout_s=30, trace=True), 1, "tcp-cwnd", "auto")
+    assert row["status"] == "ok", row.get("error")
+    kernel = json.loads(row["counters"])
+    kernel_share = 1 - (kernel["sender_rwnd_limited_s"] + kernel["sender_sndbuf_limited_s"]) / kernel["sender_busy_s"]
+    fractions = json.loads(row["limits"])["fractions"]
+    capture_share = (fractions["congestion_window"] + fractions["link"] + fractions["loss_recovery"]) / (
+        1 - fractions["application"])
+    assert row["limited_by"] == label, fractions
+    assert abs(capture_share - kernel_share) < 0.10, (capture_share, kernel, fractions)
+
+
 def test_one_run_short_of_its_limit_is_an_anomaly_though_its_conditions_mean_is_not(engineered, tmp_path):
     """Two runs of the 50 Mbit/s link's condition, at 48 and 30 Mbit/s: their mean (39) is within the link's
     ceiling slack, the 30 Mbit/s run is not, and it is named as an anomaly by its own id."""
