@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -38,6 +39,9 @@ CHROMIUM = next(CAPTURES.glob("chromium-*.pcapng"))
 FIREFOX = next(CAPTURES.glob("firefox-esr-*.pcapng"))
 MIXED = CAPTURES / "mixed-clients.pcapng"
 DRAFT29 = CAPTURES / "gtlsclient-draft29.pcapng"
+# The public captures beside the clone (tests/test_capture_suite.py reads them all; never copied in).
+SHARED = ROOT.parent / "shared" / "captures"
+MANY = SHARED / "ndpi_quic_interop_V.pcapng"  # 63 ClientHellos of one client, more than LISTED
 DRAFT_27, DRAFT_28, DRAFT_29 = 0xFF00001B, 0xFF00001C, 0xFF00001D
 QSCAN = [str(Path(sys.executable).parent / "qscan")]
 
@@ -172,6 +176,94 @@ def test_a_capture_cut_short_keeps_what_came_before_with_one_warning(tmp_path: P
     assert [json.loads(line)["frame"] for line in done.stdout.splitlines()] == [2]
     with duckdb.connect(str(tmp_path / "cut.duckdb"), read_only=True) as con:
         assert con.execute("SELECT list(frame) FROM client_hellos").fetchone()[0] == [2]
+
+
+def _damaged_block_length(capture: Path, at: int, length: int) -> bytes:
+    """The capture with the pcapng block at byte ``at`` claiming ``length`` bytes (a length no block has)."""
+    data = bytearray(capture.read_bytes())
+    assert struct.unpack_from("<I", data, at)[0] == 6, "not an enhanced packet block"
+    struct.pack_into("<I", data, at + 4, length)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_capture_damaged_mid_file_keeps_what_came_before_with_one_warning(tmp_path: Path, workers: str) -> None:
+    """A bad block length in the middle, not at the end: the ClientHellos before it (frames 2, 9 and 14 of
+    five) are printed and stored, one warning names the byte, and the command succeeds."""
+    damaged = tmp_path / "damaged.pcapng"
+    damaged.write_bytes(_damaged_block_length(MIXED, 16_932, 5))  # frame 17's block, between two ClientHellos
+    out = tmp_path / "damaged.duckdb"
+    done = qscan("pcap", str(damaged), "--out", str(out), "--workers", workers)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        f"qscan: warning: {damaged}: a damaged block header (block length 5) at byte 16,932 (after packet 17); "
+        "packets from there on are not read; the 3 ClientHello(s) before it are kept"]
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT list(frame ORDER BY hello_id) FROM client_hellos").fetchone()[0] == [2, 9, 14]
+
+
+def test_a_capture_cut_short_is_read_alike_by_two_workers(tmp_path: Path) -> None:
+    """Cut inside frame 17's block: each worker reads to the cut, and together they store what one process
+    stores, with the one warning (not one per worker)."""
+    cut = tmp_path / "cut.pcapng"
+    cut.write_bytes(MIXED.read_bytes()[:16_932 + 100])
+    stored = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"cut-{workers}.duckdb"
+        done = qscan("pcap", str(cut), "--out", str(out), "--workers", workers)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.splitlines() == [
+            f"qscan: warning: {cut}: the capture ends inside a block (100 of 136 bytes) at byte 16,932 (after "
+            "packet 17); packets from there on are not read; the 3 ClientHello(s) before it are kept"]
+        with duckdb.connect(str(out), read_only=True) as con:
+            stored.append((con.execute("SELECT * FROM client_hellos ORDER BY hello_id").fetchall(),
+                           con.execute("SELECT * FROM client_hello_parameters ORDER BY ALL").fetchall()))
+    assert len(stored[0][0]) == 3 and stored[0] == stored[1]
+
+
+@pytest.mark.skipif(not MANY.is_file(), reason=f"the public captures are not at {SHARED} (beside the clone)")
+def test_many_client_hellos_are_summarised_by_set(tmp_path: Path) -> None:
+    """More than LISTED ClientHellos: one title counting them and their sets, a row per set, not per
+    ClientHello; every one still stored. One set is said as one ("1 parameter set", not "sets")."""
+    from scanner.commands.capture import LISTED
+    hellos = read_capture(MANY).hellos
+    assert len(hellos) == 63 > LISTED
+    out = tmp_path / "many.duckdb"
+    done = subprocess.run([*QSCAN, "pcap", str(MANY), "--out", str(out)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "300"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].strip() == f"63 ClientHellos in 1 parameter set (0x0a0a0a0a 63) -> {out}; the set", lines[0]
+    fingerprint = hellos[0].set_fingerprint
+    assert [line for line in lines if line.startswith("│ ") and line[2:3] != " "] == [
+        next(line for line in lines if fingerprint in line)], "one row, the set's"
+    assert "63" in next(line for line in lines if fingerprint in line)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM client_hellos").fetchone()[0] == 63
+
+
+def test_the_summary_lists_the_most_common_sets_only(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Many sets: the title says how many, and the table lists the TOP_SETS most common, most common first
+    (the ClientHellos of every real capture here and beside the clone, together)."""
+    from collections import Counter
+    from scanner.capture.results import HelloTally
+    from scanner.commands.capture import TOP_SETS, _report
+    from tparams.errors import ToolError
+    tally = HelloTally()
+    for capture in [*sorted(CAPTURES.glob("*.pcapng")), *sorted(SHARED.glob("*.pcap*"))]:
+        with contextlib.suppress(ToolError):  # captures without a ClientHello
+            result = read_capture(capture)
+            tally.add(result.hellos)
+    sets = Counter(tally.sets)
+    if len(sets) <= TOP_SETS:
+        pytest.skip(f"{len(sets)} sets, not more than {TOP_SETS}: the public captures are not at {SHARED}")
+    monkeypatch.setenv("COLUMNS", "300")
+    _report(tally, result.summary, False, None)
+    lines = capsys.readouterr().out.splitlines()
+    assert f"ClientHellos in {len(sets)} parameter sets (" in lines[0] and lines[0].strip().endswith(
+        f"; the {TOP_SETS} most common sets"), lines[0]
+    listed = [fingerprint for line in lines for fingerprint in sets if line.startswith(f"│ {fingerprint} ")]
+    assert listed == [fingerprint for fingerprint, _ in sets.most_common(TOP_SETS)]
 
 
 def test_bad_captures_give_one_line_and_status_2(tmp_path: Path) -> None:
