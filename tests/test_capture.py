@@ -107,6 +107,22 @@ def test_keylog_adds_the_servers_encrypted_extensions() -> None:
     assert all(h.server_transport_parameters is None for h in read_capture(CHROMIUM).hellos)
 
 
+def test_malformed_key_log_lines_are_counted_in_one_warning(tmp_path: Path) -> None:
+    """A key log with damaged lines (one cut mid-secret, one of other text) still opens what its good lines
+    open; the damaged ones are named once, by number and the first's line, not skipped in silence."""
+    lines = FIREFOX.with_suffix(".keys").read_text().splitlines()
+    assert lines[0].startswith("#")  # a comment, which is no damage
+    damaged = tmp_path / "damaged.keys"
+    damaged.write_text("\n".join([*lines[:2], "CLIENT_RANDOM 0123", *lines[2:], "not a key log line", lines[-1][:40]]) + "\n")
+    done = qscan("pcap", str(FIREFOX), "--keylog", str(damaged), "--json")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0] == f"qscan: warning: key log {damaged}: 3 malformed line(s) skipped (the first: line 3)"
+    assert len(done.stderr.splitlines()) == 2  # and the summary line
+    assert all(json.loads(line)["server_parameters"] for line in done.stdout.splitlines())
+    clean = qscan("pcap", str(FIREFOX), "--keylog", str(FIREFOX.with_suffix(".keys")), "--json")
+    assert "warning" not in clean.stderr, clean.stderr
+
+
 def test_qscan_pcap_stores_one_row_per_client_hello(tmp_path: Path) -> None:
     out = tmp_path / "scan.duckdb"
     done = qscan("pcap", str(MIXED), "--out", str(out), "--json")
