@@ -16,7 +16,7 @@ import pytest
 
 from conftest import lab_instance, lab_unavailable
 from replay.browser_driver import BROWSERS, launch_chromium, quiet_chromium
-from replay.commands.run import RunWarnings
+from replay.commands.run import REQUEST_COLUMNS, RunWarnings, _extra_columns
 
 SCREEN_LINES = 60
 
@@ -121,3 +121,19 @@ def test_a_warning_is_said_once_per_stack_and_set_not_once_per_run():
         "quic-go: client could not apply max_ack_delay (lsquic-client-default, firefox)",
         "ngtcp2: server could not apply 4 parameters; client: a note (firefox)"]
     assert warnings.grouped() == []  # each said once
+
+
+def test_a_table_shows_request_columns_only_for_a_workload_of_requests():
+    """A download's one request has a rate and a TTFB too, which say nothing: its table has no requests/s,
+    TTFB or percentiles; a requests workload's has them all (fairness only where several clients ran)."""
+    import polars as pl
+
+    def row(workload: str, clients: int = 1) -> dict:
+        return {"workload": workload, "clients": clients, "mean_fairness": 0.9 if clients > 1 else None,
+                **{column: 12.5 for column, _ in REQUEST_COLUMNS.values()}}
+
+    assert _extra_columns(pl.DataFrame([row("download"), row("download")])) == {}
+    assert _extra_columns(pl.DataFrame([row("download", clients=4)])) == {"fairness": "mean_fairness"}
+    assert list(_extra_columns(pl.DataFrame([row("requests"), row("download")]))) == list(REQUEST_COLUMNS)
+    assert {"requests/s", "TTFB ms", "p99 ms"} <= set(REQUEST_COLUMNS)
+
