@@ -3,6 +3,7 @@ Chromium, links only files that are there and shows every picture."""
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import shutil
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import lab_instance, lab_unavailable
+from demo import QUICK, Entry, write_index
 from replay.browser_driver import BROWSERS, launch_chromium, quiet_chromium
 from replay.commands.run import REQUEST_COLUMNS, RunWarnings, _extra_columns
 
@@ -137,3 +139,17 @@ def test_a_table_shows_request_columns_only_for_a_workload_of_requests():
     assert list(_extra_columns(pl.DataFrame([row("requests"), row("download")]))) == list(REQUEST_COLUMNS)
     assert {"requests/s", "TTFB ms", "p99 ms"} <= set(REQUEST_COLUMNS)
 
+
+def test_the_index_says_which_results_were_not_made(tmp_path):
+    """An entry whose file a step did not write is listed as not made, with its sentence, not left out: the
+    page says what the demo would have shown and that it is missing."""
+    made, missing = tmp_path / "fidelity" / "report.html", tmp_path / "pairs" / "report.html"
+    made.parent.mkdir()
+    made.write_text("<p>fidelity</p>")
+    page = write_index(tmp_path / "index.html", [Entry(made, "How well each stack stands in for a browser."),
+                                                 Entry(missing, "Every client against every server.")],
+                       QUICK, datetime.datetime(2026, 11, 29, 4, 0), ["scan: 5 servers answered"])
+    text = page.read_text()
+    assert "<a href='fidelity/report.html'>report.html</a>" in text
+    assert "pairs/report.html" in text and "not made" in text and "Every client against every server." in text
+    assert "href='pairs/report.html'" not in text  # no link to a file that is not there
