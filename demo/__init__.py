@@ -463,9 +463,12 @@ def write_index(path: Path, entries: list[Entry], plan: DemoPlan, started: datet
     to the page, with what it holds; pictures shown small beside their sentence."""
     rows = []
     for entry in entries:
-        if not entry.path.exists():
-            continue
         href = html.escape(os.path.relpath(entry.path, path.parent))
+        if not entry.path.exists():
+            # A step that failed or was left out: said, and not linked (every link on the page resolves),
+            # so the page does not look whole when it is not.
+            rows.append(f"<tr><td>{href} <b>(not made)</b></td><td>{html.escape(entry.sentence)}</td></tr>")
+            continue
         shown = f"<br><a href='{href}'><img src='{href}' alt='{html.escape(entry.path.name)}' width=320></a>" \
             if entry.path.suffix == ".png" else ""
         rows.append(f"<tr><td><a href='{href}'>{html.escape(entry.path.name)}</a></td>"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from common.markdown import markdown_table
 from replay import statistics, store
-from replay.figures import markdown_page, pyplot, save_png
+from replay.figures import legend_beside, markdown_page, pyplot, save_png
 from replay.flowcontrol import client_window_bound
 from replay.link import LinkConfig
 from replay.measured_rules import RULES_CSV, load_update_rules
@@ -477,7 +477,6 @@ def draw_fidelity(campaign: FidelityCampaign, path: Path) -> Path:
         left.set_yscale("log")
         left.set(xlabel="added one-way delay, server to client (ms)", ylabel="goodput (Mbit/s, log)",
                  title=f"{browser} {campaign.versions.get(browser, '')} and its set replayed")
-        left.legend(fontsize=7, ncol=2, loc="lower left")
         ratios = [{**{k: c.replayed[k] for k in (*statistics.conditions(), "experiment_id") if k in c.replayed},
                    **c.ratio} for c in campaign.replays(browser) if c.ratio["ratio"] is not None]
         frame = pl.DataFrame([r for r in ratios if not r["loss_pct"]], infer_schema_length=None) if ratios else None
@@ -511,6 +510,9 @@ def draw_fidelity(campaign: FidelityCampaign, path: Path) -> Path:
                    title="ratio with its 95% interval (delta method)")
         for ax in (left, middle, right):
             ax.grid(alpha=0.3)
+        # Beside the row, not over the curves (16 entries covered them): the colours are the same in all three.
+        handles, labels = left.get_legend_handles_labels()
+        legend_beside(right, handles=handles, labels=labels)
     fig.text(0.01, 0.005, "hollow squares: 0 ms over a plain veth pair; dots: through linkem. Servers: ngtcp2's for "
              "the browser and ngtcp2's client, each stack's own otherwise.", fontsize=8)
     return save_png(fig, path)

@@ -25,9 +25,11 @@ def draw_band(ax, xs: list, mean: list[float], sd: list[float | None], label: st
                     color=drawn[0].get_color())
 
 
-def legend_beside(ax) -> None:
-    """The legend right of the axes, never over the curves (a figure of many stacks has a dozen entries)."""
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+def legend_beside(ax, **options) -> None:
+    """The legend right of the axes, never over the curves (a figure of many stacks has a dozen entries).
+    ``options`` go to ``ax.legend`` over these defaults: a title, a larger font, an anchor further right past
+    a twin axis's label, or the handles and labels of another panel of the row whose colours this one shares."""
+    ax.legend(**{"fontsize": 7, "loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0, **options})
 
 
 def save_png(fig, path: Path) -> Path:

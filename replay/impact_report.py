@@ -20,7 +20,7 @@ import polars as pl
 
 from common.markdown import markdown_table
 from replay import impact, impact_check
-from replay.figures import markdown_page, pyplot, save_png
+from replay.figures import legend_beside, markdown_page, pyplot, save_png
 from replay.flowcontrol import UpdateRule
 from replay.measured_rules import load_update_rules, load_upload_receiver_rules
 from replay.impact_check import CheckOptions, Execute, mark_checked, run_checks
@@ -296,7 +296,7 @@ def _figures(result: ImpactResult, out_dir: Path) -> list[tuple[str, Path]]:
             ax.set_ylim(0, 100)
         axes[0][0].set_ylabel(f"endpoints, % ({what})")
         if causes:
-            axes[0][-1].legend(title="binding parameter", fontsize="small")
+            legend_beside(axes[0][-1], title="binding parameter", fontsize="small")
         # (no apostrophe: the HTML page finds the image to embed by its alt text, escaped)
         title = f"Share of endpoints whose set leaves the {what}, per browser and binding parameter"
         fig.suptitle(title, fontsize="medium")

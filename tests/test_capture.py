@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -38,6 +39,9 @@ CHROMIUM = next(CAPTURES.glob("chromium-*.pcapng"))
 FIREFOX = next(CAPTURES.glob("firefox-esr-*.pcapng"))
 MIXED = CAPTURES / "mixed-clients.pcapng"
 DRAFT29 = CAPTURES / "gtlsclient-draft29.pcapng"
+# The public captures beside the clone (tests/test_capture_suite.py reads them all; never copied in).
+SHARED = ROOT.parent / "shared" / "captures"
+MANY = SHARED / "ndpi_quic_interop_V.pcapng"  # 63 ClientHellos of one client, more than LISTED
 DRAFT_27, DRAFT_28, DRAFT_29 = 0xFF00001B, 0xFF00001C, 0xFF00001D
 QSCAN = [str(Path(sys.executable).parent / "qscan")]
 
@@ -101,6 +105,22 @@ def test_keylog_adds_the_servers_encrypted_extensions() -> None:
             # The server echoes the client's first DCID (RFC 9000, 7.3): a check no bug passes by chance.
             assert server.get("original_destination_connection_id") == hello.original_dcid
     assert all(h.server_transport_parameters is None for h in read_capture(CHROMIUM).hellos)
+
+
+def test_malformed_key_log_lines_are_counted_in_one_warning(tmp_path: Path) -> None:
+    """A key log with damaged lines (one cut mid-secret, one of other text) still opens what its good lines
+    open; the damaged ones are named once, by number and the first's line, not skipped in silence."""
+    lines = FIREFOX.with_suffix(".keys").read_text().splitlines()
+    assert lines[0].startswith("#")  # a comment, which is no damage
+    damaged = tmp_path / "damaged.keys"
+    damaged.write_text("\n".join([*lines[:2], "CLIENT_RANDOM 0123", *lines[2:], "not a key log line", lines[-1][:40]]) + "\n")
+    done = qscan("pcap", str(FIREFOX), "--keylog", str(damaged), "--json")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0] == f"qscan: warning: key log {damaged}: 3 malformed line(s) skipped (the first: line 3)"
+    assert len(done.stderr.splitlines()) == 2  # and the summary line
+    assert all(json.loads(line)["server_parameters"] for line in done.stdout.splitlines())
+    clean = qscan("pcap", str(FIREFOX), "--keylog", str(FIREFOX.with_suffix(".keys")), "--json")
+    assert "warning" not in clean.stderr, clean.stderr
 
 
 def test_qscan_pcap_stores_one_row_per_client_hello(tmp_path: Path) -> None:
@@ -172,6 +192,85 @@ def test_a_capture_cut_short_keeps_what_came_before_with_one_warning(tmp_path: P
     assert [json.loads(line)["frame"] for line in done.stdout.splitlines()] == [2]
     with duckdb.connect(str(tmp_path / "cut.duckdb"), read_only=True) as con:
         assert con.execute("SELECT list(frame) FROM client_hellos").fetchone()[0] == [2]
+
+
+def _damaged_block_length(capture: Path, at: int, length: int) -> bytes:
+    """The capture with the pcapng block at byte ``at`` claiming ``length`` bytes (a length no block has)."""
+    data = bytearray(capture.read_bytes())
+    assert struct.unpack_from("<I", data, at)[0] == 6, "not an enhanced packet block"
+    struct.pack_into("<I", data, at + 4, length)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("damage,problem", [("bad block length", "a damaged block header (block length 5)"),
+                                            ("cut", "the capture ends inside a block (100 of 136 bytes)")])
+def test_a_capture_damaged_mid_file_or_cut_keeps_what_came_before_with_one_warning(tmp_path: Path, damage: str,
+                                                                                    problem: str) -> None:
+    """A bad block length in the middle (not at the end), or a cut inside a block: the ClientHellos before it
+    (frames 2, 9 and 14 of five) are stored, one warning names the byte, and the command succeeds; two
+    workers each read to the damage and together store what one process stores, warning once, not per worker."""
+    data = MIXED.read_bytes()
+    path = tmp_path / "damaged.pcapng"
+    # frame 17's block, between two ClientHellos
+    path.write_bytes(_damaged_block_length(MIXED, 16_932, 5) if damage == "bad block length" else data[:16_932 + 100])
+    stored = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"{workers}.duckdb"
+        done = qscan("pcap", str(path), "--out", str(out), "--workers", workers)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.splitlines() == [
+            f"qscan: warning: {path}: {problem} at byte 16,932 (after packet 17); packets from there on are not "
+            "read; the 3 ClientHello(s) before it are kept"]
+        with duckdb.connect(str(out), read_only=True) as con:
+            assert con.execute("SELECT list(frame ORDER BY hello_id) FROM client_hellos").fetchone()[0] == [2, 9, 14]
+            stored.append((con.execute("SELECT * FROM client_hellos ORDER BY hello_id").fetchall(),
+                           con.execute("SELECT * FROM client_hello_parameters ORDER BY ALL").fetchall()))
+    assert stored[0] == stored[1]
+
+
+@pytest.mark.skipif(not MANY.is_file(), reason=f"the public captures are not at {SHARED} (beside the clone)")
+def test_many_client_hellos_are_summarised_by_set(tmp_path: Path) -> None:
+    """More than LISTED ClientHellos: one title counting them and their sets, a row per set, not per
+    ClientHello; every one still stored. One set is said as one ("1 parameter set", not "sets")."""
+    from scanner.commands.capture import LISTED
+    hellos = read_capture(MANY).hellos
+    assert len(hellos) == 63 > LISTED
+    out = tmp_path / "many.duckdb"
+    done = subprocess.run([*QSCAN, "pcap", str(MANY), "--out", str(out)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "300"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].strip() == f"63 ClientHellos in 1 parameter set (0x0a0a0a0a 63) -> {out}; the set", lines[0]
+    fingerprint = hellos[0].set_fingerprint
+    assert [line for line in lines if line.startswith("│ ") and line[2:3] != " "] == [
+        next(line for line in lines if fingerprint in line)], "one row, the set's"
+    assert "63" in next(line for line in lines if fingerprint in line)
+    with duckdb.connect(str(out), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM client_hellos").fetchone()[0] == 63
+
+
+def test_the_summary_lists_the_most_common_sets_only(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Many sets: the title says how many, and the table lists the TOP_SETS most common, most common first
+    (the ClientHellos of every real capture here and beside the clone, together)."""
+    from collections import Counter
+    from scanner.capture.results import HelloTally
+    from scanner.commands.capture import TOP_SETS, _report
+    from tparams.errors import ToolError
+    tally = HelloTally()
+    for capture in [*sorted(CAPTURES.glob("*.pcapng")), *sorted(SHARED.glob("*.pcap*"))]:
+        with contextlib.suppress(ToolError):  # captures without a ClientHello
+            result = read_capture(capture)
+            tally.add(result.hellos)
+    sets = Counter(tally.sets)
+    if len(sets) <= TOP_SETS:
+        pytest.skip(f"{len(sets)} sets, not more than {TOP_SETS}: the public captures are not at {SHARED}")
+    monkeypatch.setenv("COLUMNS", "300")
+    _report(tally, result.summary, False, None)
+    lines = capsys.readouterr().out.splitlines()
+    assert f"ClientHellos in {len(sets)} parameter sets (" in lines[0] and lines[0].strip().endswith(
+        f"; the {TOP_SETS} most common sets"), lines[0]
+    listed = [fingerprint for line in lines for fingerprint in sets if line.startswith(f"│ {fingerprint} ")]
+    assert listed == [fingerprint for fingerprint, _ in sets.most_common(TOP_SETS)]
 
 
 def test_bad_captures_give_one_line_and_status_2(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ Chromium, links only files that are there and shows every picture."""
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import shutil
@@ -15,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import lab_instance, lab_unavailable
+from demo import QUICK, Entry, write_index
 from replay.browser_driver import BROWSERS, launch_chromium, quiet_chromium
-from replay.commands.run import RunWarnings
+from replay.commands.run import REQUEST_COLUMNS, RunWarnings, _extra_columns
 
 SCREEN_LINES = 60
 
@@ -121,3 +123,33 @@ def test_a_warning_is_said_once_per_stack_and_set_not_once_per_run():
         "quic-go: client could not apply max_ack_delay (lsquic-client-default, firefox)",
         "ngtcp2: server could not apply 4 parameters; client: a note (firefox)"]
     assert warnings.grouped() == []  # each said once
+
+
+def test_a_table_shows_request_columns_only_for_a_workload_of_requests():
+    """A download's one request has a rate and a TTFB too, which say nothing: its table has no requests/s,
+    TTFB or percentiles; a requests workload's has them all (fairness only where several clients ran)."""
+    import polars as pl
+
+    def row(workload: str, clients: int = 1) -> dict:
+        return {"workload": workload, "clients": clients, "mean_fairness": 0.9 if clients > 1 else None,
+                **{column: 12.5 for column, _ in REQUEST_COLUMNS.values()}}
+
+    assert _extra_columns(pl.DataFrame([row("download"), row("download")])) == {}
+    assert _extra_columns(pl.DataFrame([row("download", clients=4)])) == {"fairness": "mean_fairness"}
+    assert list(_extra_columns(pl.DataFrame([row("requests"), row("download")]))) == list(REQUEST_COLUMNS)
+    assert {"requests/s", "TTFB ms", "p99 ms"} <= set(REQUEST_COLUMNS)
+
+
+def test_the_index_says_which_results_were_not_made(tmp_path):
+    """An entry whose file a step did not write is listed as not made, with its sentence, not left out: the
+    page says what the demo would have shown and that it is missing."""
+    made, missing = tmp_path / "fidelity" / "report.html", tmp_path / "pairs" / "report.html"
+    made.parent.mkdir()
+    made.write_text("<p>fidelity</p>")
+    page = write_index(tmp_path / "index.html", [Entry(made, "How well each stack stands in for a browser."),
+                                                 Entry(missing, "Every client against every server.")],
+                       QUICK, datetime.datetime(2026, 11, 29, 4, 0), ["scan: 5 servers answered"])
+    text = page.read_text()
+    assert "<a href='fidelity/report.html'>report.html</a>" in text
+    assert "pairs/report.html" in text and "not made" in text and "Every client against every server." in text
+    assert "href='pairs/report.html'" not in text  # no link to a file that is not there

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,26 @@ def _row(i, **kw):
     return {**base, **kw}
 
 
-def test_plot_writes_pngs_and_one_html_page(tmp_path):
+def legends_over_data(monkeypatch) -> list[str]:
+    """Filled, as each figure is saved, with the titles of axes whose legend overlaps the axes' area (where
+    the data are); a legend beside the axes leaves it empty."""
+    from replay import figures
+    save_png, over = figures.save_png, []
+
+    def checked(fig, path):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            if legend is not None and legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer)):
+                over.append(f"{path.name}: {ax.get_title()}")
+        return save_png(fig, path)
+    monkeypatch.setattr(figures, "save_png", checked)
+    return over
+
+
+def test_plot_writes_pngs_and_one_html_page(tmp_path, monkeypatch):
+    over = legends_over_data(monkeypatch)
     results = tmp_path / "r.duckdb"
     con = store.connect(results)
     rows = [_row(i, delay_ms=float(d)) for i, d in enumerate((0, 0, 30, 30))]
@@ -33,6 +53,16 @@ def test_plot_writes_pngs_and_one_html_page(tmp_path):
                      "sweep_initial_max_data.png"]
     assert all(p.stat().st_size > 1000 for p in written)
     assert (tmp_path / "plots" / "report.html").read_text().count("data:image/png;base64") == 3
+    assert over == []  # legends beside the data, not over it (issue 33)
+
+
+def test_every_figure_draws_its_legend_through_legend_beside():
+    """The figures too costly to draw here (fidelity, impact, traces, profiles) place legends the same way:
+    the only legend call in replay/ is legend_beside's."""
+    root = Path(__file__).resolve().parent.parent / "replay"
+    calls = [f"{path.relative_to(root)}:{number}" for path in sorted(root.rglob("*.py"))
+             for number, line in enumerate(path.read_text().splitlines(), 1) if ".legend(" in line]
+    assert len(calls) == 1 and calls[0].startswith("figures.py:"), calls
 
 
 def test_a_sweep_of_many_requests_is_drawn_in_requests_per_second(tmp_path):

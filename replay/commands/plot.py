@@ -45,7 +45,7 @@ def measured(frame) -> tuple[str, str, str]:
 def plot_results(results: Path, out_dir: Path) -> list[Path]:
     """Write goodput-vs-delay, sweep and packet-count figures; returns the PNG paths plus the HTML page."""
     from replay import statistics
-    from replay.figures import draw_band, pyplot, save_png
+    from replay.figures import draw_band, legend_beside, pyplot, save_png
     import polars as pl
 
     plt = pyplot()
@@ -64,7 +64,7 @@ def plot_results(results: Path, out_dir: Path) -> list[Path]:
             draw_band(ax, points["delay_ms"].to_list(), points[mean].to_list(), points[sd].to_list(), label)
         ax.set(xlabel="added one-way delay (ms)", ylabel=ylabel,
                title=f"{ylabel[0].upper()}{ylabel[1:]} vs delay (band: ±1 standard deviation)")
-        ax.legend(fontsize="small")
+        legend_beside(ax, fontsize="small")
         _caption(ax, plain, "delay_ms")
         figures.append(("Goodput vs delay", save_png(fig, out_dir / "goodput_vs_delay.png")))
 
@@ -79,7 +79,7 @@ def plot_results(results: Path, out_dir: Path) -> list[Path]:
         ax.set_xscale("log")
         unit = "streams" if param.startswith("initial_max_streams") else "bytes"
         ax.set(xlabel=f"{param} ({unit})", ylabel=ylabel, title=f"Sweep of {param}")
-        ax.legend(fontsize="small")
+        legend_beside(ax, fontsize="small")
         _caption(ax, frame, "sweep_value")
         figures.append((f"Sweep of {param}", save_png(fig, out_dir / f"sweep_{param}.png")))
 
@@ -92,7 +92,7 @@ def plot_results(results: Path, out_dir: Path) -> list[Path]:
         ax.set_xscale("log")
         ax.set(xlabel=f"{param} (bytes)", ylabel="packets per download (mean)",
                title=f"Packets per download, sweep of {param}")
-        ax.legend(fontsize="small")
+        legend_beside(ax, fontsize="small")
         _caption(ax, frame, "sweep_value")
         figures.append((f"Packet counts, {param}", save_png(fig, out_dir / f"packets_{param}.png")))
 
@@ -119,7 +119,7 @@ def limits_figure(frame, out: Path) -> Path:
     """One stacked bar per traced condition, the mean share of its transfer's time at each limit
     (replay/limits.py), with its mean goodput beside it on the right-hand axis."""
     from replay import statistics
-    from replay.figures import pyplot, save_png
+    from replay.figures import legend_beside, pyplot, save_png
     from replay.limits import LIMITS
 
     plt = pyplot()
@@ -140,7 +140,7 @@ def limits_figure(frame, out: Path) -> Path:
     # numbered bars and a key under the axes: a condition's words are too long for a tick
     ax.set_xticks(range(frame.height), [str(i) for i in range(1, frame.height + 1)])
     ax.set(ylim=(0, 1), ylabel="share of the transfer's time", title="What held the runs back, beside goodput")
-    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.1, 1.0))
+    legend_beside(ax, fontsize="x-small", bbox_to_anchor=(1.1, 1.0))  # past the goodput axis's label
     ax.annotate("\n".join([*key, f"all: {statistics.shared(frame)}"]), (0, 0), (0, -24), xycoords="axes fraction",
                 textcoords="offset points", fontsize="x-small", va="top", wrap=True)
     return save_png(fig, out)
@@ -188,7 +188,7 @@ def plot_traces(results: Path, out_dir: Path, run_id: str | None = None) -> list
     """Per traced run one figure: (a) credit vs bytes sent (a window stall is the sent line on the credit
     line), BLOCKED frames marked; (b) bytes acknowledged; (c) bytes in flight (+ cwnd where known);
     (d) RTT samples. Returns the PNGs and the HTML page."""
-    from replay.figures import pyplot, save_png
+    from replay.figures import legend_beside, pyplot, save_png
     import polars as pl
 
     plt = pyplot()
@@ -215,14 +215,14 @@ def plot_traces(results: Path, out_dir: Path, run_id: str | None = None) -> list
             ax.annotate(text, (1, 1), xycoords="axes fraction", xytext=(-4, -12 - 11 * offset),
                         textcoords="offset points", ha="right", fontsize="small")
         ax.set(ylabel="kB", title=f"{run['stack']}, {run['set_name']}, {run['delay_ms']:g} ms: credit vs sent")
-        ax.legend(fontsize="small", loc="upper left")
+        legend_beside(ax, fontsize="small")
         axes[1].plot(points["t_s"], points["acked"] / 1e3, color="green")
         axes[1].set(ylabel="kB acknowledged", title="bytes acknowledged")
         axes[2].plot(points["t_s"], points["in_flight"] / 1e3, label="in flight")
         if points["cwnd"].drop_nulls().len():
             axes[2].plot(points["t_s"], points["cwnd"] / 1e3, label="cwnd (qlog)")
         axes[2].set(ylabel="kB", title="bytes in flight")
-        axes[2].legend(fontsize="small", loc="upper left")
+        legend_beside(axes[2], fontsize="small")
         rtt = up.filter(pl.col("rtt_ms").is_not_null())
         axes[3].scatter(rtt["t_s"], rtt["rtt_ms"], s=6)
         axes[3].set(ylabel="ms", xlabel="time since the request reached the server (s)", title="RTT samples")
@@ -267,7 +267,7 @@ def profiled_runs(results: Path, run_id: str | None):
 def components_figure(summary, out: Path, title: str) -> Path:
     """Stacked bars of CPU seconds per GB by component, a client and a server bar per stack pair, one panel
     per delay (the Kempf thesis's figure 5.1, in CPU time per byte rather than shares)."""
-    from replay.figures import pyplot, save_png
+    from replay.figures import legend_beside, pyplot, save_png
     import polars as pl
 
     from replay.profile import COMPONENTS, UNMAPPED
@@ -301,7 +301,7 @@ def components_figure(summary, out: Path, title: str) -> Path:
         ax.set_xticks(range(bars.height), labels, fontsize="small")
         ax.set(ylabel="CPU seconds per GB", title=f"{title}, {delay:g} ms")
         ax.grid(axis="y", alpha=0.3)
-    axes[0, 0].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    legend_beside(axes[0, 0], fontsize="small")
     return save_png(fig, out)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -225,13 +226,25 @@ def read_keylog(path: Path | str) -> dict[bytes, bytes]:
         lines = Path(path).read_text(errors="replace").splitlines()
     except OSError as exc:
         raise ToolError(f"cannot read key log {path}: {exc.strerror}") from exc
-    for line in lines:
+    # Lines damaged (a log cut mid-line, edited by hand) are skipped but counted: a connection whose secret
+    # was on one is left unopened, and the warning says why before anyone wonders.
+    malformed: list[int] = []
+    for number, line in enumerate(lines, 1):
         parts = line.split()
-        if len(parts) == 3 and parts[0] == "SERVER_HANDSHAKE_TRAFFIC_SECRET":
-            try:
-                secrets[bytes.fromhex(parts[1])] = bytes.fromhex(parts[2])
-            except ValueError:
-                continue
+        if not parts or parts[0].startswith("#"):  # blank lines and comments, as NSS allows
+            continue
+        try:
+            random, secret = bytes.fromhex(parts[1]), bytes.fromhex(parts[2])
+            if len(parts) != 3 or len(random) != 32 or not secret:
+                raise ValueError
+        except (IndexError, ValueError):
+            malformed.append(number)
+            continue
+        if parts[0] == "SERVER_HANDSHAKE_TRAFFIC_SECRET":
+            secrets[random] = secret
+    if malformed:
+        print(f"qscan: warning: key log {path}: {len(malformed):,} malformed line(s) skipped (the first: line "
+              f"{malformed[0]:,})", file=sys.stderr)
     if not secrets:
         raise ToolError(f"key log {path} has no SERVER_HANDSHAKE_TRAFFIC_SECRET line")
     return secrets

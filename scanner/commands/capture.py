@@ -223,8 +223,11 @@ def _report(tally: HelloTally, summary: CaptureSummary, as_json: bool, out: Opti
         cli_console().print(table)
         return
     versions = ", ".join(f"{version_name(v)} {n:,}" for v, n in tally.versions.most_common(5))
-    title = (f"{tally.count:,} ClientHellos in {len(tally.sets):,} parameter sets "
-             f"({versions}){stored}; the {min(TOP_SETS, len(tally.sets))} most common sets")
+    sets = len(tally.sets)
+    # Said as counted: a capture of one client's retries is "1 parameter set", listed whole, not "the 1 most common sets".
+    listed = "the set" if sets == 1 else f"all {sets} sets" if sets <= TOP_SETS else f"the {TOP_SETS} most common sets"
+    title = (f"{tally.count:,} ClientHellos in {sets:,} parameter set{'' if sets == 1 else 's'} "
+             f"({versions}){stored}; {listed}")
     table = Table(title=title, caption=f"{left_out}. --json prints every ClientHello.")
     for column in ("set", "ClientHellos", "share", "first seen (frame, client, sni)", "performance parameters as sent"):
         table.add_column(column, overflow="fold")
