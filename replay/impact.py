@@ -33,6 +33,7 @@ import polars as pl
 from replay.flowcontrol import (
     STARTUP_RTTS, UpdateRule, burst_share, delivery_rounds, slow_start_rtts, stream_rounds,
 )
+from tparams.libraries import no_h3_server
 from tparams.library import CANDIDATE_SEPARATOR, UNKNOWN
 
 from replay.grids.impact import (
@@ -119,7 +120,8 @@ def check_note(library: str | None, h3_server: str | None) -> str:
         return "not checked: no library identified"
     if CANDIDATE_SEPARATOR in library:
         return f"not checked: library not singled out ({library})"
-    return f"not checked: the project has no h3 server of {library}"
+    why = no_h3_server(library)
+    return f"not checked: the project has no h3 server of {library}" + (f" ({why})" if why else "")
 
 
 def predict(sets: pl.DataFrame, browsers: Sequence[BrowserClient], rules: Mapping[str, UpdateRule],

@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 from replay.flowcontrol import burst_share, delivery_rounds, stream_rounds
-from replay.impact import OBJECT_BYTES, PAGE_OBJECTS, predict, spot_check_candidates
+from replay.impact import OBJECT_BYTES, PAGE_OBJECTS, check_note, predict, spot_check_candidates
 from replay.impact_report import ImpactOptions, browser_clients, h3_servers, rule_keys, run_impact
 from replay.measured_rules import load_update_rules, load_upload_receiver_rules
 from scanner.campaign_store import export_shard
@@ -27,6 +27,7 @@ from scanner.scan import scan_into
 from scanner.store import ScanStore
 from scanner.targets import Target
 from test_store import NOW, record
+from tparams.libraries import LIBRARIES
 from tparams.paramset import ParamSet
 
 QREPLAY = str(Path(sys.executable).with_name("qreplay"))
@@ -144,6 +145,61 @@ def test_a_small_stream_limit_slows_the_page_and_a_library_without_h3_server_is_
         # kwik: no rule measured, no h3 server in the project
         assert row["rule_assumed"] and row["rule_source"].startswith("ASSUMED") and "kwik" in row["rule_source"]
         assert row["h3_server"] is None and row["checked"] is False and "no h3 server of kwik" in row["check_note"]
+
+
+def test_every_lab_library_has_an_h3_server_here_or_one_line_why_not_which_the_not_checked_note_carries():
+    servers = h3_servers()
+    for library in LIBRARIES:
+        if "lab-server" not in library.programs or library.identified_as in servers:
+            continue
+        why = library.no_h3_server
+        assert why and why.strip() and "\n" not in why, library.name
+        assert check_note(library.identified_as, None) == \
+            f"not checked: the project has no h3 server of {library.identified_as} ({why})"
+
+
+def test_the_checks_run_nothing_for_a_library_without_an_h3_server_nor_ngtcp2s_upload_and_mark_them(tmp_path):
+    """Spot checks with every set a candidate, through a recording execute (no testbed): kwik's and msquic's sets
+    (no h3 server here; msquic has a replay stack, its server speaking hq-interop) and ngtcp2's upload (gtlsserver
+    answers a PUT as a GET) are never run, on their library or any other, and are marked not checked with why."""
+    from replay.impact_check import CheckOptions
+
+    endpoints = [*((f"192.0.2.{i}", SMALL_WINDOW, "ngtcp2") for i in range(3)), ("192.0.2.10", FEW_STREAMS, "kwik"),
+                 ("192.0.2.20", LARGE, "msquic")]
+    path = tmp_path / "scan.duckdb"
+    with ScanStore.open(path) as store:
+        store.append_records(store.begin_scan("targets", {}), [record(ip, params) for ip, params, _ in endpoints])
+    store_identifications(path, pl.DataFrame({
+        "ip": [ip for ip, *_ in endpoints], "port": [443] * len(endpoints), "library": [lib for *_, lib in endpoints],
+        "identified_at": [NOW] * len(endpoints), "library_evidence": ["test"] * len(endpoints)},
+        schema_overrides={"port": pl.Int32}))
+    executed = []
+
+    def record_execute(experiment, results):
+        executed.append((experiment.server_stack.name, experiment.options.workload.name,
+                         experiment.tags["impact_library"]))
+        return []
+
+    options = ImpactOptions(delays_ms=(30,), top=3, worst=3, check=CheckOptions(browsers=("chromium", "firefox")))
+    result = run_impact(path, tmp_path / "out", options, execute=record_execute)
+    assert {library for *_, library in executed} <= {"ngtcp2"}, executed
+    assert all(server == "ngtcp2" and workload == "requests" for server, workload, _ in executed), executed
+    checks = result.checks
+    assert set(checks["library"]) == {"ngtcp2", "kwik", "msquic"}  # every set was a candidate
+    for library in ("kwik", "msquic"):
+        mine = checks.filter(pl.col("library") == library)
+        assert mine.height == 4 and not any(mine["checked"]) and set(mine["run_ids"]) == {""}  # 2 workloads x 2
+        assert set(mine["note"]) == {check_note(library, None)}
+        assert library_reason(library) in check_note(library, None)
+        predicted = result.predictions.filter(pl.col("library") == library)
+        assert not any(predicted["checked"]) and set(predicted["check_note"]) == {check_note(library, None)}
+    upload = checks.filter((pl.col("library") == "ngtcp2") & (pl.col("workload") == "upload"))
+    assert upload.height == 2 and not any(upload["checked"]) and set(upload["run_ids"]) == {""}
+    assert all(note.startswith("not checked: ") and "upload" in note for note in upload["note"]), upload["note"]
+
+
+def library_reason(identified_as: str) -> str:
+    return next(library.no_h3_server for library in LIBRARIES if library.identified_as == identified_as)
 
 
 def test_the_lab_scanned_and_identified_is_predicted_by_its_libraries(lab, tmp_path: Path):
@@ -302,7 +358,7 @@ def test_spot_checks_measure_through_the_identified_librarys_server_and_mark_the
     assert page["checked"] and page["measured"] > 0, page["note"]
     kwik = checks.filter(pl.col("library") == "kwik")
     assert kwik.height == 2 and not any(kwik["checked"]) and kwik["run_ids"].to_list() == ["", ""]
-    assert set(kwik["note"]) == {"not checked: the project has no h3 server of kwik"}
+    assert set(kwik["note"]) == {check_note("kwik", None)}
     marked = result.predictions.filter(pl.col("checked"))
     assert marked.select("library", "browser", "rtt_ms").rows() == [("aioquic", "chromium", 30.0)]
     stored = duckdb.connect(str(tmp_path / "out" / "spot_checks.duckdb"), read_only=True).execute(

@@ -29,7 +29,7 @@ from replay.stacks.browsers import Browser
 from replay.testbed import PREFIX, Testbed
 from scanner.capture.frontend import long_header_datagrams
 from tparams.paramset import ParamSet
-from tparams.workloads import UPLOAD
+from tparams.workloads import REQUESTS, UPLOAD
 from interrupting import interruptible, signal_state
 
 pytestmark = pytest.mark.lab
@@ -292,6 +292,33 @@ def test_each_browser_uploads_through_two_libraries_h3_servers_and_the_server_co
             assert row["bytes"] == UPLOAD_SIZE and "the count of body bytes it read" in row["timing"]
             assert row["server_rx_bytes"] > UPLOAD_SIZE > row["server_tx_bytes"], row["counters"]
             assert 0.5 < row["goodput_mbps"] < 1000
+
+
+TCP_UPLOAD_SIZE = 300_000
+
+
+@pytest.mark.parametrize("browser", BROWSERS)
+def test_each_browsers_tcp_variant_uploads_to_caddy_over_h2_and_makes_many_requests(browser):
+    """The -tcp variants claim the page's upload and many requests over h2 on TCP (replay/stacks/browsers.py), as
+    over h3: caddy answers the PUT with the count of body bytes it read, and ten fetches of 20 kB, four at once,
+    store requests per second and latencies (each at least the 10 ms round trip)."""
+    stack = _usable(f"{browser}-tcp")
+    with Testbed(link=LinkConfig(delay_down_ms=10)) as tb:
+        condition = Condition(own_set(stack), None, tb.link)
+        row = run_once(stack, tb, condition, RunOptions(size=TCP_UPLOAD_SIZE, timeout_s=40, workload=UPLOAD), 1,
+                       "test", "auto", get_stack("caddy"))
+        assert row["status"] == "ok", row.get("error")
+        assert (row["server_stack"], row["workload"], row["protocol_seen"]) == ("caddy", "upload", "h2")
+        assert row["bytes"] == TCP_UPLOAD_SIZE and "the count of body bytes it read" in row["timing"]
+        assert row["server_rx_bytes"] > TCP_UPLOAD_SIZE > row["server_tx_bytes"], row["counters"]
+        row = run_once(stack, tb, condition, RunOptions(size=20_000, timeout_s=40, workload=REQUESTS, requests=10,
+                                                        concurrency=4), 1, "test", "auto", get_stack("caddy"))
+    assert row["status"] == "ok", row.get("error")
+    assert (row["workload"], row["protocol_seen"], row["requests"], row["concurrency"], row["bytes"]) == \
+        ("requests", "h2", 10, 4, 10 * 20_000)
+    assert row["requests_per_s"] == pytest.approx(10 / row["duration_s"])
+    assert 10 <= row["ttfb_ms"] <= row["latency_p99_ms"]
+    assert 10 <= row["latency_p50_ms"] <= row["latency_p90_ms"] <= row["latency_p99_ms"] < row["duration_s"] * 1000
 
 
 OWN_H3_SERVERS = ("quiche", "quinn", "tquic")  # each library's own HTTP/3 layer (lab_server_common::page)

@@ -223,6 +223,8 @@ LIBRARIES: tuple[Library, ...] = (
         held_out={"application": {"alpn": _ALPN, "cid_length": 14, "datagrams": True},
                   "parameters": {**_POWER_OF_TWO_WINDOWS, "max_idle_timeout": 0}},
         programs=_built("msquic"),
+        no_h3_server="msquic is QUIC alone; HTTP/3 over it comes from other projects (msh3, C, in vcpkg; the crate "
+                     "msquic-h3, hyperium's h3 on msquic, 0.0.x and experimental), neither built here",
         crypto=QUICTLS,  # the msquic crate builds msquic on its quictls
     ),
     Library(
@@ -236,6 +238,8 @@ LIBRARIES: tuple[Library, ...] = (
         held_out={"application": {"alpn": _ALPN, "cid_length": 6, "retry": True},
                   "parameters": {**_FLOW, "max_idle_timeout": 77_000}},
         programs={"lab-server": "kwik"},  # a jar built from lab/servers/kwik
+        no_h3_server="its lab server is HTTP/3 through flupke 0.9.4 (lab/servers/kwik) but answers every request "
+                     "with 200 and a short body: no replay stack of kwik serves the page or counts an upload's body",
     ),
     Library(
         "netty", "netty", (Package("maven", "netty-incubator-codec-quic", where="netty"),),
@@ -248,6 +252,8 @@ LIBRARIES: tuple[Library, ...] = (
                                   "disable_active_migration": True},
                   "parameters": {**_FLOW, "max_idle_timeout": 0}},
         programs={"lab-server": "netty"},  # a jar built from lab/servers/netty
+        no_h3_server="its lab server runs netty-incubator-codec-quic alone; netty's HTTP/3 codec (io.netty:netty-"
+                     "codec-http3 in Netty 4.2, on Maven Central) is not built here",
     ),
     Library(
         "aioquic", "aioquic", (Package("pip", "aioquic"),), "{versions} (lab/aioquic_server.py)",
@@ -272,6 +278,9 @@ LIBRARIES: tuple[Library, ...] = (
                                   "active_connection_id_limit": 3, "retry": True},
                   "parameters": {**_ONE_WINDOW, "max_idle_timeout": 90_000}},
         programs={"lab-server": "lab.qh3_server"},
+        no_h3_server="qh3 has its own h3 layer (qh3.h3, aioquic's) and its lab server (lab/qh3_server.py) answers "
+                     "h3 with 200 and a short body, but no replay stack of qh3 serves the page or counts an upload's "
+                     "body",
     ),
     Library(
         "quic-go", "quic-go", (Package("go", "github.com/quic-go/quic-go", "quic-go"),),
@@ -299,6 +308,8 @@ LIBRARIES: tuple[Library, ...] = (
         held_out={"application": {"alpn": _ALPN, "retry": True},
                   "parameters": {**_ONE_WINDOW, "max_idle_timeout": 0}},
         programs={"lab-server": "x-net-quic"},
+        no_h3_server="x/net's HTTP/3 is golang.org/x/net/internal/http3, an internal package (a work in progress, "
+                     "its doc says): no program outside x/net can import it",
     ),
     Library(
         "picoquic", "picoquic",
@@ -308,6 +319,9 @@ LIBRARIES: tuple[Library, ...] = (
         held_out={"application": {"alpn": _ALPN, "datagrams": False, "retry": True},
                   "parameters": {**_ONE_WINDOW, "max_idle_timeout": 120_000}},
         programs={"lab-server": "lab/picoquic_server.py"},
+        no_h3_server="aiopquic 0.6.1, through which the lab runs picoquic, exposes picoquic's h3zero only to "
+                     "WebTransport sessions (an H3 CONNECT at a registered path); a GET and PUT server through it "
+                     "not checked",
     ),
     Library(
         "lsquic", "lsquic", (Package("build", "QREPLAY_LSQUIC_SERVER", "LSQUIC"),), "{0} (example http_server)",
@@ -332,6 +346,13 @@ LIBRARIES: tuple[Library, ...] = (
 )
 
 _BY_NAME = {library.name: library for library in LIBRARIES}
+
+
+def no_h3_server(identified_as: str) -> str | None:
+    """Why the project has no HTTP/3 server of the library identification names ``identified_as`` (its
+    descriptor's ``no_h3_server``), or None where no descriptor gives a reason."""
+    return next((library.no_h3_server for library in LIBRARIES
+                 if library.identified_as == identified_as and library.no_h3_server), None)
 
 
 def library(name: str) -> Library:
