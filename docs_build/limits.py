@@ -59,8 +59,9 @@ HAND = (
     *(("fidelity", "The receive socket", {"stack": stack, "delay_ms": delay}, "receiver_cpu_socket", "share")
       for stack, delay in (("ngtcp2", 30), ("ngtcp2", 200), ("chromium", 200), ("firefox", 30), ("firefox", 200))),
     *(("fidelity", "The update rule", {"stack": stack, "delay_ms": 200}, limit, how)
-      for stack in ("chromium", "ngtcp2")
-      for limit, how in (("congestion_window", "label"), ("receive_window_stream", "share"))),
+      for stack, label in (("chromium", None), ("ngtcp2", "congestion_window"))
+      for limit in ("congestion_window", "receive_window_stream")
+      for how in ("label" if limit == label else "share",)),
     *(("fidelity", "The lossy link", {"stack": stack, "loss_pct": 1}, "loss_recovery", "label")
       for stack in ("ngtcp2", "quiche")),
     *(("pairs", "the table agrees with it", {"stack": "quinn", "server_stack": server}, "sender_cpu", "label")

@@ -401,6 +401,22 @@ def test_each_datasets_declared_runs_are_the_ones_it_holds():
         assert runs == declared, name
 
 
+def test_each_datasets_breakdowns_have_the_basis_a_breakdown_has_now():
+    """Each stored dataset's breakdowns carry the basis keys replay/limits.py produces now: a dataset exported
+    before a rule added one (rules 4 and 6: ack_unread_share, request_unread_share) is stale, its labels those of
+    the older rules; measure or re-export it (datasets/limits/PROVENANCE.md)."""
+    import csv
+
+    made = [_down(0.0, 1200, 1200, stream_credit=12_000), _down(0.01, 12_000, 12_000, stream_credit=12_000),
+            _up(0.04, 12_000, 0, stream_credit=24_000), _down(0.05, 13_200, 1200, stream_credit=24_000)]
+    keys = set(limits.breakdown(made).basis)
+    for name in limits_page.EXPERIMENTS:
+        with (limits_page.DATASETS / f"{name}.runs.csv").open() as stored:
+            bases = [json.loads(r["limits"])["basis"] for r in csv.DictReader(stored) if r["limits"]]
+        assert bases, name
+        stale = [sorted(keys ^ set(basis)) for basis in bases if set(basis) != keys]
+        assert not stale, f"{name}: {len(stale)} of {len(bases)} runs' basis differs from now's by {stale[0]}"
+
 def test_the_hand_explanations_claims_agree_with_the_runs_breakdowns(monkeypatch):
     """Each limit a hand explanation of the results page names for a traced condition is borne out by at least
     half the condition's runs, and the paragraph is on the page; a claim the runs do not bear out is said so."""
