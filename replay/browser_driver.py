@@ -54,6 +54,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from tparams.program_cli import split_address
+from tparams.workloads import STARTUP_BUFFER_S
 
 HOST = "qreplay.lab"  # the server's name in the browser; each browser maps it to the server's address
 BROWSERS = {"chromium": "chromium", "firefox": "firefox-esr"}
@@ -68,7 +69,9 @@ SAMPLE_S = 0.1
 # - upload: PUT a body of <size> bytes to /<size>; the server answers with the number of body bytes it read
 #   (tparams.workloads' replay protocol), timed from the request to the answer's end;
 # - requests: <requests> GETs of /<size>, <concurrency> at once, as a page fetches its subresources: each one's
-#   latency (request to its body's end, in completion order), the first one's time to its first byte.
+#   latency (request to its body's end, in completion order), the first one's time to its first byte;
+# - stream: fetch /<size>?bitrate=<bits/s>, which the server paces, and play it back as it arrives by
+#   tparams.workloads.Player, mirrored in qreplayPlayer (keep the two the same rule): stalls, their time, start-up.
 PAGE = """<!doctype html>
 <meta charset="utf-8"><title>qreplay</title>
 <script>
@@ -128,8 +131,43 @@ async function qreplayRequests(size, requests, concurrency) {
   return qreplayReport(url, {status, bytes, requests: latencies.length, started_ms: started,
                              ended_ms: performance.now(), first_byte_ms: firstByte, latencies_ms: latencies});
 }
+function qreplayPlayer(bitrate, size) {  // tparams.workloads.Player, the same rule: change both together
+  const p = {mediaS: size * 8 / bitrate, receivedS: 0, playingSince: null, positionS: 0, stalledSince: 0,
+             startupS: null, stalls: 0, stallS: 0};
+  p.received = (t, n) => {  // n bytes arrived t seconds after the request
+    if (p.playingSince !== null) {
+      const dryAt = p.playingSince + (p.receivedS - p.positionS);
+      if (dryAt < t && p.receivedS < p.mediaS) {
+        p.stalls += 1; p.positionS = p.receivedS; p.stalledSince = dryAt; p.playingSince = null;
+      }
+    }
+    p.receivedS = Math.min(p.mediaS, p.receivedS + n * 8 / bitrate);
+    if (p.playingSince === null
+        && p.receivedS - p.positionS >= Math.min(STARTUP_BUFFER_S, p.mediaS - p.positionS - 1e-9)) {
+      if (p.startupS === null) p.startupS = t; else p.stallS += t - p.stalledSince;
+      p.playingSince = t;
+    }
+  };
+  return p;
+}
+async function qreplayStream(size, bitrate) {
+  const url = new URL("/" + size + "?bitrate=" + bitrate, location.href).href;
+  const player = qreplayPlayer(bitrate, size);
+  const started = performance.now();
+  const response = await fetch(url, {cache: "no-store"});
+  const reader = response.body.getReader();
+  let bytes = 0;
+  for (;;) {
+    const {done, value} = await reader.read();
+    if (done) break;
+    bytes += value.length;
+    player.received((performance.now() - started) / 1000, value.length);
+  }
+  return qreplayReport(url, {status: response.status, bytes, started_ms: started, ended_ms: performance.now(),
+                             stalls: player.stalls, stall_s: player.stallS, startup_s: player.startupS});
+}
 </script>
-"""
+""".replace("STARTUP_BUFFER_S", repr(STARTUP_BUFFER_S))
 
 
 class RunFailed(Exception):
@@ -441,6 +479,7 @@ class Target:
     requests: int = 1
     concurrency: int = 1
     qlog_dir: Path | None = None  # firefox: neqo's qlog of each connection, copied here
+    bitrate: int | None = None  # a stream's (bits/s): one GET the server paces, played back by the page
 
     @property
     def page_url(self) -> str:
@@ -449,11 +488,14 @@ class Target:
     @property
     def workload(self) -> str:
         """The workload's name in the page's words (and the run's error lines)."""
-        return "upload" if self.direction == "up" else "requests" if self.requests > 1 else "download"
+        return ("stream" if self.bitrate else "upload" if self.direction == "up" else
+                "requests" if self.requests > 1 else "download")
 
     @property
     def expression(self) -> str:
         """The page's measurement of this run's workload (PAGE)."""
+        if self.bitrate:
+            return f"qreplayStream({self.size}, {self.bitrate})"
         if self.direction == "up":
             return f"qreplayUpload({self.size})"
         if self.requests > 1:
@@ -855,6 +897,9 @@ def measured_row(target: Target, measured: dict) -> dict:
                    latencies_s=[ms / 1000 for ms in measured["latencies_ms"]],
                    timing="first request to last body byte (in the browser: performance.now() around each "
                           "fetch() and its body reader; the page's load opened the connection)")
+    if target.bitrate:
+        row.update(stalls=measured["stalls"], stall_s=measured["stall_s"],
+                   startup_s=measured["startup_s"], bitrate=target.bitrate)
     return row
 
 
@@ -889,13 +934,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--direction", choices=("down", "up"), default="down")
     parser.add_argument("--requests", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--bitrate", type=int, help="a stream: the bits/s the server paces it at and the page plays "
+                                                     "it at")
     parser.add_argument("--qlog-dir", type=Path, help="firefox: write neqo's qlog of each connection here")
     args = parser.parse_args(argv)
     ip, port = split_address(args.server)
     args.workdir.mkdir(parents=True, exist_ok=True)
     target = Target(args.browser, ip, int(port), args.size, args.transport, args.cert, args.ca, not args.no_trust,
                     args.workdir, args.timeout_s, args.keylog or args.workdir / "keylog", direction=args.direction,
-                    requests=args.requests, concurrency=args.concurrency, qlog_dir=args.qlog_dir)
+                    requests=args.requests, concurrency=args.concurrency, qlog_dir=args.qlog_dir,
+                    bitrate=args.bitrate)
     # The runner stops a client with SIGTERM: unwind, so the browser's tree is ended and reaped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     result: dict = {"bytes": 0}

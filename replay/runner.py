@@ -321,6 +321,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         "sweep_param": condition.sweep_param, "sweep_value": condition.sweep_value,
         "rep": rep, "size_bytes": options.size, "workload": workload.name, "requests": requests,
         "concurrency": concurrency, "clients": options.clients, "udp_buffer_bytes": path.buffer_bytes,
+        "bitrate_bps": options.bitrate,
         **getattr(path, "measured", {}),  # two hosts: the link as measured, in place of the emulation asked for
     }
     warnings: list[str] = []
@@ -566,6 +567,11 @@ def _clients_row(results: list[ClientResult]) -> dict:
                     "latencies_s": [x for r in results for x in r.extra.get("latencies_s") or []]}
     if any("requests" in r.extra for r in results):  # only clients of the replay protocol count their requests
         pooled["requests"] = sum(int(r.extra.get("requests", 1)) for r in results)
+    if results[0].extra.get("stalls") is not None:  # a stream's playback (tparams.workloads.Player), summed
+        pooled |= {"stalls": sum(int(r.extra.get("stalls") or 0) for r in results),
+                   "stall_s": sum(float(r.extra.get("stall_s") or 0) for r in results)}
+        startups = [float(r.extra["startup_s"]) for r in results if r.extra.get("startup_s") is not None]
+        pooled["startup_s"] = sum(startups) / len(startups) if startups else None
     ttfbs = [r.extra["ttfb_s"] for r in results if r.extra.get("ttfb_s") is not None]
     if ttfbs:
         pooled["ttfb_s"] = sum(ttfbs) / len(ttfbs)

@@ -36,7 +36,7 @@ def programs() -> list:
             found.append(pytest.param(kind.role, kind.program, kind.unavailable_reason, id=f"lab-{kind.name}"))
     for stack in every_stack().values():
         if isinstance(stack, ReplayProgram):
-            for role in ("server", "client"):
+            for role in ("server", "client", *(["stream-client"] if "paced" in stack.replay_protocol else [])):
                 found.append(pytest.param(f"replay-{role}", lambda stack=stack, role=role: stack.command(role),
                                           stack.unavailable_reason, id=f"{stack.name}-{role}"))
     return found

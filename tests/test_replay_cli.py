@@ -176,7 +176,7 @@ def test_doctor_says_what_works_here_and_why_not():
     assert rows[("stack", "aioquic")]["detail"] == (f"version {importlib.metadata.version('aioquic')}; "
                                                      "client sets 12 of 12; server sets 12 of 12; knobs: --cipher, "
                                                      "--aes-ni (besides --cc, --autotune); workloads: download, upload, "
-                                                     "requests")
+                                                     "requests, stream")
     assert rows[("stack", "quic-go")]["detail"].endswith("knobs: --gso, --aes-ni (besides --cc, --autotune); "
                                                          "workloads: download, upload, requests")
 

@@ -69,6 +69,8 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
            choices=("down", "up")),
     Option("requests", "integer", "requests on the one connection, each of --size bytes (default 1)"),
     Option("concurrency", "integer", "requests open at once, each on its own stream (default 1)"),
+    Option("bitrate", "integer", "bits per second a stream is paced at by the server and played at (required)",
+           required=True),
     # what both ends of a qreplay run take besides the transport parameters: the knobs (tparams.knobs)
     *(Option(knob.name, knob.kind, knob.help, choices=knob.choices) for knob in KNOBS.values() if knob.program_option),
     Option("keylog", "path", "append the TLS secrets in NSS key log format (what tshark reads) to this file"),
@@ -92,7 +94,7 @@ APPLICATION = ("alpn", "cid_length", "datagrams", "disable_active_migration", "a
 REPLAY = (*(name for name, knob in KNOBS.items() if knob.program_option), "keylog", "qlog_dir",
           *PERFORMANCE_PARAMETERS)
 
-Role = Literal["lab-server", "replay-server", "replay-client", "broken-server", "resolver"]
+Role = Literal["lab-server", "replay-server", "replay-client", "replay-stream-client", "broken-server", "resolver"]
 #: each role's options, the address first
 ROLES: dict[str, tuple[str, ...]] = {
     # lab/servers/common (Rust), lab/servers/golab (Go), lab/servers/java-common (Java), lab/aioquic_server.py
@@ -100,6 +102,8 @@ ROLES: dict[str, tuple[str, ...]] = {
     # lab/servers/common/src/replay.rs, replay/quicgo/bulk, replay/aioquic_endpoints
     "replay-server": ("listen", "cert", "key", *REPLAY),
     "replay-client": ("connect", "size", "timeout_s", "direction", "requests", "concurrency", *REPLAY),
+    # a replay client that plays a stream (tparams.workloads' stream): replay/aioquic_endpoints/stream_client
+    "replay-stream-client": ("connect", "size", "timeout_s", "bitrate", *REPLAY),
     "broken-server": ("listen", "cert", "key", "mode"),
     "resolver": ("listen", "zone"),
 }

@@ -19,6 +19,12 @@ replay/aioquic_endpoints); tests/test_workloads.py runs each client against each
 
   (a program may add fields of its own, e.g. quinn's ``acks_sent``) and exits 0 when every request completed,
   1 otherwise.
+- ``GET /<size>?bitrate=<bits/s>\r\n`` (a stream, QuicSand's streaming workload): the server sends ``<size>``
+  bytes paced at that bitrate (on a timer, whatever the link would take); the client plays them back as
+  ``Player`` says and adds ``stalls``, ``stall_s`` and ``startup_s`` to its line. A client asked for it is of
+  role ``replay-stream-client`` (tparams.program_cli: ``--bitrate`` beside the replay client's options);
+  a stack whose server cannot pace, or whose client cannot play, refuses it in one line (its
+  ``replay_protocol``/``page_protocol`` lacks ``paced``).
 
 A workload is a combination of those primitives with its own success test and metrics; adding one is one
 declaration here (or in the caller's own file: the runner takes the object).
@@ -48,6 +54,8 @@ class Workload:
     concurrency: int | None = 1
     #: the runs columns it fills beside goodput (statistics.WORKLOAD_METRICS defines each)
     metrics: tuple[str, ...] = ()
+    #: a stream: the server paces the body at --bitrate, the client plays it back (Player)
+    paced: bool = False
 
     def asked(self, requests: int, concurrency: int) -> tuple[int, int]:
         """(requests, concurrency) of a run, the workload's own where it fixes them, else the command line's."""
@@ -66,6 +74,11 @@ class Workload:
             options["concurrency"] = concurrency
         return options
 
+    @property
+    def client_role(self) -> str:
+        """The tparams.program_cli role of a client asked for it."""
+        return "replay-stream-client" if self.paced else "replay-client"
+
     def expected_bytes(self, size: int, requests: int, concurrency: int) -> int:
         return size * self.asked(requests, concurrency)[0]
 
@@ -83,7 +96,50 @@ REQUESTS = Workload("requests", "--requests GETs of --size bytes each on one con
                     requests=None, concurrency=None,
                     metrics=("requests_per_s", "ttfb_ms", "latency_p50_ms", "latency_p90_ms", "latency_p99_ms"))
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (DOWNLOAD, UPLOAD, REQUESTS)}
+STREAM = Workload("stream", "one GET of --size bytes that the server paces at --bitrate, played back by the "
+                  "client after a start-up buffer (QuicSand's streaming): stalls, their total time, start-up delay",
+                  paced=True, metrics=("stalls", "stall_ms", "startup_ms"))
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (DOWNLOAD, UPLOAD, REQUESTS, STREAM)}
+
+#: media seconds a player holds before it starts playing, and again before it resumes after a stall
+STARTUP_BUFFER_S = 0.5
+
+
+class Player:
+    """A stream's playback as its client sees the bytes arrive (tparams.workloads' stream): it starts once it
+    holds STARTUP_BUFFER_S of media (or the whole rest of it), plays at the bitrate, and stalls when it has
+    played everything received before the end; it resumes once it holds STARTUP_BUFFER_S again. Times are
+    seconds since the request. The browser's page mirrors this rule in JavaScript (browser_driver's PAGE,
+    qreplayStream): change both together."""
+
+    def __init__(self, bitrate: int, size: int) -> None:
+        self.media_s = size * 8 / bitrate  # the whole stream's length
+        self.bitrate, self.received_s = bitrate, 0.0
+        self.playing_since: float | None = None  # while playing: when it (re)started, at position self.position_s
+        self.position_s, self.stalled_since = 0.0, 0.0
+        self.startup_s: float | None = None
+        self.stalls, self.stall_s = 0, 0.0
+
+    def received(self, t: float, nbytes: int) -> None:
+        """``nbytes`` more arrived at ``t``."""
+        if self.playing_since is not None:
+            dry_at = self.playing_since + (self.received_s - self.position_s)
+            if dry_at < t and self.received_s < self.media_s:  # it ran dry before these bytes came
+                self.stalls += 1
+                self.position_s, self.stalled_since, self.playing_since = self.received_s, dry_at, None
+        self.received_s = min(self.media_s, self.received_s + nbytes * 8 / self.bitrate)
+        if self.playing_since is None and (
+                self.received_s - self.position_s >= min(STARTUP_BUFFER_S, self.media_s - self.position_s - 1e-9)):
+            if self.startup_s is None:
+                self.startup_s = t
+            else:
+                self.stall_s += t - self.stalled_since
+            self.playing_since = t
+
+    def result(self) -> dict[str, object]:
+        """What the client's line adds: stalls, their total seconds, the start-up delay."""
+        return {"stalls": self.stalls, "stall_s": self.stall_s, "startup_s": self.startup_s}
 
 
 def percentile(ordered: list[float], pct: float) -> float:
@@ -104,4 +160,9 @@ def workload_metrics(result: Mapping[str, object]) -> dict[str, float]:
     latencies = sorted(float(x) for x in result.get("latencies_s") or [])  # type: ignore[union-attr]
     for pct in (50, 90, 99) if latencies else ():
         metrics[f"latency_p{pct}_ms"] = percentile(latencies, pct) * 1000
+    if result.get("stalls") is not None:  # a stream's playback (Player)
+        metrics["stalls"] = int(result["stalls"])  # type: ignore[call-overload]
+        metrics["stall_ms"] = float(result["stall_s"]) * 1000  # type: ignore[arg-type]
+    if result.get("startup_s") is not None:
+        metrics["startup_ms"] = float(result["startup_s"]) * 1000  # type: ignore[arg-type]
     return metrics

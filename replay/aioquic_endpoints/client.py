@@ -33,12 +33,12 @@ class BulkClient(Endpoint):
         super().__init__(quic, *a, **kw)
         self._open: dict[int, Exchange] = {}
 
-    async def exchange(self, method: str, size: int) -> Exchange:
-        """One request on a stream of its own, answered to its end (aioquic holds a stream's data
-        until the server's stream credit lets it go)."""
+    async def exchange(self, method: str, size: int, bitrate: int | None = None) -> Exchange:
+        """One request on a stream of its own (a GET paced at ``bitrate``: a stream), answered to its end (aioquic
+        holds a stream's data until the server's stream credit lets it go)."""
         stream_id = self.connection.get_next_available_stream_id()
         exchange = self._open[stream_id] = Exchange(time.monotonic(), asyncio.get_running_loop().create_future())
-        self.connection.send_stream_data(stream_id, request(method, size), end_stream=method == "GET")
+        self.connection.send_stream_data(stream_id, request(method, size, bitrate), end_stream=method == "GET")
         self.transmit()
         if method == "PUT":
             await send_paced(self.connection, self.transmit, stream_id, size)
@@ -101,11 +101,12 @@ async def run(args: argparse.Namespace) -> dict:
             "timing": "request to last byte (client)"}
 
 
-async def main() -> None:
-    args = command_line("replay-client", __doc__)
+async def main(role: str = "replay-client", run_with=run, description: str = __doc__) -> None:
+    """Run the client of ``role`` (the stream client's too: stream_client) and print its JSON line."""
+    args = command_line(role, description)  # type: ignore[arg-type]
     timeout = args.timeout_s or 600
     try:
-        result = await asyncio.wait_for(run(args), timeout)
+        result = await asyncio.wait_for(run_with(args), timeout)
     except (TimeoutError, asyncio.TimeoutError):
         raise SystemExit(f"error: gave up after --timeout-s={timeout:g}") from None
     except ConnectionError as error:

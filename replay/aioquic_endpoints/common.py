@@ -4,7 +4,8 @@ parameters are sent, pinned flow-control windows, and the replay protocol.
 
 The replay protocol is every qreplay program's (tparams.workloads): hq-interop, each request on a
 client-opened stream of its own, ``GET /<size>`` answered with that many bytes, ``PUT /<size>`` and its
-body with the number of body bytes received, in decimal.
+body with the number of body bytes received, in decimal; ``GET /<size>?bitrate=<bits/s>`` (a stream) answered
+with that many bytes paced at that bitrate (send_at_bitrate).
 """
 
 from __future__ import annotations
@@ -35,19 +36,21 @@ from tparams.paramset import PERFORMANCE_PARAMETERS
 
 ALPN = "hq-interop"
 MAX_REQUEST = 64
-_REQUEST = re.compile(rb"(GET|PUT) /(\d+)\r?\n?")
+_REQUEST = re.compile(rb"(GET|PUT) /(\d+)(?:\?bitrate=(\d+))?\r?\n?")
+PACING_TICK_S = 0.02  # a paced stream's sender hands over what the bitrate allows every this many seconds
 CHUNK = bytes(1 << 16)
 BACKLOG = 8 << 20  # bytes a stream may hold unacknowledged before we stop handing it more
 
 
-def request(method: str, size: int) -> bytes:
-    """The request line moving ``size`` bytes: GET for a download, PUT for an upload."""
-    return f"{method} /{size}\r\n".encode()
+def request(method: str, size: int, bitrate: int | None = None) -> bytes:
+    """The request line moving ``size`` bytes: GET for a download, PUT for an upload; a GET paced at
+    ``bitrate`` for a stream."""
+    return f"{method} /{size}{f'?bitrate={bitrate}' if bitrate else ''}\r\n".encode()
 
 
-def parse_request(received: bytes, finished: bool) -> tuple[str, int, int] | None:
-    """A request's (method, size, length of its line; an upload's body follows it); None while the line
-    is incomplete; ValueError if it is no request."""
+def parse_request(received: bytes, finished: bool) -> tuple[str, int, int, int | None] | None:
+    """A request's (method, size, length of its line; an upload's body follows it, a stream's bitrate or
+    None); None while the line is incomplete; ValueError if it is no request."""
     line, newline, _ = received.partition(b"\n")
     if not newline and not finished:
         if len(received) > MAX_REQUEST:
@@ -56,7 +59,10 @@ def parse_request(received: bytes, finished: bool) -> tuple[str, int, int] | Non
     found = _REQUEST.fullmatch(line + newline)
     if not found:
         raise ValueError(f"not a GET or PUT of /<size>: {received[:MAX_REQUEST]!r}")
-    return found.group(1).decode(), int(found.group(2)), len(line + newline)
+    bitrate = int(found.group(3)) if found.group(3) else None
+    if bitrate == 0 or (bitrate and found.group(1) != b"GET"):
+        raise ValueError(f"a bitrate is a GET's, above 0: {received[:MAX_REQUEST]!r}")
+    return found.group(1).decode(), int(found.group(2)), len(line + newline), bitrate
 
 
 async def send_paced(quic: QuicConnection, transmit: Callable[[], None], stream_id: int, remaining: int,
@@ -75,6 +81,24 @@ async def send_paced(quic: QuicConnection, transmit: Callable[[], None], stream_
         while unacknowledged_bytes(quic, stream_id) > BACKLOG:  # let ACKs drain it
             await asyncio.sleep(0.001)
         await asyncio.sleep(0)
+
+
+async def send_at_bitrate(quic: QuicConnection, transmit: Callable[[], None], stream_id: int, size: int,
+                          bitrate: int, send: Callable[[int, bytes, bool], None] | None = None) -> None:
+    """Send ``size`` bytes and FIN on a stream paced at ``bitrate`` bits/s (a stream's server): every
+    PACING_TICK_S what the bitrate allows since the first byte, whatever the link would take (what it cannot
+    carry waits in the connection's buffer, as a live source's would)."""
+    send = send or (lambda stream, data, end: quic.send_stream_data(stream, data, end_stream=end))
+    loop, sent = asyncio.get_running_loop(), 0
+    started = loop.time()
+    while sent < size:
+        due = min(size, int((loop.time() - started + PACING_TICK_S) * bitrate / 8))
+        while sent < due:
+            n = min(due - sent, len(CHUNK))
+            sent += n
+            send(stream_id, CHUNK[:n], sent == size)
+        transmit()
+        await asyncio.sleep(PACING_TICK_S)
 
 
 def command_line(role: program_cli.Role, description: str) -> argparse.Namespace:

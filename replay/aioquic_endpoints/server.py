@@ -1,5 +1,5 @@
-"""aioquic replay server: answers each stream's ``GET /<size>`` with that many bytes, its ``PUT /<size>``
-with the number of body bytes received once the body has ended.
+"""aioquic replay server: answers each stream's ``GET /<size>`` with that many bytes (``?bitrate=<bits/s>``: paced at
+it, a stream), its ``PUT /<size>`` with the number of body bytes received once the body has ended.
 
 It speaks HTTP/3 too (aioquic.h3), to a client that offers h3 (a browser): ``GET /<size>`` answered with
 that many bytes, a PUT or POST with the number of body bytes it read, in decimal, once the body has ended, and
@@ -21,9 +21,11 @@ from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.events import ProtocolNegotiated, StreamDataReceived
 
 from replay.stacks.base import HTDOCS_ENV
-from replay.aioquic_endpoints.common import Endpoint, command_line, configuration, parse_request, send_paced
+from replay.aioquic_endpoints.common import (Endpoint, command_line, configuration, parse_request, send_at_bitrate,
+                                            send_paced)
 
 _SIZE = re.compile(r"/(\d+)")
+_BITRATE = re.compile(r"bitrate=(\d+)")  # a stream's query: GET /<size>?bitrate=<bits/s>
 _FILE = re.compile(r"/([A-Za-z0-9_.-]+)")
 
 
@@ -55,10 +57,11 @@ class BulkServer(Endpoint):
             if parsed is None:
                 self._lines[stream_id] = line
                 return
-            method, size, length = parsed
+            method, size, length, bitrate = parsed
             if method == "GET":
                 self._bodies[stream_id] = None
-                asyncio.ensure_future(send_paced(self.connection, self.transmit, stream_id, size))
+                asyncio.ensure_future(send_at_bitrate(self.connection, self.transmit, stream_id, size, bitrate)
+                                      if bitrate else send_paced(self.connection, self.transmit, stream_id, size))
             else:
                 self._bodies[stream_id] = len(line) - length
         elif self._bodies[stream_id] is not None:
@@ -75,13 +78,16 @@ class BulkServer(Endpoint):
         if isinstance(event, HeadersReceived):
             headers = dict(event.headers)
             method = headers.get(b":method", b"").decode()
-            path = headers.get(b":path", b"/").decode().split("?")[0]
+            path, _, query = headers.get(b":path", b"/").decode().partition("?")
+            bitrate = int(found.group(1)) if (found := _BITRATE.fullmatch(query)) and int(found.group(1)) else None
             if method in ("PUT", "POST"):
                 self._bodies[stream_id] = 0
             elif method == "GET" and (size := _SIZE.fullmatch(path)):
                 self._respond(stream_id, 200, {b"content-length": size.group(1).encode()})
-                asyncio.ensure_future(send_paced(self.connection, self.transmit, stream_id, int(size.group(1)),
-                                                 self.h3.send_data))
+                length = int(size.group(1))
+                asyncio.ensure_future(
+                    send_at_bitrate(self.connection, self.transmit, stream_id, length, bitrate, self.h3.send_data)
+                    if bitrate else send_paced(self.connection, self.transmit, stream_id, length, self.h3.send_data))
                 return
             elif method == "GET" and (page := self._file(path)) is not None:
                 self._respond(stream_id, 200, {b"content-type": b"text/html; charset=utf-8"}, page)

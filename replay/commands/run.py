@@ -125,6 +125,9 @@ ClientsOpt = Annotated[int, typer.Option("--clients", min=1, help="Clients at on
                                                              "fairness index and the server's CPU and memory.")]
 ConcurrencyOpt = Annotated[int, typer.Option("--concurrency", min=1, help="Requests open at once, each on its own "
                                                                          "stream (--workload requests).")]
+BitrateOpt = Annotated[Optional[str], typer.Option("--bitrate", help="The rate a stream is paced and played at, e.g. "
+                                                                    "2mbit (--workload stream, which needs it; "
+                                                                    "--size sets its length).")]
 
 
 def link_options(delay: str) -> Callable[[Callable], Callable]:
@@ -137,9 +140,9 @@ def link_options(delay: str) -> Callable[[Callable], Callable]:
 
 def make_options(size: str, qlog: Path | None, timeout: float | None, trace: bool = False, profile: bool = False,
                  knobs: dict[str, object] | None = None, workload: str = "download", requests: int = 1,
-                 concurrency: int = 1, clients: int = 1) -> RunOptions:
+                 concurrency: int = 1, clients: int = 1, bitrate: str | None = None) -> RunOptions:
     from replay.stacks.base import RunOptions
-    from replay.link import parse_size
+    from replay.link import parse_rate_bps, parse_size
     from replay.profile import unavailable_reason as profile_reason
     from replay.stacks.base import default_timeout_s
     if profile and (reason := profile_reason()):
@@ -148,10 +151,18 @@ def make_options(size: str, qlog: Path | None, timeout: float | None, trace: boo
         raise ToolError(f"--workload takes {', '.join(WORKLOADS)}, not {workload!r}")
     size_bytes = parse_size(size)
     chosen = WORKLOADS[workload]
+    if chosen.paced and bitrate is None:
+        raise ToolError(f"--workload {chosen.name} needs --bitrate (the rate its stream is paced and played at)")
+    if bitrate is not None and not chosen.paced:
+        raise ToolError(f"--bitrate is for a stream (--workload {', '.join(w.name for w in WORKLOADS.values() if w.paced)}), "
+                        f"not {chosen.name}")
+    bps = parse_rate_bps(bitrate) if bitrate is not None else None
     moved = chosen.expected_bytes(size_bytes, requests, concurrency)
+    # a stream lasts its length at its bitrate, however fast the link
+    timeout_s = default_timeout_s(moved) + (moved * 8 / bps if bps else 0)
     return RunOptions(size=size_bytes, knobs=knobs or {}, workload=chosen, requests=requests,
-                      concurrency=concurrency, clients=clients, qlog_dir=qlog, trace=trace, profile=profile,
-                      timeout_s=timeout or default_timeout_s(moved))
+                      concurrency=concurrency, clients=clients, bitrate=bps, qlog_dir=qlog, trace=trace,
+                      profile=profile, timeout_s=timeout or timeout_s)
 
 
 def _knob_option(knob: Knob) -> tuple[object, object]:
@@ -184,7 +195,8 @@ def run_options(size: str = "500MB") -> Callable[[Callable], Callable]:
 
     return options_in_place_of("options", {
         "size": (SizeOpt, size), "workload": (WorkloadOpt, "download"), "requests": (RequestsOpt, 1),
-        "concurrency": (ConcurrencyOpt, 1), "clients": (ClientsOpt, 1), "qlog": (QlogOpt, None),
+        "concurrency": (ConcurrencyOpt, 1), "clients": (ClientsOpt, 1), "bitrate": (BitrateOpt, None),
+        "qlog": (QlogOpt, None),
         "timeout": (TimeoutOpt, None),
         "trace": (TraceOpt, False), "profile": (ProfileOpt, False),
         **{knob.name: _knob_option(knob) for knob in KNOBS.values()}}, build)

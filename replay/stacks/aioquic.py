@@ -3,7 +3,9 @@ parameters can be set, bidi_local, bidi_remote and uni separately. Python-speed:
 goodput than the C and Go stacks; it is here for parameter coverage, not for speed.
 
 Its server speaks HTTP/3 beside hq-interop (aioquic's own h3 layer, chosen by the client's ALPN), so a
-browser loads its page, downloads and uploads through aioquic configured with any set."""
+browser loads its page, downloads and uploads through aioquic configured with any set. Its server paces a
+stream at the bitrate asked (tparams.workloads' stream), over hq-interop and h3, and its stream client plays
+one back."""
 
 from __future__ import annotations
 
@@ -15,13 +17,15 @@ from tparams.paramset import PERFORMANCE_PARAMETERS
 
 class Aioquic(ReplayProgram):
     name = "aioquic"
-    replay_protocol = frozenset({"down", "up", "many"})
+    replay_protocol = frozenset({"down", "up", "many", "paced"})
     settable = {"client": frozenset(PERFORMANCE_PARAMETERS), "server": frozenset(PERFORMANCE_PARAMETERS)}
     cc_names = frozenset({"cubic"})  # (and Reno, aioquic's default, which qreplay does not offer)
     serves_page = True  # over h3: the files of workdir/htdocs (QREPLAY_HTDOCS)
-    page_protocol = frozenset({"down", "up", "many"})
+    page_protocol = frozenset({"down", "up", "many", "paced"})
 
     def command(self, role) -> list[str]:
+        if role == "stream-client":  # its stream's player (tparams.workloads' stream)
+            return [sys.executable, "-m", "replay.aioquic_endpoints.stream_client"]
         return [sys.executable, "-m", self.library.programs[f"replay-{role}"]]
 
     def unavailable_reason(self) -> str | None:

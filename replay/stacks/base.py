@@ -44,6 +44,7 @@ class RunOptions:
     workload: Workload = DOWNLOAD
     requests: int = 1  # for a workload that leaves the number of requests to the command line
     concurrency: int = 1  # likewise, how many are open at once
+    bitrate: int | None = None  # bits/s a stream (a paced workload) is sent and played at
     clients: int = 1  # client processes at once, each its own connection to the one server
     qlog_dir: Path | None = None
     timeout_s: float = 600.0
@@ -161,7 +162,8 @@ class Stack(ABC):
     #: whether its client loads a page before it downloads (a browser), from a server that serves one
     needs_page: bool = False
     #: what its client speaks of the replay protocol (tparams.workloads): down (GET), up (PUT), many (several
-    #: requests on one connection); the rest is refused in one line
+    #: requests on one connection), paced (a stream: its server paces a GET at a bitrate, its client plays it
+    #: back); the rest is refused in one line
     replay_protocol: frozenset[str] = frozenset({"down"})
     #: what its server answers of the same to a page's fetch() (serves_page): GETs of /<size>, many at once,
     #: and a PUT answered with the count of body bytes read (tests/test_replay_browsers.py checks each)
@@ -238,7 +240,10 @@ class Stack(ABC):
 
     def page_refusal(self, client: "Stack", opts: RunOptions) -> str | None:
         """Why its server cannot answer what the page of ``client`` (a browser) asks in ``opts``' workload, or
-        None."""
+        None; or, for a client of the replay protocol, a stream (the one primitive only some servers of ours
+        answer: the other ones are each program's client and server alike, which workload_refusal names)."""
+        if not client.needs_page and opts.workload.paced and "paced" not in self.replay_protocol:
+            return PACED_MISSING.format(server=self.name)
         if not client.needs_page or (missing := workload_needs(opts) - self.page_protocol) == set():
             return None
         return (f"{self.name}'s server cannot answer {client.name}'s {opts.workload.name} workload: "
@@ -309,7 +314,13 @@ class Stack(ABC):
 def workload_needs(opts: RunOptions) -> set[str]:
     """What ``opts``' workload asks of the replay protocol's primitives (Stack.replay_protocol)."""
     requests, concurrency = opts.workload.asked(opts.requests, opts.concurrency)
-    return {opts.workload.direction} | ({"many"} if max(requests, concurrency) > 1 else set())
+    return ({opts.workload.direction} | ({"many"} if max(requests, concurrency) > 1 else set())
+            | ({"paced"} if opts.workload.paced else set()))
+
+
+#: why a server cannot send a stream (a workload that is paced)
+PACED_MISSING = ("{server}'s server cannot pace a stream at a bitrate (it sends a GET's body as fast as flow and "
+                 "congestion control let it; aioquic's server paces)")
 
 
 #: why a server's answers to a page lack a primitive, for the one line refusing it
@@ -317,6 +328,7 @@ PAGE_PRIMITIVES_MISSING = {
     "up": "{server} is not known to answer an upload with the count of body bytes it read",
     "many": "{server} answers one request a connection",
     "down": "{server} serves no /<size>",
+    "paced": PACED_MISSING.replace("{server}'s server", "{server}"),
 }
 
 
@@ -432,7 +444,10 @@ class ReplayProgram(Stack):
 
     def client_command(self, params, opts, server_ip, port, workdir):
         applied = self.flags(params, opts, "client")
-        return ClientPlan(applied.command([*self.command("client"), *program_cli.arguments("replay-client", {
-            "connect": program_cli.address(server_ip, port), "size": opts.size, "timeout_s": opts.timeout_s}),
-            *applied.flags])), applied
+        role = opts.workload.client_role  # a stream's client is a program of its own (tparams.workloads)
+        asked = {"connect": program_cli.address(server_ip, port), "size": opts.size, "timeout_s": opts.timeout_s}
+        if opts.workload.paced:
+            asked["bitrate"] = opts.bitrate
+        return ClientPlan(applied.command([*self.command(role.removeprefix("replay-")),
+                                           *program_cli.arguments(role, asked), *applied.flags])), applied
 

@@ -30,7 +30,7 @@ class Browser(Stack):
     own_parameters = True
     needs_page = True
     # the page's fetch() makes each workload (browser_driver.PAGE), over h3 and h2 alike
-    replay_protocol = frozenset({"down", "up", "many"})
+    replay_protocol = frozenset({"down", "up", "many", "paced"})
     settable = {"client": frozenset(), "server": frozenset()}
     # the driver's own grace for the browser's tree (5 s) and its capture's end (up to 20 s)
     stop_grace_s = 30.0
@@ -68,7 +68,8 @@ class Browser(Stack):
         return (f"client only, over {self.protocol}: sets none of the 12 (a browser's parameters are its own; each "
                 "run records its ClientHello), and its windows follow the browser's own rule, --autotune or not "
                 "(traced: datasets/flowcontrol/rules.csv); "
-                "its page downloads, uploads (a PUT, answered with the count read) and makes many requests; "
+                "its page downloads, uploads (a PUT, answered with the count read), makes many requests and plays a "
+                "stream (from a server that paces one); "
                 f"from {self.default_server}'s server unless --server-stack")
 
     def server_command(self, params, opts, ip, port, workdir):
@@ -85,6 +86,8 @@ class Browser(Stack):
                 f"--timeout-s={max(10.0, opts.timeout_s - 10):g}"]
         argv += [f"--{name}={value}" for name, value in
                  opts.workload.client_options(opts.size, opts.requests, opts.concurrency).items()]
+        if opts.workload.paced:  # a stream: the page plays it back (browser_driver's qreplayStream)
+            argv.append(f"--bitrate={opts.bitrate}")
         if not self.trusts_server:
             argv.append("--no-trust")
         if opts.keylog:

@@ -18,7 +18,7 @@ CREATE TABLE IF NOT EXISTS experiments (
     link_backend  VARCHAR NOT NULL,      -- as requested: auto | netem | relay | veth | loopback | measured (--server-host)
     size_bytes    BIGINT NOT NULL,
     reps          INTEGER NOT NULL,
-    workload      VARCHAR,               -- tparams.workloads: download | upload | requests | ...
+    workload      VARCHAR,               -- tparams.workloads: download | upload | requests | stream
     knobs         VARCHAR,               -- JSON {knob: value as asked} (tparams.knobs; runs: what ran)
     command_line  VARCHAR,               -- the qreplay invocation, when run from the CLI
     config        VARCHAR                -- JSON: conditions, timeout_s, qlog_dir, cpu_idle
@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS runs (
     status              VARCHAR NOT NULL,   -- ok | timeout | failed
     error               VARCHAR,
     size_bytes          BIGINT NOT NULL,    -- bytes each request moves
-    workload            VARCHAR,            -- tparams.workloads: download | upload | requests | ...
+    workload            VARCHAR,            -- tparams.workloads: download | upload | requests | stream
     requests            INTEGER,            -- requests on the connection
     concurrency         INTEGER,            -- of them open at once
     clients             INTEGER,            -- client processes at once against the one server, a connection each
@@ -182,6 +182,13 @@ ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS max_streams BIGINT;
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS streams_blocked BIGINT;
 -- Added within v3: when the sender read each of the client's packets (its qlog's time on the capture's clock).
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS read_s DOUBLE;
+-- Added within v3: a stream's (tparams.workloads' stream) bitrate, as the server paced it and the client played
+-- it, and its playback by tparams.workloads.Player: times it ran dry before the end, their total time, the request
+-- to playback's start. NULL for the other workloads and in runs stored before.
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS bitrate_bps BIGINT;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS stalls INTEGER;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS stall_ms DOUBLE;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS startup_ms DOUBLE;
 
 -- `qreplay --profile`: where each endpoint's CPU went during the transfer (replay/profile.py), sampled
 -- with call stacks (perf's cpu-clock for native programs, py-spy for Python ones) from the server's

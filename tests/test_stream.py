@@ -1,0 +1,106 @@
+"""QuicSand's streaming workload (tparams.workloads' stream): a GET that aioquic's server paces at a bitrate, played
+back by tparams.workloads.Player in our aioquic client and, mirrored in JavaScript, in Chromium's page. Through the
+testbed's emulated link: no stall when the link carries the bitrate, stalls when its rate is below it; a stack
+whose server cannot pace refuses the workload in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from replay.link import LinkConfig
+from replay.runner import Condition, Experiment, run_experiment
+from replay.sets import own_set, resolve_one
+from replay.stacks import get_stack
+from replay.stacks.base import RunOptions
+from tparams.workloads import STARTUP_BUFFER_S, STREAM, Player
+
+QREPLAY = str(Path(sys.executable).with_name("qreplay"))
+BITRATE = 2_000_000
+SIZE = 500_000  # 2 s at 2 Mbit/s
+CARRIES, TOO_SLOW = 20_000_000, 1_000_000  # the link's rate: ten times the bitrate, half of it
+
+
+def test_the_player_stalls_only_when_the_bytes_come_slower_than_it_plays():
+    on_time, half_speed = Player(8000, 3000), Player(8000, 3000)  # 3 s of media at 1000 bytes/s
+    for tick in range(1, 31):
+        on_time.received(tick * 0.1, 100)
+        half_speed.received(tick * 0.2, 100)
+    assert on_time.result() == {"stalls": 0, "stall_s": 0.0, "startup_s": pytest.approx(STARTUP_BUFFER_S)}
+    assert half_speed.result()["startup_s"] == pytest.approx(2 * STARTUP_BUFFER_S)
+    assert half_speed.result()["stalls"] > 0
+    # it plays 3 s after its start and finishes no earlier than the last byte: the rest is stalled
+    assert half_speed.result()["stall_s"] >= 6 - 3 - half_speed.result()["startup_s"] - 1e-9
+
+
+def _stream(stack: str, server: str = "aioquic") -> list[dict]:
+    """The same stream over a link that carries it and one at half its bitrate (10 ms each way)."""
+    client = get_stack(stack)
+    for needed in (client, get_stack(server)):
+        if os.geteuid() != 0:
+            pytest.skip("the testbed needs root (network namespaces)")
+        if needed.unavailable_reason():
+            pytest.skip(needed.unavailable_reason())
+    named = own_set(client) if client.own_parameters else resolve_one("firefox")
+    links = [LinkConfig(delay_down_ms=10, rate_bps=rate) for rate in (CARRIES, TOO_SLOW)]
+    experiment = Experiment("test", client, [Condition(named, None, link) for link in links],
+                            RunOptions(size=SIZE, workload=STREAM, bitrate=BITRATE, timeout_s=40), 1, "auto",
+                            server_stack=get_stack(server))
+    with tempfile.TemporaryDirectory() as out:
+        rows = run_experiment(experiment, Path(out) / "r.duckdb")
+    for row in rows:
+        assert row["status"] == "ok", row.get("error")
+        assert (row["workload"], row["bytes"], row["bitrate_bps"]) == ("stream", SIZE, BITRATE)
+    return sorted(rows, key=lambda row: -row["rate_bps"])
+
+
+def _check(carried: dict, starved: dict) -> None:
+    # paced: it lasts the stream's length (less the start-up buffer the player waits for), however fast the link
+    assert carried["duration_s"] >= SIZE * 8 / BITRATE - 0.1, carried["duration_s"]
+    assert carried["goodput_mbps"] == pytest.approx(BITRATE / 1e6, rel=0.15)
+    assert carried["stalls"] == 0 and carried["stall_ms"] == 0, carried
+    assert STARTUP_BUFFER_S * 1000 <= carried["startup_ms"] < STARTUP_BUFFER_S * 1000 + 400
+    assert starved["stalls"] > 0 and starved["stall_ms"] > 500, starved
+    assert starved["goodput_mbps"] < TOO_SLOW / 1e6
+
+
+@pytest.mark.timing  # the pacing and the player are on the clock: a starved Python server would stall them
+def test_aioquics_client_plays_a_paced_stream_without_stalls_only_when_the_link_carries_it():
+    """aioquic's client against aioquic's server over hq-interop: GET /<size>?bitrate=<bits/s>."""
+    carried, starved = _stream("aioquic")
+    assert "--bitrate=2000000" in json.loads(carried["client_argv"])
+    _check(carried, starved)
+
+
+@pytest.mark.lab
+@pytest.mark.timing
+def test_chromiums_page_plays_a_stream_from_aioquics_h3_server_and_stalls_when_the_link_is_slower():
+    carried, starved = _stream("chromium")
+    assert carried["protocol_seen"] == "h3"
+    _check(carried, starved)
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--stack", "quinn"], "quinn's client does not speak the stream workload"),
+    (["--stack", "aioquic", "--server-stack", "quinn"], "quinn's server cannot pace a stream at a bitrate"),
+    (["--stack", "chromium"], "ngtcp2's server cannot answer chromium's stream workload: ngtcp2 cannot pace"),
+])
+def test_a_stack_that_cannot_pace_or_play_a_stream_refuses_it_in_one_line(args, said, tmp_path):
+    done = subprocess.run([QREPLAY, *args, "--workload", "stream", "--bitrate", "2mbit", "--size", "500kB",
+                           "--out", str(tmp_path / "r.duckdb")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+    assert not (tmp_path / "r.duckdb").exists()
+
+
+def test_a_stream_needs_its_bitrate_and_only_a_stream_takes_one(tmp_path):
+    for args, said in ((["--workload", "stream"], "--workload stream needs --bitrate"),
+                       (["--bitrate", "2mbit"], "--bitrate is for a stream (--workload stream), not download")):
+        done = subprocess.run([QREPLAY, "--stack", "aioquic", *args, "--size", "500kB",
+                               "--out", str(tmp_path / "r.duckdb")], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
