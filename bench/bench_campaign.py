@@ -143,6 +143,7 @@ name = "small"
 stacks = ["ngtcp2", "quic-go"]
 sets = ["firefox", "chrome"]
 size = ["1MB", "5MB"]
+delays = ["30ms"]
 reps = {reps}
 """
 
@@ -228,7 +229,7 @@ def replay_main(args) -> None:
     for _ in range(args.projection_rounds):
         with tempfile.TemporaryDirectory() as tmp:
             for source, projected, measured, loads in replay_projection(Path(tmp)):
-                print(f"small campaign (2 stacks x 2 sets x 2 sizes x 3 reps, one host): projected {projected:.1f} s "
+                print(f"small campaign (2 stacks x 2 sets x 2 sizes at 30 ms x 3 reps, one host): projected {projected:.1f} s "
                       f"from {source}, measured {measured:.1f} s ({loads}); ratio {measured / projected:.2f} (goal "
                       f"within 20%: {'met' if abs(measured / projected - 1) <= 0.2 else 'not met'})", flush=True)
     if not args.no_probe:

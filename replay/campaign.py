@@ -5,7 +5,8 @@ names (``stacks``, ``sets``, ``server-set``, ``delays``, ``losses``, ``rate``,
 ``size``, ``reps``, ``workload``, ``link``, ``server-host`` and ``launcher``
 (its runs' servers on another host), each knob by its option, e.g. ``cc``);
 ``size`` and each knob take one value or a list (a list is one more axis of
-conditions). :func:`plan` expands it into runs, each with a plan id
+conditions); ``fidelity = true`` makes an experiment ``qreplay fidelity``'s comparison
+(:func:`_expand_fidelity`). :func:`plan` expands it into runs, each with a plan id
 (its ``run_id``), checking every stack, set and knob before any run.
 
 Order: per experiment, as ``qreplay`` runs one (replay/runner.py's
@@ -34,7 +35,7 @@ import os
 import shlex
 import tomllib
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import duckdb
@@ -52,6 +53,9 @@ VALUE_OPTIONS = {"server-set": None, "server-stack": None, "delay-up": "0ms", "j
                  "clients": 1, "link": "auto", "timeout": None, "udp-buffer": "1664KiB", "server-host": None,
                  "launcher": None}
 KNOB_OPTIONS = {knob.option[2:]: knob for knob in KNOBS.values()}
+#: the keys of a `fidelity = true` experiment: `qreplay fidelity`'s comparison, its browsers and replay stacks both
+#: in `stacks`
+FIDELITY_OPTIONS = ("name", "fidelity", "stacks", "sets", "delays", "losses", "size", "reps", "link", "udp-buffer")
 
 
 @dataclass(frozen=True)
@@ -144,13 +148,15 @@ def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
 
     if not isinstance(entry, dict):
         raise ToolError(f"{where}: an experiment is a table of options")
-    known = {"name", *LIST_OPTIONS, *VALUE_OPTIONS, *KNOB_OPTIONS}
+    known = {"name", "fidelity", *LIST_OPTIONS, *VALUE_OPTIONS, *KNOB_OPTIONS}
     for key in entry:
         if key not in known:
             raise ToolError(f"{where}: unknown option {key!r} (known: {', '.join(sorted(known))})")
     for key in LIST_OPTIONS:
         if key in entry and (not isinstance(entry[key], list) or not entry[key]):
             raise ToolError(f"{where}: {key} is a list, e.g. {key} = [{LIST_OPTIONS[key][0]!r}]")
+    if "fidelity" in entry:
+        return _expand_fidelity(campaign, entry, where)
     label = str(entry.get("name", "experiment"))
     option = {key: entry.get(key, default) for key, default in VALUE_OPTIONS.items() if key != "size"}
     try:
@@ -189,6 +195,67 @@ def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
     if not 1 <= experiments[0].reps:
         raise ToolError(f"{where}: reps must be at least 1")
     return experiments
+
+
+def _expand_fidelity(campaign: str, entry: dict, where: str) -> list[Experiment]:
+    """A `fidelity = true` experiment as `qreplay fidelity`'s comparison experiments (replay/fidelity.py's plan,
+    conditions and tags: `qreplay fidelity --report-only` and the replay notebook read the merged file). Its
+    `stacks` name the browsers and the replay stacks; each browser's replays take the set `sets` names for it (in
+    the browsers' order; by default the sets library's set of the browser's name): every host must plan the same
+    runs before any runs, so the set is not captured from the browser at run time as `qreplay fidelity` does.
+    `losses`: one lossy link at fidelity's delay, beside the loss-free `delays`."""
+    from replay import fidelity
+    from replay import sets as sets_api
+    from replay.link import parse_duration_ms, parse_percent, parse_size
+    from replay.stacks import get_stack
+
+    if entry["fidelity"] is not True:
+        raise ToolError(f"{where}: fidelity = true makes an experiment `qreplay fidelity`'s comparison; leave it "
+                        "out otherwise")
+    other = [key for key in entry if key not in FIDELITY_OPTIONS]
+    if other:
+        raise ToolError(f"{where}: a fidelity experiment takes {', '.join(FIDELITY_OPTIONS)}, not {other[0]!r}")
+    label = str(entry.get("name", "experiment"))
+    try:
+        stacks = [get_stack(str(name)) for name in entry.get("stacks", [])]
+        browsers = [s for s in stacks if s.own_parameters]
+        if not browsers or len(browsers) == len(stacks):
+            raise ToolError("stacks name the browsers (chromium, firefox) and the replay stacks beside them, at "
+                            "least one of each")
+        names = entry.get("sets", [b.name for b in browsers])
+        if len(names) != len(browsers):
+            raise ToolError(f"sets: one set a browser, in their order ({', '.join(b.name for b in browsers)})")
+        sets = {}
+        for browser, name in zip(browsers, names):
+            resolved = sets_api.resolve(str(name))
+            if len(resolved) != 1:
+                raise ToolError(f"sets: {name!r} is {len(resolved)} sets; {browser.name}'s replays take one")
+            sets[browser.name] = resolved[0]
+        losses = entry.get("losses", LIST_OPTIONS["losses"])
+        sizes = _values(entry, "size", VALUE_OPTIONS["size"])
+        if len(losses) != 1 or len(sizes) != 1:
+            raise ToolError("a fidelity experiment has one size and one loss (its one lossy link, 0%: none)")
+        plan_ = fidelity.plan_fidelity(
+            browsers=[b.name for b in browsers], stacks=[s.name for s in stacks if not s.own_parameters],
+            delays_ms=[parse_duration_ms(str(d), "delays") for d in entry.get("delays", LIST_OPTIONS["delays"])],
+            loss_pct=parse_percent(str(losses[0]), "losses"), size=parse_size(str(sizes[0]), "size"),
+            reps=int(entry.get("reps", VALUE_OPTIONS["reps"])))
+        udp_buffer = parse_size(str(entry.get("udp-buffer", VALUE_OPTIONS["udp-buffer"])), "udp-buffer")
+    except ToolError as exc:
+        raise ToolError(f"{where}: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise ToolError(f"{where}: {exc}") from None
+    if plan_.reps < 1:
+        raise ToolError(f"{where}: reps must be at least 1")
+    # the fidelity campaign's id: the same on every host
+    identity = hashlib.sha256(f"{campaign}/{label}/fidelity".encode()).hexdigest()[:12]
+    # each part's id by its place in the plan, not its size: the lossy part may download the loss-free one's size
+    return [replace(experiment, tags={**experiment.tags, "campaign": campaign, "campaign_experiment": label},
+                    experiment_id=hashlib.sha256(f"{campaign}/{label}/{part}".encode()).hexdigest()[:12])
+            for part, experiment in enumerate(fidelity.comparison_experiments(
+                plan_, identity, sets, link_backend=str(entry.get("link", VALUE_OPTIONS["link"])),
+                command_line=f"qreplay campaign run ({campaign}, experiment {label}, fidelity)",
+                udp_buffer_bytes=udp_buffer))]
 
 
 # --- projection ----------------------------------------------------------------------------------

@@ -147,16 +147,29 @@ def run_fidelity(plan: FidelityPlan, results: str | Path, *, link_backend: str =
     start and end)."""
     results, execute = Path(results), execute or run_experiment
     campaign = uuid.uuid4().hex[:12]
-    tags = {"fidelity": campaign, "mode": plan.mode}
     common = {"link_backend": link_backend, "command_line": command_line, "udp_buffer_bytes": udp_buffer_bytes}
-    sets = {b.name: captured_set(b, results, tags, execute, **common) for b in plan.browsers}
-    for links, size in plan.parts():
-        experiment = Experiment("fidelity", plan.browsers[0], fidelity_conditions(plan, links, sets),
-                                RunOptions(size=size, timeout_s=default_timeout_s(size)), plan.reps,
-                                tags={**tags, "purpose": "comparison", "sets": {b: s.name for b, s in sets.items()}},
-                                **common)
+    sets = {b.name: captured_set(b, results, campaign_tags(plan, campaign), execute, **common) for b in plan.browsers}
+    for experiment in comparison_experiments(plan, campaign, sets, **common):
         execute(experiment, results)  # its load at the start and end in its config (runner.run_experiment)
     return campaign
+
+
+def campaign_tags(plan: FidelityPlan, campaign: str) -> dict:
+    """What every experiment of the fidelity campaign ``campaign`` carries in its config (load_fidelity finds it
+    by them)."""
+    return {"fidelity": campaign, "mode": plan.mode}
+
+
+def comparison_experiments(plan: FidelityPlan, campaign: str, sets: dict[str, NamedSet], **experiment) \
+        -> list[Experiment]:
+    """The comparison, one experiment per download size, each browser's replays with ``sets[browser]``
+    (``experiment``: further Experiment fields). run_fidelity runs them after capturing the sets; a replay
+    campaign file's ``fidelity = true`` experiment plans them with the sets it names (replay/campaign.py)."""
+    return [Experiment("fidelity", plan.browsers[0], fidelity_conditions(plan, links, sets),
+                       RunOptions(size=size, timeout_s=default_timeout_s(size)), plan.reps,
+                       tags={**campaign_tags(plan, campaign), "purpose": "comparison",
+                             "sets": {b: s.name for b, s in sets.items()}}, **experiment)
+            for links, size in plan.parts()]
 
 
 # --- reading a campaign back ----------------------------------------------------------------------------
@@ -192,6 +205,9 @@ class FidelityCampaign:
     summary: list[dict]  # the comparison's summary rows, with "client_cpu_s" and "not_applied_client" added
     set_fingerprints: dict[str, list[str]]  # browser -> the set fingerprints its runs sent
     comparisons: list[Comparison] = field(default_factory=list)
+    #: whether each browser's set was captured from its ClientHello before the comparison (run_fidelity), not
+    #: named in a replay campaign file (its `fidelity = true` experiment, replay/campaign.py)
+    captured: bool = True
 
     def real(self, browser: str) -> list[dict]:
         return [row for row in self.summary if row["stack"] == browser]
@@ -226,6 +242,8 @@ def load_fidelity(results: str | Path, campaign: str | None = None) -> FidelityC
                    any_value(not_applied_client) AS not_applied_client,
                    list(DISTINCT set_fingerprint) AS fingerprints, any_value(browser_version) AS browser_version
             FROM runs WHERE list_contains({ids!r}, experiment_id) GROUP BY ALL""").pl()
+        captured = con.execute("SELECT count(*) FROM experiments WHERE json_extract_string(config, '$.fidelity') = ? "
+                               "AND json_extract_string(config, '$.purpose') = 'set capture'", [campaign]).fetchone()[0]
     except duckdb.Error as exc:
         raise ToolError(f"{results} is not a qreplay results file: {str(exc).splitlines()[0]}") from None
     finally:
@@ -244,7 +262,7 @@ def load_fidelity(results: str | Path, campaign: str | None = None) -> FidelityC
                            chosen[-1][3] if all(e[3] for e in chosen) else None,
                            tuple(v for v in loads if v is not None), versions, sets, summary,
                            {b: sorted({f for r in summary if r["stack"] == b for f in r["fingerprints"] or []})
-                            for b in sets})
+                            for b in sets}, captured=bool(captured))
     for browser, info in sets.items():
         real = {(r["experiment_id"], r["delay_ms"], r["loss_pct"]): r for r in out.real(browser)}
         for row in summary:
@@ -520,7 +538,10 @@ def report_markdown(campaign: FidelityCampaign, figure: Path) -> str:
         "replay stack speaks hq-interop, which gtlsserver does not, so its own server stands in.", "",
         "## The sets the browsers sent", "",
         "Each browser loaded the page once before the comparison; its ClientHello's parameters are the set its "
-        "replays ran.", "",
+        "replays ran." if campaign.captured else
+        "The replays ran the set the replay campaign file named for each browser (a `fidelity = true` experiment: "
+        "every host plans the same runs before any runs, so no browser gave its set first); below, whether the "
+        "browser's own runs sent it.", "",
         markdown_table(["parameter", *campaign.browsers],
                        [[name, *(_sent(campaign.sets[b]["parameters"].as_sent()[name]) for b in campaign.browsers)]
                         for name in campaign.sets[campaign.browsers[0]]["parameters"].as_sent()]), "",

@@ -298,6 +298,11 @@ class Campaign:
                 and all(getattr(s, k) == v for k, v in where.items())]
 
 
+#: reproduce's experiments among those tagged `campaign` (a replay campaign file's carry that tag too,
+#: replay/campaign.py; reproduce's alone a figure)
+OWN = "json_extract_string(config, '$.figure') IS NOT NULL"
+
+
 def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
     """A campaign's runs, summarised per stack and condition (the newest campaign in the file by default)."""
     import duckdb
@@ -306,7 +311,7 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
     results = Path(results)
     con = store.open_read_only(results)
     try:
-        campaign, chosen = store.campaign_experiments(con, results, "campaign", "qreplay reproduce", campaign)
+        campaign, chosen = store.campaign_experiments(con, results, "campaign", "qreplay reproduce", campaign, OWN)
         configs = {e[0]: e[4] for e in chosen}
         summary = statistics.summary(con).filter(pl.col("experiment_id").is_in([e[0] for e in chosen]))
     except duckdb.Error as exc:

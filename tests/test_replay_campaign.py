@@ -138,6 +138,50 @@ def test_two_shards_one_killed_and_resumed_merge_into_exactly_the_plan(campaign_
     assert missing.returncode != 0 and "2 missing" in missing.stderr and missing.stderr.count("\n") == 1
 
 
+FIDELITY = """campaign = "browser"
+[[experiment]]
+name = "fidelity"
+fidelity = true
+stacks = ["firefox", "ngtcp2"]
+delays = ["10ms"]
+size = "100KB"
+reps = 1
+"""
+
+
+def test_a_fidelity_campaign_in_two_shards_merges_into_a_file_fidelity_and_the_notebook_read(campaign_file, tmp_path):
+    """`fidelity = true`: qreplay fidelity's comparison (Firefox beside its set on ngtcp2, pinned and growing), its
+    three runs dealt to two hosts; the merged file is read by `qreplay fidelity --report-only` and the replay
+    notebook as a campaign one host ran."""
+    from nbconvert import HTMLExporter
+
+    from replay.stacks import get_stack
+    from scanner.analysis import REPLAY_DB_VARIABLE, execute_notebook
+
+    if reason := get_stack("firefox").unavailable_reason():
+        pytest.skip(reason)
+    path, directory, merged = tmp_path / "browser.toml", tmp_path / "campaign", tmp_path / "merged.duckdb"
+    path.write_text(FIDELITY)
+    for shard in ("0/2", "1/2"):
+        done = _qreplay("campaign", "run", path, "--shard", shard, "--out", directory, "--quiet")
+        assert done.returncode == 0 and json.loads(done.stdout)["failed"] == 0, done.stderr
+    done = _qreplay("campaign", "merge", directory, "--out", merged)
+    assert done.returncode == 0, done.stderr
+    with duckdb.connect(str(merged), read_only=True) as con:
+        assert sorted(con.execute("SELECT stack, autotune_requested, status FROM runs").fetchall(), key=repr) == \
+            [("firefox", False, "ok"), ("ngtcp2", False, "ok"), ("ngtcp2", True, "ok")]
+    report = _qreplay("fidelity", "--report-only", "--out", merged, "--out-dir", tmp_path / "report",
+                      env={**os.environ, "COLUMNS": "200"})
+    assert report.returncode == 0, report.stderr
+    text = (tmp_path / "report" / "fidelity.md").read_text()
+    assert "| ngtcp2 | pinned |" in text and "| ngtcp2 | autotune |" in text, text[:2000]
+    assert "ran the set the replay campaign file named" in text and "- firefox: " in text
+    html, _ = HTMLExporter().from_notebook_node(execute_notebook("replay_goodput", {REPLAY_DB_VARIABLE: merged}))
+    notebook = " ".join(re.sub(r"<[^>]+>", " ", html).split())
+    fidelity = notebook[notebook.index("Do replayed browser sets behave like the browsers?"):]
+    assert "beside its set firefox-" in fidelity and "ngtcp2 pinned" in fidelity, fidelity[:2000]
+
+
 @pytest.mark.parametrize("option, value, said", [
     ("stacks", '["nosuch"]', "unknown stack 'nosuch'"), ("sets", '["nosuch"]', "unknown set 'nosuch'"),
     ("cc", '"vegas"', "--cc takes cubic, bbr"), ("colour", '"red"', "unknown option 'colour'"),
@@ -145,7 +189,10 @@ def test_two_shards_one_killed_and_resumed_merge_into_exactly_the_plan(campaign_
     ("server-host", '"198.18.0.2"', "--server-host and --launcher go together"),
     ("server-host", '"198.18.0.2"\nlauncher = "ssh:node2"\ndelays = ["30ms"]', "emulates nothing"),
     ("server-host", '"198.18.0.2"\nlauncher = "ssh:node2"\nlink = "netem"', "link chooses how a path is emulated"),
-    ("launcher", '"telnet:node2"\nserver-host = "198.18.0.2"', "give KIND:WHERE")])
+    ("launcher", '"telnet:node2"\nserver-host = "198.18.0.2"', "give KIND:WHERE"),
+    ("fidelity", 'true\nstacks = ["ngtcp2"]', "at least one of each"),
+    ("fidelity", 'true\nstacks = ["firefox", "ngtcp2"]\ncc = "bbr"', "a fidelity experiment takes"),
+    ("fidelity", '"yes"', "fidelity = true makes")])
 def test_a_bad_campaign_file_ends_in_one_line_before_any_run(tmp_path, option, value, said):
     path = tmp_path / "bad.toml"
     path.write_text(f'campaign = "bad"\n[[experiment]]\n{option} = {value}\n')

@@ -115,8 +115,8 @@ def register(app: typer.Typer) -> None:
         partial: Annotated[bool, typer.Option("--partial", help="Merge even if runs the plan lists are missing.")]
         = False,
     ) -> None:
-        """Every shard's runs as one results file, which plot, fidelity, why and the notebooks read as if one host
-        had run the campaign."""
+        """Every shard's runs as one results file, which plot and the replay notebook read as if one host had run
+        the campaign, and `qreplay fidelity --report-only --out FILE` where an experiment was `fidelity = true`."""
         from replay import campaign
         result = campaign.merge(directory, out, partial)
         typer.echo(f"merged {result.runs:,} runs of {result.shards} shards into {out} in {result.seconds:.1f} s"
