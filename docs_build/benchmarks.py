@@ -56,17 +56,24 @@ def _span(text: str, what: str, where: str) -> tuple[float, float]:
 
 
 def read_goals(path: Path = LATEST) -> list[Goal]:
-    """Every row of the file, checked: figures are numbers or spans, and `met` agrees with ratio and target."""
+    """Every row of the file, checked: one row a (benchmark, goal), figures are numbers or spans, and `met`
+    agrees with ratio and target."""
     rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle)
         if tuple(reader.fieldnames or ()) != COLUMNS:
             raise PluginError(f"{rel}: the header must be {','.join(COLUMNS)}")
         goals = []
+        lines: dict[tuple[str, str], int] = {}  # (benchmark, goal): its line, so that a goal written twice is named
         for line, row in enumerate(reader, start=2):
             where = f"{rel} line {line}"
             if None in row or any(value is None for value in row.values()):
                 raise PluginError(f"{where}: {len(COLUMNS)} columns expected")
+            pair = (row["benchmark"], row["goal"])
+            if pair in lines:
+                raise PluginError(f"{where}: {row['benchmark']}'s goal {row['goal']!r} is line {lines[pair]}'s again "
+                                  "(one row a goal: replace the older row)")
+            lines[pair] = line
             for column in ("measured", "baseline"):
                 if row[column].strip():
                     _span(row[column], column, where)

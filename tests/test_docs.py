@@ -5,6 +5,7 @@ runs as written."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import json
@@ -373,10 +374,26 @@ def test_the_benchmarks_page_shows_the_generated_chart_and_a_row_for_every_lates
     rows = [re.sub(r"<[^>]+>", "", row) for row in re.findall(r"<tr>(.*?)</tr>", first_table, re.S)][1:]
     with (ROOT / "bench" / "latest.csv").open(newline="") as handle:
         latest = list(csv.DictReader(handle))
+    # One row a goal: a goal written twice is shown twice, and a row-a-line count cannot see it.
+    pairs = collections.Counter((goal["benchmark"], goal["goal"]) for goal in latest)
+    twice = [pair for pair, count in pairs.items() if count > 1]
+    assert twice == [], f"bench/latest.csv holds these (benchmark, goal) pairs more than once: {twice}"
     assert len(rows) == len(latest), "the Latest figures table is not one row a line of bench/latest.csv"
     for row, goal in zip(rows, latest):
         for column in ("benchmark", "goal", "ratio", "date"):
             assert goal[column] in row, f"{goal['benchmark']}: {goal['goal']}: its {column} is not in its table row"
+
+
+def test_a_goal_written_twice_in_the_latest_figures_is_named_in_one_line(tmp_path):
+    """A new run's row added beside the old one instead of replacing it: the page would show the goal twice."""
+    from mkdocs.exceptions import PluginError
+
+    from docs_build.benchmarks import LATEST, read_goals
+
+    lines = LATEST.read_text().splitlines(keepends=True)
+    (tmp_path / "latest.csv").write_text("".join([*lines, lines[2]]))
+    with pytest.raises(PluginError, match=rf"line {len(lines) + 1}: .* is line 3's again"):
+        read_goals(tmp_path / "latest.csv")
 
 
 @pytest.mark.parametrize("column,bad,says", [("ratio", "fast", "ratio 'fast' is neither a number"),
