@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping
 import tempfile
 from pathlib import Path
 
-import duckdb
 import typer
 
 from tparams.errors import ToolError, first_line
@@ -110,12 +109,6 @@ def run(app: typer.Typer, prog_name: str) -> None:
     except ToolError as exc:
         print(f"{prog_name}: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    except duckdb.IOException as exc:
-        # A DuckDB file cut short or damaged (copied while written, a disk filled): DuckDB finds it only when a
-        # query reaches the missing block, anywhere below, so it is named here, once, in one line.
-        print(f"{prog_name}: error: cannot read a DuckDB file, damaged or cut short? {first_line(exc)}",
-              file=sys.stderr)
-        sys.exit(2)  # bad input, as a ToolError
     except OSError as exc:
         # A named path the machine refused (a default output in a read-only place, a
         # path derived from an output): the environment, not a bug, so one line too.
@@ -123,6 +116,16 @@ def run(app: typer.Typer, prog_name: str) -> None:
             raise
         print(f"{prog_name}: error: cannot use {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         sys.exit(1)
+    except Exception as exc:
+        # A DuckDB file cut short or damaged (copied while written, a disk filled): DuckDB finds it only when a
+        # query reaches the missing block, anywhere below, so it is named here, once, in one line. DuckDB is
+        # looked up, not imported: --help and the commands that need no store start without it.
+        duckdb = sys.modules.get("duckdb")
+        if duckdb is None or not isinstance(exc, duckdb.IOException):
+            raise
+        print(f"{prog_name}: error: cannot read a DuckDB file, damaged or cut short? {first_line(exc)}",
+              file=sys.stderr)
+        sys.exit(2)  # bad input, as a ToolError
 
 
 def options_in_place_of(parameter: str, options: Mapping[str, tuple[object, object]],
