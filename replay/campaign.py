@@ -188,9 +188,7 @@ def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
                 tags={"campaign": campaign, "campaign_experiment": label},
                 experiment_id=hashlib.sha256(identity.encode()).hexdigest()[:12],
                 server_stack=optional_stack(option["server-stack"]), **remote))
-    except ToolError as exc:
-        raise ToolError(f"{where}: {exc}") from None
-    except (ValueError, TypeError) as exc:
+    except (ToolError, ValueError, TypeError) as exc:
         raise ToolError(f"{where}: {exc}") from None
     if not 1 <= experiments[0].reps:
         raise ToolError(f"{where}: reps must be at least 1")
@@ -241,9 +239,7 @@ def _expand_fidelity(campaign: str, entry: dict, where: str) -> list[Experiment]
             loss_pct=parse_percent(str(losses[0]), "losses"), size=parse_size(str(sizes[0]), "size"),
             reps=int(entry.get("reps", VALUE_OPTIONS["reps"])))
         udp_buffer = parse_size(str(entry.get("udp-buffer", VALUE_OPTIONS["udp-buffer"])), "udp-buffer")
-    except ToolError as exc:
-        raise ToolError(f"{where}: {exc}") from None
-    except (ValueError, TypeError) as exc:
+    except (ToolError, ValueError, TypeError) as exc:
         raise ToolError(f"{where}: {exc}") from None
     if plan_.reps < 1:
         raise ToolError(f"{where}: reps must be at least 1")

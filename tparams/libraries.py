@@ -262,7 +262,8 @@ LIBRARIES: tuple[Library, ...] = (
         held_out={"application": {"alpn": _ALPN, "cid_length": 12, "datagrams": True, "retry": True},
                   "parameters": {**_ONE_WINDOW, "max_idle_timeout": 600_000}},
         programs={"lab-server": "lab.aioquic_server", "replay-server": "replay.aioquic_endpoints.server",
-                  "replay-client": "replay.aioquic_endpoints.client"},
+                  "replay-client": "replay.aioquic_endpoints.client",
+                  "replay-stream-client": "replay.aioquic_endpoints.stream_client"},
         crypto=OPENSSL,  # cryptography's wheel, which bundles its OpenSSL
     ),
     Library(

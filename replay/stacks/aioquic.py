@@ -24,8 +24,6 @@ class Aioquic(ReplayProgram):
     page_protocol = frozenset({"down", "up", "many", "paced"})
 
     def command(self, role) -> list[str]:
-        if role == "stream-client":  # its stream's player (tparams.workloads' stream)
-            return [sys.executable, "-m", "replay.aioquic_endpoints.stream_client"]
         return [sys.executable, "-m", self.library.programs[f"replay-{role}"]]
 
     def unavailable_reason(self) -> str | None:
