@@ -573,6 +573,9 @@ def page_flights(packets: list[Packet], delay_ms: float, object_bytes: int) -> d
             "first_flight_packets": len(flight) if acked_at else None,
             # how long it took to send (a pacer spreads a window over most of the round trip)
             "first_flight_ms": round((flight[-1].time - flight[0].time) * 1000, 1) if acked_at and flight else None,
+            # from the flight's last packet to the ACK: a sender whose window is full waits, one that its pacer or
+            # its CPU held back was still sending when the ACK came (a packet's spacing before it)
+            "first_flight_wait_ms": round((acked_at - flight[-1].time) * 1000, 1) if acked_at and flight else None,
             "response_bytes": sum(rounds), "bytes_per_round": ";".join(map(str, rounds)),
             "rounds_to_last_byte": len(rounds),
             "ttfb_ms_median": round(statistics.median(ttfb), 1) if ttfb else None,
