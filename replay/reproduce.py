@@ -84,7 +84,7 @@ class FigurePlan:
         if not (stack.serves_page and stack.serves("h3")):
             return f"{stack.name} has no h3 server a browser loads a page from"
         for browser in map(get_stack, self.browsers):
-            if reason := browser.unavailable_reason() or stack.page_refusal(browser, self.options()):
+            if reason := browser.unavailable_reason() or stack.server_refusal(browser, self.options()):
                 return reason
         return None
 

@@ -98,7 +98,7 @@ class Experiment:
         refused = [line for c in self.conditions or [None] for client, server in [self.stacks(c)]
                    for options in [self.options.asking(c.knobs if c else {})]
                    for line in (*client.refusals(options, "client"), *server.refusals(options, "server"),
-                                *filter(None, [server.page_refusal(client, options)]))]
+                                *filter(None, [server.server_refusal(client, options)]))]
         if self.options.clients > 1:
             refused += [f"{s.name}'s client runs one at a time here (its programs share the run's directory)"
                         for s in {self.stacks(c)[0].name: self.stacks(c)[0] for c in self.conditions}.values()

@@ -88,7 +88,8 @@ def test_chromiums_page_plays_a_stream_from_aioquics_h3_server_and_stalls_when_t
 
 @pytest.mark.parametrize("args, said", [
     (["--stack", "quinn"], "quinn's client does not speak the stream workload"),
-    (["--stack", "aioquic", "--server-stack", "quinn"], "quinn's server cannot pace a stream at a bitrate"),
+    (["--stack", "aioquic", "--server-stack", "quinn"],
+     "quinn's server cannot answer aioquic's stream workload: quinn cannot pace a stream at a bitrate"),
     (["--stack", "chromium"], "ngtcp2's server cannot answer chromium's stream workload: ngtcp2 cannot pace"),
 ])
 def test_a_stack_that_cannot_pace_or_play_a_stream_refuses_it_in_one_line(args, said, tmp_path):
