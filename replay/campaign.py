@@ -358,8 +358,10 @@ def save_measured(sources: list[str | Path], out: str | Path, provenance: dict) 
     when, where, at what load): a measurement kept in the repository where the results files are not
     (datasets/campaign/seeds-measured.json); --measured reads it as it reads the results."""
     runs, setups, fixed = measured_durations(sources)
-    saved = {"provenance": provenance, "runs": runs, "setups": setups, "fixed": fixed}
-    Path(out).write_text(json.dumps(saved, indent=0, default=str) + "\n")
+    saved = {"provenance": provenance, "setups": setups, "fixed": fixed, "runs": runs}
+    head = json.dumps({key: saved[key] for key in ("provenance", "setups", "fixed")}, indent=1)[:-2]
+    Path(out).write_text(head + ',\n "runs": [\n' + ",\n".join(json.dumps(run, default=str) for run in runs)
+                         + "\n ]\n}\n")  # a run a line
     return saved
 
 
