@@ -218,8 +218,8 @@ def replay_probe(directory: Path) -> str:
     probe = campaign_plan.MEASURED.parent / "seeds-probe.toml"
     started, load = dt.datetime.now(dt.timezone.utc), os.getloadavg()[0]
     seconds = host_run(probe, directory, timeout=4 * 3600)
-    runs = len(replay_campaign.load(probe).runs)
-    what = f"{probe.name}, {runs} runs in {seconds:.0f} s"
+    shard = json.loads((directory / "_work" / replay_campaign.VANTAGE / "shard-0.json").read_text())
+    what = f"{probe.name}, {shard['ran']} runs in {seconds:.0f} s, {shard['failed'] or 'none'} failed"
     replay_campaign.save_measured([directory], SEEDS_MEASURED, {
         "command": "bench/bench_campaign.py --replay", "what": what, "date": f"{started:%Y-%m-%d %H:%M} UTC",
         "machine": f"{platform.node()}, {os.cpu_count()} cores, {platform.machine()}, load {load:.1f} at the start"})
