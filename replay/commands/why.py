@@ -137,7 +137,9 @@ def why_lines(results: Path) -> list[str]:
             goodput = f"{row['mean_mbps']:,.1f} Mbit/s" if row["mean_mbps"] is not None else "no successful run"
             head = f"  {statistics.describe(row, differing)}: "
             if not row["traced"]:
-                lines.append(f"{head}{row['runs']} runs, none traced (qreplay --trace stores what held a run "
+                lines.append(f"{head}{row['runs']} runs, no breakdown: {row['no_breakdown']}; {goodput}"
+                             if row.get("no_breakdown") else
+                             f"{head}{row['runs']} runs, none traced (qreplay --trace stores what held a run "
                              f"back); {goodput}")
                 continue
             shares = ", ".join(f"{name} {share:.0%}" for name, share in shown_shares(row))
