@@ -344,8 +344,8 @@ def test_a_small_server_stream_window_at_30_ms_on_an_upload_is_the_stream_window
     allowing 128 KiB a stream at 30 ms holds it at the receive window; the same upload with the server's own
     windows (1.25 MB) behind a 50 Mbit/s rate is not the link's, which shapes the down direction only (replay/
     link.py), nor the window's (quinn's STREAM_DATA_BLOCKED, sent when its application's writes reach the credit,
-    binds only where its packets do). Measured 2026-11-29 06:30 (load 4-5): 73% at the stream window (29 Mbit/s),
-    93% at the congestion window (231 Mbit/s)."""
+    binds only where its packets do). Measured 2026-11-29 06:30 (load 4-5): 73% at the stream window (29 Mbit/s,
+    its window model 28.8-30.4), 93% at the congestion window (231 Mbit/s)."""
     firefox = sets.resolve_one("firefox")
     small = sets.with_overrides(firefox, [f"initial_max_stream_data_bidi_remote={WINDOW}"])
     conditions = [Condition(firefox, small, LinkConfig(delay_down_ms=30)),
@@ -357,6 +357,10 @@ def test_a_small_server_stream_window_at_30_ms_on_an_upload_is_the_stream_window
     assert window["limited_by"] == "receive_window_stream" and shares[0]["receive_window_stream"] > 0.5, shares[0]
     assert rate["limited_by"] not in ("link", "receive_window_stream") and shares[1]["link"] == 0, shares[1]
     assert json.loads(window["limits"])["basis"]["min_rtt_ms"] == pytest.approx(30, abs=3)
+    # beside it the window model of the receiver's, the server's, window and rule (28.8-30.4 Mbit/s at 06:40)
+    shown = next(line for line in why_lines(tmp_path / "r.duckdb") if f"bidi_remote={WINDOW}" in line)
+    low, high = (float(x) for x in shown.split("its window model: ")[1].split(" Mbit/s")[0].split(" to "))
+    assert 25 < low <= high < 35, shown
 
 
 @pytest.mark.skipif(TCP_H2.unavailable_reason() is not None, reason=f"tcp-h2: {TCP_H2.unavailable_reason()}")
