@@ -27,7 +27,6 @@ from tparams import program_cli
 from tparams.errors import ToolError
 
 from common import netns
-from common.certs import write_certificate
 from common.process import ns_command, pid_alive, start_process, stop_process
 from lab.kinds import LabContext, kind_for, runnable
 from lab.probe import Pending, wait_until_ready
@@ -180,6 +179,8 @@ def state_dir(instance: str) -> Path:
 
 
 def _bring_up(topology: Topology, instance: str) -> dict[str, Any]:
+    from common.certs import write_certificate  # cryptography: only to bring a lab up, not at every qscan's start
+
     directory = state_dir(instance)
     directory.mkdir(parents=True, exist_ok=True)
     ctx = LabContext(directory, directory / "cert.pem", directory / "key.pem")

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.tshark import dumpcap_path, wait_until_capturing
-from common.certs import write_certificate
 from common.process import Starter, process_groups
 from common.netns import teardown_on_signals
 from tparams.errors import ToolError
@@ -130,6 +129,8 @@ def lab_capture(workdir: Path, name: str) -> Iterator[LabCapture]:
         raise ToolError(f"{SERVER_EXECUTABLE} is not installed (Debian package ngtcp2-server)")
     port = _free_udp_port()
     key_file, cert_file = workdir / "server.key", workdir / "server.crt"
+    from common.certs import write_certificate  # cryptography: where a capture runs, not at every qscan's start
+
     write_certificate(cert_file, key_file, [LAB_HOST], [])
     # SIGTERM is turned into an exception meanwhile, so that a killed qscan still ends the groups
     # instead of leaving a browser behind.

@@ -16,7 +16,7 @@ import datetime as dt
 import gc
 import operator
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +26,9 @@ from tparams.codec import DecodedParameters, PreferredAddress, TransportParamete
 from tparams.paramset import PERFORMANCE_PARAMETERS, ParamSet, order_fingerprint, order_signature
 from tparams.registry import REGISTERED_GREASE_FORM, REGISTRY, ParamType, id_for, is_grease, spec_for
 
-from scanner.engine import HandshakeRecord
+if TYPE_CHECKING:  # the scan engine (aioquic, cryptography) only where a scan runs, not to read a store
+    from scanner.engine import HandshakeRecord
+
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 _CERTIFICATE = pa.struct(

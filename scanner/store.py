@@ -21,7 +21,7 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
@@ -31,8 +31,10 @@ from tparams.errors import ToolError, first_line
 from tparams.registry import REGISTRY, spec_for
 
 from scanner.columns import HandshakeColumns, grease_mask, handshake_columns
-from scanner.engine import HandshakeRecord
 from scanner.targets import Target
+
+if TYPE_CHECKING:  # the scan engine (aioquic, cryptography) only where a scan runs, not to read a store
+    from scanner.engine import HandshakeRecord
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "duckdb"
 SCAN_SCHEMA = ("scan", 3, SCHEMA_DIR / "scan_v3.sql")

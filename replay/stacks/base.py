@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Literal
 
 from common import versions
-from common.certs import write_signed_certificate
 from tparams import program_cli
 from tparams.knobs import KNOBS, Knob
 from tparams.libraries import Library, described
@@ -369,6 +368,8 @@ def ensure_certificate(workdir: Path) -> tuple[Path, Path]:
     the stacks' clients do not verify, a browser trusts that CA (Firefox) or pins the key (Chromium)."""
     key_path, cert_path = workdir / "key.pem", workdir / "cert.pem"
     if not (key_path.exists() and cert_path.exists()):
+        from common.certs import write_signed_certificate  # cryptography: where a run needs one, not at qreplay's start
+
         workdir.mkdir(parents=True, exist_ok=True)
         write_signed_certificate(cert_path, key_path, workdir / "ca.pem", [SERVER_NAME], [])
     return key_path, cert_path
