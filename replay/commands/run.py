@@ -452,13 +452,13 @@ def register(app: typer.Typer) -> None:
         Without a subcommand: one experiment, e.g. `qreplay --set firefox --delay 30ms`; with --server-host and
         --launcher, its server on another host over a real, measured link.
         """
+        if ctx.invoked_subcommand is not None:  # this runs before every subcommand: none pays for the imports below
+            return
         from replay import sets as sets_api
         from replay.sets import own_set
         from replay.link import parse_size
         from replay.runner import Condition, Experiment
         from replay.stacks import get_stack
-        if ctx.invoked_subcommand is not None:
-            return
         the_stack = get_stack(stack)
         refuse_sets(ctx, [the_stack], "set_spec", client_param)
         clients = ([own_set(the_stack)] if the_stack.own_parameters else
