@@ -41,13 +41,15 @@ def register(app: typer.Typer) -> None:
                                       "handshake per target offering ALPN `invalid`; verdicts in table server_library."),
     ) -> None:
         """Complete a QUIC handshake with every target and record what each server sent."""
-        from scanner import identify as identify_api
         from scanner.engine import ScanSettings
-        from common.netns import in_namespace
-        from scanner.discovery.netinfo import require_namespace
         from scanner.scan import refuse_held_scan, scan_into
         from scanner.targets import read_targets
-        require_namespace(netns)
+        if netns is not None:  # pyroute2 where a namespace is named; identification's polars where it runs
+            from common.netns import in_namespace
+            from scanner.discovery.netinfo import require_namespace
+            require_namespace(netns)
+        if identify:
+            from scanner import identify as identify_api
         refuse_held_scan(out, resume)  # before the targets' warnings
         targets, bad = read_targets(file, strict=strict)
         for line in bad:

@@ -15,13 +15,14 @@ import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
+from typing import TYPE_CHECKING
 
 from common.netns import in_namespace, list_namespaces
 from scanner.discovery.plan import LAB_RANGE
 from tparams.errors import ToolError
+
+if TYPE_CHECKING:  # pyroute2 (a fifth of a second) where a route is looked up, not for every scan
+    from pyroute2 import IPRoute
 
 # Neighbour states without a usable link-layer address (linux/neighbour.h).
 _NUD_INCOMPLETE, _NUD_FAILED = 0x01, 0x20
@@ -45,6 +46,9 @@ def detect_route(
 ) -> Route:
     """Fill in what the caller did not give. ``resolve=False`` sends nothing
     (dry runs): an unknown gateway MAC is then reported as unresolved."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
     require_namespace(netns)
     where = f"network namespace {netns}" if netns else "this network namespace"
     with IPRoute(**({"netns": netns} if netns else {})) as ipr:
