@@ -116,10 +116,11 @@ def plan_of(name: str, experiments: list[Experiment]) -> Plan:
     """Experiments as a campaign's runs, in its order (rotated_order), each with its plan id."""
     runs: list[PlannedRun] = []
     for number, experiment in enumerate(experiments):
-        # a condition's index, as conditions.index finds it, once: a plan may hold 100,000 runs
+        # a condition's index in its experiment (the first of equal ones), looked up once: list.index a run
+        # took 0.9 s of CPU for the seeds campaign's 7,200 runs, in every plan, shard and merge (2026-11-29)
         first: dict[Condition, int] = {}
-        for position, condition in enumerate(experiment.conditions):
-            first.setdefault(condition, position)
+        for index, condition in enumerate(experiment.conditions):
+            first.setdefault(condition, index)
         for condition, rep in rotated_order(experiment.conditions, experiment.reps):
             index = first[condition]
             runs.append(PlannedRun(len(runs), f"{experiment.experiment_id}-c{index}-r{rep}", number, condition, rep))
