@@ -294,7 +294,8 @@ LIBRARIES: tuple[Library, ...] = (
         offered=("alpn", "cid_length", "datagrams", "retry"),
         held_out={"application": {"alpn": _ALPN, "cid_length": 17, "datagrams": True, "retry": True},
                   "parameters": {**_ONE_WINDOW, "max_idle_timeout": 45_000}},
-        programs={"lab-server": "quic-go", "replay-server": "qgserver", "replay-client": "qgclient"},
+        programs={"lab-server": "quic-go", "replay-server": "qgserver", "replay-client": "qgclient",
+                  "replay-stream-client": "qgstream"},
         crypto=GO_CRYPTO,
     ),
     Library(

@@ -41,16 +41,9 @@ func main() {
 		golab.Refuse("--requests and --concurrency take a number of at least 1")
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(*timeout*float64(time.Second)))
+	ctx, cancel := bulk.Timeout(*timeout)
 	defer cancel()
-	start := time.Now()
-	tlsConf := options.ClientTLS()
-	conn, err := quic.DialAddr(ctx, addr, tlsConf, options.Config())
-	if err != nil {
-		fail(ctx, "dial", err)
-	}
-	handshake := time.Since(start)
-	context.AfterFunc(ctx, func() { conn.CloseWithError(0, "timeout") }) // the timeout bounds the transfers too
+	conn, handshake := bulk.Dial(ctx, "qgclient", options, addr)
 
 	// Each request holds a slot from before its stream is opened until its response has ended;
 	// OpenStreamSync waits for the server's stream credit when the slots outnumber it.
@@ -98,7 +91,7 @@ type exchange struct {
 // request that does not move all its bytes ends the client.
 func request(ctx context.Context, stream *quic.Stream, method string, size uint64) exchange {
 	e := exchange{sent: time.Now()}
-	if _, err := stream.Write(bulk.Request(method, size)); err != nil {
+	if _, err := stream.Write(bulk.Request(method, size, 0)); err != nil {
 		fail(ctx, "request", err)
 	}
 	if method == bulk.Put {
@@ -149,11 +142,7 @@ func (f *firstByte) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// fail ends the client in one line, naming the timeout when it was the cause.
+// fail ends the client in one line (bulk.Fail).
 func fail(ctx context.Context, what string, err error) {
-	if ctx.Err() == context.DeadlineExceeded {
-		err = fmt.Errorf("gave up after --timeout-s: %w", err)
-	}
-	fmt.Fprintf(os.Stderr, "qgclient: %s: %v\n", what, err)
-	os.Exit(1)
+	bulk.Fail(ctx, "qgclient", what, err)
 }
