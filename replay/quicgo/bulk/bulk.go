@@ -80,30 +80,49 @@ func ReadRequest(stream *bufio.Reader) (string, uint64, uint64, error) {
 	return string(method), size, bitrate, nil
 }
 
-// Dial connects a client to addr before ctx ends (--timeout-s), which bounds the
-// transfers too (the connection is closed then): the connection and the
+// Client is a client's command line (ClientFlags): bulk.Flags, --size and --timeout-s, which the
+// request and the stream client both take, and the program's name for its one-line failures.
+type Client struct {
+	Program  string
+	Size     uint64
+	TimeoutS float64
+	options  *Options
+}
+
+// ClientFlags declares a client's flags; the program adds its own to the set.
+func ClientFlags(program string) (*flag.FlagSet, *Client) {
+	fs, options := Flags(program, true)
+	c := &Client{Program: program, options: options}
+	fs.Uint64Var(&c.Size, "size", 0, "bytes each request moves (a GET's response body, a PUT's body)")
+	fs.Float64Var(&c.TimeoutS, "timeout-s", 600, "give up (exit 1) after this many seconds")
+	return fs, c
+}
+
+// Parse reads the command line (Options.Parse), --size and the required flags named, and returns the address.
+func (c *Client) Parse(fs *flag.FlagSet, args []string, required ...string) string {
+	return c.options.Parse(fs, args, append(required, "size")...)
+}
+
+// Dial connects to addr before --timeout-s, which bounds the transfers too (the
+// connection is closed then): the context, its cancel, the connection and the
 // handshake's time. A failure ends the client (Fail).
-func Dial(ctx context.Context, program string, options *Options, addr string) (*quic.Conn, time.Duration) {
+func (c *Client) Dial(addr string) (context.Context, context.CancelFunc, *quic.Conn, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(c.TimeoutS*float64(time.Second)))
 	start := time.Now()
-	conn, err := quic.DialAddr(ctx, addr, options.ClientTLS(), options.Config())
+	conn, err := quic.DialAddr(ctx, addr, c.options.ClientTLS(), c.options.Config())
 	if err != nil {
-		Fail(ctx, program, "dial", err)
+		c.Fail(ctx, "dial", err)
 	}
 	context.AfterFunc(ctx, func() { conn.CloseWithError(0, "timeout") })
-	return conn, time.Since(start)
+	return ctx, cancel, conn, time.Since(start)
 }
 
-// Timeout is a client's context of --timeout-s seconds.
-func Timeout(seconds float64) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), time.Duration(seconds*float64(time.Second)))
-}
-
-// Fail ends a client in one line, naming the timeout when it was the cause.
-func Fail(ctx context.Context, program, what string, err error) {
+// Fail ends the client in one line, naming the timeout when it was the cause.
+func (c *Client) Fail(ctx context.Context, what string, err error) {
 	if ctx.Err() == context.DeadlineExceeded {
 		err = fmt.Errorf("gave up after --timeout-s: %w", err)
 	}
-	fmt.Fprintf(os.Stderr, "%s: %s: %v\n", program, what, err)
+	fmt.Fprintf(os.Stderr, "%s: %s: %v\n", c.Program, what, err)
 	os.Exit(1)
 }
 

@@ -26,13 +26,11 @@ import (
 )
 
 func main() {
-	fs, options := bulk.Flags("qgclient", true)
-	size := fs.Uint64("size", 0, "bytes each request moves (a GET's response body, a PUT's body)")
-	timeout := fs.Float64("timeout-s", 600, "give up (exit 1) after this many seconds")
+	fs, client := bulk.ClientFlags("qgclient")
 	direction := fs.String("direction", "down", "down: GET, the server sends; up: PUT, the client sends")
 	requests := fs.Int("requests", 1, "requests on the one connection, each of --size bytes")
 	concurrency := fs.Int("concurrency", 1, "requests open at once, each on its own stream")
-	addr := options.Parse(fs, os.Args[1:], "size")
+	addr := client.Parse(fs, os.Args[1:])
 	method, ok := map[string]string{"down": bulk.Get, "up": bulk.Put}[*direction]
 	if !ok {
 		golab.Refuse("--direction takes down or up, not " + strconv.Quote(*direction))
@@ -41,9 +39,9 @@ func main() {
 		golab.Refuse("--requests and --concurrency take a number of at least 1")
 	}
 
-	ctx, cancel := bulk.Timeout(*timeout)
+	ctx, cancel, conn, handshake := client.Dial(addr)
 	defer cancel()
-	conn, handshake := bulk.Dial(ctx, "qgclient", options, addr)
+	fail = client.Fail
 
 	// Each request holds a slot from before its stream is opened until its response has ended;
 	// OpenStreamSync waits for the server's stream credit when the slots outnumber it.
@@ -57,7 +55,7 @@ func main() {
 		}
 		go func() {
 			defer func() { <-slots }()
-			done <- request(ctx, stream, method, *size)
+			done <- request(ctx, stream, method, client.Size)
 		}()
 	}
 	exchanges := make([]exchange, 0, *requests)
@@ -142,7 +140,5 @@ func (f *firstByte) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// fail ends the client in one line (bulk.Fail).
-func fail(ctx context.Context, what string, err error) {
-	bulk.Fail(ctx, "qgclient", what, err)
-}
+// fail ends the client in one line (bulk.Client.Fail).
+var fail func(ctx context.Context, what string, err error)

@@ -21,25 +21,23 @@ import (
 )
 
 func main() {
-	fs, options := bulk.Flags("qgstream", true)
-	size := fs.Uint64("size", 0, "bytes each request moves (a GET's response body, a PUT's body)")
-	timeout := fs.Float64("timeout-s", 600, "give up (exit 1) after this many seconds")
+	fs, client := bulk.ClientFlags("qgstream")
 	bitrate := fs.Uint64("bitrate", 0, "bits per second a stream is paced at by the server and played at (required)")
-	addr := options.Parse(fs, os.Args[1:], "size", "bitrate")
+	addr := client.Parse(fs, os.Args[1:], "bitrate")
 	if *bitrate == 0 {
 		golab.Refuse("--bitrate takes a number of bits per second above 0")
 	}
+	size := client.Size
 
-	ctx, cancel := bulk.Timeout(*timeout)
+	ctx, cancel, conn, handshake := client.Dial(addr)
 	defer cancel()
-	conn, handshake := bulk.Dial(ctx, "qgstream", options, addr)
 	stream, err := conn.OpenStreamSync(ctx)
 	if err != nil {
-		bulk.Fail(ctx, "qgstream", "open stream", err)
+		client.Fail(ctx, "open stream", err)
 	}
 	sent := time.Now()
-	if _, err := stream.Write(bulk.Request(bulk.Get, *size, *bitrate)); err != nil {
-		bulk.Fail(ctx, "qgstream", "request", err)
+	if _, err := stream.Write(bulk.Request(bulk.Get, size, *bitrate)); err != nil {
+		client.Fail(ctx, "request", err)
 	}
 	stream.Close()
 	arrivals, received, buf := make([][2]float64, 0, 1024), uint64(0), make([]byte, 1<<16)
@@ -53,13 +51,13 @@ func main() {
 			break
 		}
 		if err != nil {
-			bulk.Fail(ctx, "qgstream", "stream", err)
+			client.Fail(ctx, "stream", err)
 		}
 	}
 	finished := time.Since(sent).Seconds()
 	conn.CloseWithError(0, "done")
-	if received != *size {
-		bulk.Fail(ctx, "qgstream", "stream", fmt.Errorf("a stream of %d bytes moved %d", *size, received))
+	if received != size {
+		client.Fail(ctx, "stream", fmt.Errorf("a stream of %d bytes moved %d", size, received))
 	}
 	ttfb := finished // (a stream of no bytes)
 	if len(arrivals) > 0 {
