@@ -176,7 +176,7 @@ LIBRARIES: tuple[Library, ...] = (
                                   "disable_active_migration": True, "preferred_address": _PREFERRED_ADDRESS,
                                   "retry": True},
                   "parameters": {**_ONE_WINDOW, "max_idle_timeout": 0}},
-        programs=_built("quinn"),
+        programs={**_built("quinn"), "replay-stream-client": "replay-quinn"},
     ),
     Library(
         "s2n-quic", "s2n-quic", _crates("s2n-quic"), "{versions} (lab/servers/s2n-quic)",

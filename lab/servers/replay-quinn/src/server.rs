@@ -1,13 +1,16 @@
-//! Serves `GET /<size>` and `PUT /<size>` on every bidirectional stream of any number of concurrent connections.
+//! Serves `GET /<size>`, `GET /<size>?bitrate=<bits/s>` (paced: replay::paced_due) and `PUT /<size>` on every
+//! bidirectional stream of any number of concurrent connections.
 
 use std::io::Write;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use lab_server_common::page::H3_ALPN;
 use lab_server_common::refuse;
 use lab_server_common::replay::{
-    body_chunk, pieces, print_sender_stats, upload_answer, Direction, Request, ServerArgs, ALPN, MAX_REQUEST,
+    body_chunk, paced_due, pieces, print_sender_stats, upload_answer, Direction, Request, ServerArgs, ALPN,
+    MAX_REQUEST, PACING_TICK,
 };
 use quinn::crypto::rustls::{HandshakeData, QuicServerConfig};
 use quinn::{Connecting, Connection, ConnectionError, QlogStream, RecvStream, SendStream, VarInt};
@@ -99,6 +102,11 @@ async fn answer(mut send: SendStream, mut recv: RecvStream, body: Bytes) {
         }
     };
     match request.direction {
+        Direction::Down if request.bitrate.is_some() => {
+            if send_at_bitrate(&mut send, &body, request.size, request.bitrate.unwrap_or_default()).await.is_err() {
+                return;
+            }
+        }
         Direction::Down => {
             for length in pieces(request.size, body.len()) {
                 if send.write_chunk(body.slice(..length)).await.is_err() {
@@ -122,6 +130,26 @@ async fn answer(mut send: SendStream, mut recv: RecvStream, body: Bytes) {
         }
     }
     let _ = send.finish();
+}
+
+/// A stream's bytes paced at `bitrate` bits/s: every PACING_TICK what paced_due allows since the first byte,
+/// whatever the link would take (a write quinn cannot take yet waits; the next one catches up on the clock).
+async fn send_at_bitrate(
+    send: &mut SendStream,
+    body: &Bytes,
+    size: u64,
+    bitrate: u64,
+) -> Result<(), quinn::WriteError> {
+    let (started, mut sent) = (Instant::now(), 0);
+    while sent < size {
+        let due = paced_due(started.elapsed(), size, bitrate);
+        for length in pieces(due - sent, body.len()) {
+            send.write_chunk(body.slice(..length)).await?;
+        }
+        sent = due;
+        tokio::time::sleep(PACING_TICK).await;
+    }
+    Ok(())
 }
 
 fn print_stats(connection: &Connection) {

@@ -35,6 +35,7 @@ fn main() {
     let options = match &cli.role {
         Role::Server(args) => &args.options,
         Role::Client(args) => &args.options,
+        Role::StreamClient(_) => replay::no_stream_client("s2n-quic"),
     };
     refuse_what_s2n_quic_cannot_do(options);
     if let Some(path) = &options.keylog {
@@ -50,6 +51,7 @@ fn main() {
         (Role::Server(args), CongestionControl::Bbr) => runtime.block_on(server(args, limits, Bbr::default())),
         (Role::Client(args), CongestionControl::Cubic) => runtime.block_on(client(args, limits, Cubic::default())),
         (Role::Client(args), CongestionControl::Bbr) => runtime.block_on(client(args, limits, Bbr::default())),
+        (Role::StreamClient(_), _) => unreachable!("refused above"),
     }
 }
 
