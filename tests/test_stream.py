@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,16 @@ def test_a_client_that_records_arrivals_is_played_by_the_same_rule():
         player.received(t, nbytes)
     assert played(8000, 3000, arrivals) == player.result() and player.result()["stalls"] > 0
     assert "arrivals" not in result.extra and {k: result.extra[k] for k in player.result()} == player.result()
+
+
+def test_every_pacing_server_hands_over_on_aioquics_tick():
+    """quic-go's and quinn's servers follow aioquic's rule (send_at_bitrate) with its tick, each in its language."""
+    root = Path(__file__).resolve().parents[1]
+    for path, pattern in (("replay/quicgo/bulk/bulk.go", r"const PacingTick = (\d+) \* time\.Millisecond"),
+                          ("lab/servers/common/src/replay.rs",
+                           r"pub const PACING_TICK: Duration = Duration::from_millis\((\d+)\);")):
+        found = re.search(pattern, (root / path).read_text())
+        assert found and int(found.group(1)) == round(PACING_TICK_S * 1000), path
 
 
 def _stream(stack: str, server: str = "aioquic") -> list[dict]:

@@ -22,9 +22,9 @@ replay/aioquic_endpoints); tests/test_workloads.py runs each client against each
 - ``GET /<size>?bitrate=<bits/s>\r\n`` (a stream, QuicSand's streaming workload): the server sends ``<size>``
   bytes paced at that bitrate (on a timer, whatever the link would take); the client plays them back as
   ``Player`` says and adds ``stalls``, ``stall_s`` and ``startup_s`` to its line, or adds ``bitrate`` and its
-  reads' ``arrivals`` ([seconds since the request, bytes] each) for qreplay to play them (``played``). The
-  server hands over, every 20 ms, what the bitrate allows since the first byte (aioquic's send_at_bitrate
-  says the rule, the others follow it). A client asked for it is of
+  reads' ``arrivals`` ([seconds since the request, bytes] each) for qreplay to play them (``played``). Every
+  pacing server follows one rule, aioquic's (replay/aioquic_endpoints/common.py, send_at_bitrate). A client
+  asked for it is of
   role ``replay-stream-client`` (tparams.program_cli: ``--bitrate`` beside the replay client's options);
   a stack whose server cannot pace, or whose client cannot play, refuses it in one line (its
   ``replay_protocol``/``page_protocol`` lacks ``paced``).
