@@ -190,7 +190,7 @@ LIBRARIES: tuple[Library, ...] = (
         offered=("alpn", "cid_length", "disable_active_migration"),
         held_out={"application": {"alpn": _ALPN, "cid_length": 11, "disable_active_migration": True},
                   "parameters": {**_FLOW, "max_idle_timeout": 12_345}},
-        programs=_built("s2n-quic"),
+        programs={**_built("s2n-quic"), "replay-stream-client": "replay-s2n-quic"},
         no_h3_server="its h3 crate (s2n-quic-h3, in the s2n-quic repository) is not published on crates.io "
                      "(`cargo info s2n-quic-h3`, 2026-11-28), so no h3 server of it builds from pinned crates",
     ),

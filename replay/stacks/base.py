@@ -323,7 +323,7 @@ def workload_needs(opts: RunOptions) -> set[str]:
 
 #: why a server cannot send a stream (a workload that is paced)
 PACED_MISSING = ("{server}'s server cannot pace a stream at a bitrate (it sends a GET's body as fast as flow and "
-                 "congestion control let it; aioquic's, quic-go's and quinn's servers pace)")
+                 "congestion control let it; `qreplay doctor` lists stream among the workloads of those that pace)")
 
 
 #: why a server's answers to a page lack a primitive, for the one line refusing it

@@ -129,7 +129,9 @@ func sendAtBitrate(stream *quic.Stream, size, bitrate uint64) {
 			}
 			sent += n
 		}
-		time.Sleep(bulk.PacingTick)
+		if sent < size { // the FIN goes with the last bytes, not a tick after them
+			time.Sleep(bulk.PacingTick)
+		}
 	}
 }
 

@@ -323,6 +323,46 @@ pub fn paced_due(elapsed: Duration, size: u64, bitrate: u64) -> u64 {
     size.min(((elapsed + PACING_TICK).as_secs_f64() * bitrate as f64 / 8.0) as u64)
 }
 
+/// A paced stream's schedule (paced_due), for a server of any runtime: each item is the bytes to hand over
+/// now, and the server sleeps `pause()` before it asks for the next. A write the connection cannot take yet
+/// may wait: the next item catches up on the clock, so what the link cannot carry waits in the sender.
+pub struct Paced {
+    started: Instant,
+    sent: u64,
+    size: u64,
+    bitrate: u64,
+}
+
+impl Paced {
+    /// The schedule of `size` bytes at `bitrate` bits/s, from now.
+    pub fn new(size: u64, bitrate: u64) -> Self {
+        Paced { started: Instant::now(), sent: 0, size, bitrate }
+    }
+
+    /// PACING_TICK until everything was handed over, then none: the FIN goes with the last bytes.
+    pub fn pause(&self) -> Duration {
+        if self.sent < self.size {
+            PACING_TICK
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+impl Iterator for Paced {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        if self.sent >= self.size {
+            return None;
+        }
+        let due = paced_due(self.started.elapsed(), self.size, self.bitrate);
+        let now = due - self.sent;
+        self.sent = due;
+        Some(now)
+    }
+}
+
 /// The size a download asks for, for a server (of `library`) that serves only downloads: as
 /// `Request::parse`, with a PUT an error.
 pub fn requested_size(received: &[u8], finished: bool, library: &str) -> Result<Option<u64>, String> {
@@ -518,6 +558,10 @@ mod tests {
         assert_eq!(paced_due(Duration::ZERO, 1_000_000, 8_000), 20); // a tick ahead of the clock
         assert_eq!(paced_due(Duration::from_secs(1), 1_000_000, 8_000), 1020);
         assert_eq!(paced_due(Duration::from_secs(1), 500, 8_000), 500);
+        let mut paced = Paced::new(30, 8_000); // 20 bytes due at once, the rest a tick later
+        assert_eq!((paced.next(), paced.pause()), (Some(20), PACING_TICK));
+        std::thread::sleep(PACING_TICK);
+        assert_eq!((paced.next(), paced.pause(), paced.next()), (Some(10), Duration::ZERO, None));
         assert_eq!(uploaded(&upload_answer(123)), Ok(123));
         assert!(uploaded(b"12x").is_err());
         assert_eq!(pieces(10, 4).collect::<Vec<_>>(), [4, 4, 2]);

@@ -1,16 +1,14 @@
-//! Serves `GET /<size>`, `GET /<size>?bitrate=<bits/s>` (paced: replay::paced_due) and `PUT /<size>` on every
+//! Serves `GET /<size>`, `GET /<size>?bitrate=<bits/s>` (paced: replay::Paced) and `PUT /<size>` on every
 //! bidirectional stream of any number of concurrent connections.
 
 use std::io::Write;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use lab_server_common::page::H3_ALPN;
 use lab_server_common::refuse;
 use lab_server_common::replay::{
-    body_chunk, paced_due, pieces, print_sender_stats, upload_answer, Direction, Request, ServerArgs, ALPN,
-    MAX_REQUEST, PACING_TICK,
+    body_chunk, pieces, print_sender_stats, upload_answer, Direction, Paced, Request, ServerArgs, ALPN, MAX_REQUEST,
 };
 use quinn::crypto::rustls::{HandshakeData, QuicServerConfig};
 use quinn::{Connecting, Connection, ConnectionError, QlogStream, RecvStream, SendStream, VarInt};
@@ -132,22 +130,19 @@ async fn answer(mut send: SendStream, mut recv: RecvStream, body: Bytes) {
     let _ = send.finish();
 }
 
-/// A stream's bytes paced at `bitrate` bits/s: every PACING_TICK what paced_due allows since the first byte,
-/// whatever the link would take (a write quinn cannot take yet waits; the next one catches up on the clock).
+/// A stream's bytes paced at `bitrate` bits/s (replay::Paced).
 async fn send_at_bitrate(
     send: &mut SendStream,
     body: &Bytes,
     size: u64,
     bitrate: u64,
 ) -> Result<(), quinn::WriteError> {
-    let (started, mut sent) = (Instant::now(), 0);
-    while sent < size {
-        let due = paced_due(started.elapsed(), size, bitrate);
-        for length in pieces(due - sent, body.len()) {
+    let mut paced = Paced::new(size, bitrate);
+    while let Some(due) = paced.next() {
+        for length in pieces(due, body.len()) {
             send.write_chunk(body.slice(..length)).await?;
         }
-        sent = due;
-        tokio::time::sleep(PACING_TICK).await;
+        tokio::time::sleep(paced.pause()).await;
     }
     Ok(())
 }
