@@ -1,5 +1,5 @@
-"""QuicSand's streaming workload (tparams.workloads' stream): a GET that aioquic's, quic-go's, quinn's or s2n-quic's
-server paces at a bitrate, played back by tparams.workloads.Player in our aioquic client, from the other clients'
+"""QuicSand's streaming workload (tparams.workloads' stream): a GET that aioquic's, quic-go's, quinn's, s2n-quic's or
+quiche's server paces at a bitrate, played back by tparams.workloads.Player in our aioquic client, from the other clients'
 arrival times (tparams.workloads.played) and, mirrored in JavaScript, in Chromium's page. Through the testbed's emulated link:
 no stall when the link carries the bitrate, stalls when its rate is below it; a stack whose server cannot pace
 refuses the workload in one line."""
@@ -106,9 +106,9 @@ def test_aioquics_client_plays_a_paced_stream_without_stalls_only_when_the_link_
 
 @pytest.mark.timing
 @pytest.mark.parametrize("client, server", [("quic-go", "quic-go"), ("aioquic", "quic-go"), ("quinn", "quinn"),
-                                            ("s2n-quic", "s2n-quic")])
+                                            ("s2n-quic", "s2n-quic"), ("quiche", "quiche")])
 def test_our_native_servers_pace_a_stream_that_plays_without_stalls_only_when_the_link_carries_it(client, server):
-    """quic-go's server (qgserver), quinn's and s2n-quic's (replay-<library>) pace by aioquic's rule; their stream
+    """quic-go's server (qgserver), quinn's, s2n-quic's and quiche's (replay-<library>) pace by aioquic's rule; their stream
     clients (qgstream, replay-<library> stream-client) record arrivals, which qreplay plays; aioquic's client
     plays them itself."""
     carried, starved = _stream(client, server)
@@ -125,7 +125,7 @@ def test_chromiums_page_plays_a_stream_from_aioquics_h3_server_and_stalls_when_t
 
 
 @pytest.mark.parametrize("args, said", [
-    (["--stack", "quiche"], "quiche's client does not speak the stream workload"),
+    (["--stack", "tquic"], "tquic's client does not speak the stream workload"),
     (["--stack", "aioquic", "--server-stack", "tquic"], "tquic's server cannot pace a stream at a bitrate"),
     (["--stack", "chromium"], "ngtcp2's server cannot answer chromium's stream workload: ngtcp2 cannot pace"),
     (["--stack", "chromium", "--server-stack", "quinn"], "quinn's h3 server does not pace a stream"),

@@ -144,7 +144,7 @@ LIBRARIES: tuple[Library, ...] = (
         held_out={"application": {"alpn": _ALPN, "cid_length": 16, "datagrams": True,
                                   "disable_active_migration": True, "active_connection_id_limit": 5},
                   "parameters": {**_FLOW, "max_idle_timeout": 0}},
-        programs=_built("quiche"),
+        programs={**_built("quiche"), "replay-stream-client": "replay-quiche"},
         crypto=BORINGSSL,  # boring-sys
     ),
     Library(

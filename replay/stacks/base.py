@@ -326,6 +326,9 @@ PACED_MISSING = ("{server}'s server cannot pace a stream at a bitrate (it sends 
                  "congestion control let it; `qreplay doctor` lists stream among the workloads of those that pace)")
 
 
+#: why a server whose hq-interop side paces cannot pace a page's stream (page_missing's "paced")
+H3_UNPACED = "{server}'s h3 server does not pace a stream (its hq-interop server does)"
+
 #: why a server's answers to a page lack a primitive, for the one line refusing it
 PAGE_PRIMITIVES_MISSING = {
     "up": "{server} is not known to answer an upload with the count of body bytes it read",

@@ -24,7 +24,7 @@ arrive and qreplay plays them (tparams.workloads.played). Its h3 server does not
 
 from __future__ import annotations
 
-from replay.stacks.base import ReplayProgram
+from replay.stacks.base import H3_UNPACED, ReplayProgram
 
 COMMON = ("max_idle_timeout", "max_udp_payload_size", "initial_max_data", "initial_max_streams_bidi",
           "initial_max_streams_uni")
@@ -40,7 +40,7 @@ class Quinn(ReplayProgram):
     writes_qlog = True
     serves_page = True  # over h3: the files of workdir/htdocs (QREPLAY_HTDOCS)
     page_protocol = frozenset({"down", "up", "many"})
-    page_missing = {"paced": "{server}'s h3 server does not pace a stream (its hq-interop server does)"}
+    page_missing = {"paced": H3_UNPACED}
 
 
 STACK = Quinn()
