@@ -25,9 +25,12 @@ Writes datasets/campaign/measured.json (what `qscan campaign plan` reads).
   each gives the run times, the plan projects the same campaign at three repetitions, which then runs; each
   campaign is a `qreplay campaign run` process timed from outside, as a host runs it; three rounds (the
   figure varies with the machine's load);
-- run times of every usable replay stack at 20 MB, 0 and 40 ms, 0% and 1% loss, one run each, kept as the
-  campaign directory ``--replay-probe`` (default datasets/campaign/replay-probe, not committed), from which
-  docs/scale.md projects datasets/campaign/seeds.toml on 8 and 64 hosts.
+- run times of every replay stack that runs here, one run of each condition of datasets/campaign/seeds-probe.toml
+  (downloads at every link of the full grid, the stream-count figure's requests, the server-side twins' browser
+  uploads and page loads), kept as the campaign directory ``--replay-probe`` (default
+  datasets/campaign/replay-probe, not committed) and saved, with when and at what load they ran, as
+  datasets/campaign/seeds-measured.json (committed), from which docs/scale.md projects datasets/campaign/seeds.toml
+  and every seed figure at the full grid (docs_build/scale.py) on 1, 8 and 64 hosts.
 
     .venv/bin/python bench/bench_campaign.py [--parquet-records 200000] [--no-slurm]
     .venv/bin/python bench/bench_campaign.py --replay [--no-probe] [--no-merge] [--projection-rounds 3]
@@ -60,6 +63,8 @@ from scanner.engine import ScanSettings  # noqa: E402
 
 INSTANCE = "qcbench"  # not "qlab*": a concurrent test session's leak sweep must not take it
 THROUGHPUT_RANGE = "198.19.0.0/16"
+#: the replay probe's run times, committed: docs/scale.md's projections read them (docs_build/scale.py)
+SEEDS_MEASURED = campaign_plan.MEASURED.parent / "seeds-measured.json"
 SETTINGS = ScanSettings(timeout=3, rate=0, concurrency=200, workers=1)
 
 
@@ -197,25 +202,28 @@ def replay_projection(work: Path) -> list[tuple[str, float, float, str]]:
     return comparisons
 
 
-def host_run(file: Path, directory: Path) -> float:
+def host_run(file: Path, directory: Path, timeout: float = 600) -> float:
     """Wall seconds of one host's `qreplay campaign run` of ``file`` (one shard), start-up included."""
     started = time.monotonic()
     subprocess.run([str(Path(sys.executable).with_name("qreplay")), "campaign", "run", str(file), "--shard", "0/1",
-                    "--out", str(directory), "--quiet"], check=True, capture_output=True, timeout=600)
+                    "--out", str(directory), "--quiet"], check=True, capture_output=True, timeout=timeout)
     return time.monotonic() - started
 
 
 def replay_probe(directory: Path) -> str:
+    """Run datasets/campaign/seeds-probe.toml into ``directory`` (a host's `qreplay campaign run`, its own process)
+    and save its run times as datasets/campaign/seeds-measured.json."""
     from replay import campaign as replay_campaign
-    from replay.stacks import every_stack
 
-    stacks = [name for name, stack in every_stack().items() if not stack.own_parameters and "client" in stack.roles
-              and stack.unavailable_reason() is None]
-    probe = directory.parent / "replay-probe.toml"
-    probe.write_text(f'campaign = "probe"\n[[experiment]]\nname = "stacks"\nstacks = {json.dumps(stacks)}\n'
-                     'sets = ["firefox"]\ndelays = ["0ms", "40ms"]\nlosses = ["0%", "1%"]\nsize = "20MB"\nreps = 1\n')
-    result = replay_campaign.run_shard(replay_campaign.load(probe), 0, 1, directory)
-    return f"{result.ran} runs of {', '.join(stacks)} in {result.seconds:.0f} s ({result.failed} failed)"
+    probe = campaign_plan.MEASURED.parent / "seeds-probe.toml"
+    started, load = dt.datetime.now(dt.timezone.utc), os.getloadavg()[0]
+    seconds = host_run(probe, directory, timeout=4 * 3600)
+    shard = json.loads((directory / "_work" / replay_campaign.VANTAGE / "shard-0.json").read_text())
+    what = f"{probe.name}, {shard['ran']} runs in {seconds:.0f} s, {shard['failed'] or 'none'} failed"
+    replay_campaign.save_measured([directory], SEEDS_MEASURED, {
+        "command": "bench/bench_campaign.py --replay", "what": what, "date": f"{started:%Y-%m-%d %H:%M} UTC",
+        "machine": f"{platform.node()}, {os.cpu_count()} cores, {platform.machine()}, load {load:.1f} at the start"})
+    return f"{what} into {directory}, run times in {SEEDS_MEASURED}"
 
 
 def replay_main(args) -> None:
@@ -233,7 +241,7 @@ def replay_main(args) -> None:
                       f"from {source}, measured {measured:.1f} s ({loads}); ratio {measured / projected:.2f} (goal "
                       f"within 20%: {'met' if abs(measured / projected - 1) <= 0.2 else 'not met'})", flush=True)
     if not args.no_probe:
-        print(f"probe: {replay_probe(args.replay_probe)} into {args.replay_probe}")
+        print(f"probe: {replay_probe(args.replay_probe)}")
     print(f"load after: {os.getloadavg()[0]:.1f}")
 
 

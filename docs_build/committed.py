@@ -1,9 +1,9 @@
 """The manual's generated files that are committed: the CLI and schema reference, the benchmarks chart, and
-the tables that open the results and benchmarks pages and the results page's "what held it back" tables
-(between their markers, common.markdown.fill_section).
+the tables that open the results and benchmarks pages, the results page's "what held it back" tables and the scale
+page's plan for the seeds' figures (between their markers, common.markdown.fill_section).
 
-They are made from the code and data (docs_build/reference.py, benchmarks.py, results.py, limits.py) and committed
-into docs/ so that every link of the front page and the manual works where the repository itself is read
+They are made from the code and data (docs_build/reference.py, benchmarks.py, results.py, limits.py, scale.py) and
+committed into docs/ so that every link of the front page and the manual works where the repository itself is read
 (its host shows docs/ as committed, never builds the site) as well as in the built site. `make reference`
 (this module) rewrites them; tests/test_docs.py fails when one is not what the code and data make now.
 """
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from common.markdown import fill_section
-from docs_build import benchmarks, limits, results
+from docs_build import benchmarks, limits, results, scale
 from docs_build.benchmarks import CHART, chart, read_goals
 from docs_build.reference import PROGRAMS, cli_reference, schema_reference
 
@@ -30,6 +30,7 @@ def generated_files() -> dict[Path, bytes]:
     pages: dict[str, str] = {}  # a page of several generated sections is filled once for each
     for page, section, table in ((benchmarks.PAGE, benchmarks.SECTION, benchmarks.table(read_goals())),
                                  (results.PAGE, results.SECTION, results.current_table()),
+                                 (scale.PAGE, scale.SECTION, scale.table()),
                                  *((limits.PAGE, section, limits.table(name))
                                    for name, section in limits.SECTIONS.items())):
         pages[page] = fill_section(pages.get(page) or (DOCS / page).read_text(), section, table)

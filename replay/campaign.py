@@ -109,10 +109,19 @@ def plan(data: dict, source: str = "campaign") -> Plan:
     ids = [e.experiment_id for e in experiments]
     if len(set(ids)) != len(ids):
         raise ToolError(f"{source}: two experiments share a name and size; name each [[experiment]]")
+    return plan_of(name, experiments)
+
+
+def plan_of(name: str, experiments: list[Experiment]) -> Plan:
+    """Experiments as a campaign's runs, in its order (rotated_order), each with its plan id."""
     runs: list[PlannedRun] = []
     for number, experiment in enumerate(experiments):
+        # a condition's index, as conditions.index finds it, once: a plan may hold 100,000 runs
+        first: dict[Condition, int] = {}
+        for position, condition in enumerate(experiment.conditions):
+            first.setdefault(condition, position)
         for condition, rep in rotated_order(experiment.conditions, experiment.reps):
-            index = experiment.conditions.index(condition)
+            index = first[condition]
             runs.append(PlannedRun(len(runs), f"{experiment.experiment_id}-c{index}-r{rep}", number, condition, rep))
     # a two-host experiment's server and launcher only when asked: the digests of earlier campaigns stay theirs
     described = [[e.experiment_id, e.tags, e.reps, e.link_backend,
@@ -259,6 +268,10 @@ def _expand_fidelity(campaign: str, entry: dict, where: str) -> list[Experiment]
 #: what a run's time depends on, from the most exact match to the coarsest
 KEYS = (("stack", "server_stack", "delay_ms", "loss_pct", "rate_bps", "size_bytes", "workload"),
         ("stack", "size_bytes"), ("stack",), ())
+#: the runs of a condition's stacks, link and workload at another size: their transfer scaled to the size asked
+#: (its seconds beside the transfer, server start and teardown, as they were), before the coarser KEYS
+SCALED = ("stack", "server_stack", "delay_ms", "loss_pct", "rate_bps", "workload")
+LEVELS = ("condition", "its link at another size, scaled", "stack and size", "stack", "any run")
 
 
 def _key(values: dict, columns: tuple[str, ...]) -> tuple:
@@ -275,6 +288,15 @@ def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[floa
 
     runs, setups, fixed = [], [], []
     for source in sources:
+        if str(source).endswith(".json"):  # run times saved by save_measured
+            try:
+                saved = json.loads(Path(source).read_text())
+                runs += saved["runs"]
+                setups += saved["setups"]
+                fixed += saved["fixed"]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise ToolError(f"cannot read run times from {source}: {first_line(exc)}") from None
+            continue
         for done in sorted(Path(source).glob(f"{campaign_store.WORK}/{VANTAGE}/shard-*.json")):
             times = json.loads(done.read_text())
             fixed.append(times["outside_seconds"] + times.get("startup_seconds", 0.0))
@@ -302,7 +324,8 @@ def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[floa
                        CASE WHEN row_number() OVER w = 1 THEN epoch(r.started_at - e.started_at) END AS setup,
                        lead(r.started_at) OVER w IS NULL AS last, r.experiment_id || '/' || r.host AS share,
                        TRY_CAST(json_extract_string(e.config, '$.load_1min') AS DOUBLE),
-                       TRY_CAST(json_extract_string(e.config, '$.load_1min_end') AS DOUBLE)
+                       TRY_CAST(json_extract_string(e.config, '$.load_1min_end') AS DOUBLE),
+                       CASE WHEN r.status = 'ok' THEN r.duration_s END
                 FROM (SELECT *, {host} AS host FROM host_runs) r
                 JOIN (SELECT *, {host} AS host FROM host_experiments) e USING (experiment_id, host)
                 WINDOW w AS (PARTITION BY r.experiment_id, r.host ORDER BY r.started_at)
@@ -317,15 +340,29 @@ def measured_durations(sources: list[str | Path]) -> tuple[list[dict], list[floa
             members = [row for row in members if row[7] is not None and row[7] > 0]
             others = [row[7] for row in members if not row[9]]
             overhead = sum(row[8] for row in members if row[8] is not None and row[8] >= 0)
-            for *values, seconds, _, last, _, load_start, load_end in members:
+            for *values, seconds, _, last, _, load_start, load_end, transfer in members:
                 if last and others:
                     overhead += max(0.0, seconds - sum(others) / len(others))
                     seconds = sum(others) / len(others)
-                # the machine's 1-minute load at its experiment's start and end (None: not recorded)
-                runs.append(dict(zip(KEYS[0], values)) | {"seconds": seconds, "loads": (load_start, load_end)})
+                # the machine's 1-minute load at its experiment's start and end (None: not recorded); of the
+                # seconds, the transfer's own (the run's duration_s; None: it failed), which grows with the size
+                runs.append(dict(zip(KEYS[0], values)) | {"seconds": seconds, "loads": (load_start, load_end),
+                                                          "transfer": transfer})
             if members:
                 setups.append(overhead)
     return runs, setups, fixed
+
+
+def save_measured(sources: list[str | Path], out: str | Path, provenance: dict) -> dict:
+    """The run times of ``sources`` (measured_durations) as one JSON file, ``provenance`` beside them (what ran,
+    when, where, at what load): a measurement kept in the repository where the results files are not
+    (datasets/campaign/seeds-measured.json); --measured reads it as it reads the results."""
+    runs, setups, fixed = measured_durations(sources)
+    saved = {"provenance": provenance, "setups": setups, "fixed": fixed, "runs": runs}
+    head = json.dumps({key: saved[key] for key in ("provenance", "setups", "fixed")}, indent=1)[:-2]
+    Path(out).write_text(head + ',\n "runs": [\n' + ",\n".join(json.dumps(run, default=str) for run in runs)
+                         + "\n ]\n}\n")  # a run a line
+    return saved
 
 
 def planned_values(plan_: Plan, run: PlannedRun) -> dict:
@@ -374,25 +411,47 @@ def project(plan_: Plan, hosts: int, measured: list[dict], setups: list[float],
         for run in measured:
             groups.setdefault(_key(run, columns), []).append(run["seconds"])
         means.append({key: sum(v) / len(v) for key, v in groups.items()})
+    # (the seconds beside the transfer, the transfer's seconds a byte) of a stack, link and workload: a failed
+    # run (no transfer) counts whole beside it
+    parts: dict[tuple, list[tuple[float, float]]] = {}
+    for run in measured:
+        transfer = run.get("transfer") or 0.0
+        parts.setdefault(_key(run, SCALED), []).append((run["seconds"] - transfer, transfer / run["size_bytes"]))
+    scaled = {key: tuple(sum(p[i] for p in v) / len(v) for i in (0, 1)) for key, v in parts.items()}
     setup = sum(setups) / len(setups) if setups else 0.0
-    names = ("condition", "stack and size", "stack", "any run")
-    matched = dict.fromkeys(names, 0)
+    matched = dict.fromkeys(LEVELS, 0)
     seconds = [0.0] * hosts
     experiments: list[set[int]] = [set() for _ in range(hosts)]
+    estimates: dict[tuple, tuple[str, float]] = {}  # a condition's estimate, once (a campaign repeats them)
     for run in plan_.runs:
         values = planned_values(plan_, run)
-        for name, columns, table in zip(names, KEYS, means):
-            if (key := _key(values, columns)) in table:
-                matched[name] += 1
-                seconds[run.shard(hosts)] += table[key]
-                experiments[run.shard(hosts)].add(run.experiment)
-                break
+        condition = _key(values, KEYS[0])
+        if condition not in estimates:
+            estimates[condition] = _estimate(values, means, scaled)
+        level, estimate = estimates[condition]
+        if level:
+            matched[level] += 1
+            seconds[run.shard(hosts)] += estimate
+            experiments[run.shard(hosts)].add(run.experiment)
     once = sum(fixed) / len(fixed) if fixed else 0.0
     host_seconds = [s + setup * len(e) + once for s, e in zip(seconds, experiments)]
     loads = [load for run in measured for load in run.get("loads", ()) if load is not None]
     return Projection(hosts, len(plan_.runs), host_seconds, sum(seconds) + setup * len(plan_.experiments) + once,
                       {k: v for k, v in matched.items() if v}, len(measured), setup, once,
                       (min(loads), max(loads)) if loads else None, round(os.getloadavg()[0], 2))
+
+
+def _estimate(values: dict, means: list[dict], scaled: dict) -> tuple[str | None, float]:
+    """(the match level, seconds) of a planned run's conditions: LEVELS in order (None: nothing measured)."""
+    if (key := _key(values, KEYS[0])) in means[0]:
+        return LEVELS[0], means[0][key]
+    if (key := _key(values, SCALED)) in scaled:
+        beside, per_byte = scaled[key]
+        return LEVELS[1], beside + per_byte * values["size_bytes"]
+    for level, columns, table in zip(LEVELS[2:], KEYS[1:], means[1:]):
+        if (key := _key(values, columns)) in table:
+            return level, table[key]
+    return None, 0.0
 
 
 def projection_lines(plan_: Plan, p: Projection, file: str, directory: str) -> list[str]:

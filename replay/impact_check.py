@@ -4,7 +4,7 @@ objects, through the h3 server of the library the scan identified for each set, 
 round-trip times; measured beside predicted for the same size, objects and link.
 
 A set is checked only through its own library's server: the stack whose library (tparams.libraries) is the one
-identified, that serves a browser's page over h3 and answers the workload (Stack.page_refusal). A set whose
+identified, that serves a browser's page over h3 and answers the workload (Stack.server_refusal). A set whose
 library has none here is predicted only, its row saying why; it is never replayed on another library. A
 server that cannot be configured with the set (caddy runs quic-go with its own) runs with its own, and every
 run is held against what the server actually sent (the browser's capture, transport_seen.server_sent): a run
@@ -64,7 +64,7 @@ def h3_server(library: str | None, browser: Stack, workload: Workload) -> tuple[
     reasons = []
     options = RunOptions(size=1, workload=workload)  # only the workload matters to a refusal
     for stack in own:
-        if refused := stack.page_refusal(browser, options):
+        if refused := stack.server_refusal(browser, options):
             reasons.append(refused)
         elif unusable := stack.unavailable_reason():
             reasons.append(f"{stack.name}: {unusable}")

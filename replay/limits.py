@@ -15,7 +15,9 @@ the point that opens it, by the first rule that holds:
    blocked by it as a STREAM_DATA_BLOCKED / DATA_BLOCKED frame said, until the credit rose past that limit.
    The download stream carries nearly all of the connection's bytes (the rest: HTTP/3's control and QPACK
    streams, tens of bytes), so both are held against the stream's highest offset sent. Where both bind, the
-   one with less room left (a blocked frame names it); an exact tie is the stream's.
+   one with less room left (a blocked frame names it); an exact tie is the stream's. A blocked frame counts only
+   where the bytes sent are within BLOCKED_WITHIN MSS of its limit: a sender may declare itself blocked when its
+   application's writes reach the credit, while its packets are far below it (quinn).
 2. ``loss_recovery``: from a retransmission (a packet whose stream bytes lie below the highest offset sent
    before it) until the bytes acknowledged reach the highest offset sent when it was sent (NewReno's recovery
    point, RFC 6582: what was in flight at the loss has been delivered). Where the client's socket dropped
@@ -73,6 +75,13 @@ known.
 
 A run of many requests is one transfer: its span ends with the last packet carrying any stream's bytes.
 
+An upload (RunFacts.upload) is read the same way with the roles turned: its data goes ``up``, the client is the
+sender (its CPU the sender's, the server's the receiver's, the server's socket drops and the link's drops going
+up the receiver's and the loss's), and the sender's and receiver's frames are the other way round. Its series
+is the client's state as the server's capture can tell it (trace.upload_series, trace.tcp_upload_series: what it
+knew of the server's ACKs and credits one smallest RTT late). The testbed's rate shapes the down direction only,
+so an upload's link has no rate here and is never its limit.
+
 Points thinned out of a long trace (trace.downsample keeps every flow-control frame and RTT sample, thins the
 rest evenly) lengthen the stretches around them; the shares stay those of the kept points.
 """
@@ -93,6 +102,10 @@ CPU_SATURATED = 0.85
 DEFAULT_MSS = 1200  # RFC 9000's smallest datagram, when the trace carries no STREAM frame
 #: an RTT sample this many times the run's smallest, on a link without a rate, is time spent in an endpoint
 RTT_INFLATED = 2.0
+#: a *_BLOCKED frame binds where the sender's bytes sent are within this many MSS of the credit: quinn sends
+#: STREAM_DATA_BLOCKED when its application's writes reach the credit, long before its packets do (an upload at
+#: 30 ms, 2026-11-29: 1,250,000 declared with 1,166 bytes sent, then at each credit while 0.5 MB short of it)
+BLOCKED_WITHIN = 2
 
 
 @dataclass(frozen=True)
@@ -102,19 +115,27 @@ class RunFacts:
     wall_s: float | None = None  # the client's lifetime
     server_cpu_s: float | None = None
     client_cpu_s: float | None = None
-    rate_bps: int | None = None  # the link's configured rate (down)
-    client_socket_drops: int = 0  # datagrams the client's full receive buffer dropped
-    link_drops: int = 0  # datagrams the link dropped (loss and queue, down)
+    rate_bps: int | None = None  # the link's configured rate on the data's way (down; an upload's: None)
+    client_socket_drops: int = 0  # datagrams the receiver's full receive buffer dropped (an upload's: the server's)
+    link_drops: int = 0  # datagrams the link dropped (loss and queue) on the data's way (down; an upload's up)
     requests: int | None = None  # the requests the run made (one a stream)
+    #: an upload: the client the sender, the data going up (the points' ``up`` direction); the rest of these
+    #: facts are still named by end, and the breakdown takes the sender's and the receiver's from them
+    upload: bool = False
 
     @classmethod
     def from_run(cls, run: Mapping) -> "RunFacts":
-        """From a runs row (its ``counters``: the JSON text of the flattened counter deltas)."""
+        """From a runs row (its ``counters``: the JSON text of the flattened counter deltas). Of an upload the
+        receiver's socket is the server's and the link's drops those going up; its rate none, the testbed's rate
+        shaping the down direction only (replay/link.py: an upload's direction is unshaped)."""
         counters = json.loads(run.get("counters") or "{}")
-        return cls(run.get("wall_s"), run.get("server_cpu_s"), run.get("client_cpu_s"), run.get("rate_bps"),
-                   int(counters.get("client_udp_rcvbuf_errors") or 0),
-                   int((counters.get("link_down_dropped_loss") or 0) + (counters.get("link_down_dropped_queue") or 0)),
-                   run.get("requests"))
+        upload = run.get("workload") == "upload"
+        receiver, way = ("server", "up") if upload else ("client", "down")
+        return cls(run.get("wall_s"), run.get("server_cpu_s"), run.get("client_cpu_s"),
+                   None if upload else run.get("rate_bps"),
+                   int(counters.get(f"{receiver}_udp_rcvbuf_errors") or 0),
+                   int((counters.get(f"link_{way}_dropped_loss") or 0) + (counters.get(f"link_{way}_dropped_queue") or 0)),
+                   run.get("requests"), upload)
 
     def share(self, cpu_s: float | None) -> float | None:
         return cpu_s / self.wall_s if cpu_s is not None and self.wall_s else None
@@ -131,8 +152,9 @@ class Breakdown:
 def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakdown | None:
     """The run's transfer time split by limit (the module's rules); None when the trace holds no
     download-stream byte after t = 0."""
+    sending = "up" if facts.upload else "down"  # the data's direction
     points = sorted((p for p in points if p["t_s"] >= 0), key=lambda p: p["t_s"])
-    data = [p for p in points if p["direction"] == "down" and (p.get("stream_bytes_all") or p.get("stream_bytes"))]
+    data = [p for p in points if p["direction"] == sending and (p.get("stream_bytes_all") or p.get("stream_bytes"))]
     if not data:
         return None
     end = data[-1]["t_s"]
@@ -142,6 +164,8 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     min_rtt_ms = min(rtts) if rtts else None
     bdp = facts.rate_bps / 8 * min_rtt_ms / 1000 if facts.rate_bps and min_rtt_ms else None
     sender_share, receiver_share = facts.share(facts.server_cpu_s), facts.share(facts.client_cpu_s)
+    if facts.upload:
+        sender_share, receiver_share = receiver_share, sender_share
     drops = facts.client_socket_drops + facts.link_drops
     socket_loss = facts.client_socket_drops / drops if drops else 0.0
     seconds = dict.fromkeys(LIMITS, 0.0)
@@ -155,17 +179,17 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     unread: list[tuple[float, int]] = []  # (read_s, the bytes it took out of flight) of ACKs the sender has not read
     unread_window, flight_before, window_before, ack_unread = None, 0, None, 0.0
     # when the sender read the request (its qlog's, as for an ACK): before that, nothing to send was its CPU's
-    request_read = points[0].get("read_s") if points[0]["direction"] == "up" else None
+    request_read = points[0].get("read_s") if points[0]["direction"] != sending else None
     request_unread = 0.0
     for point, after in zip(points, points[1:]):
         span = after["t_s"] - point["t_s"]
         unread = [u for u in unread if u[0] > point["t_s"]]
-        if point["direction"] == "up" and (point.get("read_s") or 0) > point["t_s"]:
+        if point["direction"] != sending and (point.get("read_s") or 0) > point["t_s"]:
             if not unread:
                 unread_window = window_before
             unread.append((point["read_s"], max(0, flight_before - (point.get("in_flight") or 0))))
         flight_before, window_before = point.get("in_flight") or 0, point.get("cwnd")
-        if point["direction"] == "down":
+        if point["direction"] == sending:
             if point.get("stream_data_blocked") is not None:
                 blocked["stream"] = point["stream_data_blocked"]
             if point.get("data_blocked") is not None:
@@ -179,7 +203,7 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
         waiting = credit is not None and opened >= credit and (
             streams_blocked is not None or (facts.requests or 0) > opened)
         window_now = point.get("cwnd") if point.get("cwnd") is not None else point.get("in_flight") or 0
-        if point["direction"] == "down" and point.get("stream_bytes") and point["sent_max"] <= sent_before:
+        if point["direction"] == sending and point.get("stream_bytes") and point["sent_max"] <= sent_before:
             if recovery_point is None:  # a loss episode begins: the window it cuts is the largest before it
                 cut, peak = max(cut or 0, peak), 0
             recovery_point = max(recovery_point or 0, sent_before)  # a retransmission
@@ -275,7 +299,8 @@ def _window(point: Mapping, mss: int, blocked: dict[str, int]) -> str | None:
             continue
         if which in blocked and credit > blocked[which]:
             del blocked[which]  # the credit rose past the limit the sender said it was blocked at
-        if which in blocked or credit - (point.get("sent_max") or 0) <= mss:
+        left = credit - (point.get("sent_max") or 0)
+        if left <= mss or (which in blocked and left <= BLOCKED_WITHIN * mss):
             room[which] = credit - (point.get("sent_max") or 0) - (mss if which in blocked else 0)
     if not room:
         return None

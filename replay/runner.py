@@ -98,7 +98,7 @@ class Experiment:
         refused = [line for c in self.conditions or [None] for client, server in [self.stacks(c)]
                    for options in [self.options.asking(c.knobs if c else {})]
                    for line in (*client.refusals(options, "client"), *server.refusals(options, "server"),
-                                *filter(None, [server.page_refusal(client, options)]))]
+                                *filter(None, [server.server_refusal(client, options)]))]
         if self.options.clients > 1:
             refused += [f"{s.name}'s client runs one at a time here (its programs share the run's directory)"
                         for s in {self.stacks(c)[0].name: self.stacks(c)[0] for c in self.conditions}.values()
@@ -453,6 +453,9 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             row["trace"] = _trace(row, tracing, captured, workdir, path.server_ip, options.qlog_dir)
             if row["trace"]:
                 row.update(limits.columns(row["trace"][1], limits.RunFacts.from_run(row)))
+            if row.get("limited_by") is None:
+                row["no_breakdown"] = "its trace holds no transfer (the run's warnings say why)"
+        row["no_breakdown"] = no_breakdown(options.clients, row["link_backend"]) or row.get("no_breakdown")
         if profiling and row["status"] == "ok":
             row["profile"] = _profile(row, profiling)
     if row["status"] != "ok":
@@ -474,6 +477,19 @@ def captured_run(stack: Stack, path, condition: Condition, options: RunOptions, 
         yield row, pcap, keylog
 
 
+def no_breakdown(clients: int, link_backend: str | None) -> str | None:
+    """Why a run of several clients or of two hosts has no limit breakdown (runs.no_breakdown), or None: tracing
+    it could not give one, and `qreplay why` says so rather than suggest --trace."""
+    from replay import twohost
+    if clients > 1:
+        return (f"{clients} clients: the breakdown reads one connection's sender from the server's capture, and "
+                f"that would hold {clients} (--trace reads one client's run)")
+    if link_backend == twohost.BACKEND:
+        return ("a two-host run: its server is on another host, where no capture is taken (--trace needs the "
+                "testbed's server namespace)")
+    return None
+
+
 def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Path,
            server_ip: str, qlog_dir: Path | None) -> tuple[dict, list[dict]] | None:
     """The run's trace (traces row, trace_points rows); a capture that cannot be read is a warning on
@@ -481,7 +497,7 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
     tcp = captured["transport"] == "tcp"
     try:
         tracing.close()
-        read = trace.read_tcp(workdir / "trace.pcapng", server_ip) if tcp else \
+        read = trace.read_tcp(workdir / "trace.pcapng", server_ip, row["workload"] == UPLOAD.name) if tcp else \
             trace.decrypt(workdir / "trace.pcapng", workdir / "keylog", server_ip)
     except ToolError as exc:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), f"no trace: {exc}"])
@@ -493,10 +509,9 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
                              "receiver can decrypt: lost on the wire" for end, n in read.joined.items() if n]
     if tcp:
         built = trace.build_tcp_trace(row["run_id"], *read, captured)
-    elif row["workload"] == UPLOAD.name:
-        built = trace.build_upload_trace(row["run_id"], read, captured)
     else:
-        built = trace.build_trace(row["run_id"], read, captured, trace.sender_qlog(qlog_dir))
+        built = trace.build_upload_trace(row["run_id"], read, captured) if row["workload"] == UPLOAD.name else \
+            trace.build_trace(row["run_id"], read, captured, trace.sender_qlog(qlog_dir))
         if not built[1]:  # no breakdown without points: the run says why rather than lacking one silently
             notes.append(trace.no_packets_note(read, workdir / "keylog"))
     if notes:

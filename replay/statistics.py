@@ -218,11 +218,12 @@ def limits_summary(con: duckdb.DuckDBPyConnection):
     """Per experiment and condition, what held its runs back (runs.limited_by and runs.limits, replay/limits.py):
     runs, traced (those with a breakdown), ``limited_by`` (the label most of them carry, ties by the larger mean
     share), ``agreeing`` (how many carry it), the mean share of each limit of replay.limits.LIMITS over the
-    traced runs, the mean goodput of the successful ones and the client parameters asked (one run's), and over the
+    traced runs, the mean goodput of the successful ones and the client's and server's parameters asked (one run's), and over the
     successful runs the mean smallest RTT the breakdowns measured and each end's CPU (seconds over the client's
     lifetime, seconds per 10^9 bytes moved); ``traced_runs``: each successful traced run's id, goodput, label and
     CPU per GB (a run can fall short of its own limit's model where the condition's mean does not); polars, in the
-    order the conditions first ran.
+    order the conditions first ran; ``no_breakdown``: why its runs have none where tracing could not give one
+    (runs.no_breakdown: several clients, two hosts; one run's), else None.
     Traced runs stored without a breakdown (before replay schema version 3) get theirs from their trace points."""
     import polars as pl
 
@@ -230,7 +231,12 @@ def limits_summary(con: duckdb.DuckDBPyConnection):
 
     keys = present_conditions(con)
     shares = ", ".join(f"json_extract(limits, '$.fractions.{name}')::DOUBLE AS {name}" for name in LIMITS)
+    stored = {row[0] for row in con.execute("DESCRIBE runs").fetchall()}
+    # columns a file or an export may lack (the results page's CSV exports hold no server parameters)
+    optional = ", ".join(name if name in stored else f"NULL::VARCHAR AS {name}"
+                         for name in ("requested_server", "no_breakdown"))
     frame = con.sql(f"SELECT run_id, experiment_id, {', '.join(keys)}, started_at, status, goodput_mbps, limited_by, "
+                    f"{optional}, "
                     f"requested_client, {shares}, json_extract(limits, '$.basis.min_rtt_ms')::DOUBLE AS min_rtt_ms, "
                     "server_cpu_s / wall_s AS server_cpu_share, client_cpu_s / wall_s AS client_cpu_share, "
                     "server_cpu_s * 1e9 / bytes AS server_cpu_s_per_gb, "
@@ -241,6 +247,8 @@ def limits_summary(con: duckdb.DuckDBPyConnection):
     summary = frame.group_by(group, maintain_order=True).agg(
         pl.len().alias("runs"), pl.col("limited_by").count().alias("traced"),
         pl.col("started_at").min().alias("first_started"), pl.col("requested_client").first(),
+        pl.col("requested_server").first(),
+        pl.col("no_breakdown").drop_nulls().first(),
         pl.col("goodput_mbps").filter(pl.col("status") == "ok").mean().alias("mean_mbps"),
         *(pl.col(name).mean().alias(name) for name in LIMITS),
         *(pl.col(name).filter(pl.col("status") == "ok").mean() for name in (

@@ -371,6 +371,17 @@ def download_stream(packets: list[Packet]) -> int | None:
     return max(totals, key=totals.get) if totals else None
 
 
+def upload_stream(packets: list[Packet]) -> int | None:
+    """The client's bidirectional stream that carried the most bytes (an upload's)."""
+    totals: dict[int, int] = {}
+    for packet in packets:
+        if not packet.down:
+            for frame in packet.streams:
+                if frame.stream_id % 4 == 0:
+                    totals[frame.stream_id] = totals.get(frame.stream_id, 0) + frame.length
+    return max(totals, key=totals.get) if totals else None
+
+
 def sender_series(packets: list[Packet], client_params: dict[str, int],
                   server_params: dict[str, int] | None = None) -> tuple[list[dict], dict]:
     """One point per 1-RTT packet, t from the request's arrival at the server, with the sender's state
@@ -451,6 +462,106 @@ def sender_series(packets: list[Packet], client_params: dict[str, int],
     return points, summary
 
 
+def _as_known(times: list[float], values: list, when: float, before=None):
+    """The last of ``values`` (their ``times`` ascending) at or before ``when``, else ``before``."""
+    at = bisect.bisect_right(times, when)
+    return values[at - 1] if at else before
+
+
+def upload_series(packets: list[Packet], client_params: dict[str, int],
+                  server_params: dict[str, int] | None = None) -> tuple[list[dict], dict]:
+    """An upload's sender series (the client the sender, the data ``up``) in sender_series' form, so that
+    replay.limits reads both, from the capture at the receiver: one point per 1-RTT packet, t from the upload's
+    first bytes reaching the server (its request: the PUT opens the stream its body follows).
+
+    The capture sees what the sender did one way later and what it learned one way earlier: a data packet
+    reaching the server at t left the client about one up-way before, when the client knew of the server's
+    ACKs and credits sent one down-way before that, at t less the round trip. So the sender's state after a
+    point is, with the run's smallest RTT sample (the server's packets the client's ACKs covered, its ack delay
+    taken off, as sender_series' samples): ``sent_max`` the highest offset of the upload stream arrived,
+    ``in_flight`` the ack-eliciting packet bytes arrived less those the server's ACKs had covered (or put 3
+    packet numbers below one covered) by t less that RTT, ``acked`` likewise the stream bytes they covered, and
+    ``stream_credit`` / ``conn_credit`` the server's MAX_STREAM_DATA of the upload stream and MAX_DATA limits
+    (from its initial_max_stream_data_bidi_remote and initial_max_data) sent by then. DATA_BLOCKED and
+    STREAM_DATA_BLOCKED are the client's, on the packets that carry them. Bytes still queued on the way up
+    have not arrived, so in flight never exceeds what the path holds: a link's queue going up does not show
+    (the testbed's rate shapes the down direction only)."""
+    server_params = server_params or {}
+    stream = upload_stream(packets)
+    t0 = next((p.time for p in packets if not p.down and any(f.stream_id == stream for f in p.streams)),
+              packets[0].time if packets else 0.0)
+    exponent = client_params.get("ack_delay_exponent", DEFAULT_ACK_DELAY_EXPONENT)
+    # The server's side first: when it sent each packet (for the client's ACKs' RTT samples), and what its ACKs
+    # and credits had told the client by each time.
+    sent_down = {p.number: p.time for p in packets if p.down}
+    rtts: dict[int, float] = {}  # index of the up packet -> its RTT sample, ms
+    largest = -1
+    for i, packet in enumerate(packets):
+        if not packet.down:
+            for ack in packet.acks:
+                if ack.largest in sent_down and ack.largest > largest:
+                    rtts[i] = (packet.time - sent_down[ack.largest] - ack.ack_delay * 2 ** exponent / 1e6) * 1000
+                largest = max(largest, ack.largest)
+    positive = [r for r in rtts.values() if r > 0]
+    lag = min(positive) / 1000 if positive else 0.0
+    arrived: dict[int, _Sent] = {}  # the client's packets the server had received and not yet covered by an ACK
+    told_at: list[float] = []  # the times of the server's packets, and after each what it had told the client:
+    told: list[tuple[int, int, int | None, int | None]] = []  # (packet bytes and stream bytes out of flight, credits)
+    gone = gone_stream = 0
+    stream_credit = server_params.get("initial_max_stream_data_bidi_remote")
+    conn_credit = server_params.get("initial_max_data")
+    covered = -1
+    for packet in packets:
+        if not packet.down:
+            arrived[packet.number] = _Sent(packet.time, packet.size,
+                                           sum(f.length for f in packet.streams if f.stream_id == stream),
+                                           packet.ack_eliciting)
+            continue
+        for ack in packet.acks:
+            for low, high in ack.ranges:
+                for number in [n for n in arrived if low <= n <= high]:
+                    sent = arrived.pop(number)
+                    gone += sent.size if sent.eliciting else 0
+                    gone_stream += sent.stream_bytes
+            covered = max(covered, ack.largest)
+        for number in [n for n in arrived if n <= covered - PACKET_THRESHOLD]:
+            sent = arrived.pop(number)
+            gone += sent.size if sent.eliciting else 0
+        limits = [limit for sid, limit in packet.max_stream_data if sid == stream]
+        stream_credit = max([stream_credit or 0, *limits]) if limits else stream_credit
+        conn_credit = max([conn_credit or 0, *packet.max_data]) if packet.max_data else conn_credit
+        told_at.append(packet.time)
+        told.append((gone, gone_stream, stream_credit, conn_credit))
+    initial = (0, 0, server_params.get("initial_max_stream_data_bidi_remote"), server_params.get("initial_max_data"))
+    points = []
+    sent_max = sent_total = eliciting_bytes = 0
+    for i, packet in enumerate(packets):
+        point = {"t_s": packet.time - t0, "direction": "down" if packet.down else "up",
+                 "packet_number": packet.number, "packet_bytes": packet.size}
+        if not packet.down:
+            own = [f for f in packet.streams if f.stream_id == stream]
+            sent_total += sum(f.length for f in own)
+            sent_max = max([sent_max, *(f.offset + f.length for f in own)])
+            eliciting_bytes += packet.size if packet.ack_eliciting else 0
+            point["stream_bytes"] = sum(f.length for f in own) or None
+            point["stream_bytes_all"] = sum(f.length for f in packet.streams) or None
+            blocked = [limit for sid, limit in packet.stream_data_blocked if sid == stream]
+            point["data_blocked"] = max(packet.data_blocked) if packet.data_blocked else None
+            point["stream_data_blocked"] = max(blocked) if blocked else None
+            if i in rtts:
+                point["rtt_ms"] = rtts[i]
+        else:
+            limits = [limit for sid, limit in packet.max_stream_data if sid == stream]
+            point["max_stream_data"] = max(limits) if limits else None
+            point["max_data"] = max(packet.max_data) if packet.max_data else None
+        out, out_stream, stream_known, conn_known = _as_known(told_at, told, packet.time - lag, initial)
+        point.update(sent_max=sent_max, sent_total=sent_total, acked=out_stream,
+                     in_flight=max(0, eliciting_bytes - out), conn_credit=conn_known, stream_credit=stream_known)
+        points.append(point)
+    summary = {"t0_epoch": t0, "ack_delay_exponent": exponent}
+    return points, summary
+
+
 def receiver_credit(packets: list[Packet], server_params: dict[str, int]) -> dict:
     """What an upload's receiver (the server) granted, over time: its MAX_STREAM_DATA limits for the upload
     stream (the client's bidirectional stream that carried the most bytes) and its MAX_DATA limits, each with
@@ -458,13 +569,7 @@ def receiver_credit(packets: list[Packet], server_params: dict[str, int]) -> dic
     when it was sent: what the client may still send, i.e. the window the server is running at that moment.
     A credit above the initial window the server advertised is a window grown mid-connection (auto-tuning),
     which a fixed-window model leaves out."""
-    received: dict[int, int] = {}
-    for packet in packets:
-        if not packet.down:
-            for frame in packet.streams:
-                if frame.stream_id % 4 == 0:
-                    received[frame.stream_id] = received.get(frame.stream_id, 0) + frame.length
-    stream = max(received, key=received.get) if received else None
+    stream = upload_stream(packets)
     t0 = next((p.time for p in packets if not p.down and any(f.stream_id == stream for f in p.streams)), None)
     stream_window = server_params.get("initial_max_stream_data_bidi_remote")
     conn_window = server_params.get("initial_max_data")
@@ -573,6 +678,9 @@ def page_flights(packets: list[Packet], delay_ms: float, object_bytes: int) -> d
             "first_flight_packets": len(flight) if acked_at else None,
             # how long it took to send (a pacer spreads a window over most of the round trip)
             "first_flight_ms": round((flight[-1].time - flight[0].time) * 1000, 1) if acked_at and flight else None,
+            # from the flight's last packet to the ACK: a sender whose window is full waits, one that its pacer or
+            # its CPU held back was still sending when the ACK came (a packet's spacing before it)
+            "first_flight_wait_ms": round((acked_at - flight[-1].time) * 1000, 1) if acked_at and flight else None,
             "response_bytes": sum(rounds), "bytes_per_round": ";".join(map(str, rounds)),
             "rounds_to_last_byte": len(rounds),
             "ttfb_ms_median": round(statistics.median(ttfb), 1) if ttfb else None,
@@ -869,14 +977,51 @@ def tcp_series(rows: Iterable[list[str]], server_ip: str) -> tuple[list[dict], d
     return points, {"t0_epoch": t0}
 
 
-def read_tcp(pcap: Path, server_ip: str) -> tuple[list[dict], dict]:
-    """tcp_series of a capture (I/O: tshark's field output)."""
+def tcp_upload_series(rows: Iterable[list[str]], server_ip: str) -> tuple[list[dict], dict]:
+    """An upload's sender series (the client the sender, the data ``up``) of a TCP run, in tcp_series' form,
+    from the capture at the receiver and told as upload_series tells a QUIC one: a client segment reaching the
+    server at t left the client when it knew of the server's ACKs and windows sent one round trip before (the
+    run's smallest RTT sample, tshark's ack_rtt of the server's segments the client acknowledged), so
+    ``acked``, ``in_flight`` (the highest byte arrived less the highest acknowledged then) and ``conn_credit``
+    (that ACK plus its window) are the server's as of t less that RTT. t = 0 is the client's first segment with
+    payload after the server's first (its handshake flight): the client's Finished and the request behind it."""
+    segments = [(int(r[0]), float(r[1]), r[2] == server_ip, int(r[3] or 0), int(r[4] or 0), int(r[5] or 0),
+                 int(r[6] or 0), float(r[7]) if len(r) > 7 and r[7] else None) for r in rows if len(r) >= 7]
+    server_spoke = next((s[1] for s in segments if s[2] and s[4]), None)
+    t0 = next((s[1] for s in segments if not s[2] and s[4] and server_spoke is not None and s[1] > server_spoke),
+              segments[0][1] if segments else 0.0)
+    samples = [s[7] for s in segments if not s[2] and s[7] is not None and s[7] > 0]
+    lag = min(samples) if samples else 0.0
+    told_at, told, acked, credit = [], [], 0, None
+    for _, when, down, _, _, ack, window, _ in segments:
+        if down:
+            acked, credit = max(acked, ack), ack + window
+            told_at.append(when)
+            told.append((acked, credit))
+    points, sent_max, sent_total = [], 0, 0
+    for number, when, down, seq, length, _, _, ack_rtt in segments:
+        point = {"t_s": when - t0, "direction": "down" if down else "up", "packet_number": number,
+                 "packet_bytes": length}
+        if not down:
+            sent_max, sent_total = max(sent_max, seq + length), sent_total + length
+            point["stream_bytes"] = length or None
+            point["rtt_ms"] = ack_rtt * 1000 if ack_rtt is not None else None
+        known_acked, known_credit = _as_known(told_at, told, when - lag, (0, None))
+        point.update(sent_max=sent_max, sent_total=sent_total, acked=known_acked,
+                     in_flight=max(0, sent_max - known_acked), conn_credit=known_credit, stream_credit=None)
+        points.append(point)
+    return points, {"t0_epoch": t0}
+
+
+def read_tcp(pcap: Path, server_ip: str, upload: bool = False) -> tuple[list[dict], dict]:
+    """tcp_series (of an upload: tcp_upload_series) of a capture (I/O: tshark's field output)."""
     argv = [tshark_path(), "-n", "-r", str(pcap), "-Y", "tcp", "-T", "fields", "-E", "separator=\t",
             *(word for field in TCP_FIELDS for word in ("-e", field))]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode:
         raise ToolError(f"tshark could not read {pcap}: {done.stderr.strip().splitlines()[-1:] or done.returncode}")
-    return tcp_series((line.split("\t") for line in done.stdout.splitlines()), server_ip)
+    return (tcp_upload_series if upload else tcp_series)((line.split("\t") for line in done.stdout.splitlines()),
+                                                        server_ip)
 
 
 def build_tcp_trace(run_id: str, points: list[dict], summary: dict, captured: dict) -> tuple[dict, list[dict]]:
@@ -986,14 +1131,17 @@ def sender_qlog(qlog_dir: Path | None) -> list[str]:
 
 
 def build_upload_trace(run_id: str, decoded: Decoded, captured: dict) -> tuple[dict, list[dict]]:
-    """The `traces` row of an upload (the client the sender): the receiver's credit over time
-    (receiver_credit) in its ``upload_credit``; no trace_points, whose series is a download's sender's."""
-    row = {"run_id": run_id, "packets": len(decoded.packets), "points": 0, "undecrypted": decoded.undecrypted,
-           "bursts_split": decoded.bursts_split, "cipher": decoded.cipher,
+    """The `traces` row and the `trace_points` rows of an upload (the client the sender): its sender's series as
+    the receiver's capture can tell it (upload_series), and the receiver's credit over time (receiver_credit) in
+    the row's ``upload_credit``."""
+    points, summary = upload_series(decoded.packets, decoded.client_params, decoded.server_params)
+    kept = downsample(points)
+    row = {"run_id": run_id, **summary, "packets": len(points), "points": len(kept),
+           "undecrypted": decoded.undecrypted, "bursts_split": decoded.bursts_split, "cipher": decoded.cipher,
            "capture": json.dumps({**captured, "joined_datagrams": decoded.joined}),
            "client_params": json.dumps(decoded.client_params),
            "upload_credit": json.dumps(receiver_credit(decoded.packets, decoded.server_params))}
-    return row, []
+    return row, [{"run_id": run_id, "seq": i, **p} for i, p in enumerate(kept)]
 
 
 def build_trace(run_id: str, decoded: Decoded, captured: dict,

@@ -729,7 +729,12 @@ INTERRUPT_GRACE_SECONDS = 10.0
 def _interruptible() -> Iterator[list[int]]:
     """Ctrl-C noted instead of raised while records are being handed on (an exception in
     the middle of a store append could leave a batch half-counted); a second Ctrl-C
-    raises at once. Outside the main thread Python delivers no signals: nothing to do."""
+    raises at once. Outside the main thread Python delivers no signals: nothing to do.
+
+    Not common.signals.signals_deferred, which holds Ctrl-C and SIGTERM, every one of them,
+    until a short step is done: this block is a whole scan (minutes), so the first Ctrl-C is
+    a request to stop that the scan polls (the list yielded: it starts no more handshakes and
+    hands on what finished), and a second must still end it at once; SIGTERM is left as it was."""
     interrupted: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield interrupted

@@ -40,8 +40,9 @@ BROWSERS = ("chromium", "firefox")
 COLUMNS = ("server", "server_version", "browser", "browser_version", "delay_ms", "rate_mbps", "objects",
            "object_bytes", "status", "page_ms", "predicted_ms", "ratio", "model_initial_cwnd", "requests_seen",
            "request_spread_ms", "streams_blocked", "max_streams_updates", "first_flight_bytes",
-           "first_flight_packets", "first_flight_ms", "response_bytes", "bytes_per_round", "rounds_to_last_byte",
-           "ttfb_ms_median", "ttfb_ms_max", "last_byte_sent_ms", "undecrypted", "date", "load_1min")
+           "first_flight_packets", "first_flight_ms", "first_flight_wait_ms", "response_bytes", "bytes_per_round",
+           "rounds_to_last_byte", "ttfb_ms_median", "ttfb_ms_max", "last_byte_sent_ms", "undecrypted", "date",
+           "load_1min")
 
 
 def page_servers() -> list[str]:

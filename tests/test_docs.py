@@ -442,3 +442,31 @@ def test_the_identification_page_shows_what_the_committed_evaluation_holds(site)
     habits = page.split('id="the-learned-habits"')[1].split("</table>")[0]
     assert habits.count("<tr>") == 1 + len(json.loads((ROOT / "datasets/library_signatures.json").read_text())["libraries"])
     assert "NEW_TOKEN frames" in habits
+
+
+def test_the_scale_page_plans_every_reproduced_figure_on_every_stack_that_runs_here():
+    """docs/scale.md's plan for the seeds' figures at the full grid (docs_build/scale.py; kept current by the
+    committed-files test) has a row for every figure `qreplay reproduce` runs and every replay stack usable here,
+    and the plan behind it runs each figure on each stack that can run it, at every link and congestion control."""
+    from common.markdown import generated_section
+    from docs_build.scale import MEASURED, SECTION, measured_stacks
+    from replay.reproduce import (
+        FULL_GRID_CCS, FULL_GRID_DELAYS_MS, FULL_GRID_LOSSES_PCT, full_grid_plan, plan_campaign,
+    )
+    from replay.stacks import all_stacks, get_stack
+
+    begin, end = generated_section(SECTION)
+    section = (ROOT / "docs" / "scale.md").read_text().split(begin)[1].split(end)[0]
+    rows = {line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ")}
+    figures = [plan.figure for plan in plan_campaign()]
+    usable = [name for name, stack in all_stacks().items() if stack.unavailable_reason() is None]
+    assert set(figures) <= rows and set(usable) <= rows, sorted(rows)
+    stacks = measured_stacks(json.loads(MEASURED.read_text())["runs"])
+    assert set(usable) <= set(stacks)
+    plan = full_grid_plan([get_stack(name) for name in stacks])
+    ran = {(e.tags["figure"], e.tags["stack"]) for e in plan.experiments}
+    assert ran == {(p.figure, name) for p in plan_campaign() for name in stacks if p.refusal(get_stack(name)) is None}
+    links = len(FULL_GRID_DELAYS_MS) * len(FULL_GRID_LOSSES_PCT)
+    for experiment in plan.experiments:
+        ccs = 1 if experiment.stack.own_parameters else len(FULL_GRID_CCS)
+        assert len({(c.link, tuple(c.knobs.items())) for c in experiment.conditions}) == links * ccs

@@ -119,6 +119,11 @@ def test_two_shards_one_killed_and_resumed_merge_into_exactly_the_plan(campaign_
     assert fixed == [pytest.approx(times["outside_seconds"] + times["startup_seconds"])]
     # each run's time beside the machine's load at its experiment's start and end, and the plan says it
     assert all(len(run["loads"]) == 2 and None not in run["loads"] for run in measured)
+    # of it the transfer's own (what grows with the size); all of it kept in a file that --measured reads too
+    assert all(0 < run["transfer"] < run["seconds"] for run in measured)
+    campaign.save_measured([one_host], tmp_path / "measured.json", {"date": "now"})
+    assert json.loads(json.dumps(campaign.measured_durations([one_host]))) == \
+        json.loads(json.dumps(campaign.measured_durations([tmp_path / "measured.json"])))
     planned = _qreplay("campaign", "plan", campaign_file, "--hosts", "2", "--measured", one_host)
     assert planned.returncode == 0, planned.stderr
     assert re.search(r"^load: +\d+\.\d-\d+\.\d when measured, \d+\.\d now ", planned.stdout, re.MULTILINE), \
@@ -236,3 +241,17 @@ def test_the_plan_deals_rounds_so_every_host_interleaves_every_condition():
         assert {run.condition.client.name for run in share} == {c.client.name for c in plan.experiments[0].conditions}
         assert [run.rep for run in share] == sorted(run.rep for run in share)
     assert campaign.plan({"campaign": "p", "experiment": [{"reps": 4, "size": "1MB"}]}).digest != plan.digest
+
+
+def test_a_run_at_an_unmeasured_size_is_its_link_s_transfer_scaled():
+    """A 100 MB run whose link was measured at 10 MB: the transfer scaled, the rest as measured (1 s + 10 x 4 s);
+    one on a link measured at no size falls back to the stack's runs; set-ups counted once an experiment."""
+    plan = campaign.plan({"campaign": "p", "experiment": [
+        {"stacks": ["ngtcp2"], "delays": ["0ms", "40ms"], "size": "100MB", "reps": 1}]})
+    measured = [{"stack": "ngtcp2", "server_stack": "ngtcp2", "delay_ms": 40, "loss_pct": 0, "rate_bps": None,
+                 "size_bytes": 10_000_000, "workload": "download", "seconds": 5.0, "transfer": 4.0}]
+    projection = campaign.project(plan, 1, measured, [2.0])
+    assert projection.matched == {"its link at another size, scaled": 1, "stack": 1}
+    assert projection.one_host_seconds == pytest.approx(41.0 + 5.0 + 2.0)
+    failed = [run | {"transfer": None} for run in measured]  # a failed run counts whole, not scaled
+    assert campaign.project(plan, 1, failed, []).one_host_seconds == pytest.approx(5.0 + 5.0)

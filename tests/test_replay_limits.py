@@ -20,7 +20,7 @@ from replay.commands.why import why_lines
 from replay.runner import Condition, Experiment, open_path, run_experiment, run_once
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
-from tparams.workloads import REQUESTS
+from tparams.workloads import REQUESTS, UPLOAD
 
 WINDOW = 131_072
 MSS = 1200
@@ -165,6 +165,75 @@ def test_a_request_the_sender_has_not_read_is_its_cpu():
     assert limits.breakdown(promptly).basis["request_unread_share"] == 0
 
 
+def test_an_uploads_sender_is_the_client():
+    """An upload's data goes up, its sender the client: the stream window binds the up points' sent bytes, the
+    client's CPU is the sender's, the server's socket the receiver's, and the testbed's rate (the down
+    direction's) is no link of its data."""
+    points = [_up(0.0, 1200, 1200, stream_credit=12_000), _up(0.01, 12_000, 12_000, stream_credit=12_000),
+              _down(0.04, 12_000, 0, stream_credit=24_000), _up(0.05, 13_200, 1200, stream_credit=24_000)]
+    points = [{**p, "stream_bytes": MSS if p["direction"] == "up" else None} for p in points]
+    found = limits.breakdown(points, limits.RunFacts(upload=True))
+    assert found.limited_by == "receive_window_stream"
+    assert found.fractions["receive_window_stream"] == pytest.approx(0.6)
+    assert limits.breakdown(points) is None  # read as a download: no data going down
+    busy = {"wall_s": 1.0, "server_cpu_s": 0.95, "client_cpu_s": 0.3}
+    free = [{**p, "stream_credit": 10**9} for p in points]
+    assert limits.breakdown(free, limits.RunFacts(**busy, upload=True)).limited_by == "receiver_cpu_socket"
+    assert limits.breakdown(free, limits.RunFacts(**{**busy, "server_cpu_s": 0.3, "client_cpu_s": 0.95},
+                                                  upload=True)).limited_by == "sender_cpu"
+    counters = json.dumps({"client_udp_rcvbuf_errors": 5, "server_udp_rcvbuf_errors": 2, "link_down_dropped_loss": 7,
+                           "link_up_dropped_loss": 1})
+    upload = limits.RunFacts.from_run({"workload": "upload", "rate_bps": 50_000_000, "counters": counters})
+    assert (upload.upload, upload.rate_bps, upload.client_socket_drops, upload.link_drops) == (True, None, 2, 1)
+    download = limits.RunFacts.from_run({"workload": "download", "rate_bps": 50_000_000, "counters": counters})
+    assert (download.upload, download.rate_bps, download.client_socket_drops, download.link_drops) == (
+        False, 50_000_000, 5, 7)
+
+
+def test_an_uploads_series_is_the_senders_state_one_round_trip_late():
+    """The server's capture of an upload at a 30 ms RTT (trace.upload_series): the client's ACK of the server's
+    first packet is the RTT sample; the client sends its 12,000-byte stream window by 0.031 and the server's
+    MAX_STREAM_DATA (24,000) and ACK leave at 0.032: until 0.062 the client cannot have known of them, so its
+    credit is still 12,000 and all it sent in flight; its next bytes arrive at 0.0625. From the window's last
+    MSS (the 9th packet, 0.0308) to them is the stream window's, of a transfer of 33.5 ms."""
+    from replay import trace
+
+    def up(t, number, offset, acks=()):
+        return trace.Packet(t, False, number, 1250, streams=(trace.StreamFrame(0, offset, 1200, False),), acks=acks)
+    packets = [trace.Packet(0.0, True, 0, 50), up(0.030, 0, 0, acks=(trace.AckFrame(0, 0, ((0, 0),)),)),
+               *(up(0.030 + i / 10_000, i, 1200 * i) for i in range(1, 10)),
+               trace.Packet(0.032, True, 1, 60, acks=(trace.AckFrame(9, 0, ((0, 9),)),),
+                            max_stream_data=((0, 24_000),)),
+               up(0.0625, 10, 12_000), up(0.0635, 11, 13_200)]
+    points, summary = trace.upload_series(packets, {}, {"initial_max_stream_data_bidi_remote": 12_000})
+    assert summary["t0_epoch"] == 0.030
+    update = next(p for p in points if p.get("max_stream_data"))
+    assert (update["stream_credit"], update["in_flight"], update["sent_max"]) == (12_000, 12_500, 12_000)
+    after = next(p for p in points if p["packet_number"] == 10 and p["direction"] == "up")
+    assert (after["stream_credit"], after["in_flight"], after["acked"]) == (24_000, 1250, 12_000)
+    assert points[1]["rtt_ms"] == pytest.approx(30)
+    found = limits.breakdown(points, limits.RunFacts(upload=True))
+    assert found.limited_by == "receive_window_stream"
+    assert found.fractions["receive_window_stream"] == pytest.approx((0.0325 - 0.0008) / 0.0335)
+
+
+def test_a_tcp_uploads_series_is_the_clients():
+    """A TCP upload (trace.tcp_upload_series): the client's segments are the data, the server's ACK and window
+    the credit, known to the client one smallest RTT (tshark's ack_rtt of the server's segments) later."""
+    from replay import trace
+    server = "198.18.0.2"
+    rows = [["1", "0.000", server, "1", "100", "1", "65535", ""],  # the server's handshake flight
+            ["2", "0.030", "198.18.0.1", "1", "1000", "101", "65535", "0.030"],  # the client's Finished and request
+            ["3", "0.031", "198.18.0.1", "1001", "1000", "101", "65535", ""],
+            ["4", "0.032", server, "101", "0", "2001", "4000", ""],
+            ["5", "0.0625", "198.18.0.1", "2001", "1000", "101", "65535", ""]]
+    points, summary = trace.tcp_upload_series(rows, server)
+    assert summary["t0_epoch"] == 0.030
+    assert [p["direction"] for p in points] == ["down", "up", "up", "down", "up"]
+    assert (points[3]["sent_max"], points[3]["in_flight"], points[3]["conn_credit"]) == (2001, 2000, 65_536)
+    assert (points[4]["sent_max"], points[4]["in_flight"], points[4]["conn_credit"]) == (3001, 1000, 6001)
+
+
 def test_no_transfer_no_breakdown():
     assert limits.breakdown([_up(0.0, 0, 0)]) is None
     assert limits.columns([], limits.RunFacts()) == {"limited_by": None, "limits": None}
@@ -263,6 +332,67 @@ def test_a_server_allowing_4_streams_under_100_concurrent_requests_is_the_stream
     shares = [json.loads(run["limits"])["fractions"] for run in (few, many)]
     assert few["limited_by"] == "stream_limit" and shares[0]["stream_limit"] > 0.5, shares[0]
     assert many["limited_by"] != "stream_limit" and shares[1]["stream_limit"] < 0.1, shares[1]
+
+
+QUINN = get_stack("quinn")
+TCP_H2 = get_stack("tcp-h2")
+
+
+@pytest.mark.skipif(QUINN.unavailable_reason() is not None, reason=f"quinn: {QUINN.unavailable_reason()}")
+def test_a_small_server_stream_window_at_30_ms_on_an_upload_is_the_stream_window(tmp_path):
+    """quinn uploads 4 MB (the client the sender, read from the server's capture: trace.upload_series): a server
+    allowing 128 KiB a stream at 30 ms holds it at the receive window; the same upload with the server's own
+    windows (1.25 MB) behind a 50 Mbit/s rate is not the link's, which shapes the down direction only (replay/
+    link.py), nor the window's (quinn's STREAM_DATA_BLOCKED, sent when its application's writes reach the credit,
+    binds only where its packets do). Measured 2026-11-29 06:30 (load 4-5): 73% at the stream window (29 Mbit/s,
+    its window model 28.8-30.4), 93% at the congestion window (231 Mbit/s)."""
+    firefox = sets.resolve_one("firefox")
+    small = sets.with_overrides(firefox, [f"initial_max_stream_data_bidi_remote={WINDOW}"])
+    conditions = [Condition(firefox, small, LinkConfig(delay_down_ms=30)),
+                  Condition(firefox, None, LinkConfig(delay_down_ms=10, rate_bps=50_000_000))]
+    window, rate = run_experiment(Experiment("single", QUINN, conditions, RunOptions(
+        size=4_000_000, timeout_s=30, trace=True, workload=UPLOAD), reps=1), tmp_path / "r.duckdb")
+    assert window["status"] == rate["status"] == "ok", (window.get("error"), rate.get("error"))
+    shares = [json.loads(run["limits"])["fractions"] for run in (window, rate)]
+    assert window["limited_by"] == "receive_window_stream" and shares[0]["receive_window_stream"] > 0.5, shares[0]
+    assert rate["limited_by"] not in ("link", "receive_window_stream") and shares[1]["link"] == 0, shares[1]
+    assert json.loads(window["limits"])["basis"]["min_rtt_ms"] == pytest.approx(30, abs=3)
+    # beside it the window model of the receiver's, the server's, window and rule (28.8-30.4 Mbit/s at 06:40)
+    shown = next(line for line in why_lines(tmp_path / "r.duckdb") if f"bidi_remote={WINDOW}" in line)
+    low, high = (float(x) for x in shown.split("its window model: ")[1].split(" Mbit/s")[0].split(" to "))
+    assert 25 < low <= high < 35, shown
+
+
+@pytest.mark.skipif(TCP_H2.unavailable_reason() is not None, reason=f"tcp-h2: {TCP_H2.unavailable_reason()}")
+def test_a_tcp_upload_is_the_clients_transfer():
+    """tcp-h2 uploads 4 MB at 30 ms: the breakdown reads the client's segments as the data (trace.tcp_upload_series),
+    the server's ACKs and window as the credit. Read as a download, it was the server's few response bytes: all
+    application, an MSS of 24 bytes (2026-11-29 06:33); now 79% congestion window, 21% the server's receive window
+    (its autotuning), full segments."""
+    link = LinkConfig(delay_down_ms=30)
+    with open_path("auto", link) as path:
+        row = run_once(TCP_H2, path, Condition(sets.resolve_one("firefox"), None, link),
+                       RunOptions(size=4_000_000, timeout_s=30, trace=True, workload=UPLOAD), 1, "tcp-up", "auto")
+    assert row["status"] == "ok", row.get("error")
+    found = json.loads(row["limits"])
+    assert row["limited_by"] in ("congestion_window", "receive_window_connection"), found["fractions"]
+    assert found["fractions"]["application"] < 0.2 and found["basis"]["mss"] > 1000, found
+
+
+def test_runs_no_trace_can_explain_say_why(tmp_path):
+    """Several clients (the breakdown reads one connection's sender) and two hosts (no capture on the server's
+    host) store why they have no breakdown, and `qreplay why` says it rather than suggest --trace."""
+    from replay.runner import no_breakdown
+    assert no_breakdown(1, "relay") is None and no_breakdown(1, "measured").startswith("a two-host run")
+    if QUIC_GO.unavailable_reason():
+        pytest.skip(f"quic-go: {QUIC_GO.unavailable_reason()}")
+    results = tmp_path / "r.duckdb"
+    row, = run_experiment(Experiment("single", QUIC_GO, [Condition(sets.resolve_one("firefox"), None, LinkConfig())],
+                                     RunOptions(size=200_000, timeout_s=30, clients=2), reps=1), results)
+    assert row["status"] == "ok", row.get("error")
+    assert row.get("limited_by") is None and row["no_breakdown"].startswith("2 clients: "), row["no_breakdown"]
+    shown = why_lines(results)
+    assert "1 runs, no breakdown: 2 clients: " in shown[1] and "--trace stores" not in shown[1], shown
 
 
 @pytest.mark.timing
@@ -492,8 +622,6 @@ def test_why_of_no_results_file_is_one_line(tmp_path):
         assert shown.returncode == 2 and said in shown.stderr, shown.stderr
         assert len(shown.stderr.strip().splitlines()) == 1 and "Traceback" not in shown.stderr
 
-
-TCP_H2 = get_stack("tcp-h2")
 
 
 @pytest.mark.skipif(TCP_H2.unavailable_reason() is not None, reason=f"tcp-h2: {TCP_H2.unavailable_reason()}")

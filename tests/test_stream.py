@@ -126,7 +126,8 @@ def test_chromiums_page_plays_a_stream_from_aioquics_h3_server_and_stalls_when_t
 
 @pytest.mark.parametrize("args, said", [
     (["--stack", "tquic"], "tquic's client does not speak the stream workload"),
-    (["--stack", "aioquic", "--server-stack", "tquic"], "tquic's server cannot pace a stream at a bitrate"),
+    (["--stack", "aioquic", "--server-stack", "tquic"],
+     "tquic's server cannot answer aioquic's stream workload: tquic cannot pace a stream at a bitrate"),
     (["--stack", "chromium"], "ngtcp2's server cannot answer chromium's stream workload: ngtcp2 cannot pace"),
     (["--stack", "chromium", "--server-stack", "quinn"], "quinn's h3 server does not pace a stream"),
 ])

@@ -12,7 +12,7 @@ from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, run_experiment
 from replay.sets import own_set, resolve_one
 from replay.stacks import get_stack
-from replay.stacks.base import RunOptions
+from replay.stacks.base import RunOptions, answering_servers, workload_needs
 from tparams.errors import ToolError
 from tparams.workloads import REQUESTS, UPLOAD, WORKLOADS
 
@@ -68,6 +68,33 @@ def test_what_a_stack_cannot_run_is_refused_in_one_line(tmp_path):
         run(tmp_path, "quiche", workload=UPLOAD)
     with pytest.raises(ToolError, match="curl's client speaks only the download workload"):
         run(tmp_path, "curl", workload=REQUESTS, requests=4)
+    with pytest.raises(ToolError, match="quiche's server cannot answer quic-go's upload workload: quiche is not"):
+        run(tmp_path, "quic-go", "quiche", workload=UPLOAD)
     with pytest.raises(ToolError, match="ngtcp2's client runs one at a time here"):
         run(tmp_path, "ngtcp2", clients=2)
     assert not (tmp_path / "r.duckdb").exists()
+
+
+@pytest.mark.parametrize("client, server, workload, said", [
+    ("quic-go", "quiche", "requests", None),  # quiche's server answers many requests, though its client makes one
+    ("quic-go", "quiche", "upload", "quiche is not known to answer an upload"),  # its hq-interop server takes no PUT
+    ("chromium", "quiche", "upload", None),  # its h3 layer counts an upload
+    ("chromium", "ngtcp2", "upload", "gtlsserver 0.12 answers a PUT as a GET"),
+    ("aioquic", "quinn", "stream", None),  # its hq-interop server paces
+    ("aioquic", "tquic", "stream", "tquic cannot pace a stream at a bitrate"),
+    ("chromium", "quiche", "stream", "quiche's h3 server does not pace a stream"),  # its hq-interop server does
+])
+def test_a_server_refuses_what_it_does_not_answer_its_client_in_one_line(client, server, workload, said):
+    """A workload's primitives (tparams.workloads) held against what the server answers that client
+    (Stack.answers: its program's replay protocol, or its HTTP server's): one line naming each missing one and
+    the servers that would answer it all."""
+    client, server = get_stack(client), get_stack(server)
+    options = RunOptions(1, workload=WORKLOADS[workload], requests=4, concurrency=2)
+    refusal = server.server_refusal(client, options)
+    if said is None:
+        assert refusal is None
+        return
+    assert refusal.startswith(f"{server.name}'s server cannot answer {client.name}'s {workload} workload: ")
+    assert said in refusal and "\n" not in refusal
+    answering = answering_servers(client, workload_needs(options))
+    assert answering and server not in answering and all(f"{s.name}'s" in refusal for s in answering)

@@ -74,31 +74,46 @@ def moved(exchange: Exchange, method: str) -> int:
     return int(answer)
 
 
-async def run(args: argparse.Namespace) -> dict:
+async def exchange_all(args: argparse.Namespace, protocol: type[BulkClient], method: str, requests: int,
+                       concurrency: int, bitrate: int | None = None) -> tuple[BulkClient, list[Exchange], float]:
+    """(the client, its exchanges, the handshake's seconds) of ``requests`` requests of --size bytes on one
+    connection, ``concurrency`` at once (GETs paced at ``bitrate``: a stream); the bulk and the stream client's."""
     config = configuration(args, is_client=True)
     config.verify_mode = False
-    BulkClient.args = args
-    method = "PUT" if args.direction == "up" else "GET"
-    slots = asyncio.Semaphore(args.concurrency or 1)
+    protocol.args = args
+    slots = asyncio.Semaphore(concurrency)
     started = time.monotonic()
-    async with connect(*args.connect, configuration=config, create_protocol=BulkClient) as client:
+    async with connect(*args.connect, configuration=config, create_protocol=protocol) as client:
         handshake = time.monotonic() - started
 
         async def one() -> Exchange:
             async with slots:
-                return await client.exchange(method, args.size)
+                return await client.exchange(method, args.size, bitrate)
 
-        exchanges = await asyncio.gather(*(one() for _ in range(args.requests or 1)))
+        exchanges = await asyncio.gather(*(one() for _ in range(requests)))
+    return client, exchanges, handshake
+
+
+def result(exchanges: list[Exchange], method: str, size: int, handshake: float) -> dict:
+    """The replay protocol's JSON line (tparams.workloads) of ``exchanges``, each of ``size`` bytes (SystemExit
+    if one moved another count); a stream client adds its playback's fields."""
     for exchange in exchanges:
-        if moved(exchange, method) != args.size:
-            raise SystemExit(f"error: a {method} of {args.size} bytes moved {moved(exchange, method)}")
+        if moved(exchange, method) != size:
+            raise SystemExit(f"error: a {method} of {size} bytes moved {moved(exchange, method)}")
     first = min(exchanges, key=lambda exchange: exchange.sent)
-    exchanges.sort(key=lambda exchange: exchange.finished)
+    exchanges = sorted(exchanges, key=lambda exchange: exchange.finished)
     return {"bytes": sum(moved(exchange, method) for exchange in exchanges),
             "duration_s": exchanges[-1].finished - first.sent, "handshake_s": handshake,
             "requests": len(exchanges), "ttfb_s": first.first_byte - first.sent,
             "latencies_s": [exchange.finished - exchange.sent for exchange in exchanges],
             "timing": "request to last byte (client)"}
+
+
+async def run(args: argparse.Namespace) -> dict:
+    method = "PUT" if args.direction == "up" else "GET"
+    _, exchanges, handshake = await exchange_all(args, BulkClient, method, args.requests or 1,
+                                                 args.concurrency or 1)
+    return result(exchanges, method, args.size, handshake)
 
 
 async def main(role: str = "replay-client", run_with=run, description: str = __doc__) -> None:

@@ -7,16 +7,16 @@ from __future__ import annotations
 import asyncio
 import time
 
-from aioquic.asyncio import connect
 from aioquic.quic.events import StreamDataReceived
 
-from replay.aioquic_endpoints.client import BulkClient, main
-from replay.aioquic_endpoints.common import configuration
+from replay.aioquic_endpoints.client import BulkClient, exchange_all, main, result
 from tparams.workloads import Player
 
 
 class StreamClient(BulkClient):
-    player: Player
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.player = Player(self.args.bitrate, self.args.size)
 
     def quic_event_received(self, event) -> None:
         if isinstance(event, StreamDataReceived) and event.data and event.stream_id in self._open:
@@ -25,20 +25,8 @@ class StreamClient(BulkClient):
 
 
 async def run(args) -> dict:
-    config = configuration(args, is_client=True)
-    config.verify_mode = False
-    StreamClient.args = args
-    started = time.monotonic()
-    async with connect(*args.connect, configuration=config, create_protocol=StreamClient) as client:
-        handshake = time.monotonic() - started
-        client.player = Player(args.bitrate, args.size)
-        exchange = await client.exchange("GET", args.size, args.bitrate)
-    if exchange.received != args.size:
-        raise SystemExit(f"error: a stream of {args.size} bytes moved {exchange.received}")
-    return {"bytes": exchange.received, "duration_s": exchange.finished - exchange.sent, "handshake_s": handshake,
-            "requests": 1, "ttfb_s": exchange.first_byte - exchange.sent,
-            "latencies_s": [exchange.finished - exchange.sent], "timing": "request to last byte (client)",
-            "bitrate": args.bitrate, **client.player.result()}
+    client, exchanges, handshake = await exchange_all(args, StreamClient, "GET", 1, 1, args.bitrate)
+    return {**result(exchanges, "GET", args.size, handshake), "bitrate": args.bitrate, **client.player.result()}
 
 
 if __name__ == "__main__":

@@ -42,8 +42,8 @@ def register(app: typer.Typer) -> None:
         file: FileArg,
         hosts: Annotated[int, typer.Option("--hosts", min=1, help="Hosts (shards) to share the runs out to.")] = 1,
         measured: Annotated[Optional[list[Path]], typer.Option(
-            "--measured", help="Results files or campaign directories whose stored run times the projection uses "
-            "(repeatable).")] = None,
+            "--measured", help="Results files or campaign directories whose stored run times the projection uses, "
+            "or those times saved as JSON (datasets/campaign/seeds-measured.json) (repeatable).")] = None,
         out: Annotated[str, typer.Option("--out", help="The campaign directory the hosts write into.")] = "campaign",
         slurm: Annotated[Optional[Path], typer.Option("--slurm", callback=output_file,
                                                       help="Write a Slurm array job here: one task a host.")] = None,

@@ -154,10 +154,10 @@ def traced_runs(results: Path, run_id: str | None):
 
     con = store.open_read_only(results)
     try:
-        runs = con.sql("SELECT r.run_id, r.stack, r.set_name, r.delay_ms, r.goodput_mbps, r.started_at, "
+        runs = con.sql("SELECT r.run_id, r.stack, r.set_name, r.delay_ms, r.goodput_mbps, r.started_at, r.workload, "
                        "t.initial_max_data, t.initial_max_stream_data_bidi_local, t.undecrypted "
                        "FROM runs r JOIN traces t USING (run_id) "
-                       "WHERE t.points > 0 ORDER BY r.started_at").pl()  # an upload's trace has no series
+                       "WHERE t.points > 0 ORDER BY r.started_at").pl()  # an upload traced before had no series
     except duckdb.Error as exc:
         raise ToolError(f"{results} holds no traces (run with --trace): {str(exc).splitlines()[0]}") from None
     if run_id:
@@ -195,7 +195,8 @@ def plot_traces(results: Path, out_dir: Path, run_id: str | None = None) -> list
     out_dir.mkdir(parents=True, exist_ok=True)
     figures: list[tuple[str, Path]] = []
     for run, points in traced_runs(results, run_id):
-        down, up = points.filter(pl.col("direction") == "down"), points.filter(pl.col("direction") == "up")
+        # the data's direction: an upload's sender is the client (its points as the server's capture tells them)
+        down = points.filter(pl.col("direction") == ("up" if run.get("workload") == "upload" else "down"))
         fig, axes = plt.subplots(4, 1, figsize=(9, 11), sharex=True)
         ax = axes[0]
         ax.step(points["t_s"], points["stream_credit"] / 1e3, where="post", linewidth=3, alpha=0.5,
@@ -223,7 +224,7 @@ def plot_traces(results: Path, out_dir: Path, run_id: str | None = None) -> list
             axes[2].plot(points["t_s"], points["cwnd"] / 1e3, label="cwnd (qlog)")
         axes[2].set(ylabel="kB", title="bytes in flight")
         legend_beside(axes[2], fontsize="small")
-        rtt = up.filter(pl.col("rtt_ms").is_not_null())
+        rtt = points.filter(pl.col("rtt_ms").is_not_null())
         axes[3].scatter(rtt["t_s"], rtt["rtt_ms"], s=6)
         axes[3].set(ylabel="ms", xlabel="time since the request reached the server (s)", title="RTT samples")
         for ax in axes:

@@ -69,8 +69,9 @@ QlogOpt = Annotated[Optional[Path], typer.Option("--qlog", callback=output_dir,
 TraceOpt = Annotated[bool, typer.Option("--trace", help="Capture every run (tshark in the server's namespace, UDP "
                                           "segmentation offload off) and store its decrypted time series: bytes "
                                           "sent, acknowledged and in flight, flow-control credit, RTT samples "
-                                          "(`qreplay plot --trace`); of an upload, what the server granted "
-                                          "over time (traces.upload_credit).")]
+                                          "(`qreplay plot --trace`), and what held the run back (`qreplay "
+                                          "why`); of an upload the client's, as the server saw it, and what the "
+                                          "server granted over time (traces.upload_credit).")]
 ProfileOpt = Annotated[bool, typer.Option("--profile", help="Sample both endpoints with call stacks during the "
                                             "transfer (perf; py-spy for Python endpoints) and store where the "
                                             "cycles go, by component (datasets/profile/components.csv), with the "

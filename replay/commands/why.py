@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -56,11 +56,22 @@ def profile_components(con) -> tuple[list[str], dict[tuple, dict[str, list[tuple
 def prediction(row: dict, rules, components: dict[str, list] | None = None) -> Bound | None:
     """What the limit a condition was held by allows, where a model of it exists: for a receive window, the
     window model (replay/flowcontrol.py) with the client stack's measured update rule, the download's start
-    charged, at the link's round trip; for the link, its configured rate; for an end's CPU, a core's worth of
+    charged, at the link's round trip (an upload's: the server's windows and its stack's rule, the client's start); for the link, its configured rate; for an end's CPU, a core's worth of
     that end's CPU per GB (8 / (CPU seconds per 10^9 bytes) Gbit/s), from its profile where the condition was
     profiled, else from the run's own CPU seconds. None for other limits (not modelled)."""
-    from replay.flowcontrol import client_window_bound
+    from replay.flowcontrol import client_window_bound, receiver_window_bound
+    from replay.impact import UPLOAD_PARAMETERS
     label = row["limited_by"] or ""
+    if label.startswith("receive_window") and row.get("workload") == "upload":
+        # the receiver is the server: its windows and its stack's rule, the client's start as the sender's
+        rule, sender = rules.get(row.get("server_stack") or row["stack"]), rules.get(row["stack"])
+        if rule is None or not row.get("requested_server"):
+            return None
+        window = receiver_window_bound(json.loads(row["requested_server"]),
+                                       row["delay_ms"] + (row.get("delay_up_ms") or 0),
+                                       replace(rule, initial_cwnd=sender.initial_cwnd) if sender else rule,
+                                       UPLOAD_PARAMETERS, row["size_bytes"])
+        return Bound(*window.span, "its window model", SLACK) if window else None
     if label.startswith("receive_window") and row["requested_client"]:
         window = client_window_bound(json.loads(row["requested_client"]),
                                      row["delay_ms"] + (row.get("delay_up_ms") or 0), row["stack"], row["size_bytes"],
@@ -137,7 +148,9 @@ def why_lines(results: Path) -> list[str]:
             goodput = f"{row['mean_mbps']:,.1f} Mbit/s" if row["mean_mbps"] is not None else "no successful run"
             head = f"  {statistics.describe(row, differing)}: "
             if not row["traced"]:
-                lines.append(f"{head}{row['runs']} runs, none traced (qreplay --trace stores what held a run "
+                lines.append(f"{head}{row['runs']} runs, no breakdown: {row['no_breakdown']}; {goodput}"
+                             if row.get("no_breakdown") else
+                             f"{head}{row['runs']} runs, none traced (qreplay --trace stores what held a run "
                              f"back); {goodput}")
                 continue
             shares = ", ".join(f"{name} {share:.0%}" for name, share in shown_shares(row))

@@ -161,14 +161,17 @@ class Stack(ABC):
     serves_page: bool = False
     #: whether its client loads a page before it downloads (a browser), from a server that serves one
     needs_page: bool = False
-    #: what its client speaks of the replay protocol (tparams.workloads): down (GET), up (PUT), many (several
+    #: what its program speaks of the replay protocol (tparams.workloads): down (GET), up (PUT), many (several
     #: requests on one connection), paced (a stream: its server paces a GET at a bitrate, its client plays it
-    #: back); the rest is refused in one line
+    #: back); a workload needing another is refused in one line, of its client (workload_refusal) and of its
+    #: server (server_refusal, through answers)
     replay_protocol: frozenset[str] = frozenset({"down"})
-    #: what its server answers of the same to a page's fetch() (serves_page): GETs of /<size>, many at once,
-    #: and a PUT answered with the count of body bytes read (tests/test_replay_browsers.py checks each)
+    #: what its HTTP server answers of the same (a page's fetch(), curl's GET; ReplayProgram: its library's h3
+    #: layer): GETs of /<size>, many at once, and a PUT answered with the count of body bytes read
+    #: (tests/test_replay_browsers.py checks each)
     page_protocol: frozenset[str] = frozenset({"down", "many"})
-    #: why its server lacks a primitive of page_protocol, where it is known (else PAGE_PRIMITIVES_MISSING says)
+    #: why its server lacks a primitive, where it is known (else PRIMITIVES_MISSING says): its HTTP server's, mostly
+    #: (a program's own server lacks only what its client lacks too)
     page_missing: Mapping[str, str] = {}
     #: whether several of its clients can run at once against one server (their command lines share nothing)
     many_clients: bool = False
@@ -238,17 +241,23 @@ class Stack(ABC):
             return None
         return f"{self.name}'s client speaks only the download workload, not {opts.workload.name}"
 
-    def page_refusal(self, client: "Stack", opts: RunOptions) -> str | None:
-        """Why its server cannot answer what the page of ``client`` (a browser) asks in ``opts``' workload, or
-        None; or, for a client of the replay protocol, a stream (the one primitive only some servers of ours
-        answer: the other ones are each program's client and server alike, which workload_refusal names)."""
-        if not client.needs_page and opts.workload.paced and "paced" not in self.replay_protocol:
-            return PACED_MISSING.format(server=self.name)
-        if not client.needs_page or (missing := workload_needs(opts) - self.page_protocol) == set():
+    def answers(self, client: "Stack") -> frozenset[str]:
+        """The primitives of the replay protocol (replay_protocol's) its server answers ``client``: an HTTP
+        server's page_protocol, to whoever asks (a browser's page, curl, an h3 client)."""
+        return self.page_protocol
+
+    def server_refusal(self, client: "Stack", opts: RunOptions) -> str | None:
+        """Why its server cannot answer what ``client`` asks in ``opts``' workload, or None: the primitives the
+        workload needs (workload_needs) that the server does not answer it (answers), each with its reason, and
+        the servers that would answer it all."""
+        if not (missing := (needs := workload_needs(opts)) - self.answers(client)):
             return None
+        others = [f"{s.name}'s" for s in answering_servers(client, needs)]
+        answering = (f"{', '.join(others[:-1])} and {others[-1]} servers answer it" if len(others) > 1
+                     else f"{others[0]} server answers it" if others else "no server here answers it")
         return (f"{self.name}'s server cannot answer {client.name}'s {opts.workload.name} workload: "
-                + "; ".join(self.page_missing.get(need, PAGE_PRIMITIVES_MISSING[need]).format(server=self.name)
-                            for need in sorted(missing)))
+                + "; ".join(self.page_missing.get(need, PRIMITIVES_MISSING[need]).format(server=self.name)
+                            for need in sorted(missing)) + f"; {answering}")
 
     def serves(self, protocol: str) -> bool:
         """Whether its server answers a client speaking ``protocol``."""
@@ -321,21 +330,26 @@ def workload_needs(opts: RunOptions) -> set[str]:
             | ({"paced"} if opts.workload.paced else set()))
 
 
-#: why a server cannot send a stream (a workload that is paced)
-PACED_MISSING = ("{server}'s server cannot pace a stream at a bitrate (it sends a GET's body as fast as flow and "
-                 "congestion control let it; `qreplay doctor` lists stream among the workloads of those that pace)")
+def answering_servers(client: Stack, needs: set[str]) -> list[Stack]:
+    """The stacks whose server ``client`` reaches (its protocol; a page where it needs one) and answers every
+    primitive of ``needs``: what a refusal names instead."""
+    from replay.stacks import every_stack  # the registry imports this module
+
+    return [s for s in every_stack().values() if "server" in s.roles and s.serves(client.protocol)
+            and (s.serves_page or not client.needs_page) and needs <= s.answers(client)]
 
 
-#: why a server whose hq-interop side paces cannot pace a page's stream (page_missing's "paced")
-H3_UNPACED = "{server}'s h3 server does not pace a stream (its hq-interop server does)"
-
-#: why a server's answers to a page lack a primitive, for the one line refusing it
-PAGE_PRIMITIVES_MISSING = {
+#: why a server does not answer a primitive (Stack.answers), for the one line refusing it
+PRIMITIVES_MISSING = {
     "up": "{server} is not known to answer an upload with the count of body bytes it read",
     "many": "{server} answers one request a connection",
     "down": "{server} serves no /<size>",
-    "paced": PACED_MISSING.replace("{server}'s server", "{server}"),
+    "paced": "{server} cannot pace a stream at a bitrate (it sends a GET's body as fast as flow and congestion "
+             "control let it)",
 }
+
+#: why a server whose program paces cannot pace an h3 client's stream (page_missing's "paced")
+H3_UNPACED = "{server}'s h3 server does not pace a stream (its hq-interop server does)"
 
 
 def last_json_line(stdout: str) -> dict | None:
@@ -383,6 +397,14 @@ class ReplayProgram(Stack):
         """Its program's server speaks its protocol, and HTTP/3 too (the library's own h3 layer, chosen by the
         client's ALPN) where it serves a browser's page."""
         return super().serves(protocol) or (self.serves_page and protocol == "h3")
+
+    def answers(self, client: Stack) -> frozenset[str]:
+        """Its program's replay protocol to a client speaking it, several requests a connection whatever its own
+        client makes (every program's server answers each stream's request: one request a connection is its
+        client's limit); its library's h3 layer's page_protocol to a client speaking h3 (serves)."""
+        if client.protocol == self.protocol:
+            return self.replay_protocol | {"many"}
+        return self.page_protocol
 
     def workload_refusal(self, opts: RunOptions) -> str | None:
         if workload_needs(opts) <= self.replay_protocol:

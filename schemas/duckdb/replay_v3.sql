@@ -182,6 +182,12 @@ ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS max_streams BIGINT;
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS streams_blocked BIGINT;
 -- Added within v3: when the sender read each of the client's packets (its qlog's time on the capture's clock).
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS read_s DOUBLE;
+-- Added within v3: why a run has no limit breakdown (limited_by NULL) where tracing it could not give one: several
+-- clients (the breakdown reads one connection's sender), a two-host run (no capture on the server's host), a trace
+-- that held no transfer. NULL for a breakdown, and for a run not traced (--trace gives it one).
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS no_breakdown VARCHAR;
+-- Added within v3: an upload's trace has trace_points too, its sender the client: the data is `up`, and the
+-- sender's state is as the server's capture can tell it (replay/trace.py upload_series, tcp_upload_series).
 -- Added within v3: a stream's (tparams.workloads' stream) bitrate, as the server paced it and the client played
 -- it, and its playback by tparams.workloads.Player: times it ran dry before the end, their total time, the request
 -- to playback's start. NULL for the other workloads and in runs stored before.
