@@ -1,12 +1,14 @@
-"""QuicSand's streaming workload (tparams.workloads' stream): a GET that aioquic's server paces at a bitrate, played
-back by tparams.workloads.Player in our aioquic client and, mirrored in JavaScript, in Chromium's page. Through the
-testbed's emulated link: no stall when the link carries the bitrate, stalls when its rate is below it; a stack
-whose server cannot pace refuses the workload in one line."""
+"""QuicSand's streaming workload (tparams.workloads' stream): a GET that aioquic's, quic-go's, quinn's, s2n-quic's or
+quiche's server paces at a bitrate, played back by tparams.workloads.Player in our aioquic client, from the other clients'
+arrival times (tparams.workloads.played) and, mirrored in JavaScript, in Chromium's page. Through the testbed's emulated link:
+no stall when the link carries the bitrate, stalls when its rate is below it; a stack whose server cannot pace
+refuses the workload in one line."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -14,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from replay.aioquic_endpoints.common import PACING_TICK_S
 from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, run_experiment
 from replay.sets import own_set, resolve_one
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
-from tparams.workloads import STARTUP_BUFFER_S, STREAM, Player
+from tparams.workloads import STARTUP_BUFFER_S, STREAM, Player, played
 
 QREPLAY = str(Path(sys.executable).with_name("qreplay"))
 BITRATE = 2_000_000
@@ -37,6 +40,28 @@ def test_the_player_stalls_only_when_the_bytes_come_slower_than_it_plays():
     assert half_speed.result()["stalls"] > 0
     # it plays 3 s after its start and finishes no earlier than the last byte: the rest is stalled
     assert half_speed.result()["stall_s"] >= 6 - 3 - half_speed.result()["startup_s"] - 1e-9
+
+
+def test_a_client_that_records_arrivals_is_played_by_the_same_rule():
+    """quic-go's stream client prints its reads' arrivals; the stack's parsing plays them (Player) in their place."""
+    arrivals = [[tick * 0.2, 100] for tick in range(1, 31)]  # half speed, as above
+    line = json.dumps({"bytes": 3000, "duration_s": 6.0, "requests": 1, "bitrate": 8000, "arrivals": arrivals})
+    result = get_stack("quic-go").parse_client_output(f"{line}\n")
+    player = Player(8000, 3000)
+    for t, nbytes in arrivals:
+        player.received(t, nbytes)
+    assert played(8000, 3000, arrivals) == player.result() and player.result()["stalls"] > 0
+    assert "arrivals" not in result.extra and {k: result.extra[k] for k in player.result()} == player.result()
+
+
+def test_every_pacing_server_hands_over_on_aioquics_tick():
+    """quic-go's and quinn's servers follow aioquic's rule (send_at_bitrate) with its tick, each in its language."""
+    root = Path(__file__).resolve().parents[1]
+    for path, pattern in (("replay/quicgo/bulk/bulk.go", r"const PacingTick = (\d+) \* time\.Millisecond"),
+                          ("lab/servers/common/src/replay.rs",
+                           r"pub const PACING_TICK: Duration = Duration::from_millis\((\d+)\);")):
+        found = re.search(pattern, (root / path).read_text())
+        assert found and int(found.group(1)) == round(PACING_TICK_S * 1000), path
 
 
 def _stream(stack: str, server: str = "aioquic") -> list[dict]:
@@ -65,7 +90,8 @@ def _check(carried: dict, starved: dict) -> None:
     assert carried["duration_s"] >= SIZE * 8 / BITRATE - 0.1, carried["duration_s"]
     assert carried["goodput_mbps"] == pytest.approx(BITRATE / 1e6, rel=0.15)
     assert carried["stalls"] == 0 and carried["stall_ms"] == 0, carried
-    assert STARTUP_BUFFER_S * 1000 <= carried["startup_ms"] < STARTUP_BUFFER_S * 1000 + 400
+    # the server hands over a tick ahead of the clock (send_at_bitrate), the buffer's bytes by 20 ms before 0.5 s
+    assert (STARTUP_BUFFER_S - PACING_TICK_S) * 1000 <= carried["startup_ms"] < STARTUP_BUFFER_S * 1000 + 400
     assert starved["stalls"] > 0 and starved["stall_ms"] > 500, starved
     assert starved["goodput_mbps"] < TOO_SLOW / 1e6
 
@@ -74,6 +100,18 @@ def _check(carried: dict, starved: dict) -> None:
 def test_aioquics_client_plays_a_paced_stream_without_stalls_only_when_the_link_carries_it():
     """aioquic's client against aioquic's server over hq-interop: GET /<size>?bitrate=<bits/s>."""
     carried, starved = _stream("aioquic")
+    assert "--bitrate=2000000" in json.loads(carried["client_argv"])
+    _check(carried, starved)
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("client, server", [("quic-go", "quic-go"), ("aioquic", "quic-go"), ("quinn", "quinn"),
+                                            ("s2n-quic", "s2n-quic"), ("quiche", "quiche")])
+def test_our_native_servers_pace_a_stream_that_plays_without_stalls_only_when_the_link_carries_it(client, server):
+    """quic-go's server (qgserver), quinn's, s2n-quic's and quiche's (replay-<library>) pace by aioquic's rule; their stream
+    clients (qgstream, replay-<library> stream-client) record arrivals, which qreplay plays; aioquic's client
+    plays them itself."""
+    carried, starved = _stream(client, server)
     assert "--bitrate=2000000" in json.loads(carried["client_argv"])
     _check(carried, starved)
 
@@ -87,10 +125,11 @@ def test_chromiums_page_plays_a_stream_from_aioquics_h3_server_and_stalls_when_t
 
 
 @pytest.mark.parametrize("args, said", [
-    (["--stack", "quinn"], "quinn's client does not speak the stream workload"),
-    (["--stack", "aioquic", "--server-stack", "quinn"],
-     "quinn's server cannot answer aioquic's stream workload: quinn cannot pace a stream at a bitrate"),
+    (["--stack", "tquic"], "tquic's client does not speak the stream workload"),
+    (["--stack", "aioquic", "--server-stack", "tquic"],
+     "tquic's server cannot answer aioquic's stream workload: tquic cannot pace a stream at a bitrate"),
     (["--stack", "chromium"], "ngtcp2's server cannot answer chromium's stream workload: ngtcp2 cannot pace"),
+    (["--stack", "chromium", "--server-stack", "quinn"], "quinn's h3 server does not pace a stream"),
 ])
 def test_a_stack_that_cannot_pace_or_play_a_stream_refuses_it_in_one_line(args, said, tmp_path):
     done = subprocess.run([QREPLAY, *args, "--workload", "stream", "--bitrate", "2mbit", "--size", "500kB",

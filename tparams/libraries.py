@@ -144,7 +144,7 @@ LIBRARIES: tuple[Library, ...] = (
         held_out={"application": {"alpn": _ALPN, "cid_length": 16, "datagrams": True,
                                   "disable_active_migration": True, "active_connection_id_limit": 5},
                   "parameters": {**_FLOW, "max_idle_timeout": 0}},
-        programs=_built("quiche"),
+        programs={**_built("quiche"), "replay-stream-client": "replay-quiche"},
         crypto=BORINGSSL,  # boring-sys
     ),
     Library(
@@ -176,7 +176,7 @@ LIBRARIES: tuple[Library, ...] = (
                                   "disable_active_migration": True, "preferred_address": _PREFERRED_ADDRESS,
                                   "retry": True},
                   "parameters": {**_ONE_WINDOW, "max_idle_timeout": 0}},
-        programs=_built("quinn"),
+        programs={**_built("quinn"), "replay-stream-client": "replay-quinn"},
     ),
     Library(
         "s2n-quic", "s2n-quic", _crates("s2n-quic"), "{versions} (lab/servers/s2n-quic)",
@@ -190,7 +190,7 @@ LIBRARIES: tuple[Library, ...] = (
         offered=("alpn", "cid_length", "disable_active_migration"),
         held_out={"application": {"alpn": _ALPN, "cid_length": 11, "disable_active_migration": True},
                   "parameters": {**_FLOW, "max_idle_timeout": 12_345}},
-        programs=_built("s2n-quic"),
+        programs={**_built("s2n-quic"), "replay-stream-client": "replay-s2n-quic"},
         no_h3_server="its h3 crate (s2n-quic-h3, in the s2n-quic repository) is not published on crates.io "
                      "(`cargo info s2n-quic-h3`, 2026-11-28), so no h3 server of it builds from pinned crates",
     ),
@@ -294,7 +294,8 @@ LIBRARIES: tuple[Library, ...] = (
         offered=("alpn", "cid_length", "datagrams", "retry"),
         held_out={"application": {"alpn": _ALPN, "cid_length": 17, "datagrams": True, "retry": True},
                   "parameters": {**_ONE_WINDOW, "max_idle_timeout": 45_000}},
-        programs={"lab-server": "quic-go", "replay-server": "qgserver", "replay-client": "qgclient"},
+        programs={"lab-server": "quic-go", "replay-server": "qgserver", "replay-client": "qgclient",
+                  "replay-stream-client": "qgstream"},
         crypto=GO_CRYPTO,
     ),
     Library(

@@ -21,7 +21,10 @@ replay/aioquic_endpoints); tests/test_workloads.py runs each client against each
   1 otherwise.
 - ``GET /<size>?bitrate=<bits/s>\r\n`` (a stream, QuicSand's streaming workload): the server sends ``<size>``
   bytes paced at that bitrate (on a timer, whatever the link would take); the client plays them back as
-  ``Player`` says and adds ``stalls``, ``stall_s`` and ``startup_s`` to its line. A client asked for it is of
+  ``Player`` says and adds ``stalls``, ``stall_s`` and ``startup_s`` to its line, or adds ``bitrate`` and its
+  reads' ``arrivals`` ([seconds since the request, bytes] each) for qreplay to play them (``played``). Every
+  pacing server follows one rule, aioquic's (replay/aioquic_endpoints/common.py, send_at_bitrate). A client
+  asked for it is of
   role ``replay-stream-client`` (tparams.program_cli: ``--bitrate`` beside the replay client's options);
   a stack whose server cannot pace, or whose client cannot play, refuses it in one line (its
   ``replay_protocol``/``page_protocol`` lacks ``paced``).
@@ -140,6 +143,16 @@ class Player:
     def result(self) -> dict[str, object]:
         """What the client's line adds: stalls, their total seconds, the start-up delay."""
         return {"stalls": self.stalls, "stall_s": self.stall_s, "startup_s": self.startup_s}
+
+
+def played(bitrate: int, size: int, arrivals: list[list[float]]) -> dict[str, object]:
+    """Player's result for a stream whose bytes arrived as ``arrivals`` ([seconds since the request, bytes],
+    in order): what a client that records arrivals but does not play (quic-go's qgstream) reports, played
+    here by the one rule."""
+    player = Player(bitrate, size)
+    for t, nbytes in arrivals:
+        player.received(t, int(nbytes))
+    return player.result()
 
 
 def percentile(ordered: list[float], pct: float) -> float:

@@ -24,7 +24,7 @@ from tparams import program_cli
 from tparams.knobs import KNOBS, Knob
 from tparams.libraries import Library, described
 from tparams.paramset import ParamSet
-from tparams.workloads import DOWNLOAD, Workload
+from tparams.workloads import DOWNLOAD, Workload, played
 
 Role = Literal["client", "server"]
 #: the transport each application protocol runs over
@@ -295,10 +295,13 @@ class Stack(ABC):
         trace is decrypted from. Nothing by default: a client told that path wrote it there itself."""
 
     def parse_client_output(self, stdout: str) -> ClientResult:
-        """Default: the last JSON line of stdout, as our own clients print it."""
+        """Default: the last JSON line of stdout, as our own clients print it; a stream client's arrivals
+        (one that does not play them itself) played by tparams.workloads.Player, in their place."""
         data = last_json_line(stdout)
         if data is None:
             raise ValueError("client printed no result JSON")
+        if "arrivals" in data:
+            data |= played(int(data["bitrate"]), int(data["bytes"]), data.pop("arrivals"))
         return ClientResult(int(data["bytes"]), data.get("duration_s"), data)
 
     def parse_server_output(self, stdout: str) -> dict[str, float]:
@@ -343,6 +346,9 @@ PRIMITIVES_MISSING = {
     "paced": "{server} cannot pace a stream at a bitrate (it sends a GET's body as fast as flow and congestion "
              "control let it)",
 }
+
+#: why a server whose program paces cannot pace an h3 client's stream (page_missing's "paced")
+H3_UNPACED = "{server}'s h3 server does not pace a stream (its hq-interop server does)"
 
 
 def last_json_line(stdout: str) -> dict | None:

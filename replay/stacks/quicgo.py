@@ -3,6 +3,9 @@
 quic-go advertises a single stream window for every stream type, so each
 side sets the one that governs the download (the client's bidi_local, the
 server's bidi_remote) and reports the other two as not applied.
+
+Its server paces a stream at the bitrate asked (tparams.workloads' stream, aioquic's rule); its stream client
+(qgstream) records when the bytes arrive and qreplay plays them (tparams.workloads.played).
 """
 
 from __future__ import annotations
@@ -18,17 +21,17 @@ STREAM_WINDOW = {"client": "initial_max_stream_data_bidi_local", "server": "init
 
 class QuicGo(ReplayProgram):
     name = "quic-go"
-    replay_protocol = frozenset({"down", "up", "many"})
+    replay_protocol = frozenset({"down", "up", "many", "paced"})
     writes_qlog = True
     settable = {role: frozenset((*COMMON, window)) for role, window in STREAM_WINDOW.items()}
     cc_names = frozenset({"cubic"})  # quic-go's only congestion control
 
     def __init__(self, bin_dir: Path = GO_BIN_DIR):
-        self.client_binary, self.server_binary = (bin_dir / self.library.programs[f"replay-{role}"]
-                                                  for role in ("client", "server"))
+        self.binaries = {role: bin_dir / self.library.programs[f"replay-{role}"]
+                         for role in ("client", "server", "stream-client")}
 
     def command(self, role) -> list[str]:
-        return [str(self.client_binary if role == "client" else self.server_binary)]
+        return [str(self.binaries[role])]
 
     def version(self) -> str | None:
         """quic-go's version in go.mod, which set-up builds the programs with (without go.mod's "v")."""
@@ -36,7 +39,7 @@ class QuicGo(ReplayProgram):
         return found.removeprefix("v") if found else None
 
     def unavailable_reason(self) -> str | None:
-        missing = [p.name for p in (self.client_binary, self.server_binary) if not p.exists()]
+        missing = [p.name for p in self.binaries.values() if not p.exists()]
         return f"{' and '.join(missing)} not built: run scripts/setup.sh (needs Go)" if missing else None
 
 

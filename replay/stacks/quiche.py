@@ -16,11 +16,15 @@ stream the endpoint receives on (client bidi_local, server bidi_remote);
 
 Its server speaks HTTP/3 beside hq-interop (quiche's own h3 module, chosen by the client's ALPN): a browser
 loads its page, downloads and uploads through quiche configured with any set (lab_server_common::page).
+
+Its hq-interop server paces a stream at the bitrate asked (tparams.workloads' stream, aioquic's rule:
+lab_server_common::replay::Paced, on its event loop's timer); its stream client (``replay-quiche stream-client``)
+records when the bytes arrive and qreplay plays them (tparams.workloads.played). Its h3 server does not pace.
 """
 
 from __future__ import annotations
 
-from replay.stacks.base import ReplayProgram
+from replay.stacks.base import H3_UNPACED, ReplayProgram
 
 PARAMETERS = frozenset({
     "max_idle_timeout", "max_udp_payload_size", "initial_max_data", "initial_max_stream_data_bidi_local",
@@ -36,6 +40,8 @@ class Quiche(ReplayProgram):
     writes_qlog = True
     serves_page = True  # over h3: the files of workdir/htdocs (QREPLAY_HTDOCS)
     page_protocol = frozenset({"down", "up", "many"})
+    page_missing = {"paced": H3_UNPACED}
+    replay_protocol = frozenset({"down", "paced"})
 
 
 STACK = Quiche()

@@ -16,11 +16,15 @@ default) and BBR. qlog: quinn-proto's ``qlog`` feature, one file per connection.
 
 Its server speaks HTTP/3 beside hq-interop (the ``h3`` crate over quinn, ``h3-quinn``, chosen by the client's
 ALPN): a browser loads its page, downloads and uploads through quinn configured with any set (lab_server_common::page).
+
+Its hq-interop server paces a stream at the bitrate asked (tparams.workloads' stream, aioquic's rule:
+lab_server_common::replay::paced_due); its stream client (``replay-quinn stream-client``) records when the bytes
+arrive and qreplay plays them (tparams.workloads.played). Its h3 server does not pace.
 """
 
 from __future__ import annotations
 
-from replay.stacks.base import ReplayProgram
+from replay.stacks.base import H3_UNPACED, ReplayProgram
 
 COMMON = ("max_idle_timeout", "max_udp_payload_size", "initial_max_data", "initial_max_streams_bidi",
           "initial_max_streams_uni")
@@ -29,13 +33,14 @@ STREAM_WINDOW = {"client": "initial_max_stream_data_bidi_local", "server": "init
 
 class Quinn(ReplayProgram):
     name = "quinn"
-    replay_protocol = frozenset({"down", "up", "many"})
+    replay_protocol = frozenset({"down", "up", "many", "paced"})
     settable = {"client": frozenset((*COMMON, STREAM_WINDOW["client"])),
                 "server": frozenset((*COMMON, STREAM_WINDOW["server"], "disable_active_migration"))}
     autotune_note = "quinn 0.11 has no window auto-tuning: its windows stayed at the advertised values"
     writes_qlog = True
     serves_page = True  # over h3: the files of workdir/htdocs (QREPLAY_HTDOCS)
     page_protocol = frozenset({"down", "up", "many"})
+    page_missing = {"paced": H3_UNPACED}
 
 
 STACK = Quinn()

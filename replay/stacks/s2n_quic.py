@@ -6,6 +6,10 @@ max_udp_payload_size at all, always sends active_connection_id_limit 3 (it overw
 and has no setter for ack_delay_exponent: those three are reported not applied. Its receive windows
 slide at their advertised size and never grow, so they are pinned as they are and --autotune has
 nothing to switch on. It writes no qlog; it has CUBIC and BBR.
+
+Its server paces a stream at the bitrate asked (tparams.workloads' stream, aioquic's rule:
+lab_server_common::replay::Paced); its stream client (``replay-s2n-quic stream-client``) records when the bytes
+arrive and qreplay plays them (tparams.workloads.played).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ SETTABLE = frozenset({
 
 class S2nQuic(ReplayProgram):
     name = "s2n-quic"
-    replay_protocol = frozenset({"down", "up", "many"})
+    replay_protocol = frozenset({"down", "up", "many", "paced"})
     settable = {"client": SETTABLE, "server": SETTABLE}
     autotune_note = ("s2n-quic has no flow-control auto-tuning: its windows always slide at the advertised "
                      "size, so the run kept them pinned")

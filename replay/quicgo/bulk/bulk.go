@@ -4,18 +4,21 @@
 // client-opened bidirectional stream of its own; "GET /<size>\r\n" and FIN is
 // answered with that many bytes and FIN (a download), "PUT /<size>\r\n", the
 // body and FIN with the number of body bytes received, in decimal, and FIN
-// (an upload).
+// (an upload); "GET /<size>?bitrate=<bits/s>\r\n" with that many bytes paced
+// at that bitrate (a stream: PacingTick).
 package bulk
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -36,25 +39,91 @@ const (
 	Put = "PUT"
 )
 
-// Request is the request line asking to move size bytes: GET for a download, PUT for an upload.
-func Request(method string, size uint64) []byte {
+// PacingTick is how often a stream's server hands over what the bitrate allows
+// since the first byte, whatever the link would take: aioquic's server's rule
+// (send_at_bitrate in replay/aioquic_endpoints/common.py, PACING_TICK_S), the
+// one every pacing server of ours follows.
+const PacingTick = 20 * time.Millisecond
+
+// Request is the request line asking to move size bytes: GET for a download, PUT for an upload,
+// a GET paced at bitrate bits/s for a stream (bitrate 0: none).
+func Request(method string, size, bitrate uint64) []byte {
+	if bitrate > 0 {
+		return []byte(fmt.Sprintf("%s /%d?bitrate=%d\r\n", method, size, bitrate))
+	}
 	return []byte(fmt.Sprintf("%s /%d\r\n", method, size))
 }
 
-// ReadRequest reads a request line ("GET /<size>" or "PUT /<size>", ended by a
-// newline or the stream's end) and returns its method and size; an upload's
-// body is what the reader holds after it.
-func ReadRequest(stream *bufio.Reader) (string, uint64, error) {
+// ReadRequest reads a request line ("GET /<size>", "GET /<size>?bitrate=<bits/s>"
+// or "PUT /<size>", ended by a newline or the stream's end) and returns its
+// method, size and bitrate (0: not a stream); an upload's body is what the
+// reader holds after it.
+func ReadRequest(stream *bufio.Reader) (string, uint64, uint64, error) {
 	line, err := stream.ReadSlice('\n')
 	if len(line) > maxRequest || (err != nil && (err != io.EOF || len(line) == 0)) {
-		return "", 0, fmt.Errorf("no request line: %q (%v)", line[:min(len(line), maxRequest)], err)
+		return "", 0, 0, fmt.Errorf("no request line: %q (%v)", line[:min(len(line), maxRequest)], err)
 	}
 	method, path, _ := bytes.Cut(bytes.TrimRight(line, "\r\n"), []byte(" /"))
+	path, query, paced := bytes.Cut(path, []byte("?"))
 	size, err := strconv.ParseUint(string(path), 10, 64)
 	if (string(method) != Get && string(method) != Put) || err != nil {
-		return "", 0, fmt.Errorf("not a GET or PUT of /<size>: %q", line)
+		return "", 0, 0, fmt.Errorf("not a GET or PUT of /<size>: %q", line)
 	}
-	return string(method), size, nil
+	bitrate := uint64(0)
+	if paced {
+		digits, ok := strings.CutPrefix(string(query), "bitrate=")
+		bitrate, err = strconv.ParseUint(digits, 10, 64)
+		if !ok || err != nil || bitrate == 0 || string(method) != Get {
+			return "", 0, 0, fmt.Errorf("a bitrate is a GET's, above 0: %q", line)
+		}
+	}
+	return string(method), size, bitrate, nil
+}
+
+// Client is a client's command line (ClientFlags): bulk.Flags, --size and --timeout-s, which the
+// request and the stream client both take, and the program's name for its one-line failures.
+type Client struct {
+	Program  string
+	Size     uint64
+	TimeoutS float64
+	options  *Options
+}
+
+// ClientFlags declares a client's flags; the program adds its own to the set.
+func ClientFlags(program string) (*flag.FlagSet, *Client) {
+	fs, options := Flags(program, true)
+	c := &Client{Program: program, options: options}
+	fs.Uint64Var(&c.Size, "size", 0, "bytes each request moves (a GET's response body, a PUT's body)")
+	fs.Float64Var(&c.TimeoutS, "timeout-s", 600, "give up (exit 1) after this many seconds")
+	return fs, c
+}
+
+// Parse reads the command line (Options.Parse), --size and the required flags named, and returns the address.
+func (c *Client) Parse(fs *flag.FlagSet, args []string, required ...string) string {
+	return c.options.Parse(fs, args, append(required, "size")...)
+}
+
+// Dial connects to addr before --timeout-s, which bounds the transfers too (the
+// connection is closed then): the context, its cancel, the connection and the
+// handshake's time. A failure ends the client (Fail).
+func (c *Client) Dial(addr string) (context.Context, context.CancelFunc, *quic.Conn, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(c.TimeoutS*float64(time.Second)))
+	start := time.Now()
+	conn, err := quic.DialAddr(ctx, addr, c.options.ClientTLS(), c.options.Config())
+	if err != nil {
+		c.Fail(ctx, "dial", err)
+	}
+	context.AfterFunc(ctx, func() { conn.CloseWithError(0, "timeout") })
+	return ctx, cancel, conn, time.Since(start)
+}
+
+// Fail ends the client in one line, naming the timeout when it was the cause.
+func (c *Client) Fail(ctx context.Context, what string, err error) {
+	if ctx.Err() == context.DeadlineExceeded {
+		err = fmt.Errorf("gave up after --timeout-s: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "%s: %s: %v\n", c.Program, what, err)
+	os.Exit(1)
 }
 
 // Ceilings used with --autotune, the same as ngtcp2's client defaults so that

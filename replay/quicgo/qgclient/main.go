@@ -26,13 +26,11 @@ import (
 )
 
 func main() {
-	fs, options := bulk.Flags("qgclient", true)
-	size := fs.Uint64("size", 0, "bytes each request moves (a GET's response body, a PUT's body)")
-	timeout := fs.Float64("timeout-s", 600, "give up (exit 1) after this many seconds")
+	fs, client := bulk.ClientFlags("qgclient")
 	direction := fs.String("direction", "down", "down: GET, the server sends; up: PUT, the client sends")
 	requests := fs.Int("requests", 1, "requests on the one connection, each of --size bytes")
 	concurrency := fs.Int("concurrency", 1, "requests open at once, each on its own stream")
-	addr := options.Parse(fs, os.Args[1:], "size")
+	addr := client.Parse(fs, os.Args[1:])
 	method, ok := map[string]string{"down": bulk.Get, "up": bulk.Put}[*direction]
 	if !ok {
 		golab.Refuse("--direction takes down or up, not " + strconv.Quote(*direction))
@@ -41,16 +39,9 @@ func main() {
 		golab.Refuse("--requests and --concurrency take a number of at least 1")
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(*timeout*float64(time.Second)))
+	ctx, cancel, conn, handshake := client.Dial(addr)
 	defer cancel()
-	start := time.Now()
-	tlsConf := options.ClientTLS()
-	conn, err := quic.DialAddr(ctx, addr, tlsConf, options.Config())
-	if err != nil {
-		fail(ctx, "dial", err)
-	}
-	handshake := time.Since(start)
-	context.AfterFunc(ctx, func() { conn.CloseWithError(0, "timeout") }) // the timeout bounds the transfers too
+	fail = client.Fail
 
 	// Each request holds a slot from before its stream is opened until its response has ended;
 	// OpenStreamSync waits for the server's stream credit when the slots outnumber it.
@@ -64,7 +55,7 @@ func main() {
 		}
 		go func() {
 			defer func() { <-slots }()
-			done <- request(ctx, stream, method, *size)
+			done <- request(ctx, stream, method, client.Size)
 		}()
 	}
 	exchanges := make([]exchange, 0, *requests)
@@ -98,7 +89,7 @@ type exchange struct {
 // request that does not move all its bytes ends the client.
 func request(ctx context.Context, stream *quic.Stream, method string, size uint64) exchange {
 	e := exchange{sent: time.Now()}
-	if _, err := stream.Write(bulk.Request(method, size)); err != nil {
+	if _, err := stream.Write(bulk.Request(method, size, 0)); err != nil {
 		fail(ctx, "request", err)
 	}
 	if method == bulk.Put {
@@ -149,11 +140,5 @@ func (f *firstByte) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// fail ends the client in one line, naming the timeout when it was the cause.
-func fail(ctx context.Context, what string, err error) {
-	if ctx.Err() == context.DeadlineExceeded {
-		err = fmt.Errorf("gave up after --timeout-s: %w", err)
-	}
-	fmt.Fprintf(os.Stderr, "qgclient: %s: %v\n", what, err)
-	os.Exit(1)
-}
+// fail ends the client in one line (bulk.Client.Fail).
+var fail func(ctx context.Context, what string, err error)

@@ -1,7 +1,9 @@
 // qgserver answers the requests of the replay protocol (bulk.ReadRequest) of any
 // qreplay client (qgserver ip:port --cert=C --key=K [options of bulk.Flags]),
 // each stream on its own: "GET /<size>" with that many bytes, "PUT /<size>" and
-// its body with the number of body bytes read, in decimal. When a connection
+// its body with the number of body bytes read, in decimal, "GET
+// /<size>?bitrate=<bits/s>" (a stream) with that many bytes paced at that
+// bitrate (sendAtBitrate). When a connection
 // ends it prints one JSON line with the sender's view of it (packets sent and
 // declared lost, RTT, congestion window): losses the link did not cause, such
 // as a receiver dropping packets it cannot process in time, show only here.
@@ -18,6 +20,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/quic-go/quic-go"
 	"quictp/replay/quicgo/bulk"
@@ -81,7 +84,7 @@ func serve(conn *quic.Conn) {
 func answer(stream *quic.Stream) {
 	defer stream.Close()
 	request := bufio.NewReaderSize(stream, 1<<16)
-	method, remaining, err := bulk.ReadRequest(request)
+	method, remaining, bitrate, err := bulk.ReadRequest(request)
 	if err != nil {
 		stream.CancelWrite(0)
 		return
@@ -95,6 +98,10 @@ func answer(stream *quic.Stream) {
 		stream.Write([]byte(strconv.FormatInt(received, 10)))
 		return
 	}
+	if bitrate > 0 {
+		sendAtBitrate(stream, remaining, bitrate)
+		return
+	}
 	chunk := make([]byte, 1<<16)
 	for remaining > 0 {
 		n := min(remaining, uint64(len(chunk)))
@@ -102,6 +109,29 @@ func answer(stream *quic.Stream) {
 			return
 		}
 		remaining -= n
+	}
+}
+
+// sendAtBitrate writes size bytes paced at bitrate bits/s by the rule of
+// bulk.PacingTick: every tick, what the bitrate allows since the first byte
+// (to the tick's end), whatever the link would take. A write the connection
+// cannot take yet blocks; the next one catches up on the clock, so what the link
+// cannot carry waits in the sender, as a live source's would.
+func sendAtBitrate(stream *quic.Stream, size, bitrate uint64) {
+	chunk := make([]byte, 1<<16)
+	started, sent := time.Now(), uint64(0)
+	for sent < size {
+		due := min(size, uint64((time.Since(started)+bulk.PacingTick).Seconds()*float64(bitrate)/8))
+		for sent < due {
+			n := min(due-sent, uint64(len(chunk)))
+			if _, err := stream.Write(chunk[:n]); err != nil {
+				return
+			}
+			sent += n
+		}
+		if sent < size { // the FIN goes with the last bytes, not a tick after them
+			time.Sleep(bulk.PacingTick)
+		}
 	}
 }
 

@@ -10,7 +10,9 @@
 //! `PUT /<size>\r\n`, `<size>` bytes and a FIN is answered, once the whole body
 //! is read, with the count of body bytes received in decimal and a FIN (an
 //! upload). A client makes `--requests` of them on one connection, at most
-//! `--concurrency` open at once.
+//! `--concurrency` open at once. `GET /<size>?bitrate=<bits/s>\r\n` asks for a
+//! stream: `<size>` bytes paced at that bitrate (PACING_TICK), which the stream
+//! client reads and reports the arrival times of (print_stream_result).
 
 use std::fs::{File, OpenOptions};
 use std::future::Future;
@@ -41,6 +43,9 @@ pub enum Role {
     /// Make --requests requests of --size bytes on one connection, then print {"bytes", "duration_s", ...}
     /// as one JSON line.
     Client(ClientArgs),
+    /// Ask for one stream of --size bytes paced at --bitrate, then print the client's JSON line with each
+    /// read's arrival (qreplay plays them back).
+    StreamClient(StreamClientArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -74,10 +79,40 @@ pub struct ClientArgs {
     pub options: Options,
 }
 
+#[derive(clap::Args, Debug)]
+pub struct StreamClientArgs {
+    /// The server's UDP address, ip:port.
+    pub connect: SocketAddr,
+    /// Bytes each request moves (a GET's response body, a PUT's body).
+    #[arg(long)]
+    pub size: u64,
+    /// Give up (exit 1) after this many seconds.
+    #[arg(long, default_value_t = 600.0)]
+    pub timeout_s: f64,
+    /// Bits per second a stream is paced at by the server and played at (required).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub bitrate: u64,
+    #[command(flatten)]
+    pub options: Options,
+}
+
+impl StreamClientArgs {
+    /// The stream's request.
+    pub fn request(&self) -> Request {
+        Request { direction: Direction::Down, size: self.size, bitrate: Some(self.bitrate) }
+    }
+}
+
+/// A program whose library's server cannot pace: its stream client refuses in one line (qreplay refuses
+/// the stream workload on it before it asks).
+pub fn no_stream_client(library: &str) -> ! {
+    crate::refuse(&format!("the {library} program plays no stream: its server cannot pace one"))
+}
+
 impl ClientArgs {
     /// The request of this client's workload.
     pub fn request(&self) -> Request {
-        Request { direction: self.direction, size: self.size }
+        Request { direction: self.direction, size: self.size, bitrate: None }
     }
 
     /// The workload's exchanges, in the order they complete: `start` makes one request's future, which is
@@ -228,21 +263,25 @@ pub fn start() -> Cli {
     cli
 }
 
-/// One request of the replay protocol: its direction and the bytes it moves.
+/// One request of the replay protocol: its direction, the bytes it moves, and a stream's bitrate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request {
     pub direction: Direction,
     pub size: u64,
+    /// bits/s a stream (a GET) is paced at; None: as fast as the connection goes
+    pub bitrate: Option<u64>,
 }
 
 impl Request {
-    /// The request line: `GET /<size>\r\n` or `PUT /<size>\r\n` (a PUT's body follows it).
+    /// The request line: `GET /<size>\r\n` or `PUT /<size>\r\n` (a PUT's body follows it), a stream's
+    /// `GET /<size>?bitrate=<bits/s>\r\n`.
     pub fn line(&self) -> Vec<u8> {
         let method = match self.direction {
             Direction::Down => "GET",
             Direction::Up => "PUT",
         };
-        format!("{method} /{}\r\n", self.size).into_bytes()
+        let query = self.bitrate.map_or(String::new(), |bitrate| format!("?bitrate={bitrate}"));
+        format!("{method} /{}{query}\r\n", self.size).into_bytes()
     }
 
     /// The request at the start of a stream and the length of its line, after which a PUT's body begins:
@@ -262,8 +301,65 @@ impl Request {
         } else {
             return Err(format!("not GET or PUT /<size>: {line:?}"));
         };
+        let (size, query) = size.split_once('?').map_or((size, None), |(size, query)| (size, Some(query)));
         let size = size.parse::<u64>().map_err(|_| format!("not a request for /<size>: {line:?}"))?;
-        Ok(Some((Request { direction, size }, newline.map_or(end, |at| at + 1))))
+        let bitrate = match query.map(|query| query.strip_prefix("bitrate=").and_then(|n| n.parse::<u64>().ok())) {
+            None => None,
+            Some(Some(bitrate)) if bitrate > 0 && direction == Direction::Down => Some(bitrate),
+            Some(_) => return Err(format!("a bitrate is a GET's, above 0: {line:?}")),
+        };
+        Ok(Some((Request { direction, size, bitrate }, newline.map_or(end, |at| at + 1))))
+    }
+}
+
+/// How often a stream's server hands over what the bitrate allows since the first byte, whatever the link
+/// would take: aioquic's server's rule (send_at_bitrate in replay/aioquic_endpoints/common.py,
+/// PACING_TICK_S), the one every pacing server of ours follows (paced_due).
+pub const PACING_TICK: Duration = Duration::from_millis(20);
+
+/// The bytes of a stream of `size` at `bitrate` bits/s its server has handed over `elapsed` after its first
+/// byte: what the bitrate allows to the end of the tick.
+pub fn paced_due(elapsed: Duration, size: u64, bitrate: u64) -> u64 {
+    size.min(((elapsed + PACING_TICK).as_secs_f64() * bitrate as f64 / 8.0) as u64)
+}
+
+/// A paced stream's schedule (paced_due), for a server of any runtime: each item is the bytes to hand over
+/// now, and the server sleeps `pause()` before it asks for the next. A write the connection cannot take yet
+/// may wait: the next item catches up on the clock, so what the link cannot carry waits in the sender.
+pub struct Paced {
+    started: Instant,
+    sent: u64,
+    size: u64,
+    bitrate: u64,
+}
+
+impl Paced {
+    /// The schedule of `size` bytes at `bitrate` bits/s, from now.
+    pub fn new(size: u64, bitrate: u64) -> Self {
+        Paced { started: Instant::now(), sent: 0, size, bitrate }
+    }
+
+    /// PACING_TICK until everything was handed over, then none: the FIN goes with the last bytes.
+    pub fn pause(&self) -> Duration {
+        if self.sent < self.size {
+            PACING_TICK
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+impl Iterator for Paced {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        if self.sent >= self.size {
+            return None;
+        }
+        let due = paced_due(self.started.elapsed(), self.size, self.bitrate);
+        let now = due - self.sent;
+        self.sent = due;
+        Some(now)
     }
 }
 
@@ -272,7 +368,8 @@ impl Request {
 pub fn requested_size(received: &[u8], finished: bool, library: &str) -> Result<Option<u64>, String> {
     match Request::parse(received, finished)? {
         None => Ok(None),
-        Some((Request { direction: Direction::Down, size }, _)) => Ok(Some(size)),
+        Some((Request { bitrate: Some(_), .. }, _)) => Err(format!("the {library} server cannot pace a stream")),
+        Some((Request { direction: Direction::Down, size, .. }, _)) => Ok(Some(size)),
         Some((Request { direction: Direction::Up, .. }, _)) => Err(format!("the {library} server takes no PUT")),
     }
 }
@@ -405,6 +502,20 @@ fn client_result(handshake: Duration, exchanges: &[Exchange], counters: &[(&str,
     )
 }
 
+/// The stream client's result: the replay protocol's line of its one exchange with the stream's `bitrate`
+/// and its reads' `arrivals` (time since the request, bytes) added, which qreplay plays back by its one
+/// rule (tparams.workloads.played) rather than a player here.
+pub fn print_stream_result(handshake: Duration, exchange: &Exchange, bitrate: u64, arrivals: &[(Duration, usize)]) {
+    println!("{}", stream_result(handshake, exchange, bitrate, arrivals));
+}
+
+fn stream_result(handshake: Duration, exchange: &Exchange, bitrate: u64, arrivals: &[(Duration, usize)]) -> String {
+    let line = client_result(handshake, std::slice::from_ref(exchange), &[]);
+    let arrivals: Vec<String> =
+        arrivals.iter().map(|(at, bytes)| format!("[{:.6}, {bytes}]", at.as_secs_f64())).collect();
+    format!("{}, \"bitrate\": {bitrate}, \"arrivals\": [{}]}}", line.trim_end_matches('}'), arrivals.join(", "))
+}
+
 /// The sender's statistics of a finished connection, for qreplay's counters: one JSON line of
 /// `sender_<name>` fields (packets sent and lost, RTT, congestion window: whatever the library tells).
 pub fn print_sender_stats(stats: &[(&str, f64)]) {
@@ -424,9 +535,9 @@ mod tests {
 
     #[test]
     fn request_round_trip() {
-        let get = Request { direction: Direction::Down, size: 3_000_000 };
+        let get = Request { direction: Direction::Down, size: 3_000_000, bitrate: None };
         assert_eq!(Request::parse(&get.line(), false), Ok(Some((get, 14))));
-        let put = Request { direction: Direction::Up, size: 12 };
+        let put = Request { direction: Direction::Up, size: 12, bitrate: None };
         let mut stream = put.line();
         stream.extend_from_slice(b"body");
         assert_eq!(Request::parse(&stream, false), Ok(Some((put, 9))));
@@ -437,6 +548,20 @@ mod tests {
         assert!(Request::parse(b"GET /index.html\r\n", false).is_err());
         assert!(Request::parse(b"POST /12\r\n", false).is_err());
         assert!(Request::parse(&[b'x'; 100], false).is_err());
+        let stream = Request { direction: Direction::Down, size: 500, bitrate: Some(2_000_000) };
+        assert_eq!(stream.line(), b"GET /500?bitrate=2000000\r\n");
+        assert_eq!(Request::parse(&stream.line(), false), Ok(Some((stream, 26))));
+        for bad in [&b"GET /5?bitrate=0\n"[..], b"PUT /5?bitrate=8\n", b"GET /5?rate=8\n", b"GET /5?bitrate=x\n"] {
+            assert!(Request::parse(bad, false).is_err(), "{bad:?}");
+        }
+        assert!(requested_size(&stream.line(), false, "x").is_err());
+        assert_eq!(paced_due(Duration::ZERO, 1_000_000, 8_000), 20); // a tick ahead of the clock
+        assert_eq!(paced_due(Duration::from_secs(1), 1_000_000, 8_000), 1020);
+        assert_eq!(paced_due(Duration::from_secs(1), 500, 8_000), 500);
+        let mut paced = Paced::new(30, 8_000); // 20 bytes due at once, the rest a tick later
+        assert_eq!((paced.next(), paced.pause()), (Some(20), PACING_TICK));
+        std::thread::sleep(PACING_TICK);
+        assert_eq!((paced.next(), paced.pause(), paced.next()), (Some(10), Duration::ZERO, None));
         assert_eq!(uploaded(&upload_answer(123)), Ok(123));
         assert!(uploaded(b"12x").is_err());
         assert_eq!(pieces(10, 4).collect::<Vec<_>>(), [4, 4, 2]);
@@ -445,18 +570,18 @@ mod tests {
 
     #[test]
     fn responses() {
-        let down = Request { direction: Direction::Down, size: 5 };
+        let down = Request { direction: Direction::Down, size: 5, bitrate: None };
         let mut response = Response::new(down, Instant::now());
         response.take(b"abc").unwrap();
         response.take(b"de").unwrap();
         assert_eq!(response.finished().map(|exchange| exchange.bytes), Ok(5));
         let short = Response::new(down, Instant::now());
         assert!(short.finished().is_err());
-        let mut up = Response::new(Request { direction: Direction::Up, size: 1000 }, Instant::now());
+        let mut up = Response::new(Request { direction: Direction::Up, size: 1000, bitrate: None }, Instant::now());
         up.take(b"10").unwrap();
         up.take(b"00").unwrap();
         assert_eq!(up.finished().map(|exchange| exchange.bytes), Ok(1000));
-        let mut long = Response::new(Request { direction: Direction::Up, size: 1 }, Instant::now());
+        let mut long = Response::new(Request { direction: Direction::Up, size: 1, bitrate: None }, Instant::now());
         assert!(long.take(&[b'1'; 40]).is_err());
     }
 
@@ -475,5 +600,8 @@ mod tests {
              \"ttfb_s\": 0.002000, \"latencies_s\": [0.003000, 0.006000]}"
         );
         assert!(client_result(Duration::ZERO, &exchanges, &[("acks_sent", 7)]).ends_with("], \"acks_sent\": 7}"));
+        let arrivals = [(Duration::from_millis(2), 4), (Duration::from_millis(6), 6)];
+        assert!(stream_result(Duration::ZERO, &exchanges[1], 8000, &arrivals)
+            .ends_with("[0.006000], \"bitrate\": 8000, \"arrivals\": [[0.002000, 4], [0.006000, 6]]}"));
     }
 }

@@ -35,6 +35,7 @@ fn main() {
     match replay::start().role {
         Role::Server(args) => server::run(args),
         Role::Client(args) => client::run(args),
+        Role::StreamClient(args) => client::run_stream(args),
     }
 }
 

@@ -1,4 +1,5 @@
-//! The server: any number of connections at once, each answering `GET /<size>` on any bidi stream.
+//! The server: any number of connections at once, each answering `GET /<size>` on any bidi stream, and
+//! `GET /<size>?bitrate=<bits/s>` paced (replay::Paced).
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -10,7 +11,7 @@ use crate::h3;
 
 use lab_server_common::page::H3_ALPN;
 use lab_server_common::refuse;
-use lab_server_common::replay::{self, ServerArgs, MAX_REQUEST};
+use lab_server_common::replay::{self, Direction, Paced, Request, ServerArgs, MAX_REQUEST};
 
 struct Client {
     connection: quiche::Connection,
@@ -25,9 +26,17 @@ struct Client {
 
 enum Transfer {
     Request(Vec<u8>),
-    Body(u64),
+    /// The body bytes still to send, and a stream's pace.
+    Body(u64, Option<Pace>),
     /// Kept, so that a FIN arriving after the request line is not taken for a new, empty request.
     Sent,
+}
+
+/// A paced stream's schedule, the bytes it has let go that quiche has not taken yet, and when it lets more go.
+struct Pace {
+    schedule: Paced,
+    allowed: u64,
+    next: Instant,
 }
 
 /// The listening socket and the connections made on it.
@@ -62,7 +71,8 @@ pub fn run(args: ServerArgs) {
     let (mut buf, mut out) = (vec![0u8; 65535], vec![0u8; 65535]);
     loop {
         let clients = server.clients.values();
-        let next_timer = clients.flat_map(|c| [c.connection.timeout_instant(), c.release]).flatten().min();
+        let next_timer =
+            clients.flat_map(|c| [c.connection.timeout_instant(), c.release, c.next_tick()]).flatten().min();
         super::wait(&server.socket, libc::POLLIN, next_timer);
         loop {
             let (len, from) = match server.socket.recv_from(&mut buf) {
@@ -136,9 +146,20 @@ impl Client {
                 let transfer = self.streams.entry(stream_id).or_insert_with(|| Transfer::Request(Vec::new()));
                 let Transfer::Request(received) = transfer else { continue };
                 received.extend_from_slice(&request[..len]);
-                match replay::requested_size(received, fin, "quiche") {
-                    Ok(Some(size)) => *transfer = Transfer::Body(size),
+                match Request::parse(received, fin) {
+                    Ok(Some((Request { direction: Direction::Down, size, bitrate }, _))) => {
+                        let pace = bitrate.map(|bitrate| Pace {
+                            schedule: Paced::new(size, bitrate),
+                            allowed: 0,
+                            next: Instant::now(),
+                        });
+                        *transfer = Transfer::Body(size, pace);
+                    }
                     Ok(None) => {}
+                    Ok(Some(_)) => {
+                        let _ = connection.close(true, 0x1, b"the quiche server takes no PUT");
+                        return;
+                    }
                     Err(reason) => {
                         let _ = connection.close(true, 0x1, reason.as_bytes());
                         return;
@@ -146,14 +167,27 @@ impl Client {
                 }
             }
         }
+        let now = Instant::now();
         for (&stream_id, transfer) in self.streams.iter_mut() {
-            let Transfer::Body(left) = transfer else { continue };
-            loop {
-                let chunk = body.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+            let Transfer::Body(left, pace) = transfer else { continue };
+            // a stream sends what its schedule has let go; a download, all of it
+            let mut can = *left;
+            if let Some(pace) = pace {
+                if pace.next <= now {
+                    pace.allowed += pace.schedule.next().unwrap_or(0);
+                    pace.next = now + pace.schedule.pause();
+                }
+                can = pace.allowed;
+            }
+            while can > 0 {
+                let chunk = body.len().min(usize::try_from(can).unwrap_or(usize::MAX));
                 let Ok(written) = connection.stream_send(stream_id, &body[..chunk], chunk as u64 == *left) else {
                     break;
                 };
-                *left -= written as u64;
+                (*left, can) = (*left - written as u64, can - written as u64);
+                if let Some(pace) = pace {
+                    pace.allowed -= written as u64;
+                }
                 if *left == 0 {
                     *transfer = Transfer::Sent;
                     break;
@@ -163,6 +197,15 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// When a paced stream lets more bytes go, while one has more to let go.
+    fn next_tick(&self) -> Option<Instant> {
+        let paces = self.streams.values().filter_map(|transfer| match transfer {
+            Transfer::Body(_, Some(pace)) if pace.schedule.pause() > std::time::Duration::ZERO => Some(pace.next),
+            _ => None,
+        });
+        paces.min()
     }
 
     /// The sender's statistics, once the connection is closing: the lab stops the server right

@@ -16,5 +16,6 @@ fn main() {
     match cli.role {
         Role::Server(args) => runtime.block_on(server::run(args)),
         Role::Client(args) => runtime.block_on(client::run(args)),
+        Role::StreamClient(args) => runtime.block_on(client::run_stream(args)),
     }
 }

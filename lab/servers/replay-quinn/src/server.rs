@@ -1,4 +1,5 @@
-//! Serves `GET /<size>` and `PUT /<size>` on every bidirectional stream of any number of concurrent connections.
+//! Serves `GET /<size>`, `GET /<size>?bitrate=<bits/s>` (paced: replay::Paced) and `PUT /<size>` on every
+//! bidirectional stream of any number of concurrent connections.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -7,7 +8,7 @@ use bytes::Bytes;
 use lab_server_common::page::H3_ALPN;
 use lab_server_common::refuse;
 use lab_server_common::replay::{
-    body_chunk, pieces, print_sender_stats, upload_answer, Direction, Request, ServerArgs, ALPN, MAX_REQUEST,
+    body_chunk, pieces, print_sender_stats, upload_answer, Direction, Paced, Request, ServerArgs, ALPN, MAX_REQUEST,
 };
 use quinn::crypto::rustls::{HandshakeData, QuicServerConfig};
 use quinn::{Connecting, Connection, ConnectionError, QlogStream, RecvStream, SendStream, VarInt};
@@ -99,6 +100,11 @@ async fn answer(mut send: SendStream, mut recv: RecvStream, body: Bytes) {
         }
     };
     match request.direction {
+        Direction::Down if request.bitrate.is_some() => {
+            if send_at_bitrate(&mut send, &body, request.size, request.bitrate.unwrap_or_default()).await.is_err() {
+                return;
+            }
+        }
         Direction::Down => {
             for length in pieces(request.size, body.len()) {
                 if send.write_chunk(body.slice(..length)).await.is_err() {
@@ -122,6 +128,23 @@ async fn answer(mut send: SendStream, mut recv: RecvStream, body: Bytes) {
         }
     }
     let _ = send.finish();
+}
+
+/// A stream's bytes paced at `bitrate` bits/s (replay::Paced).
+async fn send_at_bitrate(
+    send: &mut SendStream,
+    body: &Bytes,
+    size: u64,
+    bitrate: u64,
+) -> Result<(), quinn::WriteError> {
+    let mut paced = Paced::new(size, bitrate);
+    while let Some(due) = paced.next() {
+        for length in pieces(due, body.len()) {
+            send.write_chunk(body.slice(..length)).await?;
+        }
+        tokio::time::sleep(paced.pause()).await;
+    }
+    Ok(())
 }
 
 fn print_stats(connection: &Connection) {

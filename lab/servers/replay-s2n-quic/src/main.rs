@@ -1,5 +1,5 @@
 //! qreplay's s2n-quic client and server (lab_server_common::replay): the replay protocol (downloads, uploads,
-//! many requests on one connection) on s2n-quic 1.91 with its default TLS (s2n-tls). Transport parameters go through `Limits`; s2n-quic sends neither
+//! many requests on one connection, a paced stream) on s2n-quic 1.91 with its default TLS (s2n-tls). Transport parameters go through `Limits`; s2n-quic sends neither
 //! max_udp_payload_size nor a chosen ack_delay_exponent or active_connection_id_limit, has no window
 //! auto-tuning and no qlog, so those options are refused.
 
@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use lab_server_common::refuse;
 use lab_server_common::replay::{
-    self, ClientArgs, CongestionControl, Direction, Exchange, Options, Request, Response, Role, ServerArgs, ALPN,
+    self, ClientArgs, CongestionControl, Direction, Exchange, Options, Paced, Request, Response, Role, ServerArgs,
+    StreamClientArgs, ALPN,
 };
 use s2n_quic::client::Connect;
 use s2n_quic::connection::Handle;
@@ -35,6 +36,7 @@ fn main() {
     let options = match &cli.role {
         Role::Server(args) => &args.options,
         Role::Client(args) => &args.options,
+        Role::StreamClient(args) => &args.options,
     };
     refuse_what_s2n_quic_cannot_do(options);
     if let Some(path) = &options.keylog {
@@ -50,6 +52,12 @@ fn main() {
         (Role::Server(args), CongestionControl::Bbr) => runtime.block_on(server(args, limits, Bbr::default())),
         (Role::Client(args), CongestionControl::Cubic) => runtime.block_on(client(args, limits, Cubic::default())),
         (Role::Client(args), CongestionControl::Bbr) => runtime.block_on(client(args, limits, Bbr::default())),
+        (Role::StreamClient(args), CongestionControl::Cubic) => {
+            runtime.block_on(stream_client(args, limits, Cubic::default()))
+        }
+        (Role::StreamClient(args), CongestionControl::Bbr) => {
+            runtime.block_on(stream_client(args, limits, Bbr::default()))
+        }
     }
 }
 
@@ -171,8 +179,8 @@ async fn server<C: congestion_controller::Provider>(args: ServerArgs, limits: Li
     }
 }
 
-/// Reads a request and answers it: `GET /<size>` with <size> bytes, `PUT /<size>` with the count of the body
-/// bytes that came, each then a FIN.
+/// Reads a request and answers it: `GET /<size>` with <size> bytes (`?bitrate=<bits/s>`: paced, replay::Paced),
+/// `PUT /<size>` with the count of the body bytes that came, each then a FIN.
 async fn answer(mut stream: BidirectionalStream, body: Bytes) -> Result<()> {
     let mut received = Vec::new();
     let ((request, line), mut finished) = loop {
@@ -186,8 +194,13 @@ async fn answer(mut stream: BidirectionalStream, body: Bytes) -> Result<()> {
     };
     match request.direction {
         Direction::Down => {
-            for length in replay::pieces(request.size, body.len()) {
-                stream.send(body.slice(..length)).await?;
+            // a stream's bytes as its schedule hands them over; a download's all at once
+            let mut paced = Paced::new(request.size, request.bitrate.unwrap_or(u64::MAX));
+            while let Some(due) = paced.next() {
+                for length in replay::pieces(due, body.len()) {
+                    stream.send(body.slice(..length)).await?;
+                }
+                tokio::time::sleep(paced.pause()).await;
             }
         }
         Direction::Up => {
@@ -207,11 +220,20 @@ async fn answer(mut stream: BidirectionalStream, body: Bytes) -> Result<()> {
 }
 
 async fn client<C: congestion_controller::Provider>(args: ClientArgs, limits: Limits, cc: C) {
-    let timeout = Duration::from_secs_f64(args.timeout_s);
-    match tokio::time::timeout(timeout, connect_and_request(&args, limits, cc)).await {
+    let what = format!("{} requests", args.requests);
+    within(args.timeout_s, &what, connect_and_request(&args, limits, cc)).await;
+}
+
+async fn stream_client<C: congestion_controller::Provider>(args: StreamClientArgs, limits: Limits, cc: C) {
+    within(args.timeout_s, "the stream", connect_and_stream(&args, limits, cc)).await;
+}
+
+/// The client's work, ended in one line if it fails or is not done within `timeout_s`.
+async fn within(timeout_s: f64, what: &str, work: impl std::future::Future<Output = Result<()>>) {
+    match tokio::time::timeout(Duration::from_secs_f64(timeout_s), work).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => replay::fail(&e.to_string()),
-        Err(_) => replay::fail(&format!("{} requests not complete within {} s", args.requests, args.timeout_s)),
+        Err(_) => replay::fail(&format!("{what} not complete within {timeout_s} s")),
     }
 }
 
@@ -221,37 +243,72 @@ async fn connect_and_request<C: congestion_controller::Provider>(
     limits: Limits,
     cc: C,
 ) -> Result<()> {
+    let (client, connection, handshake) = connect(args.connect, &args.options, limits, cc).await?;
+    let body = Bytes::from(replay::body_chunk().repeat(SEND_CHUNK / replay::body_chunk().len()));
+    let exchanges = args
+        .exchanges(|| async { exchange(connection.handle(), args.request(), body.clone()).await.map(|(e, _)| e) })
+        .await?;
+    replay::print_client_result(handshake, &exchanges, &[]);
+    close(client, connection).await;
+    Ok(())
+}
+
+/// One GET paced by the server, read to its end, each read's arrival noted for qreplay to play back.
+async fn connect_and_stream<C: congestion_controller::Provider>(
+    args: &StreamClientArgs,
+    limits: Limits,
+    cc: C,
+) -> Result<()> {
+    let (client, connection, handshake) = connect(args.connect, &args.options, limits, cc).await?;
+    let (exchange, arrivals) = exchange(connection.handle(), args.request(), Bytes::new()).await?;
+    replay::print_stream_result(handshake, &exchange, args.bitrate, &arrivals);
+    close(client, connection).await;
+    Ok(())
+}
+
+/// The client's endpoint and its connection to `server`, with the handshake's time.
+async fn connect<C: congestion_controller::Provider>(
+    server: std::net::SocketAddr,
+    options: &Options,
+    limits: Limits,
+    cc: C,
+) -> Result<(s2n_quic::Client, s2n_quic::Connection, Duration)> {
     let mut tls = tls::Client::builder().with_application_protocols([ALPN])?;
     // SAFETY: the lab's servers have throw-away self-signed certificates; nothing here is secret.
     unsafe {
         tls.config_mut().disable_x509_verification()?;
     }
-    if args.options.keylog.is_some() {
+    if options.keylog.is_some() {
         tls = tls.with_key_logging()?;
     }
-    let local: std::net::SocketAddr = if args.connect.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse()?;
-    let mut client = s2n_quic::Client::builder()
+    let local: std::net::SocketAddr = if server.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse()?;
+    let client = s2n_quic::Client::builder()
         .with_tls(tls.build()?)?
         .with_limits(limits)?
         .with_congestion_controller(cc)?
-        .with_io(io(local, &args.options)?)?
+        .with_io(io(local, options)?)?
         .start()?;
 
     let started = Instant::now();
-    let connection = client.connect(Connect::new(args.connect).with_server_name(SERVER_NAME)).await?;
-    let handshake = started.elapsed();
-    let body = Bytes::from(replay::body_chunk().repeat(SEND_CHUNK / replay::body_chunk().len()));
-    let exchanges = args.exchanges(|| exchange(connection.handle(), args.request(), body.clone())).await?;
-    replay::print_client_result(handshake, &exchanges, &[]);
+    let connection = client.connect(Connect::new(server).with_server_name(SERVER_NAME)).await?;
+    Ok((client, connection, started.elapsed()))
+}
+
+/// Closes the connection and lingers so that its CONNECTION_CLOSE reaches the server.
+async fn close(mut client: s2n_quic::Client, connection: s2n_quic::Connection) {
     connection.close(0u8.into());
     drop(connection);
     let _ = tokio::time::timeout(CLOSE_GRACE, client.wait_idle()).await;
-    Ok(())
 }
 
 /// One request on a stream of its own, timed from before the stream opens, so that a wait for the
-/// server's stream credit (initial_max_streams_bidi) counts in its latency.
-async fn exchange(mut connection: Handle, request: Request, body: Bytes) -> std::result::Result<Exchange, String> {
+/// server's stream credit (initial_max_streams_bidi) counts in its latency; a stream's (a bitrate's) reads'
+/// arrivals beside it (time since the request, bytes), none for the rest.
+async fn exchange(
+    mut connection: Handle,
+    request: Request,
+    body: Bytes,
+) -> std::result::Result<(Exchange, Vec<(Duration, usize)>), String> {
     let sent = Instant::now();
     let mut stream = connection.open_bidirectional_stream().await.map_err(|e| format!("open stream: {e}"))?;
     stream.send(Bytes::from(request.line())).await.map_err(|e| format!("send request: {e}"))?;
@@ -262,18 +319,22 @@ async fn exchange(mut connection: Handle, request: Request, body: Bytes) -> std:
     }
     stream.finish().map_err(|e| format!("send request: {e}"))?;
     let mut response = Response::new(request, sent);
-    let mut chunks = vec![Bytes::new(); 64];
+    let (mut chunks, mut arrivals) = (vec![Bytes::new(); 64], Vec::new());
     loop {
         let (count, open) = stream
             .receive_vectored(&mut chunks)
             .await
             .map_err(|e| format!("after {} bytes received: {e}", response.received()))?;
+        let before = response.received();
         // Taken, not just looked at: s2n-quic receives only into empty placeholders.
         for chunk in &mut chunks[..count] {
             response.take(&std::mem::take(chunk))?;
         }
+        if request.bitrate.is_some() && response.received() > before {
+            arrivals.push((sent.elapsed(), (response.received() - before) as usize));
+        }
         if !open {
-            return response.finished();
+            return Ok((response.finished()?, arrivals));
         }
     }
 }
