@@ -5,7 +5,8 @@ goodput than the C and Go stacks; it is here for parameter coverage, not for spe
 Its server speaks HTTP/3 beside hq-interop (aioquic's own h3 layer, chosen by the client's ALPN), so a
 browser loads its page, downloads and uploads through aioquic configured with any set. Its server paces a
 stream at the bitrate asked (tparams.workloads' stream), over hq-interop and h3, and its stream client plays
-one back."""
+one back. qlog: aioquic's own QuicFileLogger, one JSON file a connection (its recovery metrics carry cwnd and
+bytes_in_flight), written when the connection ends or the program does (common.QlogFiles)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class Aioquic(ReplayProgram):
     replay_protocol = frozenset({"down", "up", "many", "paced"})
     settable = {"client": frozenset(PERFORMANCE_PARAMETERS), "server": frozenset(PERFORMANCE_PARAMETERS)}
     cc_names = frozenset({"cubic"})  # (and Reno, aioquic's default, which qreplay does not offer)
+    writes_qlog = True
     serves_page = True  # over h3: the files of workdir/htdocs (QREPLAY_HTDOCS)
     page_protocol = frozenset({"down", "up", "many", "paced"})
 
