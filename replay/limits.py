@@ -44,6 +44,10 @@ the point that opens it, by the first rule that holds:
    time was the congestion window's. Most ACKs are read 0.1-0.2 ms after they arrive (quic-go's median, the
    same runs): where the sender was at its window that is charged so too, 1-4% of quic-go's transfer; without
    busy loops (15:38, load 4-5) 0.2-2.2% of quiche's and quic-go's, the sum within 1.7 points in 6 runs.
+   The window it had before them is the one from before the earliest ACK still unread (it has read every one
+   before that), not the one from when it fell behind: a sender that never catches up (aioquic at 30 ms,
+   2026-11-29) grew its window from 209 to 375 kB meanwhile, and held against 209 kB 78% of its transfer was
+   charged here where its qlog was at its window 44% of it.
 5. ``sender_cpu``: a core near saturation at the sender over the run (the server's CPU seconds over the
    client's lifetime at least CPU_SATURATED); then ``receiver_cpu_socket``: the client's likewise. (Run-level:
    the counters say how busy an end was, not when.) Also an end's CPU,

@@ -1015,6 +1015,15 @@ def no_packets_note(decoded: Decoded, keylog: Path) -> str:
             + "; the key log holds " + (", ".join(f"{n} {label}" for label, n in labels.items()) or "no secret"))
 
 
+def own_qlog_share(qlog_dir: Path | None, points: list[Mapping], mss: int, omits: str | None) -> float | None:
+    """The run's sender's own share at its window over its breakdown's span (qlog_window_share of its qlog, the
+    span's ends from its trace ``points``, with what its stack's qlog leaves out added back, ``omits``: the
+    stack's qlog_in_flight_omits), for holding the breakdown's against (limits.against_own_qlog)."""
+    from replay.limits import span_packets
+
+    return qlog_window_share(sender_qlog(qlog_dir), mss, span_packets(points), omits)
+
+
 def sender_qlog(qlog_dir: Path | None) -> list[str]:
     """The lines of the server's qlog of the run (its largest file: the download's connection), or []."""
     files = sorted((f for f in Path(qlog_dir, "server").rglob("*") if f.is_file()), key=lambda f: f.stat().st_size) \
