@@ -46,6 +46,10 @@ the point that opens it, by the first rule that holds:
    time was the congestion window's. Most ACKs are read 0.1-0.2 ms after they arrive (quic-go's median, the
    same runs): where the sender was at its window that is charged so too, 1-4% of quic-go's transfer; without
    busy loops (15:38, load 4-5) 0.2-2.2% of quiche's and quic-go's, the sum within 1.7 points in 6 runs.
+   The window it had before them is the one from before the earliest ACK still unread (it has read every one
+   before that), not the one from when it fell behind: a sender that never catches up (aioquic at 30 ms,
+   2026-11-29) grew its window from 209 to 375 kB meanwhile, and held against 209 kB 78% of its transfer was
+   charged here where its qlog was at its window 44% of it.
 5. ``sender_cpu``: a core near saturation at the sender over the run (the server's CPU seconds over the
    client's lifetime at least CPU_SATURATED); then ``receiver_cpu_socket``: the client's likewise. (Run-level:
    the counters say how busy an end was, not when.) Also an end's CPU,
@@ -153,8 +157,7 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     """The run's transfer time split by limit (the module's rules); None when the trace holds no
     download-stream byte after t = 0."""
     sending = "up" if facts.upload else "down"  # the data's direction
-    points = sorted((p for p in points if p["t_s"] >= 0), key=lambda p: p["t_s"])
-    data = [p for p in points if p["direction"] == sending and (p.get("stream_bytes_all") or p.get("stream_bytes"))]
+    points, data = _transfer(points, sending)
     if not data:
         return None
     end = data[-1]["t_s"]
@@ -176,8 +179,9 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     sent_before, recovery_point, rtt_ms = 0, None, None
     peak, cut = 0, None  # the sender's largest window since the last loss began; the one a loss cut
     at_window = 0.0  # time with in flight within one MSS of the qlog's window, whatever rule charged it
-    unread: list[tuple[float, int]] = []  # (read_s, the bytes it took out of flight) of ACKs the sender has not read
-    unread_window, flight_before, window_before, ack_unread = None, 0, None, 0.0
+    # (read_s, the bytes it took out of flight, the window before it) of ACKs the sender has not read
+    unread: list[tuple[float, int, int | None]] = []
+    flight_before, window_before, ack_unread = 0, None, 0.0
     # when the sender read the request (its qlog's, as for an ACK): before that, nothing to send was its CPU's
     request_read = points[0].get("read_s") if points[0]["direction"] != sending else None
     request_unread = 0.0
@@ -185,9 +189,7 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
         span = after["t_s"] - point["t_s"]
         unread = [u for u in unread if u[0] > point["t_s"]]
         if point["direction"] != sending and (point.get("read_s") or 0) > point["t_s"]:
-            if not unread:
-                unread_window = window_before
-            unread.append((point["read_s"], max(0, flight_before - (point.get("in_flight") or 0))))
+            unread.append((point["read_s"], max(0, flight_before - (point.get("in_flight") or 0)), window_before))
         flight_before, window_before = point.get("in_flight") or 0, point.get("cwnd")
         if point["direction"] == sending:
             if point.get("stream_data_blocked") is not None:
@@ -227,7 +229,7 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
         else:
             inflated = not facts.rate_bps and rtt_ms is not None and min_rtt_ms and rtt_ms >= RTT_INFLATED * min_rtt_ms
             limit = _sender_limit(point, mss, bdp, sender_share, receiver_share, inflated)
-            late = 0.0 if limit == "link" else _not_yet_read(point, unread, unread_window, mss, after["t_s"])
+            late = 0.0 if limit == "link" else _not_yet_read(point, unread, mss, after["t_s"])
             seconds["sender_cpu"] += late
             ack_unread += late
             span -= late
@@ -260,6 +262,24 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
              # this)
              "request_unread_share": request_unread / total}
     return Breakdown(fractions, max(LIMITS, key=fractions.get), end, basis)
+
+
+def _transfer(points: Iterable[Mapping], sending: str = "down") -> tuple[list[Mapping], list[Mapping]]:
+    """The points from the request's arrival (t = 0) in time order, and those of them carrying stream bytes in
+    the data's direction (``sending``: "down" for a download, "up" for an upload)."""
+    points = sorted((p for p in points if p["t_s"] >= 0), key=lambda p: p["t_s"])
+    return points, [p for p in points
+                    if p["direction"] == sending and (p.get("stream_bytes_all") or p.get("stream_bytes"))]
+
+
+def span_packets(points: Iterable[Mapping]) -> tuple[int | None, int | None] | None:
+    """The breakdown's span as 1-RTT packet numbers: (the request received, the last packet sent with stream
+    bytes); None where the points hold no transfer. They mark the same span in a qlog that names no frames
+    (quinn's: trace.qlog_window_share's ``ends``)."""
+    points, data = _transfer(points)
+    if not data:
+        return None
+    return points[0].get("packet_number") if points[0]["direction"] == "up" else None, data[-1].get("packet_number")
 
 
 def against_own_qlog(basis: Mapping, qlog_share: float) -> tuple[float, float]:
@@ -307,18 +327,22 @@ def _window(point: Mapping, mss: int, blocked: dict[str, int]) -> str | None:
     return f"receive_window_{min(room, key=lambda w: (room[w], w != 'stream'))}"
 
 
-def _not_yet_read(point: Mapping, unread: list[tuple[float, int]], window: int | None, mss: int,
-                  until: float) -> float:
+def _not_yet_read(point: Mapping, unread: list[tuple[float, int, int | None]], mss: int, until: float) -> float:
     """How long from ``point`` (until ``until`` at most) the sender, at room in its window by the capture, had
     not yet read the ACKs that made the room (rule 4): counting the bytes of those it had not read as in flight,
-    it is at ``window``, the one it had before them, until it has read enough of them. 0 where that is not so."""
-    if point.get("cwnd") is None or window is None or not unread or \
+    it is at the window it had before them (before the earliest still unread: it has read every ACK that came
+    before that one, however long it has been behind), until it has read enough of them. 0 where that is not
+    so. The earliest's, not the window when the backlog began: a sender that never catches up (aioquic at 30
+    ms, 2026-11-29) had its window grow from 209 to 375 kB while ACKs stayed unread, and held against 209 kB
+    the breakdown charged 78% of a transfer to unread ACKs where its own qlog was at its window 44%."""
+    window = unread[0][2] if unread else None
+    if point.get("cwnd") is None or window is None or \
             (point.get("in_flight") or 0) >= point["cwnd"] - mss:
         return 0.0
-    seen = (point.get("in_flight") or 0) + sum(taken for _, taken in unread)
+    seen = (point.get("in_flight") or 0) + sum(taken for _, taken, _ in unread)
     if seen < window - mss:
         return 0.0  # room by its own count too: not the reading that held it
-    for read, taken in sorted(unread):
+    for read, taken, _ in sorted(unread):
         seen -= taken
         if seen < window - mss:
             break

@@ -338,7 +338,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             # The sender's qlog, where its stack writes one, gives the trace its congestion window.
             options = dataclasses.replace(options, keylog=workdir / "keylog",
                                           qlog_dir=options.qlog_dir or (workdir / "qlog" if server_stack.writes_qlog
-                                                                        else None))
+                                                                        and server_stack.qlog_when_traced else None))
         server_params = condition.server.params if condition.server else None
         server_argv, server_applied = server_stack.server_command(server_params, options, path.server_ip, port,
                                                                   workdir)

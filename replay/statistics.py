@@ -283,6 +283,11 @@ def traced_breakdowns(con: duckdb.DuckDBPyConnection, where: str = "true"):
 
     runs = con.sql(f"SELECT r.* FROM runs r SEMI JOIN traces t USING (run_id) WHERE {where} ORDER BY started_at").pl()
     for run in runs.iter_rows(named=True):
-        points = con.execute("SELECT * FROM trace_points WHERE run_id = ? ORDER BY seq", [run["run_id"]])
-        columns = [d[0] for d in points.description]
-        yield run, breakdown([dict(zip(columns, p)) for p in points.fetchall()], RunFacts.from_run(run))
+        yield run, breakdown(trace_points(con, run["run_id"]), RunFacts.from_run(run))
+
+
+def trace_points(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+    """A traced run's stored points (trace_points rows), in order."""
+    points = con.execute("SELECT * FROM trace_points WHERE run_id = ? ORDER BY seq", [run_id])
+    columns = [d[0] for d in points.description]
+    return [dict(zip(columns, p)) for p in points.fetchall()]

@@ -52,6 +52,7 @@ RESPONSE_FRAMING = 1_000
 #: RFC 9002 kPacketThreshold: a packet this many numbers below an acknowledged one counts as lost
 PACKET_THRESHOLD = 3
 DEFAULT_ACK_DELAY_EXPONENT = 3  # RFC 9000 18.2
+MIN_DATAGRAM = 1200  # RFC 9000 14: the smallest datagram a path must carry, so the smallest MTU probe
 
 
 @dataclass(frozen=True)
@@ -689,17 +690,23 @@ def page_flights(packets: list[Packet], delay_ms: float, object_bytes: int) -> d
 
 
 def _qlog_records(lines: Iterable[str]) -> Iterator[tuple[str, dict, float]]:
-    """(name, data, time) of each event of a qlog (JSON-SEQ, any of the stacks' drafts)."""
+    """(name, data, time) of each event of a qlog (JSON-SEQ, any of the stacks' drafts; or one JSON document
+    of traces, aioquic's, whose recovery metrics name the congestion window ``cwnd``)."""
     for line in lines:
         line = line.strip().lstrip("\x1e")
         if not line.startswith("{"):
             continue
         try:
-            event = json.loads(line)
+            record = json.loads(line)
         except ValueError:
             continue  # a line cut short by the process's end
-        if event.get("time") is not None:
-            yield event.get("name", ""), event.get("data") or {}, float(event["time"])
+        for event in [e for trace in record["traces"] for e in trace.get("events", ())] \
+                if isinstance(record.get("traces"), list) else [record]:
+            if event.get("time") is not None:
+                data = event.get("data") or {}
+                if "cwnd" in data and "congestion_window" not in data:
+                    data = {**data, "congestion_window": data["cwnd"]}
+                yield event.get("name", ""), data, float(event["time"])
 
 
 def _one_rtt(data: dict) -> bool:
@@ -755,7 +762,14 @@ def qlog_events(lines: Iterable[str]) -> tuple[dict[int, float], list[tuple[floa
     return sent, windows, handled, reads
 
 
-def qlog_window_share(lines: Iterable[str], mss: int) -> float | None:
+def _packet_length(data: dict) -> int:
+    """A qlog packet event's packet length: its raw length (tquic's, aioquic's), else its header's (quinn's)."""
+    raw = data.get("raw") if isinstance(data.get("raw"), dict) else {}
+    return raw.get("length") or (data.get("header") or {}).get("length") or 0
+
+
+def qlog_window_share(lines: Iterable[str], mss: int, ends: tuple[int, int] | None = None,
+                      omits: str | None = None) -> float | None:
     """The stack's own account of its congestion window, for holding a breakdown against: the share of its
     transfer (the request's arrival, its first 1-RTT packet received with a frame of a client-initiated
     bidirectional stream, to its last 1-RTT packet sent carrying stream bytes: the breakdown's span) during
@@ -764,14 +778,32 @@ def qlog_window_share(lines: Iterable[str], mss: int) -> float | None:
     and QPACK streams go out at the handshake (ngtcp2's at its qlog's time 0, 0.5-RTT data), one round trip
     before the request, which held ngtcp2's share 2-5 points lower (of the 2-21 it lay below the capture's);
     and over all its 1-RTT packets its last (ACKs) come after the body, which held quic-go's 8-12 points lower
-    (both 2026-11-28)."""
+    (both 2026-11-28). A qlog that names no frames (quinn-proto 0.11's: a packet's number and type only)
+    marks the span by ``ends``, the 1-RTT packet numbers of the request received and of the last packet sent
+    with stream bytes (limits.span_packets: the breakdown's span's ends on the capture).
+
+    ``omits`` (the stack's ``qlog_in_flight_omits``) adds to the bytes in flight what its updates leave out:
+    "probe", an MTU probe it sent, until its next update (a 1-RTT packet of at least MIN_DATAGRAM bytes logged
+    sent after the last update: a probe is larger than the path's MTU, what else goes unreported, ACKs, far
+    smaller); "sent", the packet an update is logged right after (in flight, by its frames: any but ACK),
+    until the next update."""
     requested = None
     sent_times: list[float] = []
+    by_number: dict[tuple[str, int], float] = {}  # (sent or received, 1-RTT packet number): when first logged
     updates: list[tuple[float, int, int]] = []  # (time, window, in flight), each as last reported
     window = in_flight = None
+    unlogged = 0  # bytes in flight the last update left out
+    just_sent = 0  # the bytes of the in-flight 1-RTT packet the last event logged sent, else 0
     for name, data, when in _qlog_records(lines):
         streams = [f.get("stream_id") for f in data.get("frames") or () if f.get("frame_type") == "stream"]
-        if _one_rtt_sent(name, data) and streams:
+        sent = _one_rtt_sent(name, data)
+        if name.endswith(("packet_sent", "packet_received")) and _one_rtt(data):
+            by_number.setdefault((name.rsplit(":", 1)[-1], data["header"].get("packet_number")), when)
+        length = _packet_length(data) if sent else 0
+        if omits == "probe" and sent and length >= MIN_DATAGRAM and window is not None and in_flight is not None:
+            unlogged += length
+            updates.append((when, window, in_flight + unlogged))
+        if sent and streams:
             sent_times.append(when)
         elif name.endswith("packet_received") and requested is None and any(
                 isinstance(s, int) and s % 4 == 0 for s in streams):
@@ -779,8 +811,13 @@ def qlog_window_share(lines: Iterable[str], mss: int) -> float | None:
         elif name.endswith("metrics_updated"):
             window = data.get("congestion_window", window)
             in_flight = data.get("bytes_in_flight", in_flight)
+            unlogged = just_sent if omits == "sent" else 0
             if window is not None and in_flight is not None:
-                updates.append((when, window, in_flight))
+                updates.append((when, window, in_flight + unlogged))
+        just_sent = length if sent and any(f.get("frame_type") != "ack" for f in data.get("frames") or ()) else 0
+    if (requested is None or not sent_times) and ends:
+        requested = by_number.get(("packet_received", ends[0]))
+        sent_times = [by_number[("packet_sent", ends[1])]] if ("packet_sent", ends[1]) in by_number else []
     if requested is None or not sent_times or not updates:
         return None
     start, end = requested, max(sent_times)
@@ -1121,6 +1158,15 @@ def no_packets_note(decoded: Decoded, keylog: Path) -> str:
     return (f"the trace holds no 1-RTT packet: {decoded.undecrypted} short-header packets could not be decrypted; "
             + ", ".join(f"{what} {'read' if ok else 'not read'}" for what, ok in read.items())
             + "; the key log holds " + (", ".join(f"{n} {label}" for label, n in labels.items()) or "no secret"))
+
+
+def own_qlog_share(qlog_dir: Path | None, points: list[Mapping], mss: int, omits: str | None) -> float | None:
+    """The run's sender's own share at its window over its breakdown's span (qlog_window_share of its qlog, the
+    span's ends from its trace ``points``, with what its stack's qlog leaves out added back, ``omits``: the
+    stack's qlog_in_flight_omits), for holding the breakdown's against (limits.against_own_qlog)."""
+    from replay.limits import span_packets
+
+    return qlog_window_share(sender_qlog(qlog_dir), mss, span_packets(points), omits)
 
 
 def sender_qlog(qlog_dir: Path | None) -> list[str]:

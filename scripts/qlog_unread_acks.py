@@ -18,7 +18,7 @@ from pathlib import Path
 
 import duckdb
 
-from replay import limits, sets, trace
+from replay import limits, sets, statistics, trace
 from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, run_experiment
 from replay.stacks import get_stack
@@ -54,8 +54,9 @@ def main() -> None:
                 print(f"run {n}: {run['status']}: {run.get('error')}")
                 continue
             basis = json.loads(run["limits"])["basis"]
-            own = trace.qlog_window_share(trace.sender_qlog(qlog), basis["mss"])
             with duckdb.connect(str(out / f"run{n}.duckdb"), read_only=True) as con:
+                own = trace.own_qlog_share(qlog, statistics.trace_points(con, run["run_id"]), basis["mss"],
+                                           stack.qlog_in_flight_omits)
                 late = con.execute("SELECT max(read_s - t_s) * 1000 FROM trace_points WHERE run_id = ?",
                                    [run["run_id"]]).fetchone()[0]
             at, unread, request = basis["at_window_share"], basis["ack_unread_share"], basis["request_unread_share"]

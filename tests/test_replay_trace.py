@@ -254,6 +254,67 @@ def test_the_qlogs_share_at_the_window_runs_from_the_request():
     assert trace.qlog_window_share(lines, 1200) == pytest.approx(0.5)
 
 
+def test_a_qlog_without_frames_marks_its_span_by_the_captures_packet_numbers():
+    """quinn-proto 0.11 logs a packet's number and type, no frames: the request's packet (client's number 2)
+    and the last one sent with stream bytes (3), the capture's (limits.span_packets), mark the same span; the
+    control packet at time 0 and the ACK after the body lie outside it. At its window from 30 to 40 ms of
+    30-50."""
+    lines = _qlog((0, "transport:packet_sent", ("1RTT", 0, None)),
+                  (0, "recovery:metrics_updated", {"congestion_window": 12_000, "bytes_in_flight": 100}),
+                  (30, "transport:packet_received", ("1RTT", 2, None)),
+                  (30, "transport:packet_sent", ("1RTT", 1, None)),
+                  (30, "recovery:metrics_updated", {"congestion_window": 12_000, "bytes_in_flight": 12_000}),
+                  (40, "recovery:metrics_updated", {"bytes_in_flight": 0, "congestion_window": 24_000}),
+                  (50, "transport:packet_sent", ("1RTT", 3, None)),
+                  (60, "transport:packet_sent", ("1RTT", 4, None)))
+    assert trace.qlog_window_share(lines, 1200) is None
+    assert trace.qlog_window_share(lines, 1200, (2, 3)) == pytest.approx(0.5)
+
+
+def test_what_a_stacks_qlog_leaves_out_of_its_bytes_in_flight_is_added_back():
+    """quinn-proto 0.11 logs no update after an MTU probe (1,389 bytes at 30 ms, after the burst's update): 9,600
+    of 12,000 reported, it is at its window from then by its own count, 30-40 ms of 30-50. tquic 1.6 logs the
+    update after a packet before it counts the packet: 9,600 reported right after packet 3 of 1,200 is 10,800."""
+    body = [{"frame_type": "stream", "stream_id": 0}]
+    def quinn(probe):
+        return _qlog((30, "transport:packet_received", ("1RTT", 2, None)),
+                     (30, "transport:packet_sent", ("1RTT", 1, None)),
+                     (30, "recovery:metrics_updated", {"congestion_window": 12_000, "bytes_in_flight": 9_600}),
+                     *([(30, "transport:packet_sent", {"header": {"packet_type": "1RTT", "packet_number": 2,
+                                                                   "length": 1389}})] if probe else []),
+                     (40, "recovery:metrics_updated", {"bytes_in_flight": 0, "congestion_window": 24_000}),
+                     (50, "transport:packet_sent", ("1RTT", 3, None)))
+    assert trace.qlog_window_share(quinn(True), 1200, (2, 3)) == 0.0
+    assert trace.qlog_window_share(quinn(True), 1200, (2, 3), omits="probe") == pytest.approx(0.5)
+    assert trace.qlog_window_share(quinn(False), 1200, (2, 3), omits="probe") == 0.0  # no probe, nothing added
+    tquic = _qlog((30, "quic:packet_received", ("1RTT", 2, body)),
+                  (30, "quic:packet_sent", {"header": {"packet_type": "1RTT", "packet_number": 3}, "frames": body,
+                                            "raw": {"length": 1200}}),
+                  (30, "recovery:metrics_updated", {"congestion_window": 12_000, "bytes_in_flight": 9_600}),
+                  (40, "quic:packet_received", ("1RTT", 3, [{"frame_type": "ack"}])),
+                  (40, "recovery:metrics_updated", {"bytes_in_flight": 0, "congestion_window": 24_000}),
+                  (50, "quic:packet_sent", ("1RTT", 4, body)))
+    assert trace.qlog_window_share(tquic, 1200) == 0.0
+    assert trace.qlog_window_share(tquic, 1200, omits="sent") == pytest.approx(0.5)
+
+
+def test_aioquics_qlog_is_one_json_document_naming_the_window_cwnd():
+    """aioquic's QuicFileLogger writes one JSON document (its traces' events, times in milliseconds since the
+    epoch) and names the congestion window ``cwnd``: read as the JSON-SEQ qlogs are."""
+    body = [{"frame_type": "stream", "stream_id": 0}]
+    events = [{"time": 1.8e12 + when, "name": name, "data": data} for when, name, data in (
+        (30, "transport:packet_received", {"header": {"packet_type": "1RTT", "packet_number": 2}, "frames": body}),
+        (30, "recovery:metrics_updated", {"cwnd": 12_000, "bytes_in_flight": 12_000}),
+        (30, "transport:packet_sent", {"header": {"packet_type": "1RTT", "packet_number": 1}, "frames": body}),
+        (40, "recovery:metrics_updated", {"cwnd": 24_000, "bytes_in_flight": 0}),
+        (50, "transport:packet_sent", {"header": {"packet_type": "1RTT", "packet_number": 3}, "frames": body}))]
+    lines = [json.dumps({"qlog_format": "JSON", "qlog_version": "0.3", "traces": [{"events": events}]})]
+    sent, windows, _, reads = trace.qlog_events(lines)
+    assert sent == {1: 1.8e12 + 30, 3: 1.8e12 + 50} and [w for _, w in windows] == [12_000, 24_000]
+    assert reads == {2: (1.8e12 + 30, 1)}
+    assert trace.qlog_window_share(lines, 1200) == pytest.approx(0.5)
+
+
 def test_the_servers_first_flight_is_cut_before_its_coalesced_short_header_packet():
     """tshark never decrypts the 0.5-RTT packet quiche coalesces behind its Initial and Handshake, and may then
     read no other packet of the server: the datagram keeps its long-header packets only. A two-byte length

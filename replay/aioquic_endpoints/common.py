@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from aioquic.buffer import Buffer
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
+from aioquic.quic.logger import QuicFileLogger
 from aioquic.quic.packet import pull_quic_transport_parameters, push_quic_transport_parameters
 from aioquic.tls import CipherSuite
 
@@ -102,11 +104,11 @@ async def send_at_bitrate(quic: QuicConnection, transmit: Callable[[], None], st
 
 
 def command_line(role: program_cli.Role, description: str) -> argparse.Namespace:
-    """The parsed command line of ``role``; what these programs do not do (BBR, qlog, GSO) refused in one
-    line, as are fewer than one request or one at a time."""
+    """The parsed command line of ``role``; what these programs do not do (BBR, GSO) refused in one line, as
+    are fewer than one request or one at a time."""
     parser = program_cli.parser(role, description)
     args = parser.parse_args()
-    for refused, given in (("--cc=bbr", args.cc == "bbr"), ("--qlog-dir", args.qlog_dir),
+    for refused, given in (("--cc=bbr", args.cc == "bbr"),
                            (f"{GSO.option}: {GSO.cannot['aioquic']}", args.gso is not None)):
         if given:
             parser.exit(2, f"error: the aioquic endpoints cannot take {refused}\n")
@@ -119,14 +121,31 @@ def command_line(role: program_cli.Role, description: str) -> argparse.Namespace
 def configuration(args: argparse.Namespace, is_client: bool) -> QuicConfiguration:
     """The configuration both ends share: hq-interop, the congestion control named (aioquic's own
     default is Reno: it is always named, so that what ran is what is stored), the one cipher suite
-    asked for (offered by the client, accepted by the server), the key log."""
+    asked for (offered by the client, accepted by the server), the key log, the qlog."""
     configuration = QuicConfiguration(is_client=is_client, alpn_protocols=[ALPN],
                                       congestion_control_algorithm=args.cc or "cubic")
     if args.cipher:
         configuration.cipher_suites = [CipherSuite[args.cipher.removeprefix("TLS_")]]
     if args.keylog:
         configuration.secrets_log_file = Path(args.keylog).open("a")
+    if args.qlog_dir:
+        configuration.quic_logger = QlogFiles(args.qlog_dir)
     return configuration
+
+
+class QlogFiles(QuicFileLogger):
+    """aioquic's own qlog writer (one JSON file a connection, ``<ODCID>.qlog``, its recovery metrics with the
+    congestion window as ``cwnd`` and ``bytes_in_flight``), which writes a connection's file only when the
+    connection has ended: this one also writes those still open when the program exits (a server stopped by
+    SIGTERM, the runner's stop, exits: server.main), whose connection may still be draining or idle."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        atexit.register(self.write_open)
+
+    def write_open(self) -> None:
+        for trace in list(self._traces):
+            self.end_trace(trace)
 
 
 class Endpoint(QuicConnectionProtocol):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 from pathlib import Path
 
 from aioquic.asyncio import serve
@@ -129,7 +130,10 @@ async def main() -> None:
     config.load_cert_chain(args.cert, args.key)
     BulkServer.args = args
     await serve(*args.listen, configuration=config, create_protocol=BulkServer)
-    await asyncio.Future()
+    stopped = asyncio.get_running_loop().create_future()
+    if args.qlog_dir:  # stopped, it exits, writing the qlog of the connections still open (common.QlogFiles)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set_result, None)
+    await stopped
 
 
 if __name__ == "__main__":

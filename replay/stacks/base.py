@@ -142,6 +142,13 @@ class Stack(ABC):
     protocol: Literal["h3", "hq-interop", "h2"] = "hq-interop"
     #: whether its server writes qlog into RunOptions.qlog_dir (a trace takes the congestion window from it)
     writes_qlog: bool = False
+    #: whether a traced run has its server write qlog unasked, for the window (False: only under --qlog, where
+    #: writing it would cost the measured endpoints' CPU)
+    qlog_when_traced: bool = True
+    #: what its qlog's bytes in flight leave out, which trace.qlog_window_share adds back to hold them against
+    #: a breakdown: "probe", an MTU probe until the next metrics update; "sent", the packet an update is logged
+    #: right after; None, nothing
+    qlog_in_flight_omits: str | None = None
     #: parameters each role's command line can set; the rest are reported as not applied
     settable: dict[Role, frozenset[str]]
     #: the --cc values the stack can run; asked for another, it runs ``cc_fallback`` (and the run stores that)
