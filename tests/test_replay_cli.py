@@ -178,7 +178,7 @@ def test_doctor_says_what_works_here_and_why_not():
                                                      "--aes-ni (besides --cc, --autotune); workloads: download, upload, "
                                                      "requests, stream")
     assert rows[("stack", "quic-go")]["detail"].endswith("knobs: --gso, --aes-ni (besides --cc, --autotune); "
-                                                         "workloads: download, upload, requests")
+                                                         "workloads: download, upload, requests, stream")
 
 
 @pytest.mark.timing
