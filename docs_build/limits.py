@@ -55,9 +55,9 @@ EXPERIMENTS = {
 #: as a share of its time (why's SHOWN_SHARE or more); it agrees where at least half the condition's runs bear it out)
 HAND = (
     ("fidelity", "0-10 ms: the client's CPU", {"stack": "aioquic", "delay_ms": 0}, "receiver_cpu_socket", "label"),
-    ("fidelity", "0-10 ms: the client's CPU", {"stack": "chromium", "delay_ms": 0}, "receiver_cpu_socket", "label"),
+    ("fidelity", "0-10 ms: the client's CPU", {"stack": "chromium", "delay_ms": 0}, "receiver_cpu_socket", "share"),
     *(("fidelity", "The receive socket", {"stack": stack, "delay_ms": delay}, "receiver_cpu_socket", "share")
-      for stack, delay in (("ngtcp2", 30), ("ngtcp2", 200), ("chromium", 200), ("firefox", 30), ("firefox", 200))),
+      for stack, delay in (("ngtcp2", 30), ("ngtcp2", 200), ("chromium", 200), ("firefox", 30))),
     *(("fidelity", "The update rule", {"stack": stack, "delay_ms": 200}, limit, how)
       for stack, label in (("chromium", None), ("ngtcp2", "congestion_window"))
       for limit in ("congestion_window", "receive_window_stream")
