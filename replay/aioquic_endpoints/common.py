@@ -21,7 +21,7 @@ from aioquic.buffer import Buffer
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
-from aioquic.quic.logger import QuicFileLogger
+from aioquic.quic.logger import QuicFileLogger, QuicLoggerTrace
 from aioquic.quic.packet import pull_quic_transport_parameters, push_quic_transport_parameters
 from aioquic.tls import CipherSuite
 
@@ -141,10 +141,20 @@ class QlogFiles(QuicFileLogger):
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
+        self.open_traces: list[QuicLoggerTrace] = []  # its own list: the logger's is private
         atexit.register(self.write_open)
 
+    def start_trace(self, is_client: bool, odcid: bytes) -> QuicLoggerTrace:
+        trace = super().start_trace(is_client, odcid)
+        self.open_traces.append(trace)
+        return trace
+
+    def end_trace(self, trace: QuicLoggerTrace) -> None:
+        self.open_traces.remove(trace)
+        super().end_trace(trace)
+
     def write_open(self) -> None:
-        for trace in list(self._traces):
+        for trace in list(self.open_traces):
             self.end_trace(trace)
 
 
