@@ -91,6 +91,9 @@ def _stacks() -> list[str]:
 
 @pytest.mark.lab
 @pytest.mark.timing  # its figure-5.6 point is held against the window model
+@pytest.mark.alone  # beside the other tests at SCHED_IDLE ngtcp2 made 15.0 Mbit/s at 131,072 against the model's
+# 17.3-26.8 (a fresh clone's suite, 2026-11-29 08:23, nothing else running; two clones' suites before it passed),
+# a carried-over hazard: alone it costs its 9 s with the others waiting
 def test_reproduce_writes_a_report_beside_the_published_numbers(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the testbed needs root (network namespaces)")
