@@ -42,6 +42,7 @@ import duckdb
 
 from replay import store
 from replay.runner import Condition, Experiment, run_experiment, run_order
+from replay.sets import NamedSet
 from tparams.errors import ToolError, first_line
 from tparams.knobs import KNOBS
 
@@ -52,6 +53,13 @@ VALUE_OPTIONS = {"server-set": None, "server-stack": None, "delay-up": "0ms", "j
                  "queue": None, "size": "5MB", "reps": 10, "workload": "download", "requests": 1, "concurrency": 1,
                  "clients": 1, "link": "auto", "timeout": None, "udp-buffer": "1664KiB", "server-host": None,
                  "launcher": None}
+#: of them, those that take one value or a list (a list is one more axis): the size and the server's stack
+#: (one experiment each), the server set (each client set against each: set pairs)
+AXIS_OPTIONS = ("size", "server-stack", "server-set")
+#: `qreplay sweep`'s options: one transport parameter over a list of values, on one side; `pairs`: the series as
+#: [client set, server set] pairs, where they are no product of `sets` and `server-set` (the same set on both sides)
+SWEEP_OPTIONS = {"param": None, "values": None, "side": "client"}
+PAIRS_OPTION = "pairs"
 KNOB_OPTIONS = {knob.option[2:]: knob for knob in KNOBS.values()}
 #: the keys of a `fidelity = true` experiment: `qreplay fidelity`'s comparison, its browsers and replay stacks both
 #: in `stacks`
@@ -132,6 +140,25 @@ def plan_of(name: str, experiments: list[Experiment]) -> Plan:
     return Plan(name, experiments, runs, digest)
 
 
+def needs(plan_: Plan, runs: list[PlannedRun] | None = None) -> dict[str, tuple[str, int]]:
+    """The stacks ``runs`` (by default the plan's) need that are not usable on this machine: each stack's name ->
+    (why, how many of the runs need it), a client's or a server's. Such runs stay in the plan (another host may
+    have the stack: LSQUIC needs its own build); a shard holding any is refused before its first run."""
+    reasons: dict[str, str | None] = {}
+    found: dict[str, int] = {}
+    for run in plan_.runs if runs is None else runs:
+        for stack in {s.name: s for s in plan_.experiments[run.experiment].stacks(run.condition)}.values():
+            if stack.name not in reasons:
+                reasons[stack.name] = stack.unavailable_reason()
+            if reasons[stack.name]:
+                found[stack.name] = found.get(stack.name, 0) + 1
+    return {name: (first_line(reasons[name]), count) for name, count in sorted(found.items())}
+
+
+def needs_lines(needed: dict[str, tuple[str, int]]) -> list[str]:
+    return [f"needs:       {count:,} runs need {name}, not usable here: {why}" for name, (why, count) in needed.items()]
+
+
 def rotated_order(conditions: list[Condition], reps: int) -> list[tuple[Condition, int]]:
     """runner.run_order, each round's conditions rotated by one a repetition: dealt to N hosts in turn, a
     condition's repetitions go to different hosts even when N divides the conditions."""
@@ -148,17 +175,95 @@ def _values(entry: dict, key: str, default) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
-    """One [[experiment]] table as runner Experiments: one per size (a run's options hold one size)."""
+def _set(spec: object, one: bool = False) -> list[NamedSet]:
+    """The sets a campaign names by ``spec``: any --set form, or the name a run stores for a set with overrides
+    (``config4+initial_max_data=4294967295``: replay.sets.with_overrides' own spelling). ``one``: a pair's or a
+    server's set, which must be one."""
     from replay import sets as sets_api
-    from replay.commands.run import make_link, make_options, optional_stack, server_set, two_hosts
-    from replay.link import parse_size
+
+    text = str(spec)
+    base, plus, overrides = text.partition("+")
+    found = ([sets_api.with_overrides(sets_api.resolve_one(base), overrides.split(","))]
+             if plus and "=" in overrides and "/" not in text else sets_api.resolve(text))
+    if one and len(found) != 1:
+        raise ToolError(f"{text!r} names {len(found)} sets where one is needed")
+    return found
+
+
+def _set_pairs(entry: dict) -> list[tuple]:
+    """The experiment's series as (client set, server set or None) pairs: each of `sets` against each of
+    `server-set` (one value or a list: set pairs by product), or the `pairs` as given."""
+    if PAIRS_OPTION in entry:
+        if "sets" in entry or "server-set" in entry:
+            raise ToolError("pairs name each series' client and server set; leave sets and server-set out")
+        pairs = entry[PAIRS_OPTION]
+        if not isinstance(pairs, list) or not pairs or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+            raise ToolError('pairs is a list of [client set, server set] pairs, e.g. pairs = [["alpha", "alpha"]]')
+        return [(_set(c, one=True)[0], _set(s, one=True)[0]) for c, s in pairs]
+    clients = [c for spec in entry.get("sets", LIST_OPTIONS["sets"]) for c in _set(spec)]
+    servers = [None if spec is None else _set(spec, one=True)[0] for spec in _values(entry, "server-set", None)]
+    return [(c, s) for s in servers for c in clients]
+
+
+def _sweep(entry: dict, stacks: list) -> tuple[str, list, str] | None:
+    """`param`, `values` and `side` (`qreplay sweep`'s options) checked: (param, values, side), or None."""
+    from tparams.paramset import PERFORMANCE_PARAMETERS
+
+    given = [key for key in SWEEP_OPTIONS if key in entry]
+    if not given:
+        return None
+    if "param" not in entry or "values" not in entry:
+        raise ToolError("a sweep takes param (the transport parameter) and values (a list), e.g. "
+                        'param = "initial_max_data", values = [196608, 15728640]')
+    param, values, side = entry["param"], entry["values"], entry.get("side", SWEEP_OPTIONS["side"])
+    if param not in PERFORMANCE_PARAMETERS:
+        raise ToolError(f"param: {param!r} is not one of {', '.join(PERFORMANCE_PARAMETERS)}")
+    if not isinstance(values, list) or not values or not all(isinstance(v, (int, str)) and not isinstance(v, bool)
+                                                             for v in values):
+        raise ToolError(f"values: the values of {param} to sweep, a list of numbers, e.g. values = [196608, 15728640]")
+    if side not in ("client", "server"):
+        raise ToolError(f"side must be client or server, not {side!r}")
+    if side == "client" and (browsers := [s.name for s in stacks if s.own_parameters]):
+        raise ToolError(f"a browser's parameters are its own: {', '.join(browsers)} sweep only side = \"server\"")
+    return param, values, side
+
+
+def _series(stack, pairs: list[tuple], sweep: tuple[str, list, str] | None) -> list[tuple]:
+    """A stack's series: (client set, server set, the sweep's fields of its Condition) for each set pair and each
+    swept value; a browser's client set is its own."""
+    from replay.commands.run import swept
     from replay.sets import own_set
+
+    if stack.own_parameters:
+        pairs = list({id(server): (own_set(stack), server) for _, server in pairs}.values())
+    if not sweep:
+        return [(client, server, {}) for client, server in pairs]
+    param, values, side = sweep
+    return [(client, server, {"sweep_param": param, "sweep_value": value}) for c, s in pairs for v in values
+            for client, server, value in [swept(c, s, param, v, side)]]
+
+
+def _refuse_unswept(experiment: Experiment, sweep: tuple[str, list, str] | None) -> None:
+    """A stack whose swept side cannot set the swept parameter would draw one value as many: one line."""
+    if not sweep:
+        return
+    param, _, side = sweep
+    for condition in experiment.conditions:
+        stack = experiment.stacks(condition)[side == "server"]
+        if param not in stack.settable.get(side, frozenset()):
+            raise ToolError(f"{stack.name}'s {side} cannot set {param}, which the sweep varies")
+
+
+def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
+    """One [[experiment]] table as runner Experiments: one per size and server stack (a run's options hold one
+    size, an experiment one server stack)."""
+    from replay.commands.run import make_link, make_options, optional_stack, two_hosts
+    from replay.link import parse_size
     from replay.stacks import get_stack
 
     if not isinstance(entry, dict):
         raise ToolError(f"{where}: an experiment is a table of options")
-    known = {"name", "fidelity", *LIST_OPTIONS, *VALUE_OPTIONS, *KNOB_OPTIONS}
+    known = {"name", "fidelity", PAIRS_OPTION, *LIST_OPTIONS, *VALUE_OPTIONS, *SWEEP_OPTIONS, *KNOB_OPTIONS}
     for key in entry:
         if key not in known:
             raise ToolError(f"{where}: unknown option {key!r} (known: {', '.join(sorted(known))})")
@@ -168,36 +273,45 @@ def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
     if "fidelity" in entry:
         return _expand_fidelity(campaign, entry, where)
     label = str(entry.get("name", "experiment"))
-    option = {key: entry.get(key, default) for key, default in VALUE_OPTIONS.items() if key != "size"}
+    option = {key: entry.get(key, default) for key, default in VALUE_OPTIONS.items() if key not in AXIS_OPTIONS}
     try:
+        for key in AXIS_OPTIONS:
+            if isinstance(entry.get(key), list) and not entry[key]:
+                raise ToolError(f"{key} takes one value or a list of them, not an empty list")
         stacks = [get_stack(str(name)) for name in entry.get("stacks", LIST_OPTIONS["stacks"])]
-        clients = [s for spec in entry.get("sets", LIST_OPTIONS["sets"]) for s in sets_api.resolve(str(spec))]
-        server = server_set(option["server-set"], None)
+        pairs = _set_pairs(entry)
         links = [make_link(str(d), str(option["delay-up"]), str(option["jitter"]), str(x),
                          option["rate"] and str(option["rate"]), option["queue"] and str(option["queue"]))
                  for d in entry.get("delays", LIST_OPTIONS["delays"]) for x in entry.get("losses", LIST_OPTIONS["losses"])]
         axes = {knob.name: [knob.parse(str(v).lower()) if knob.kind != "switch" else bool(v)
                             for v in _values(entry, key, None)] for key, knob in KNOB_OPTIONS.items() if key in entry}
         knob_points = [dict(zip(axes, values)) for values in itertools.product(*axes.values())]
+        sweep = _sweep(entry, stacks)
         remote = two_hosts(*(option[key] and str(option[key]) for key in ("server-host", "launcher")))
         if remote and "link" in entry:
             raise ToolError("link chooses how a path is emulated; a two-host run's is the real network, measured")
+        server_stacks = _values(entry, "server-stack", None)
         experiments = []
-        for size in _values(entry, "size", VALUE_OPTIONS["size"]):
+        for size, server_stack in itertools.product(_values(entry, "size", VALUE_OPTIONS["size"]), server_stacks):
             options = make_options(str(size), None, option["timeout"], workload=str(option["workload"]),
                                    requests=int(option["requests"]), concurrency=int(option["concurrency"]),
                                    clients=int(option["clients"]))
-            conditions = [Condition(c, server, lk, stack=s, knobs=k) for lk in links for k in knob_points
-                          for s in stacks for c in ([own_set(s)] if s.own_parameters else clients)]
-            identity = f"{campaign}/{label}/{size}"
-            experiments.append(Experiment(
+            conditions = [Condition(c, server, lk, stack=s, knobs=k, **swept) for lk in links for k in knob_points
+                          for s in stacks for c, server, swept in _series(s, pairs, sweep)]
+            # a list of server stacks is one experiment each; one server stack keeps the id it had before lists
+            identity = f"{campaign}/{label}/{size}" + (f"/{server_stack}" if isinstance(entry.get("server-stack"),
+                                                                                        list) else "")
+            experiment = Experiment(
                 "campaign", stacks[0], conditions, options, int(option["reps"]),
                 "measured" if remote else str(option["link"]),
-                f"qreplay campaign run ({campaign}, experiment {label}, size {size})",
+                f"qreplay campaign run ({campaign}, experiment {label}, size {size}"
+                + (f", server {server_stack}" if len(server_stacks) > 1 else "") + ")",
                 udp_buffer_bytes=parse_size(str(option["udp-buffer"]), "udp-buffer"),
                 tags={"campaign": campaign, "campaign_experiment": label},
                 experiment_id=hashlib.sha256(identity.encode()).hexdigest()[:12],
-                server_stack=optional_stack(option["server-stack"]), **remote))
+                server_stack=optional_stack(server_stack and str(server_stack)), **remote)
+            _refuse_unswept(experiment, sweep)
+            experiments.append(experiment)
     except (ToolError, ValueError, TypeError) as exc:
         raise ToolError(f"{where}: {exc}") from None
     if not 1 <= experiments[0].reps:
@@ -528,6 +642,9 @@ def run_shard(plan_: Plan, shard: int, shards: int, directory: str | Path,
             con.close()
         share = plan_.share(shard, shards)
         todo = [run for run in share if run.run_id not in stored]
+        if needed := needs(plan_, todo):
+            raise ToolError(f"{label}: " + "; ".join(f"{count:,} of its runs need {name}, not usable here ({why})"
+                                                     for name, (why, count) in needed.items()))
         # every launcher this host needs, before its first run rather than at its experiment's
         for experiment in {plan_.experiments[run.experiment].experiment_id: plan_.experiments[run.experiment]
                            for run in todo}.values():

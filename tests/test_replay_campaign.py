@@ -197,7 +197,19 @@ def test_a_fidelity_campaign_in_two_shards_merges_into_a_file_fidelity_and_the_n
     ("launcher", '"telnet:node2"\nserver-host = "198.18.0.2"', "give KIND:WHERE"),
     ("fidelity", 'true\nstacks = ["ngtcp2"]', "at least one of each"),
     ("fidelity", 'true\nstacks = ["firefox", "ngtcp2"]\ncc = "bbr"', "a fidelity experiment takes"),
-    ("fidelity", '"yes"', "fidelity = true makes")])
+    ("fidelity", '"yes"', "fidelity = true makes"),
+    # sweeps and set pairs: malformed ones end the same way
+    ("param", '"initial_max_data"', "a sweep takes param"), ("side", '"server"', "a sweep takes param"),
+    ("param", '"initial_max_dat"\nvalues = [1]', "param: 'initial_max_dat' is not one of"),
+    ("param", '"initial_max_data"\nvalues = []', "values: the values of initial_max_data"),
+    ("param", '"initial_max_data"\nvalues = ["big"]', "initial_max_data takes an integer, not 'big'"),
+    ("param", '"initial_max_data"\nvalues = [1]\nside = "both"', "side must be client or server"),
+    ("param", '"initial_max_data"\nvalues = [1]\nstacks = ["firefox"]', "a browser's parameters are its own"),
+    ("pairs", '[["alpha"]]', "pairs is a list of [client set, server set]"),
+    ("pairs", '[["alpha", "nosuch"]]', "unknown set 'nosuch'"),
+    ("pairs", '[["alpha", "alpha"]]\nsets = ["alpha"]', "leave sets and server-set out"),
+    ("server-set", '["alpha", "nosuch"]', "unknown set 'nosuch'"),
+    ("server-stack", '["quinn", "nosuch"]', "unknown stack 'nosuch'")])
 def test_a_bad_campaign_file_ends_in_one_line_before_any_run(tmp_path, option, value, said):
     path = tmp_path / "bad.toml"
     path.write_text(f'campaign = "bad"\n[[experiment]]\n{option} = {value}\n')
@@ -255,3 +267,75 @@ def test_a_run_at_an_unmeasured_size_is_its_link_s_transfer_scaled():
     assert projection.one_host_seconds == pytest.approx(41.0 + 5.0 + 2.0)
     failed = [run | {"transfer": None} for run in measured]  # a failed run counts whole, not scaled
     assert campaign.project(plan, 1, failed, []).one_host_seconds == pytest.approx(5.0 + 5.0)
+
+
+SWEEP = """campaign = "swept"
+[[experiment]]
+name = "window"
+stacks = ["ngtcp2"]
+sets = ["lsquic-client-default"]
+server-set = "lsquic-server-default"
+param = "initial_max_data"
+values = [196608, 15728640]
+delays = ["0ms", "5ms"]
+size = "100KB"
+reps = 1
+"""
+
+
+def test_a_sweep_campaign_runs_each_value_at_each_delay_and_merges_into_exactly_the_plan(campaign_file, tmp_path):
+    """2 values x 2 delays, once each: planned (each run its value), run as one host, merged into the plan's runs,
+    each stored with its swept parameter and value."""
+    path = tmp_path / "swept.toml"
+    path.write_text(SWEEP)
+    plan = campaign.load(path)
+    assert sorted((r.condition.sweep_value, r.condition.link.delay_down_ms) for r in plan.runs) == \
+        [(196608, 0), (196608, 5), (15728640, 0), (15728640, 5)]
+    done = _qreplay("campaign", "run", path, "--shard", "0/1", "--out", tmp_path / "c", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert _qreplay("campaign", "merge", tmp_path / "c", "--out", tmp_path / "m.duckdb").returncode == 0
+    with duckdb.connect(str(tmp_path / "m.duckdb"), read_only=True) as con:
+        rows = con.execute("SELECT run_id, sweep_param, sweep_value, delay_ms, status FROM runs").fetchall()
+    assert sorted(r[0] for r in rows) == sorted(run.run_id for run in plan.runs)  # none missing, none twice
+    assert sorted(r[1:] for r in rows) == [("initial_max_data", v, d, "ok") for v in (196608, 15728640)
+                                           for d in (0, 5)]
+
+
+def test_set_pairs_sweeps_and_server_stacks_expand_to_their_product():
+    """A list of server sets is each client set against each; pairs as given; a list of server stacks one
+    experiment each; a server-side sweep varies the server's set; sets as a run stores them with overrides."""
+    product = campaign.plan({"campaign": "p", "experiment": [
+        {"stacks": ["ngtcp2", "quic-go"], "sets": ["firefox-109", "chrome-109"], "server-set": ["alpha", "beta"],
+         "cc": ["cubic", "bbr"], "reps": 1}]})
+    assert len(product.runs) == 2 * 2 * 2 * 2
+    assert {(r.condition.client.name, r.condition.server.name) for r in product.runs} == \
+        {(c, s) for c in ("firefox-109", "chrome-109") for s in ("alpha", "beta")}
+    pairs = campaign.plan({"campaign": "p", "experiment": [
+        {"pairs": [["alpha", "alpha"], ["config4+initial_max_data=4294967295"] * 2], "reps": 1}]})
+    assert [(r.condition.client.name, r.condition.server.name) for r in pairs.runs] == \
+        [("alpha", "alpha"), *[("config4+initial_max_data=4294967295",) * 2]]
+    assert pairs.runs[1].condition.client.params.initial_max_data == 4294967295
+    twins = campaign.plan({"campaign": "p", "experiment": [
+        {"stacks": ["chromium", "firefox"], "server-stack": ["quinn", "aioquic"], "server-set": "lsquic-server-default",
+         "param": "initial_max_data", "side": "server", "values": [196608, 1572864], "workload": "upload",
+         "reps": 1}]})
+    assert [e.server_stack.name for e in twins.experiments] == ["quinn", "aioquic"]
+    assert {(r.condition.client.name, r.condition.server.name, r.condition.sweep_value) for r in twins.runs} == \
+        {(f"{b}-own", f"lsquic-server-default+initial_max_data={v}", v) for b in ("chromium", "firefox")
+         for v in (196608, 1572864)}
+    assert len(twins.runs) == 2 * 2 * 2
+
+
+def test_runs_that_need_a_stack_missing_here_are_planned_and_a_shard_holding_them_refused_before_any_run(tmp_path):
+    from replay.stacks import get_stack
+
+    reason = get_stack("lsquic").unavailable_reason()
+    if reason is None:
+        pytest.skip("LSQUIC is built here")
+    path = tmp_path / "lsquic.toml"
+    path.write_text('campaign = "l"\n[[experiment]]\nstacks = ["lsquic", "ngtcp2"]\nreps = 2\n')
+    planned = _qreplay("campaign", "plan", path)
+    assert planned.returncode == 0 and "2 runs need lsquic, not usable here" in planned.stdout, planned.stdout
+    done = _qreplay("campaign", "run", path, "--shard", "0/1", "--out", tmp_path / "out")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "2 of its runs need lsquic" in done.stderr, \
+        done.stderr

@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
         runs its share, and project the wall time on --hosts from measured run times."""
         from replay import campaign
         plan = campaign.load(file)
+        needed = campaign.needs(plan)
         projection = None
         if measured:
             projection = campaign.project(plan, hosts, *campaign.measured_durations(measured))
@@ -70,15 +71,18 @@ def register(app: typer.Typer) -> None:
                                       default=str))
         elif json_output:
             typer.echo(json.dumps({"campaign": plan.name, "plan": plan.digest, "runs": len(plan.runs),
+                                   "needs": {name: {"why": why, "runs": n} for name, (why, n) in needed.items()},
                                    **({"projection": asdict(projection) | {"wall_seconds": projection.wall_seconds}}
                                       if projection else {})}))
         elif projection:
-            for line in campaign.projection_lines(plan, projection, str(file), out):
+            for line in [*campaign.projection_lines(plan, projection, str(file), out), *campaign.needs_lines(needed)]:
                 typer.echo(line)
         else:
             typer.echo(f"campaign {plan.name} ({plan.digest}): {len(plan.experiments)} experiments, "
                        f"{len(plan.runs):,} runs, at most {math.ceil(len(plan.runs) / hosts):,} a host on {hosts}; "
                        "give --measured for the time it takes")
+            for line in campaign.needs_lines(needed):
+                typer.echo(line)
         if slurm is not None:
             slurm.write_text(slurm_script(plan, str(file), out, hosts, projection and projection.wall_seconds))
             cli_console(stderr=True).print(f"wrote {slurm}: sbatch {slurm}")

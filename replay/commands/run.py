@@ -216,6 +216,19 @@ def server_set(spec: str | None, overrides: list[str] | None) -> sets_api.NamedS
     return sets_api.with_overrides(base, overrides or [])
 
 
+def swept(client: sets_api.NamedSet, server: sets_api.NamedSet | None, param: str, value: object,
+          side: str) -> tuple[sets_api.NamedSet, sets_api.NamedSet | None, int]:
+    """A sweep's (client set, server set, swept value) at ``value``: ``side``'s set with ``param`` at it (a server
+    without a set: its stack's defaults with it), and the value as the set holds it. `qreplay sweep`'s and a
+    campaign's sweeps (replay/campaign.py) both."""
+    from replay import sets as sets_api
+    override = [f"{param}={value}"]
+    swept_value = int(getattr(sets_api.with_overrides(client, override).params, param))
+    if side == "client":
+        return sets_api.with_overrides(client, override), server, swept_value
+    return client, sets_api.with_overrides(server, override) if server else server_set(None, override), swept_value
+
+
 def given(ctx: typer.Context, parameter: str) -> bool:
     """Whether the command line gave ``parameter`` (by its Python name), rather than leaving its default."""
     source = ctx.get_parameter_source(parameter)
@@ -505,17 +518,8 @@ def register(app: typer.Typer) -> None:
         client = (own_set(the_stack) if the_stack.own_parameters else
                   sets_api.with_overrides(sets_api.resolve_one(set_spec), client_param or []))
         server = server_set(server_set_spec, server_param)
-        conditions = []
-        for value in comma_list(values, "--values"):
-            override = [f"{param}={value}"]
-            swept_value = int(getattr(sets_api.with_overrides(client, override).params, param))
-            if side == "client":
-                conditions.append(Condition(sets_api.with_overrides(client, override), server,
-                                            link_config, param, swept_value))
-            else:
-                base = server or server_set(None, override)
-                conditions.append(Condition(client, sets_api.with_overrides(base, override) if server else base,
-                                            link_config, param, swept_value))
+        conditions = [Condition(c, s, link_config, param, v) for c, s, v in
+                      (swept(client, server, param, value, side) for value in comma_list(values, "--values"))]
         experiment = Experiment("sweep", the_stack, conditions, options, reps, link,
                                 current_command_line(),
                                 shallow_idle, parse_size(udp_buffer, "--udp-buffer"),
