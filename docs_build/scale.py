@@ -1,9 +1,11 @@
-"""docs/scale.md's plan for the seeds' figures at the full grid: every figure `qreplay reproduce` runs, on every
-replay stack measured here, at issue 36's full grid of conditions (replay.reproduce.full_grid_plan), projected on
-1, 8 and 64 hosts by the replay campaign planner (replay.campaign.project) from the run times this machine
-measured, datasets/campaign/seeds-measured.json (``bench/bench_campaign.py --replay``'s probe of
-datasets/campaign/seeds-probe.toml, saved with when and at what load it ran). docs_build/committed.py writes the
-tables into the page between their markers, and a test fails while they are stale.
+"""docs/scale.md's plan for the seeds' figures at the full grid: the campaign file datasets/campaign/full-grid.toml
+(every figure `qreplay reproduce` runs, on every replay stack that can run it, at issue 36's full grid of
+conditions), planned by `qreplay campaign plan`'s own planner (replay.campaign.load) and projected on 1, 8 and 64
+hosts (replay.campaign.project) from the run times this machine measured, datasets/campaign/seeds-measured.json
+(``bench/bench_campaign.py --replay``'s probe of datasets/campaign/seeds-probe.toml, saved with when and at what
+load it ran). A stack with no measured run (LSQUIC, which needs its own build) is counted apart, its runs listed
+as needing it. docs_build/committed.py writes the tables into the page between their markers, and a test fails
+while they are stale.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from common.markdown import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED = ROOT / "datasets" / "campaign" / "seeds-measured.json"
+FULL_GRID = ROOT / "datasets" / "campaign" / "full-grid.toml"
 PAGE = "scale.md"
 SECTION = "the seeds' figures at the full grid"
 HOSTS = (1, 8, 64)
@@ -52,48 +55,68 @@ def measured_stacks(runs: list[dict]) -> list[str]:
     return sorted({run[column] for run in runs for column in ("stack", "server_stack")} & set(all_stacks()))
 
 
-def table(measured: Path = MEASURED) -> str:
+def figure_of(plan, run) -> str:
+    """A run's figure: its experiment's name in the campaign file."""
+    return plan.experiments[run.experiment].tags["campaign_experiment"]
+
+
+def stack_of(plan, run) -> str:
+    """The stack whose row a run is in: its client's, or its server's where the client is a browser (a twin)."""
+    client, server = plan.experiments[run.experiment].stacks(run.condition)
+    return server.name if client.own_parameters else client.name
+
+
+def grid_of(plan) -> str:
+    """The campaign's grid in words, read from its plan: delays, loss rates, congestion controls, repetitions."""
+    conditions = [c for e in plan.experiments for c in e.conditions]
+    delays = sorted({c.link.delay_down_ms for c in conditions})
+    losses = sorted({c.link.loss_pct for c in conditions})
+    ccs = list(dict.fromkeys(c.knobs["cc"] for c in conditions if "cc" in c.knobs))
+    reps = sorted({e.reps for e in plan.experiments})
+    return (f"{len(delays)} delays ({', '.join(f'{d:g}' for d in delays)} ms) x {len(losses)} loss rates "
+            f"({', '.join(f'{x:g}' for x in losses)}%) x {len(ccs)} congestion controls ({', '.join(ccs)}) x "
+            f"{'-'.join(map(str, reps))} repetitions")
+
+
+def table(measured: Path = MEASURED, file: Path = FULL_GRID) -> str:
     from replay import campaign
-    from replay.reproduce import (
-        FULL_GRID_CCS, FULL_GRID_DELAYS_MS, FULL_GRID_LOSSES_PCT, FULL_GRID_REPS, full_grid_plan, plan_campaign,
-    )
-    from replay.stacks import get_stack
+    from replay.reproduce import plan_campaign
 
     saved = json.loads(measured.read_text())
     runs, setups, fixed = saved["runs"], saved["setups"], saved["fixed"]
     stacks = measured_stacks(runs)
-    whole = full_grid_plan([get_stack(name) for name in stacks])
-
-    def part(name: str, keep) -> campaign.Plan:
-        experiments = [e for e in whole.experiments if keep(e)]
-        return campaign.plan_of(name, experiments)
+    whole = campaign.load(file)
+    measured_part = whole.part(lambda run: stack_of(whole, run) in stacks)
 
     def projected(plan_: campaign.Plan) -> list[str]:
         return [span(campaign.project(plan_, hosts, runs, setups, fixed).wall_seconds) for hosts in HOSTS]
 
     hosts_header = [f"on {hosts} host{'s' if hosts > 1 else ''}" for hosts in HOSTS]
+    figures = [plan.figure for plan in plan_campaign()]
     figure_rows = []
     for plan in plan_campaign():
-        figure = part(plan.figure, lambda e: e.tags["figure"] == plan.figure)
-        ran = sorted({e.tags["stack"] for e in figure.experiments})
+        figure = measured_part.part(lambda run: figure_of(whole, run) == plan.figure)
+        ran = sorted({stack_of(whole, run) for run in figure.runs})
         figure_rows.append([plan.figure, own_grid(plan), f"all {len(ran)}" if ran == stacks else ", ".join(ran),
-                            f"{len(figure.runs):,}",
-                            *projected(figure)])
-    total = campaign.project(whole, 1, runs, setups, fixed)
-    everything = ["every figure", "", f"all {len(stacks)}", f"{len(whole.runs):,}", *projected(whole)]
-    stack_rows = []
-    for name in stacks:
-        mine = part(name, lambda e: e.tags["stack"] == name)
-        figures = sorted({e.tags["figure"] for e in mine.experiments}, key=[p.figure for p in plan_campaign()].index)
-        stack_rows.append([name, ", ".join(figures), f"{len(mine.runs):,}", *projected(mine)])
+                            f"{len(figure.runs):,}", *projected(figure)])
+    total = campaign.project(measured_part, 1, runs, setups, fixed)
+    everything = ["every figure", "", f"all {len(stacks)}", f"{len(measured_part.runs):,}", *projected(measured_part)]
+    stack_rows, apart = [], []
+    for name in sorted({stack_of(whole, run) for run in whole.runs}):
+        mine = whole.part(lambda run: stack_of(whole, run) == name)
+        its = ", ".join(sorted({figure_of(whole, run) for run in mine.runs}, key=figures.index))
+        if name in stacks:
+            stack_rows.append([name, its, f"{len(mine.runs):,}", *projected(mine)])
+            continue
+        needed = campaign.needs(whole, mine.runs).get(name)
+        stack_rows.append([f"{name} (not measured here)", its, f"{len(mine.runs):,}", *["-"] * len(HOSTS)])
+        apart.append(f"{name}'s {len(mine.runs):,} runs" + (f" (not usable here: {needed[0]})" if needed else ""))
     provenance = saved["provenance"]
-    grid = (f"{len(FULL_GRID_DELAYS_MS)} delays ({', '.join(f'{d:g}' for d in FULL_GRID_DELAYS_MS)} ms) x "
-            f"{len(FULL_GRID_LOSSES_PCT)} loss rates ({', '.join(f'{x:g}' for x in FULL_GRID_LOSSES_PCT)}%) x "
-            f"{len(FULL_GRID_CCS)} congestion controls ({', '.join(FULL_GRID_CCS)}) x {FULL_GRID_REPS} repetitions")
     loads = total.measured_load
     return "\n\n".join([
-        f"Each figure's series at the full grid: {grid}, at the figure's own size and workload "
-        "(`replay.reproduce.full_grid_plan`); its own grid in `qreplay reproduce` beside it.",
+        f"Each figure's series at the full grid: {grid_of(whole)}, at the figure's own size and workload "
+        f"(`{file.relative_to(ROOT)}`, {len(whole.runs):,} runs, planned by `qreplay campaign plan`); its own grid "
+        "in `qreplay reproduce` beside it.",
         markdown_table(["figure", "its own grid (series x links, size, reps)", "stacks that run it",
                         "runs at the full grid", *hosts_header], [*figure_rows, everything]),
         "By stack (a server-side twin counted with its server's stack):",
@@ -103,7 +126,9 @@ def table(measured: Path = MEASURED) -> str:
         + (f"{loads[0]:.1f}-{loads[1]:.1f}" if loads else "not recorded") + "): "
         + ", ".join(f"{n:,} runs by {level}" for level, n in total.matched.items())
         + f"; {total.setup_seconds:.1f} s set-up and teardown an experiment a host, {total.fixed_seconds:.1f} s "
-        "a host's own.",
+        "a host's own."
+        + (f" Not in the figures' rows nor their times: {'; '.join(apart)}, whose stack has no run time measured "
+           "here; `qreplay campaign plan` lists them as needing it." if apart else ""),
     ])
 
 

@@ -88,6 +88,12 @@ class Plan:
     def share(self, shard: int, shards: int) -> list[PlannedRun]:
         return [run for run in self.runs if run.shard(shards) == shard]
 
+    def part(self, keep: Callable[[PlannedRun], bool]) -> Plan:
+        """The runs ``keep`` holds, in the plan's order, dealt anew as a campaign of their own (a figure's or a
+        stack's part of a campaign, projected alone)."""
+        kept = [replace(run, index=index) for index, run in enumerate(r for r in self.runs if keep(r))]
+        return Plan(self.name, self.experiments, kept, self.digest)
+
 
 def load(path: str | Path) -> Plan:
     """The campaign file ``path`` planned; every refusal one line (ToolError)."""

@@ -207,43 +207,6 @@ def refused(plans: list[FigurePlan], stacks: list[Stack]) -> list[str]:
     return [f"figure {p.figure} on {s.name} ({reason})" for p in plans for s in stacks if (reason := p.refusal(s))]
 
 
-#: issue 36's full grid of conditions, every figure at each: five delays, three loss rates, both congestion controls,
-#: ten repetitions (the thesis's own grids differ: FIGURE_GRIDS)
-FULL_GRID_DELAYS_MS = (0, 10, 20, 30, 40)
-FULL_GRID_LOSSES_PCT = (0.0, 0.1, 1.0)
-FULL_GRID_CCS = ("cubic", "bbr")
-FULL_GRID_REPS = 10
-
-
-def full_grid_plan(stacks: list[Stack], delays_ms=FULL_GRID_DELAYS_MS, losses_pct=FULL_GRID_LOSSES_PCT,
-                   ccs=FULL_GRID_CCS, reps: int = FULL_GRID_REPS):
-    """Every figure of the full campaign (plan_campaign) on every one of ``stacks`` that can run it, each figure's
-    series (its sets, or its swept values) at every link of ``delays_ms`` x ``losses_pct`` and every congestion
-    control of ``ccs``, ``reps`` times, at the figure's own size and workload: a replay campaign's plan
-    (replay/campaign.py), whose projection docs/scale.md gives on 1, 8 and 64 hosts. A server-side twin's
-    clients are the browsers, which send its uploads with their own congestion control: it has no cc axis.
-    Each experiment is tagged with its figure (``figure``) and its stack (``stack``, the server's for a twin)."""
-    import hashlib
-
-    from replay import campaign
-
-    links = [LinkConfig(delay_down_ms=d, loss_pct=x) for d in delays_ms for x in losses_pct]
-    experiments = []
-    for plan in plan_campaign():
-        series = [c for c in plan.conditions if c.link == plan.conditions[0].link]
-        knobs = [{}] if plan.browsers else [{"cc": cc} for cc in ccs]
-        conditions = [replace(c, link=link, knobs=k) for link in links for k in knobs for c in series]
-        for stack in stacks:
-            if plan.refusal(stack) is not None:
-                continue
-            client, server = (get_stack(plan.browsers[0]), stack) if plan.browsers else (stack, None)
-            experiments.append(Experiment(
-                plan.kind, client, conditions, plan.options(), reps, tags={"figure": plan.figure, "stack": stack.name},
-                experiment_id=hashlib.sha256(f"full-grid/{plan.figure}/{stack.name}".encode()).hexdigest()[:12],
-                server_stack=server))
-    return campaign.plan_of("full-grid", experiments)
-
-
 def run_campaign(stacks: list[Stack], plans: list[FigurePlan], results: str | Path, *, link_backend: str = "auto",
                  udp_buffer_bytes: int | None = None, mode: str = "full", command_line: str | None = None,
                  execute: Callable[[Experiment, Path], list[dict]] | None = None) -> str:

@@ -445,28 +445,51 @@ def test_the_identification_page_shows_what_the_committed_evaluation_holds(site)
 
 
 def test_the_scale_page_plans_every_reproduced_figure_on_every_stack_that_runs_here():
-    """docs/scale.md's plan for the seeds' figures at the full grid (docs_build/scale.py; kept current by the
-    committed-files test) has a row for every figure `qreplay reproduce` runs and every replay stack usable here,
-    and the plan behind it runs each figure on each stack that can run it, at every link and congestion control."""
+    """docs/scale.md's plan for the seeds' figures at the full grid (docs_build/scale.py, which plans the campaign
+    file datasets/campaign/full-grid.toml; kept current by the committed-files test) has a row for every figure
+    `qreplay reproduce` runs and every replay stack; the file runs each figure's series (reproduce's own: its set
+    pairs or swept values, size and workload) on each replay stack that can run it, LSQUIC's included, at 5
+    delays x 3 loss rates x both congestion controls (a twin's browsers: their own), 10 repetitions."""
     from common.markdown import generated_section
-    from docs_build.scale import MEASURED, SECTION, measured_stacks
-    from replay.reproduce import (
-        FULL_GRID_CCS, FULL_GRID_DELAYS_MS, FULL_GRID_LOSSES_PCT, full_grid_plan, plan_campaign,
-    )
+    from docs_build.scale import FULL_GRID, MEASURED, SECTION, figure_of, measured_stacks, stack_of
+    from replay import campaign
+    from replay.reproduce import plan_campaign
     from replay.stacks import all_stacks, get_stack
 
     begin, end = generated_section(SECTION)
     section = (ROOT / "docs" / "scale.md").read_text().split(begin)[1].split(end)[0]
-    rows = {line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ")}
-    figures = [plan.figure for plan in plan_campaign()]
+    rows = {line.split("|")[1].strip().removesuffix(" (not measured here)") for line in section.splitlines()
+            if line.startswith("| ")}
+    figures = plan_campaign()
     usable = [name for name, stack in all_stacks().items() if stack.unavailable_reason() is None]
-    assert set(figures) <= rows and set(usable) <= rows, sorted(rows)
-    stacks = measured_stacks(json.loads(MEASURED.read_text())["runs"])
-    assert set(usable) <= set(stacks)
-    plan = full_grid_plan([get_stack(name) for name in stacks])
-    ran = {(e.tags["figure"], e.tags["stack"]) for e in plan.experiments}
-    assert ran == {(p.figure, name) for p in plan_campaign() for name in stacks if p.refusal(get_stack(name)) is None}
-    links = len(FULL_GRID_DELAYS_MS) * len(FULL_GRID_LOSSES_PCT)
+    assert {p.figure for p in figures} | set(all_stacks()) <= rows, sorted(rows)
+    assert set(usable) <= set(measured_stacks(json.loads(MEASURED.read_text())["runs"]))
+    plan = campaign.load(FULL_GRID)
+    by_figure: dict[tuple, set] = {}
     for experiment in plan.experiments:
-        ccs = 1 if experiment.stack.own_parameters else len(FULL_GRID_CCS)
-        assert len({(c.link, tuple(c.knobs.items())) for c in experiment.conditions}) == links * ccs
+        for condition in experiment.conditions:
+            client, server = experiment.stacks(condition)
+            key = (experiment.tags["campaign_experiment"], server.name if client.own_parameters else client.name)
+            by_figure.setdefault(key, set()).add(condition)
+    assert set(by_figure) == {(p.figure, name) for p in figures for name in all_stacks()
+                              if p.refusal(get_stack(name)) is None}
+    for figure in figures:
+        series = {(c.client.params, c.server and c.server.params, c.sweep_param, c.sweep_value,
+                   c.stack and c.stack.name) for c in figure.conditions}
+        for (name, stack), conditions in by_figure.items():
+            if name != figure.figure:
+                continue
+            assert {(c.client.params, c.server and c.server.params, c.sweep_param, c.sweep_value,
+                     c.stack.name if c.stack and c.stack.own_parameters else None) for c in conditions} == series
+            links = {(c.link.delay_down_ms, c.link.loss_pct) for c in conditions}
+            assert links == {(d, x) for d in (0, 10, 20, 30, 40) for x in (0, 0.1, 1)}
+            ccs = {c.knobs.get("cc") for c in conditions}
+            assert ccs == ({None} if figure.browsers else {"cubic", "bbr"})
+            assert len(conditions) == len(series) * len(links) * len(ccs)
+    for experiment in plan.experiments:
+        figure = next(p for p in figures if p.figure == experiment.tags["campaign_experiment"])
+        assert experiment.reps == 10
+        assert (experiment.options.size, experiment.options.workload, experiment.options.requests,
+                experiment.options.concurrency) == (figure.size, figure.workload, figure.requests, figure.concurrency)
+    assert {stack_of(plan, run) for run in plan.runs} == set(all_stacks())
+    assert {figure_of(plan, run) for run in plan.runs} == {p.figure for p in figures}
