@@ -4,10 +4,14 @@ A campaign file names experiments with the replay command line's own option
 names (``stacks``, ``sets``, ``server-set``, ``delays``, ``losses``, ``rate``,
 ``size``, ``reps``, ``workload``, ``link``, ``server-host`` and ``launcher``
 (its runs' servers on another host), each knob by its option, e.g. ``cc``);
-``size`` and each knob take one value or a list (a list is one more axis of
-conditions); ``fidelity = true`` makes an experiment ``qreplay fidelity``'s comparison
+``size``, ``server-stack``, ``server-set`` and each knob take one value or a
+list (a list is one more axis of conditions: every client set against every
+server set, an experiment a size and a server stack); a sweep is ``qreplay
+sweep``'s ``param``, ``values`` and ``side``; ``pairs`` lists [client set, server
+set] pairs that are no product; ``fidelity = true`` makes an experiment ``qreplay fidelity``'s comparison
 (:func:`_expand_fidelity`). :func:`plan` expands it into runs, each with a plan id
-(its ``run_id``), checking every stack, set and knob before any run.
+(its ``run_id``), checking every stack, set, knob and sweep before any run; runs
+of a stack not usable here stay in the plan (:func:`needs`).
 
 Order: per experiment, as ``qreplay`` runs one (replay/runner.py's
 ``run_order``): conditions sharing a link together, rounds of one run per

@@ -64,7 +64,12 @@ def register(app: typer.Typer) -> None:
                 experiment = plan.experiments[run.experiment]
                 typer.echo(json.dumps({"index": run.index, "run_id": run.run_id, "shard": run.shard(hosts),
                                        "rep": run.rep, **campaign.planned_values(plan, run),
-                                       "set": run.condition.client.name, "knobs": dict(run.condition.knobs),
+                                       "set": run.condition.client.name,
+                                       "server_set": run.condition.server and run.condition.server.name,
+                                       **({"sweep_param": run.condition.sweep_param,
+                                           "sweep_value": run.condition.sweep_value}
+                                          if run.condition.sweep_param else {}),
+                                       "knobs": dict(run.condition.knobs),
                                        **({"server_host": experiment.server_host,
                                            "launcher": experiment.launcher.describe()}
                                           if experiment.server_host else {})},
