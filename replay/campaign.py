@@ -245,7 +245,7 @@ def _series(stack, pairs: list[tuple], sweep: tuple[str, list, str] | None) -> l
     from replay.sets import own_set
 
     if stack.own_parameters:
-        pairs = list({id(server): (own_set(stack), server) for _, server in pairs}.values())
+        pairs = list(dict.fromkeys((own_set(stack), server) for _, server in pairs))
     if not sweep:
         return [(client, server, {}) for client, server in pairs]
     param, values, side = sweep
@@ -320,6 +320,11 @@ def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
                 tags={"campaign": campaign, "campaign_experiment": label},
                 experiment_id=hashlib.sha256(identity.encode()).hexdigest()[:12],
                 server_stack=optional_stack(server_stack and str(server_stack)), **remote)
+            if len(set(conditions)) < len(conditions):
+                twice = next(c for c in conditions if conditions.count(c) > 1)
+                raise ToolError(f"a condition is listed twice (set {twice.client.name}"
+                                + (f", server set {twice.server.name}" if twice.server else "")
+                                + "): each run must have a condition of its own")
             _refuse_unswept(experiment, sweep)
             experiments.append(experiment)
     except (ToolError, ValueError, TypeError) as exc:

@@ -209,7 +209,8 @@ def test_a_fidelity_campaign_in_two_shards_merges_into_a_file_fidelity_and_the_n
     ("pairs", '[["alpha", "nosuch"]]', "unknown set 'nosuch'"),
     ("pairs", '[["alpha", "alpha"]]\nsets = ["alpha"]', "leave sets and server-set out"),
     ("server-set", '["alpha", "nosuch"]', "unknown set 'nosuch'"),
-    ("server-stack", '["quinn", "nosuch"]', "unknown stack 'nosuch'")])
+    ("server-stack", '["quinn", "nosuch"]', "unknown stack 'nosuch'"),
+    ("sets", '["alpha", "alpha"]', "a condition is listed twice")])
 def test_a_bad_campaign_file_ends_in_one_line_before_any_run(tmp_path, option, value, said):
     path = tmp_path / "bad.toml"
     path.write_text(f'campaign = "bad"\n[[experiment]]\n{option} = {value}\n')
