@@ -641,13 +641,17 @@ def run_shard(plan_: Plan, shard: int, shards: int, directory: str | Path,
     ``startup_seconds``: what the calling process took before (stored with the shard's times for the projection)."""
     from scanner import campaign_store
 
+    label = f"shard {shard}/{shards} of campaign {plan_.name}"
+    # a stack missing here (LSQUIC needs its own build): refused before the campaign directory is touched
+    if needed := needs(plan_, plan_.share(shard, shards)):
+        raise ToolError(f"{label}: " + "; ".join(f"{count:,} of its runs need {name}, not usable here ({why})"
+                                                 for name, (why, count) in needed.items()))
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     campaign_store.agree(root, {"name": plan_.name, "plan": plan_.digest, "shards": shards,
                                 "runs": len(plan_.runs)})
     work = campaign_store.work_file(root, VANTAGE, shard)
     work.parent.mkdir(parents=True, exist_ok=True)
-    label = f"shard {shard}/{shards} of campaign {plan_.name}"
     started = datetime.datetime.now()
     with campaign_store.only_runner(work.with_suffix(".lock"), label):
         con = store.connect(work)
@@ -657,9 +661,6 @@ def run_shard(plan_: Plan, shard: int, shards: int, directory: str | Path,
             con.close()
         share = plan_.share(shard, shards)
         todo = [run for run in share if run.run_id not in stored]
-        if needed := needs(plan_, todo):
-            raise ToolError(f"{label}: " + "; ".join(f"{count:,} of its runs need {name}, not usable here ({why})"
-                                                     for name, (why, count) in needed.items()))
         # every launcher this host needs, before its first run rather than at its experiment's
         for experiment in {plan_.experiments[run.experiment].experiment_id: plan_.experiments[run.experiment]
                            for run in todo}.values():

@@ -645,7 +645,11 @@ def run_experiment(experiment: Experiment, results: str | Path,
     started = datetime.datetime.now()
     server_stack = experiment.stacks(None)[1]
     used = {s.name: s for c in experiment.conditions for s in experiment.stacks(c)}
-    for stack in {experiment.stack.name: experiment.stack, server_stack.name: server_stack, **used}.values():
+    # a campaign shard needs the stacks of its own runs only: a host without LSQUIC runs the other stacks' runs of
+    # an experiment that has LSQUIC's too (another host runs those)
+    needed = ({s.name: s for c, _, _ in planned for s in experiment.stacks(c)} if planned is not None else
+              {experiment.stack.name: experiment.stack, server_stack.name: server_stack, **used})
+    for stack in needed.values():
         reason = stack.unavailable_reason()
         if reason:
             raise ToolError(f"stack {stack.name} is not usable: {reason}")

@@ -328,15 +328,23 @@ def test_set_pairs_sweeps_and_server_stacks_expand_to_their_product():
 
 
 def test_runs_that_need_a_stack_missing_here_are_planned_and_a_shard_holding_them_refused_before_any_run(tmp_path):
+    """LSQUIC's runs stay in the plan, said as needing it; a shard holding one is refused before anything starts,
+    and a shard of the same experiment holding only the other stack's runs runs here."""
     from replay.stacks import get_stack
 
     reason = get_stack("lsquic").unavailable_reason()
     if reason is None:
         pytest.skip("LSQUIC is built here")
     path = tmp_path / "lsquic.toml"
-    path.write_text('campaign = "l"\n[[experiment]]\nstacks = ["lsquic", "ngtcp2"]\nreps = 2\n')
+    path.write_text('campaign = "l"\n[[experiment]]\nstacks = ["lsquic", "ngtcp2"]\nsize = "100KB"\nreps = 2\n')
+    plan = campaign.load(path)
+    assert [run.condition.stack.name for run in plan.share(1, 4)] == ["ngtcp2"]
+    if os.geteuid() == 0 and get_stack("ngtcp2").unavailable_reason() is None:
+        alone = _qreplay("campaign", "run", path, "--shard", "1/4", "--out", tmp_path / "other", "--quiet")
+        assert alone.returncode == 0 and json.loads(alone.stdout)["ran"] == 1, alone.stderr
     planned = _qreplay("campaign", "plan", path)
     assert planned.returncode == 0 and "2 runs need lsquic, not usable here" in planned.stdout, planned.stdout
     done = _qreplay("campaign", "run", path, "--shard", "0/1", "--out", tmp_path / "out")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "2 of its runs need lsquic" in done.stderr, \
         done.stderr
+    assert not (tmp_path / "out").exists()  # nothing started
