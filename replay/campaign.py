@@ -7,7 +7,7 @@ names (``stacks``, ``sets``, ``server-set``, ``delays``, ``losses``, ``rate``,
 ``size``, ``server-stack``, ``server-set`` and each knob take one value or a
 list (a list is one more axis of conditions: every client set against every
 server set, an experiment a size and a server stack); a sweep is ``qreplay
-sweep``'s ``param``, ``values`` and ``side``; ``pairs`` lists [client set, server
+sweep``'s ``param``, ``values`` and ``side``; ``set-pairs`` lists [client set, server
 set] pairs that are no product; ``fidelity = true`` makes an experiment ``qreplay fidelity``'s comparison
 (:func:`_expand_fidelity`). :func:`plan` expands it into runs, each with a plan id
 (its ``run_id``), checking every stack, set, knob and sweep before any run; runs
@@ -60,10 +60,10 @@ VALUE_OPTIONS = {"server-set": None, "server-stack": None, "delay-up": "0ms", "j
 #: of them, those that take one value or a list (a list is one more axis): the size and the server's stack
 #: (one experiment each), the server set (each client set against each: set pairs)
 AXIS_OPTIONS = ("size", "server-stack", "server-set")
-#: `qreplay sweep`'s options: one transport parameter over a list of values, on one side; `pairs`: the series as
+#: `qreplay sweep`'s options: one transport parameter over a list of values, on one side; `set-pairs`: the series as
 #: [client set, server set] pairs, where they are no product of `sets` and `server-set` (the same set on both sides)
 SWEEP_OPTIONS = {"param": None, "values": None, "side": "client"}
-PAIRS_OPTION = "pairs"
+PAIRS_OPTION = "set-pairs"  # not `pairs`: `qreplay pairs` and the experiment kind pairs are of stacks
 KNOB_OPTIONS = {knob.option[2:]: knob for knob in KNOBS.values()}
 #: the keys of a `fidelity = true` experiment: `qreplay fidelity`'s comparison, its browsers and replay stacks both
 #: in `stacks`
@@ -202,13 +202,14 @@ def _set(spec: object, one: bool = False) -> list[NamedSet]:
 
 def _set_pairs(entry: dict) -> list[tuple]:
     """The experiment's series as (client set, server set or None) pairs: each of `sets` against each of
-    `server-set` (one value or a list: set pairs by product), or the `pairs` as given."""
+    `server-set` (one value or a list: set pairs by product), or the `set-pairs` as given."""
     if PAIRS_OPTION in entry:
         if "sets" in entry or "server-set" in entry:
-            raise ToolError("pairs name each series' client and server set; leave sets and server-set out")
+            raise ToolError("set-pairs name each series' client and server set; leave sets and server-set out")
         pairs = entry[PAIRS_OPTION]
         if not isinstance(pairs, list) or not pairs or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
-            raise ToolError('pairs is a list of [client set, server set] pairs, e.g. pairs = [["alpha", "alpha"]]')
+            raise ToolError("set-pairs is a list of [client set, server set] pairs, e.g. "
+                            'set-pairs = [["alpha", "alpha"]]')
         return [(_set(c, one=True)[0], _set(s, one=True)[0]) for c, s in pairs]
     clients = [c for spec in entry.get("sets", LIST_OPTIONS["sets"]) for c in _set(spec)]
     servers = [None if spec is None else _set(spec, one=True)[0] for spec in _values(entry, "server-set", None)]

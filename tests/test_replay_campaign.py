@@ -205,9 +205,9 @@ def test_a_fidelity_campaign_in_two_shards_merges_into_a_file_fidelity_and_the_n
     ("param", '"initial_max_data"\nvalues = ["big"]', "initial_max_data takes an integer, not 'big'"),
     ("param", '"initial_max_data"\nvalues = [1]\nside = "both"', "side must be client or server"),
     ("param", '"initial_max_data"\nvalues = [1]\nstacks = ["firefox"]', "a browser's parameters are its own"),
-    ("pairs", '[["alpha"]]', "pairs is a list of [client set, server set]"),
-    ("pairs", '[["alpha", "nosuch"]]', "unknown set 'nosuch'"),
-    ("pairs", '[["alpha", "alpha"]]\nsets = ["alpha"]', "leave sets and server-set out"),
+    ("set-pairs", '[["alpha"]]', "set-pairs is a list of [client set, server set]"),
+    ("set-pairs", '[["alpha", "nosuch"]]', "unknown set 'nosuch'"),
+    ("set-pairs", '[["alpha", "alpha"]]\nsets = ["alpha"]', "leave sets and server-set out"),
     ("server-set", '["alpha", "nosuch"]', "unknown set 'nosuch'"),
     ("server-stack", '["quinn", "nosuch"]', "unknown stack 'nosuch'"),
     ("sets", '["alpha", "alpha"]', "a condition is listed twice")])
@@ -303,7 +303,7 @@ def test_a_sweep_campaign_runs_each_value_at_each_delay_and_merges_into_exactly_
 
 
 def test_set_pairs_sweeps_and_server_stacks_expand_to_their_product():
-    """A list of server sets is each client set against each; pairs as given; a list of server stacks one
+    """A list of server sets is each client set against each; set-pairs as given; a list of server stacks one
     experiment each; a server-side sweep varies the server's set; sets as a run stores them with overrides."""
     product = campaign.plan({"campaign": "p", "experiment": [
         {"stacks": ["ngtcp2", "quic-go"], "sets": ["firefox-109", "chrome-109"], "server-set": ["alpha", "beta"],
@@ -312,7 +312,7 @@ def test_set_pairs_sweeps_and_server_stacks_expand_to_their_product():
     assert {(r.condition.client.name, r.condition.server.name) for r in product.runs} == \
         {(c, s) for c in ("firefox-109", "chrome-109") for s in ("alpha", "beta")}
     pairs = campaign.plan({"campaign": "p", "experiment": [
-        {"pairs": [["alpha", "alpha"], ["config4+initial_max_data=4294967295"] * 2], "reps": 1}]})
+        {"set-pairs": [["alpha", "alpha"], ["config4+initial_max_data=4294967295"] * 2], "reps": 1}]})
     assert [(r.condition.client.name, r.condition.server.name) for r in pairs.runs] == \
         [("alpha", "alpha"), *[("config4+initial_max_data=4294967295",) * 2]]
     assert pairs.runs[1].condition.client.params.initial_max_data == 4294967295
