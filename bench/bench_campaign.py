@@ -30,7 +30,8 @@ Writes datasets/campaign/measured.json (what `qscan campaign plan` reads).
   uploads and page loads), kept as the campaign directory ``--replay-probe`` (default
   datasets/campaign/replay-probe, not committed) and saved, with when and at what load they ran, as
   datasets/campaign/seeds-measured.json (committed), from which docs/scale.md projects datasets/campaign/seeds.toml
-  and every seed figure at the full grid (docs_build/scale.py) on 1, 8 and 64 hosts.
+  and every seed figure at the full grid (datasets/campaign/full-grid.toml, by docs_build/scale.py) on 1, 8 and 64
+  hosts.
 
     .venv/bin/python bench/bench_campaign.py [--parquet-records 200000] [--no-slurm]
     .venv/bin/python bench/bench_campaign.py --replay [--no-probe] [--no-merge] [--projection-rounds 3]
