@@ -82,7 +82,9 @@ def test_what_a_stack_cannot_run_is_refused_in_one_line(tmp_path):
     ("chromium", "ngtcp2", "upload", "gtlsserver 0.12 answers a PUT as a GET"),
     ("aioquic", "quinn", "stream", None),  # its hq-interop server paces
     ("aioquic", "tquic", "stream", "tquic cannot pace a stream at a bitrate"),
-    ("chromium", "quiche", "stream", "quiche's h3 server does not pace a stream"),  # its hq-interop server does
+    ("aioquic", "msquic", "stream", "msquic cannot pace a stream at a bitrate"),
+    ("chromium", "quiche", "stream", None),  # its h3 server paces as its hq-interop server does
+    ("chromium", "caddy", "stream", "caddy cannot pace a stream at a bitrate"),
 ])
 def test_a_server_refuses_what_it_does_not_answer_its_client_in_one_line(client, server, workload, said):
     """A workload's primitives (tparams.workloads) held against what the server answers that client

@@ -51,7 +51,7 @@ fn download(args: &ClientArgs) -> Result<(Duration, Exchange), String> {
     let connection =
         Connection::open(&registration, |_, _| Ok(())).map_err(|e| format!("opening a connection: {e:?}"))?;
     let secrets = keylog.as_ref().map(|_| Keylog::capture(&connection));
-    let (size, request) = (args.size, args.request());
+    let (size, request) = (args.target.size, args.request());
     connection.set_callback_handler(move |connection: ConnectionRef, event: ConnectionEvent| {
         let _ = report.send(match event {
             ConnectionEvent::Connected { .. } => {
@@ -78,7 +78,7 @@ fn download(args: &ClientArgs) -> Result<(Duration, Exchange), String> {
         });
         Ok(())
     });
-    let server = Addr::from(args.connect);
+    let server = Addr::from(args.target.connect);
     // With the address set, the name is the SNI only (no resolution).
     unsafe {
         Api::set_param(
@@ -88,13 +88,13 @@ fn download(args: &ClientArgs) -> Result<(Duration, Exchange), String> {
             &server as *const Addr as *const c_void,
         )
     }
-    .map_err(|e| format!("server address {}: {e:?}", args.connect))?;
+    .map_err(|e| format!("server address {}: {e:?}", args.target.connect))?;
     let started = Instant::now();
     connection
-        .start(&configuration, "qreplay.lab", args.connect.port())
-        .map_err(|e| format!("connecting to {}: {e:?}", args.connect))?;
+        .start(&configuration, "qreplay.lab", args.target.connect.port())
+        .map_err(|e| format!("connecting to {}: {e:?}", args.target.connect))?;
 
-    let deadline = started + Duration::from_secs_f64(args.timeout_s);
+    let deadline = started + Duration::from_secs_f64(args.target.timeout_s);
     let mut requested = None;
     let result = loop {
         match events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
@@ -108,7 +108,7 @@ fn download(args: &ClientArgs) -> Result<(Duration, Exchange), String> {
             }
             Ok(Progress::Failed(message)) => return Err(message),
             Ok(Progress::Closed) => return Err("the connection closed before the download ended".into()),
-            Err(RecvTimeoutError::Timeout) => return Err(format!("no completion within {} s", args.timeout_s)),
+            Err(RecvTimeoutError::Timeout) => return Err(format!("no completion within {} s", args.target.timeout_s)),
             Err(RecvTimeoutError::Disconnected) => unreachable!("the connection's callback holds a sender"),
         }
     };
