@@ -1,7 +1,7 @@
-"""QuicSand's streaming workload (tparams.workloads' stream): a GET that aioquic's, quic-go's, quinn's, s2n-quic's
-or quiche's server paces at a bitrate, played back by tparams.workloads.Player in our aioquic client, from the
+"""QuicSand's streaming workload (tparams.workloads' stream): a GET that aioquic's, quic-go's, quinn's, s2n-quic's,
+quiche's, tquic's or msquic's server paces at a bitrate, played back by tparams.workloads.Player in our aioquic client, from the
 other clients' arrival times (tparams.workloads.played) and, mirrored in JavaScript, in Chromium's and Firefox's page
-(served over h3 by aioquic, quinn or quiche). Through the testbed's emulated link: no stall when the link
+(served over h3 by aioquic, quinn, quiche or tquic). Through the testbed's emulated link: no stall when the link
 carries the bitrate, stalls when its rate is below it; a stack whose server cannot pace refuses the workload in one
 line."""
 
@@ -107,9 +107,10 @@ def test_aioquics_client_plays_a_paced_stream_without_stalls_only_when_the_link_
 
 @pytest.mark.timing
 @pytest.mark.parametrize("client, server", [("quic-go", "quic-go"), ("aioquic", "quic-go"), ("quinn", "quinn"),
-                                            ("s2n-quic", "s2n-quic"), ("quiche", "quiche")])
+                                            ("s2n-quic", "s2n-quic"), ("quiche", "quiche"), ("tquic", "tquic"),
+                                            ("msquic", "msquic"), ("aioquic", "msquic")])
 def test_our_native_servers_pace_a_stream_that_plays_without_stalls_only_when_the_link_carries_it(client, server):
-    """quic-go's server (qgserver), quinn's, s2n-quic's and quiche's (replay-<library>) pace by aioquic's rule; their stream
+    """quic-go's server (qgserver), quinn's, s2n-quic's, quiche's, tquic's and msquic's (replay-<library>) pace by aioquic's rule; their stream
     clients (qgstream, replay-<library> stream-client) record arrivals, which qreplay plays; aioquic's client
     plays them itself."""
     carried, starved = _stream(client, server)
@@ -120,9 +121,9 @@ def test_our_native_servers_pace_a_stream_that_plays_without_stalls_only_when_th
 @pytest.mark.lab
 @pytest.mark.timing
 @pytest.mark.parametrize("browser, server", [("chromium", "aioquic"), ("firefox", "aioquic"), ("chromium", "quinn"),
-                                             ("firefox", "quiche")])
+                                             ("firefox", "quiche"), ("firefox", "tquic")])
 def test_a_browsers_page_plays_a_stream_from_an_h3_server_and_stalls_when_the_link_is_slower(browser, server):
-    """aioquic's h3 server paces in Python (send_at_bitrate); quinn's and quiche's h3 servers by the same
+    """aioquic's h3 server paces in Python (send_at_bitrate); quinn's, quiche's and tquic's h3 servers by the same
     schedule (lab_server_common::replay::Paced) through each library's own h3 layer."""
     carried, starved = _stream(browser, server)
     assert carried["protocol_seen"] == "h3"
@@ -130,9 +131,9 @@ def test_a_browsers_page_plays_a_stream_from_an_h3_server_and_stalls_when_the_li
 
 
 @pytest.mark.parametrize("args, said", [
-    (["--stack", "tquic"], "tquic's client does not speak the stream workload"),
-    (["--stack", "aioquic", "--server-stack", "msquic"],
-     "msquic's server cannot answer aioquic's stream workload: msquic cannot pace a stream at a bitrate"),
+    (["--stack", "curl"], "curl's client speaks only the download workload"),
+    (["--stack", "firefox", "--server-stack", "lsquic"],
+     "lsquic's server cannot answer firefox's stream workload: lsquic cannot pace a stream at a bitrate"),
     (["--stack", "chromium"], "ngtcp2's server cannot answer chromium's stream workload: ngtcp2 cannot pace"),
     (["--stack", "chromium", "--server-stack", "caddy"], "caddy cannot pace a stream at a bitrate"),
 ])

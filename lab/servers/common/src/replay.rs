@@ -113,12 +113,6 @@ impl StreamClientArgs {
     }
 }
 
-/// A program whose library's server cannot pace: its stream client refuses in one line (qreplay refuses
-/// the stream workload on it before it asks).
-pub fn no_stream_client(library: &str) -> ! {
-    crate::refuse(&format!("the {library} program plays no stream: its server cannot pace one"))
-}
-
 impl ClientArgs {
     /// The request of this client's workload.
     pub fn request(&self) -> Request {
@@ -420,17 +414,6 @@ impl Pace {
     }
 }
 
-/// The size a download asks for, for a server (of `library`) that serves only downloads: as
-/// `Request::parse`, with a PUT an error.
-pub fn requested_size(received: &[u8], finished: bool, library: &str) -> Result<Option<u64>, String> {
-    match Request::parse(received, finished)? {
-        None => Ok(None),
-        Some((Request { bitrate: Some(_), .. }, _)) => Err(format!("the {library} server cannot pace a stream")),
-        Some((Request { direction: Direction::Down, size, .. }, _)) => Ok(Some(size)),
-        Some((Request { direction: Direction::Up, .. }, _)) => Err(format!("the {library} server takes no PUT")),
-    }
-}
-
 /// A server's answer to an upload: the count of body bytes it received, in decimal.
 pub fn upload_answer(received: u64) -> Vec<u8> {
     received.to_string().into_bytes()
@@ -599,9 +582,9 @@ mod tests {
         stream.extend_from_slice(b"body");
         assert_eq!(Request::parse(&stream, false), Ok(Some((put, 9))));
         assert_eq!(Request::parse(b"GET /12", false), Ok(None));
-        assert_eq!(requested_size(b"GET /12", true, "x"), Ok(Some(12)));
-        assert_eq!(requested_size(b"GET /12\n", false, "x"), Ok(Some(12)));
-        assert!(requested_size(b"PUT /12\n", false, "x").is_err());
+        let twelve = Request { direction: Direction::Down, size: 12, bitrate: None };
+        assert_eq!(Request::parse(b"GET /12", true), Ok(Some((twelve, 7))));
+        assert_eq!(Request::parse(b"GET /12\n", false), Ok(Some((twelve, 8))));
         assert!(Request::parse(b"GET /index.html\r\n", false).is_err());
         assert!(Request::parse(b"POST /12\r\n", false).is_err());
         assert!(Request::parse(&[b'x'; 100], false).is_err());
@@ -611,7 +594,6 @@ mod tests {
         for bad in [&b"GET /5?bitrate=0\n"[..], b"PUT /5?bitrate=8\n", b"GET /5?rate=8\n", b"GET /5?bitrate=x\n"] {
             assert!(Request::parse(bad, false).is_err(), "{bad:?}");
         }
-        assert!(requested_size(&stream.line(), false, "x").is_err());
         assert_eq!(paced_due(Duration::ZERO, 1_000_000, 8_000), 20); // a tick ahead of the clock
         assert_eq!(paced_due(Duration::from_secs(1), 1_000_000, 8_000), 1020);
         assert_eq!(paced_due(Duration::from_secs(1), 500, 8_000), 500);
