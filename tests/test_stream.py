@@ -1,9 +1,9 @@
-"""QuicSand's streaming workload (tparams.workloads' stream): a GET that aioquic's, quic-go's, quinn's, s2n-quic's,
-quiche's, tquic's or msquic's server paces at a bitrate, played back by tparams.workloads.Player in our aioquic client, from the
-other clients' arrival times (tparams.workloads.played) and, mirrored in JavaScript, in Chromium's and Firefox's page
-(served over h3 by aioquic, quinn, quiche or tquic). Through the testbed's emulated link: no stall when the link
-carries the bitrate, stalls when its rate is below it; a stack whose server cannot pace refuses the workload in one
-line."""
+"""QuicSand's streaming workload (tparams.workloads' stream): a GET that aioquic's, quic-go's, quinn's,
+s2n-quic's, quiche's, tquic's or msquic's server paces at a bitrate, played back by tparams.workloads.Player in
+our aioquic client, from the other clients' arrival times (tparams.workloads.played) and, mirrored in
+JavaScript, in Chromium's and Firefox's page (served over h3 by aioquic, quinn, quiche or tquic). Through the
+testbed's emulated link: no stall when the link carries the bitrate, stalls when its rate is below it; a stack
+whose server cannot pace refuses the workload in one line."""
 
 from __future__ import annotations
 
@@ -110,9 +110,9 @@ def test_aioquics_client_plays_a_paced_stream_without_stalls_only_when_the_link_
                                             ("s2n-quic", "s2n-quic"), ("quiche", "quiche"), ("tquic", "tquic"),
                                             ("msquic", "msquic"), ("aioquic", "msquic")])
 def test_our_native_servers_pace_a_stream_that_plays_without_stalls_only_when_the_link_carries_it(client, server):
-    """quic-go's server (qgserver), quinn's, s2n-quic's, quiche's, tquic's and msquic's (replay-<library>) pace by aioquic's rule; their stream
-    clients (qgstream, replay-<library> stream-client) record arrivals, which qreplay plays; aioquic's client
-    plays them itself."""
+    """quic-go's server (qgserver), quinn's, s2n-quic's, quiche's, tquic's and msquic's (replay-<library>) pace
+    by aioquic's rule; their stream clients (qgstream, replay-<library> stream-client) record arrivals, which
+    qreplay plays; aioquic's client plays them itself."""
     carried, starved = _stream(client, server)
     assert "--bitrate=2000000" in json.loads(carried["client_argv"])
     _check(carried, starved)
