@@ -1,8 +1,9 @@
-"""QuicSand's streaming workload (tparams.workloads' stream): a GET that aioquic's, quic-go's, quinn's, s2n-quic's or
-quiche's server paces at a bitrate, played back by tparams.workloads.Player in our aioquic client, from the other clients'
-arrival times (tparams.workloads.played) and, mirrored in JavaScript, in Chromium's page. Through the testbed's emulated link:
-no stall when the link carries the bitrate, stalls when its rate is below it; a stack whose server cannot pace
-refuses the workload in one line."""
+"""QuicSand's streaming workload (tparams.workloads' stream): a GET that aioquic's, quic-go's, quinn's,
+s2n-quic's, quiche's, tquic's or msquic's server paces at a bitrate, played back by tparams.workloads.Player in
+our aioquic client, from the other clients' arrival times (tparams.workloads.played) and, mirrored in
+JavaScript, in Chromium's and Firefox's page (served over h3 by aioquic, quinn, quiche or tquic). Through the
+testbed's emulated link: no stall when the link carries the bitrate, stalls when its rate is below it; a stack
+whose server cannot pace refuses the workload in one line."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from replay.aioquic_endpoints.common import PACING_TICK_S
 from replay.link import LinkConfig
 from replay.runner import Condition, Experiment, run_experiment
 from replay.sets import own_set, resolve_one
-from replay.stacks import get_stack
-from replay.stacks.base import RunOptions
+from replay.stacks import every_stack, get_stack
+from replay.stacks.base import ReplayProgram, RunOptions
 from tparams.workloads import STARTUP_BUFFER_S, STREAM, Player, played
 
 QREPLAY = str(Path(sys.executable).with_name("qreplay"))
@@ -106,11 +107,12 @@ def test_aioquics_client_plays_a_paced_stream_without_stalls_only_when_the_link_
 
 @pytest.mark.timing
 @pytest.mark.parametrize("client, server", [("quic-go", "quic-go"), ("aioquic", "quic-go"), ("quinn", "quinn"),
-                                            ("s2n-quic", "s2n-quic"), ("quiche", "quiche")])
+                                            ("s2n-quic", "s2n-quic"), ("quiche", "quiche"), ("tquic", "tquic"),
+                                            ("msquic", "msquic"), ("aioquic", "msquic")])
 def test_our_native_servers_pace_a_stream_that_plays_without_stalls_only_when_the_link_carries_it(client, server):
-    """quic-go's server (qgserver), quinn's, s2n-quic's and quiche's (replay-<library>) pace by aioquic's rule; their stream
-    clients (qgstream, replay-<library> stream-client) record arrivals, which qreplay plays; aioquic's client
-    plays them itself."""
+    """quic-go's server (qgserver), quinn's, s2n-quic's, quiche's, tquic's and msquic's (replay-<library>) pace
+    by aioquic's rule; their stream clients (qgstream, replay-<library> stream-client) record arrivals, which
+    qreplay plays; aioquic's client plays them itself."""
     carried, starved = _stream(client, server)
     assert "--bitrate=2000000" in json.loads(carried["client_argv"])
     _check(carried, starved)
@@ -118,18 +120,22 @@ def test_our_native_servers_pace_a_stream_that_plays_without_stalls_only_when_th
 
 @pytest.mark.lab
 @pytest.mark.timing
-def test_chromiums_page_plays_a_stream_from_aioquics_h3_server_and_stalls_when_the_link_is_slower():
-    carried, starved = _stream("chromium")
+@pytest.mark.parametrize("browser, server", [("chromium", "aioquic"), ("firefox", "aioquic"), ("chromium", "quinn"),
+                                             ("firefox", "quiche"), ("firefox", "tquic")])
+def test_a_browsers_page_plays_a_stream_from_an_h3_server_and_stalls_when_the_link_is_slower(browser, server):
+    """aioquic's h3 server paces in Python (send_at_bitrate); quinn's, quiche's and tquic's h3 servers by the same
+    schedule (lab_server_common::replay::Paced) through each library's own h3 layer."""
+    carried, starved = _stream(browser, server)
     assert carried["protocol_seen"] == "h3"
     _check(carried, starved)
 
 
 @pytest.mark.parametrize("args, said", [
-    (["--stack", "tquic"], "tquic's client does not speak the stream workload"),
-    (["--stack", "aioquic", "--server-stack", "tquic"],
-     "tquic's server cannot answer aioquic's stream workload: tquic cannot pace a stream at a bitrate"),
+    (["--stack", "curl"], "curl's client speaks only the download workload"),
+    (["--stack", "firefox", "--server-stack", "lsquic"],
+     "lsquic's server cannot answer firefox's stream workload: lsquic cannot pace a stream at a bitrate"),
     (["--stack", "chromium"], "ngtcp2's server cannot answer chromium's stream workload: ngtcp2 cannot pace"),
-    (["--stack", "chromium", "--server-stack", "quinn"], "quinn's h3 server does not pace a stream"),
+    (["--stack", "chromium", "--server-stack", "caddy"], "caddy cannot pace a stream at a bitrate"),
 ])
 def test_a_stack_that_cannot_pace_or_play_a_stream_refuses_it_in_one_line(args, said, tmp_path):
     done = subprocess.run([QREPLAY, *args, "--workload", "stream", "--bitrate", "2mbit", "--size", "500kB",
@@ -144,3 +150,15 @@ def test_a_stream_needs_its_bitrate_and_only_a_stream_takes_one(tmp_path):
         done = subprocess.run([QREPLAY, "--stack", "aioquic", *args, "--size", "500kB",
                                "--out", str(tmp_path / "r.duckdb")], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("stack", [name for name, stack in every_stack().items()
+                                   if isinstance(stack, ReplayProgram) and "paced" in stack.replay_protocol])
+def test_a_stream_clients_bitrate_of_zero_is_refused_in_one_line(stack):
+    """As every other bad input of ours: one line, status 2 (the Rust programs' clap errors cut to their first)."""
+    program = get_stack(stack)
+    if program.unavailable_reason():
+        pytest.skip(program.unavailable_reason())
+    done = subprocess.run([*program.command("stream-client"), "127.0.0.1:9", "--size=5", "--bitrate=0"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "bitrate" in done.stderr, done.stderr

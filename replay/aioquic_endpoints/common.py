@@ -105,14 +105,14 @@ async def send_at_bitrate(quic: QuicConnection, transmit: Callable[[], None], st
 
 def command_line(role: program_cli.Role, description: str) -> argparse.Namespace:
     """The parsed command line of ``role``; what these programs do not do (BBR, GSO) refused in one line, as
-    are fewer than one request or one at a time."""
+    are fewer than one request or one at a time and a stream's bitrate of 0."""
     parser = program_cli.parser(role, description)
     args = parser.parse_args()
     for refused, given in (("--cc=bbr", args.cc == "bbr"),
                            (f"{GSO.option}: {GSO.cannot['aioquic']}", args.gso is not None)):
         if given:
             parser.exit(2, f"error: the aioquic endpoints cannot take {refused}\n")
-    for name in ("requests", "concurrency"):
+    for name in ("requests", "concurrency", "bitrate"):
         if getattr(args, name, None) is not None and getattr(args, name) < 1:
             parser.exit(2, f"error: --{name} takes a number of at least 1\n")
     return args

@@ -354,9 +354,6 @@ PRIMITIVES_MISSING = {
              "control let it)",
 }
 
-#: why a server whose program paces cannot pace an h3 client's stream (page_missing's "paced")
-H3_UNPACED = "{server}'s h3 server does not pace a stream (its hq-interop server does)"
-
 
 def last_json_line(stdout: str) -> dict | None:
     """The last line of ``stdout`` that is a JSON object (ValueError if it is malformed), else None."""

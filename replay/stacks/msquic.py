@@ -17,6 +17,11 @@ it within an RTT, up to the connection's ConnFlowControlWindow setting (stream_r
 stream windows by lowering that setting once the handshake is done (the advertised initial_max_data is
 fixed by then); --autotune lets them grow to initial_max_data or 16 MiB, whichever is smaller. CUBIC and
 BBR; no qlog (msquic traces through LTTng/ETW only); the key log comes from QUIC_PARAM_CONN_TLS_SECRETS.
+
+Its server paces a stream at the bitrate asked (tparams.workloads' stream, aioquic's rule:
+lab_server_common::replay::Paced) from a thread of its own for each stream: msquic's API takes a send from
+any thread and queues it behind the stream's earlier ones. Its stream client (``replay-msquic stream-client``)
+records when each delivery arrives and qreplay plays them (tparams.workloads.played).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ LARGEST_STREAM_WINDOW = 1 << 31  # a u32
 
 class MsQuic(ReplayProgram):
     name = "msquic"
+    replay_protocol = frozenset({"down", "paced"})
     settable = {"client": BOTH, "server": BOTH | {"disable_active_migration"}}
     cc_names = frozenset({"cubic", "bbr"})
 

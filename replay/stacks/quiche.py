@@ -19,12 +19,13 @@ loads its page, downloads and uploads through quiche configured with any set (la
 
 Its hq-interop server paces a stream at the bitrate asked (tparams.workloads' stream, aioquic's rule:
 lab_server_common::replay::Paced, on its event loop's timer); its stream client (``replay-quiche stream-client``)
-records when the bytes arrive and qreplay plays them (tparams.workloads.played). Its h3 server does not pace.
+records when the bytes arrive and qreplay plays them (tparams.workloads.played). Its h3 server paces a browser's
+stream by the same schedule (page::Body::Paced).
 """
 
 from __future__ import annotations
 
-from replay.stacks.base import H3_UNPACED, ReplayProgram
+from replay.stacks.base import ReplayProgram
 
 PARAMETERS = frozenset({
     "max_idle_timeout", "max_udp_payload_size", "initial_max_data", "initial_max_stream_data_bidi_local",
@@ -39,8 +40,7 @@ class Quiche(ReplayProgram):
     settable = {"client": PARAMETERS, "server": PARAMETERS}
     writes_qlog = True
     serves_page = True  # over h3: the files of workdir/htdocs (QREPLAY_HTDOCS)
-    page_protocol = frozenset({"down", "up", "many"})
-    page_missing = {"paced": H3_UNPACED}
+    page_protocol = frozenset({"down", "up", "many", "paced"})
     replay_protocol = frozenset({"down", "paced"})
 
 

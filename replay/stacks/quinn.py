@@ -20,12 +20,13 @@ ALPN): a browser loads its page, downloads and uploads through quinn configured 
 
 Its hq-interop server paces a stream at the bitrate asked (tparams.workloads' stream, aioquic's rule:
 lab_server_common::replay::paced_due); its stream client (``replay-quinn stream-client``) records when the bytes
-arrive and qreplay plays them (tparams.workloads.played). Its h3 server does not pace.
+arrive and qreplay plays them (tparams.workloads.played). Its h3 server paces a browser's stream by the same
+schedule (replay::Paced).
 """
 
 from __future__ import annotations
 
-from replay.stacks.base import H3_UNPACED, ReplayProgram
+from replay.stacks.base import ReplayProgram
 
 COMMON = ("max_idle_timeout", "max_udp_payload_size", "initial_max_data", "initial_max_streams_bidi",
           "initial_max_streams_uni")
@@ -44,8 +45,7 @@ class Quinn(ReplayProgram):
     # next update, up to a round trip in slow start; seen in 3 of 3 runs at 30 ms, 2026-11-29
     qlog_in_flight_omits = "probe"
     serves_page = True  # over h3: the files of workdir/htdocs (QREPLAY_HTDOCS)
-    page_protocol = frozenset({"down", "up", "many"})
-    page_missing = {"paced": H3_UNPACED}
+    page_protocol = frozenset({"down", "up", "many", "paced"})
 
 
 STACK = Quinn()

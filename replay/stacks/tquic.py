@@ -19,6 +19,12 @@ packet out of its bytes in flight. Key log: both sides.
 
 Its server speaks HTTP/3 beside hq-interop (tquic's own h3 module, chosen by the client's ALPN): a browser
 loads its page, downloads and uploads through tquic configured with any set (lab_server_common::page).
+
+Its servers, hq-interop and h3, pace a stream at the bitrate asked (tparams.workloads' stream, aioquic's rule:
+lab_server_common::replay::Pace). tquic gives the application no timer: a stream its pace lets nothing more go
+stops asking to write, and the program's own event loop makes it writable again at the next tick. Its stream
+client (``replay-tquic stream-client``) records when the bytes arrive and qreplay plays them
+(tparams.workloads.played).
 """
 
 from __future__ import annotations
@@ -42,8 +48,9 @@ class Tquic(ReplayProgram):
     # right after a send leaves that packet out; 4-7 points of the share at the window, 5 of 5 runs, 2026-11-29
     qlog_in_flight_omits = "sent"
     cc_names = frozenset({"cubic", "bbr"})
+    replay_protocol = frozenset({"down", "paced"})
     serves_page = True  # over h3: the files of workdir/htdocs (QREPLAY_HTDOCS)
-    page_protocol = frozenset({"down", "up", "many"})
+    page_protocol = frozenset({"down", "up", "many", "paced"})
 
 
 STACK = Tquic()

@@ -22,6 +22,7 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use clap::error::ErrorKind;
 use clap::{Parser, Subcommand, ValueEnum};
 
 /// The ALPN of the bulk download (the Interop Runner's name for HTTP/0.9).
@@ -56,8 +57,9 @@ pub struct ServerArgs {
     pub options: Options,
 }
 
+/// What every client takes: the server, the bytes a request moves and when it gives up.
 #[derive(clap::Args, Debug)]
-pub struct ClientArgs {
+pub struct Target {
     /// The server's UDP address, ip:port.
     pub connect: SocketAddr,
     /// Bytes each request moves (a GET's response body, a PUT's body).
@@ -66,6 +68,12 @@ pub struct ClientArgs {
     /// Give up (exit 1) after this many seconds.
     #[arg(long, default_value_t = 600.0)]
     pub timeout_s: f64,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ClientArgs {
+    #[command(flatten)]
+    pub target: Target,
     /// down: GET, the server sends; up: PUT, the client sends.
     #[arg(long, value_enum, default_value_t = Direction::Down)]
     pub direction: Direction,
@@ -81,38 +89,34 @@ pub struct ClientArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct StreamClientArgs {
-    /// The server's UDP address, ip:port.
-    pub connect: SocketAddr,
-    /// Bytes each request moves (a GET's response body, a PUT's body).
-    #[arg(long)]
-    pub size: u64,
-    /// Give up (exit 1) after this many seconds.
-    #[arg(long, default_value_t = 600.0)]
-    pub timeout_s: f64,
+    #[command(flatten)]
+    pub target: Target,
     /// Bits per second a stream is paced at by the server and played at (required).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = positive_bitrate)]
     pub bitrate: u64,
     #[command(flatten)]
     pub options: Options,
 }
 
-impl StreamClientArgs {
-    /// The stream's request.
-    pub fn request(&self) -> Request {
-        Request { direction: Direction::Down, size: self.size, bitrate: Some(self.bitrate) }
+/// --bitrate's parser: a whole number of bits/s above 0.
+fn positive_bitrate(value: &str) -> Result<u64, String> {
+    match value.parse::<u64>() {
+        Ok(bitrate) if bitrate > 0 => Ok(bitrate),
+        _ => Err("a stream's bitrate is a whole number of bits/s above 0".into()),
     }
 }
 
-/// A program whose library's server cannot pace: its stream client refuses in one line (qreplay refuses
-/// the stream workload on it before it asks).
-pub fn no_stream_client(library: &str) -> ! {
-    crate::refuse(&format!("the {library} program plays no stream: its server cannot pace one"))
+impl StreamClientArgs {
+    /// The stream's request.
+    pub fn request(&self) -> Request {
+        Request { direction: Direction::Down, size: self.target.size, bitrate: Some(self.bitrate) }
+    }
 }
 
 impl ClientArgs {
     /// The request of this client's workload.
     pub fn request(&self) -> Request {
-        Request { direction: self.direction, size: self.size, bitrate: None }
+        Request { direction: self.direction, size: self.target.size, bitrate: None }
     }
 
     /// The workload's exchanges, in the order they complete: `start` makes one request's future, which is
@@ -256,11 +260,24 @@ impl Options {
     }
 }
 
-/// The parsed command line, with SIGTERM and SIGINT ending the process at once (status 0).
+/// The parsed command line, with SIGTERM and SIGINT ending the process at once (status 0). A command line
+/// clap refuses ends in one line, status 2, as every other bad input of ours (refuse): clap's first line
+/// (what is wrong), without its usage and hints; --help prints as clap does.
 pub fn start() -> Cli {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            e.exit()
+        }
+        _ => crate::refuse(one_line(&e.render().to_string())),
+    });
     crate::exit_on_signals();
     cli
+}
+
+/// The first line of clap's error, without its "error: " (refuse adds it again).
+fn one_line(error: &str) -> &str {
+    let first = error.lines().next().unwrap_or_default();
+    first.strip_prefix("error: ").unwrap_or(first)
 }
 
 /// One request of the replay protocol: its direction, the bytes it moves, and a stream's bitrate.
@@ -363,14 +380,37 @@ impl Iterator for Paced {
     }
 }
 
-/// The size a download asks for, for a server (of `library`) that serves only downloads: as
-/// `Request::parse`, with a PUT an error.
-pub fn requested_size(received: &[u8], finished: bool, library: &str) -> Result<Option<u64>, String> {
-    match Request::parse(received, finished)? {
-        None => Ok(None),
-        Some((Request { bitrate: Some(_), .. }, _)) => Err(format!("the {library} server cannot pace a stream")),
-        Some((Request { direction: Direction::Down, size, .. }, _)) => Ok(Some(size)),
-        Some((Request { direction: Direction::Up, .. }, _)) => Err(format!("the {library} server takes no PUT")),
+/// A paced stream's bytes for a server on an event loop rather than in a task that sleeps: what its schedule
+/// (Paced) has let go that the connection has not taken yet, and when it lets more go (the loop wakes then).
+pub struct Pace {
+    schedule: Paced,
+    allowed: u64,
+    next: Instant,
+}
+
+impl Pace {
+    /// The pace of `size` bytes at `bitrate` bits/s, from now.
+    pub fn new(size: u64, bitrate: u64) -> Self {
+        Pace { schedule: Paced::new(size, bitrate), allowed: 0, next: Instant::now() }
+    }
+
+    /// The bytes it may send now: what was let go and not taken yet, the schedule's next tick added once due.
+    pub fn allowed(&mut self, now: Instant) -> u64 {
+        if self.next <= now {
+            self.allowed += self.schedule.next().unwrap_or(0);
+            self.next = now + self.schedule.pause();
+        }
+        self.allowed
+    }
+
+    /// The connection took `written` of the bytes allowed.
+    pub fn took(&mut self, written: u64) {
+        self.allowed -= written;
+    }
+
+    /// When it lets more go, while it has more to let go.
+    pub fn next_tick(&self) -> Option<Instant> {
+        (self.schedule.pause() > Duration::ZERO).then_some(self.next)
     }
 }
 
@@ -542,9 +582,9 @@ mod tests {
         stream.extend_from_slice(b"body");
         assert_eq!(Request::parse(&stream, false), Ok(Some((put, 9))));
         assert_eq!(Request::parse(b"GET /12", false), Ok(None));
-        assert_eq!(requested_size(b"GET /12", true, "x"), Ok(Some(12)));
-        assert_eq!(requested_size(b"GET /12\n", false, "x"), Ok(Some(12)));
-        assert!(requested_size(b"PUT /12\n", false, "x").is_err());
+        let twelve = Request { direction: Direction::Down, size: 12, bitrate: None };
+        assert_eq!(Request::parse(b"GET /12", true), Ok(Some((twelve, 7))));
+        assert_eq!(Request::parse(b"GET /12\n", false), Ok(Some((twelve, 8))));
         assert!(Request::parse(b"GET /index.html\r\n", false).is_err());
         assert!(Request::parse(b"POST /12\r\n", false).is_err());
         assert!(Request::parse(&[b'x'; 100], false).is_err());
@@ -554,7 +594,6 @@ mod tests {
         for bad in [&b"GET /5?bitrate=0\n"[..], b"PUT /5?bitrate=8\n", b"GET /5?rate=8\n", b"GET /5?bitrate=x\n"] {
             assert!(Request::parse(bad, false).is_err(), "{bad:?}");
         }
-        assert!(requested_size(&stream.line(), false, "x").is_err());
         assert_eq!(paced_due(Duration::ZERO, 1_000_000, 8_000), 20); // a tick ahead of the clock
         assert_eq!(paced_due(Duration::from_secs(1), 1_000_000, 8_000), 1020);
         assert_eq!(paced_due(Duration::from_secs(1), 500, 8_000), 500);
@@ -562,10 +601,31 @@ mod tests {
         assert_eq!((paced.next(), paced.pause()), (Some(20), PACING_TICK));
         std::thread::sleep(PACING_TICK);
         assert_eq!((paced.next(), paced.pause(), paced.next()), (Some(10), Duration::ZERO, None));
+        let mut pace = Pace::new(30, 8_000);
+        let now = Instant::now();
+        assert_eq!((pace.allowed(now), pace.allowed(now)), (20, 20)); // the tick's bytes, once
+        pace.took(15);
+        assert_eq!((pace.allowed(now), pace.next_tick().map(|next| next - now)), (5, Some(PACING_TICK)));
+        std::thread::sleep(PACING_TICK);
+        assert_eq!(pace.allowed(Instant::now()), 15);
+        assert_eq!(pace.next_tick(), None); // all let go
         assert_eq!(uploaded(&upload_answer(123)), Ok(123));
         assert!(uploaded(b"12x").is_err());
         assert_eq!(pieces(10, 4).collect::<Vec<_>>(), [4, 4, 2]);
         assert_eq!(pieces(0, 4).count(), 0);
+    }
+
+    #[test]
+    fn a_refused_command_line_is_one_line() {
+        let refused = |argv: &[&str]| Cli::try_parse_from(argv).map(|_| ()).map_err(|e| e.render().to_string());
+        let zero = refused(&["p", "stream-client", "127.0.0.1:9", "--size=5", "--bitrate=0"]).unwrap_err();
+        assert!(zero.lines().count() > 1, "{zero}"); // clap's own: usage and a hint below
+        assert_eq!(
+            one_line(&zero),
+            "invalid value '0' for '--bitrate <BITRATE>': a stream's bitrate is a whole number of bits/s above 0"
+        );
+        assert!(refused(&["p", "stream-client", "127.0.0.1:9", "--size=5", "--bitrate=8"]).is_ok());
+        assert!(refused(&["p", "client", "127.0.0.1:9", "--size=5", "--requests=2"]).is_ok());
     }
 
     #[test]

@@ -1,11 +1,12 @@
-//! The download: one connection, one bidirectional stream, the body counted as msquic delivers it.
+//! The download: one connection, one bidirectional stream, the body counted as msquic delivers it; the stream
+//! client's the same with `?bitrate=<bits/s>`, each delivery's arrival noted for qreplay to play back.
 
 use std::ffi::c_void;
 use std::mem::size_of;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use lab_server_common::replay::{self, fail, ClientArgs, Exchange, Request};
+use lab_server_common::replay::{self, fail, ClientArgs, Exchange, Options, Request, StreamClientArgs, Target};
 use msquic::ffi::QUIC_PARAM_CONN_REMOTE_ADDRESS;
 use msquic::{
     Addr, Api, BufferRef, Connection, ConnectionEvent, ConnectionRef, ConnectionShutdownFlags, CredentialConfig,
@@ -23,6 +24,8 @@ enum Progress {
         bytes: u64,
         first_byte: Option<Instant>,
         at: Instant,
+        /// Each delivery's arrival and bytes.
+        arrivals: Vec<(Instant, usize)>,
     },
     Failed(String),
     Closed,
@@ -30,28 +33,43 @@ enum Progress {
 
 pub fn run(args: ClientArgs) {
     args.refuse_workloads("msquic");
-    match download(&args) {
-        Ok((handshake, exchange)) => replay::print_client_result(handshake, &[exchange], &[]),
+    match download(&args.target, &args.options, args.request()) {
+        Ok((handshake, exchange, _)) => replay::print_client_result(handshake, &[exchange], &[]),
         Err(message) => fail(&message),
     }
 }
 
-/// The handshake's time and the download. msquic's handles are closed on return: libmsquic's exit handler
-/// waits for every connection to be gone.
-fn download(args: &ClientArgs) -> Result<(Duration, Exchange), String> {
-    let endpoint = Endpoint::new(&args.options, Side::Client);
+pub fn run_stream(args: StreamClientArgs) {
+    match download(&args.target, &args.options, args.request()) {
+        Ok((handshake, exchange, arrivals)) => {
+            let arrivals: Vec<_> = arrivals.into_iter().map(|(at, bytes)| (at - exchange.sent, bytes)).collect();
+            replay::print_stream_result(handshake, &exchange, args.bitrate, &arrivals)
+        }
+        Err(message) => fail(&message),
+    }
+}
+
+/// The handshake's time, the download and its deliveries. msquic's handles are closed on return: libmsquic's
+/// exit handler waits for every connection to be gone.
+#[allow(clippy::type_complexity)]
+fn download(
+    target: &Target,
+    options: &Options,
+    request: Request,
+) -> Result<(Duration, Exchange, Vec<(Instant, usize)>), String> {
+    let endpoint = Endpoint::new(options, Side::Client);
     let registration = crate::registration();
     // The lab's certificates are self-signed.
     let credential = CredentialConfig::new_client().set_credential_flags(CredentialFlags::NO_CERTIFICATE_VALIDATION);
     let configuration = endpoint.configuration(&registration, credential);
-    let keylog = args.options.keylog.as_deref().map(Keylog::open);
+    let keylog = options.keylog.as_deref().map(Keylog::open);
 
     let (report, events) = mpsc::channel();
     // The handler comes once the connection exists: it owns the secrets buffer, which needs the connection.
     let connection =
         Connection::open(&registration, |_, _| Ok(())).map_err(|e| format!("opening a connection: {e:?}"))?;
     let secrets = keylog.as_ref().map(|_| Keylog::capture(&connection));
-    let (size, request) = (args.size, args.request());
+    let size = target.size;
     connection.set_callback_handler(move |connection: ConnectionRef, event: ConnectionEvent| {
         let _ = report.send(match event {
             ConnectionEvent::Connected { .. } => {
@@ -78,7 +96,7 @@ fn download(args: &ClientArgs) -> Result<(Duration, Exchange), String> {
         });
         Ok(())
     });
-    let server = Addr::from(args.connect);
+    let server = Addr::from(target.connect);
     // With the address set, the name is the SNI only (no resolution).
     unsafe {
         Api::set_param(
@@ -88,27 +106,28 @@ fn download(args: &ClientArgs) -> Result<(Duration, Exchange), String> {
             &server as *const Addr as *const c_void,
         )
     }
-    .map_err(|e| format!("server address {}: {e:?}", args.connect))?;
+    .map_err(|e| format!("server address {}: {e:?}", target.connect))?;
     let started = Instant::now();
     connection
-        .start(&configuration, "qreplay.lab", args.connect.port())
-        .map_err(|e| format!("connecting to {}: {e:?}", args.connect))?;
+        .start(&configuration, "qreplay.lab", target.connect.port())
+        .map_err(|e| format!("connecting to {}: {e:?}", target.connect))?;
 
-    let deadline = started + Duration::from_secs_f64(args.timeout_s);
+    let deadline = started + Duration::from_secs_f64(target.timeout_s);
     let mut requested = None;
     let result = loop {
         match events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(Progress::Requested(at)) => requested = Some(at),
-            Ok(Progress::Finished { bytes, first_byte, at }) if bytes == size => {
+            Ok(Progress::Finished { bytes, first_byte, at, arrivals }) if bytes == size => {
                 let sent = requested.expect("a body without a request");
-                break (sent - started, Exchange { sent, first_byte: first_byte.unwrap_or(at), finished: at, bytes });
+                let exchange = Exchange { sent, first_byte: first_byte.unwrap_or(at), finished: at, bytes };
+                break (sent - started, exchange, arrivals);
             }
             Ok(Progress::Finished { bytes, .. }) => {
                 return Err(format!("the stream ended after {bytes} of {size} bytes"))
             }
             Ok(Progress::Failed(message)) => return Err(message),
             Ok(Progress::Closed) => return Err("the connection closed before the download ended".into()),
-            Err(RecvTimeoutError::Timeout) => return Err(format!("no completion within {} s", args.timeout_s)),
+            Err(RecvTimeoutError::Timeout) => return Err(format!("no completion within {} s", target.timeout_s)),
             Err(RecvTimeoutError::Disconnected) => unreachable!("the connection's callback holds a sender"),
         }
     };
@@ -125,7 +144,8 @@ fn download(args: &ClientArgs) -> Result<(Duration, Exchange), String> {
 
 /// Opens the stream and sends `GET /<size>` with its FIN; the stream reports the body's end to `report`.
 fn send_request(connection: &Connection, request: Request, report: &Sender<Progress>) -> Result<(), Status> {
-    let stream = Stream::open(connection, StreamOpenFlags::NONE, receive_body(report.clone()))?;
+    let stream =
+        Stream::open(connection, StreamOpenFlags::NONE, receive_body(report.clone(), request.bitrate.is_some()))?;
     stream.start(StreamStartFlags::NONE)?;
     // msquic reads these until SendComplete; the client sends once, so they may live as long as the process.
     let request: &'static [u8] = Box::leak(request.line().into_boxed_slice());
@@ -136,19 +156,26 @@ fn send_request(connection: &Connection, request: Request, report: &Sender<Progr
     Ok(())
 }
 
-fn receive_body(report: Sender<Progress>) -> impl FnMut(StreamRef, StreamEvent) -> Result<(), Status> {
+/// The body's reader: its bytes counted, and each delivery's arrival noted where `noted` (a stream's).
+fn receive_body(report: Sender<Progress>, noted: bool) -> impl FnMut(StreamRef, StreamEvent) -> Result<(), Status> {
     let mut bytes = 0;
     let mut first_byte = None;
+    let mut arrivals = Vec::new();
     move |stream, event| {
         match event {
             // Leaving total_buffer_length as it is consumes all of it.
             StreamEvent::Receive { total_buffer_length, .. } => {
-                first_byte.get_or_insert_with(Instant::now);
+                let now = Instant::now();
+                first_byte.get_or_insert(now);
                 bytes += *total_buffer_length;
+                if noted && *total_buffer_length > 0 {
+                    arrivals.push((now, *total_buffer_length as usize));
+                }
             }
             // msquic tells this once the application has taken every byte up to the FIN.
             StreamEvent::PeerSendShutdown => {
-                let _ = report.send(Progress::Finished { bytes, first_byte, at: Instant::now() });
+                let arrivals = std::mem::take(&mut arrivals);
+                let _ = report.send(Progress::Finished { bytes, first_byte, at: Instant::now(), arrivals });
             }
             StreamEvent::PeerSendAborted { error_code } => {
                 let _ = report.send(Progress::Failed(format!("the server reset the stream (error code {error_code})")));

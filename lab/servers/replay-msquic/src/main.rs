@@ -36,7 +36,7 @@ fn main() {
     match replay::start().role {
         Role::Server(args) => server::run(args),
         Role::Client(args) => client::run(args),
-        Role::StreamClient(_) => replay::no_stream_client("msquic"),
+        Role::StreamClient(args) => client::run_stream(args),
     }
 }
 

@@ -1,11 +1,14 @@
 //! The server: answers `GET /<size>` on every stream of every connection, which msquic runs concurrently
-//! on its own threads, and prints the sender's statistics as each connection closes.
+//! on its own threads, and prints the sender's statistics as each connection closes. A stream
+//! (`GET /<size>?bitrate=<bits/s>`) is paced by replay::Paced from a thread of ours: msquic's API takes a send
+//! from any thread, queued behind the stream's earlier sends (what the link cannot carry waits in msquic).
 
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex};
 
 use lab_server_common::refuse;
-use lab_server_common::replay::{self, ServerArgs};
+use lab_server_common::replay::{self, Direction, Paced, Request, ServerArgs};
 use msquic::{
     Addr, BufferRef, CertificateFile, Connection, ConnectionEvent, ConnectionRef, Credential, CredentialConfig,
     Listener, ListenerEvent, SendFlags, Status, Stream, StreamEvent, StreamRef, StreamShutdownFlags,
@@ -67,6 +70,8 @@ pub fn run(args: ServerArgs) {
 fn answer(body: &'static [u8]) -> impl FnMut(StreamRef, StreamEvent) -> Result<(), Status> {
     let mut request = Vec::new();
     let mut answered = false;
+    // A paced stream's sender sends while this holds true; false before msquic frees the stream.
+    let open = Arc::new(Mutex::new(true));
     move |stream, event| {
         let finished = match event {
             StreamEvent::Receive { buffers, .. } => {
@@ -81,6 +86,7 @@ fn answer(body: &'static [u8]) -> impl FnMut(StreamRef, StreamEvent) -> Result<(
                 return Ok(());
             }
             StreamEvent::ShutdownComplete { .. } => {
+                *open.lock().expect("pacer") = false;
                 drop(unsafe { Stream::from_raw(stream.as_raw()) });
                 return Ok(());
             }
@@ -89,13 +95,17 @@ fn answer(body: &'static [u8]) -> impl FnMut(StreamRef, StreamEvent) -> Result<(
         if answered {
             return Ok(());
         }
-        match replay::requested_size(&request, finished, "msquic") {
+        match Request::parse(&request, finished) {
             Ok(None) => {}
-            Ok(Some(size)) => {
+            Ok(Some((Request { direction: Direction::Down, size, bitrate: None }, _))) => {
                 answered = true;
-                send_body(&stream, body, size)?;
+                send_body(&stream, body, size, true)?;
             }
-            Err(_) => {
+            Ok(Some((Request { direction: Direction::Down, size, bitrate: Some(bitrate) }, _))) => {
+                answered = true;
+                send_paced(&stream, body, size, bitrate, open.clone())?;
+            }
+            Ok(Some(_)) | Err(_) => {
                 answered = true;
                 stream.shutdown(StreamShutdownFlags::ABORT, 1)?;
             }
@@ -104,22 +114,53 @@ fn answer(body: &'static [u8]) -> impl FnMut(StreamRef, StreamEvent) -> Result<(
     }
 }
 
-/// Queues the whole body at once. Every send points into the same chunk, so msquic holds only their
-/// descriptors and copies from the chunk into its send buffer as the flow and congestion windows open.
-fn send_body(stream: &StreamRef, body: &'static [u8], size: u64) -> Result<(), Status> {
-    if size == 0 {
+/// Queues `size` bytes of body at once, the FIN after them if `fin`. Every send points into the same chunk, so
+/// msquic holds only their descriptors and copies from the chunk into its send buffer as the flow and congestion
+/// windows open.
+fn send_body(stream: &Stream, body: &'static [u8], size: u64, fin: bool) -> Result<(), Status> {
+    if size == 0 && fin {
         return unsafe { stream.send(&[], SendFlags::FIN, std::ptr::null()) };
     }
     let mut remaining = size;
     while remaining > 0 {
         let length = remaining.min(body.len() as u64);
         remaining -= length;
-        let flags = if remaining == 0 { SendFlags::FIN } else { SendFlags::NONE };
+        let flags = if remaining == 0 && fin { SendFlags::FIN } else { SendFlags::NONE };
         // msquic reads the descriptor until SendComplete, which frees it.
         let buffers = Box::into_raw(Box::new([BufferRef::from(&body[..length as usize])]));
         unsafe { stream.send(&*buffers, flags, buffers as *const c_void) }
             .inspect_err(|_| drop(unsafe { Box::from_raw(buffers) }))?;
     }
+    Ok(())
+}
+
+/// Queues a stream's bytes as its schedule lets them go (replay::Paced), from a thread of its own that ends when
+/// the stream is gone (`open` false: its callback's ShutdownComplete, before msquic frees it).
+fn send_paced(
+    stream: &StreamRef,
+    body: &'static [u8],
+    size: u64,
+    bitrate: u64,
+    open: Arc<Mutex<bool>>,
+) -> Result<(), Status> {
+    if size == 0 {
+        return send_body(stream, body, 0, true);
+    }
+    let handle = unsafe { stream.as_raw() } as usize;
+    std::thread::spawn(move || {
+        // Not ours to close: the callback closes it.
+        let stream = ManuallyDrop::new(unsafe { Stream::from_raw(handle as _) });
+        let (mut paced, mut left) = (Paced::new(size, bitrate), size);
+        while let Some(due) = paced.next() {
+            let open = open.lock().expect("pacer");
+            left -= due;
+            if !*open || send_body(&stream, body, due, left == 0).is_err() {
+                return;
+            }
+            drop(open);
+            std::thread::sleep(paced.pause());
+        }
+    });
     Ok(())
 }
 

@@ -6,7 +6,7 @@ use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lab_server_common::replay::{self, fail, ClientArgs, Exchange, Options, Request, StreamClientArgs};
+use lab_server_common::replay::{self, fail, ClientArgs, Exchange, Options, Request, StreamClientArgs, Target};
 
 /// The name the server's certificate is issued for; the client does not verify it.
 const SERVER_NAME: &str = "qreplay.lab";
@@ -15,15 +15,16 @@ const STREAM: u64 = 0;
 
 pub fn run(args: ClientArgs) {
     args.refuse_workloads("quiche");
-    download(args.connect, &args.options, args.timeout_s, args.request());
+    download(&args.target, &args.options, args.request());
 }
 
 pub fn run_stream(args: StreamClientArgs) {
-    download(args.connect, &args.options, args.timeout_s, args.request());
+    download(&args.target, &args.options, args.request());
 }
 
 /// One GET on one connection, read to its end; a stream's (a bitrate's) reads' arrivals printed beside it.
-fn download(server: SocketAddr, options: &Options, timeout_s: f64, request: Request) {
+fn download(target: &Target, options: &Options, request: Request) {
+    let (server, timeout_s) = (target.connect, target.timeout_s);
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(timeout_s);
     let mut config = super::config(options, options.parameters.flow_control.initial_max_stream_data_bidi_local);

@@ -1,6 +1,7 @@
 //! The server's HTTP/3 side, through quiche's own h3 module, for a client that offers h3 (a browser): the
 //! answers of lab_server_common::page over the same connection, so a browser meets quiche carrying the command
-//! line's transport parameters.
+//! line's transport parameters. A stream's body (`GET /<size>?bitrate=`) goes as its pace lets it (page::Body::Paced):
+//! the server's loop wakes at next_tick.
 
 use std::collections::HashMap;
 
@@ -79,6 +80,11 @@ impl Session {
         self.sending.retain(|&stream_id, body| !send(&mut self.h3, connection, stream_id, body, chunk));
     }
 
+    /// When a stream being sent lets more bytes go (its pace's next tick), while one has more to let go.
+    pub fn next_tick(&self) -> Option<std::time::Instant> {
+        self.sending.values().filter_map(Body::next_tick).min()
+    }
+
     /// Starts the response to `stream_id`: its headers now (or once quiche has room for them), its body from the
     /// end of `serve` on.
     fn respond(&mut self, connection: &mut quiche::Connection, stream_id: u64, answer: Answer, count: u64) {
@@ -110,6 +116,9 @@ fn send(
     loop {
         let (piece, last) = body.piece(chunk);
         let offered = piece.len();
+        if offered == 0 && !last {
+            return false; // a stream's pace lets nothing go until its next tick
+        }
         match h3.send_body(connection, stream_id, piece, last) {
             Ok(written) if body.advance(written) => return true,
             Ok(written) if written < offered => return false,

@@ -1,5 +1,5 @@
 //! The server: any number of connections at once, each answering `GET /<size>` on any bidi stream, and
-//! `GET /<size>?bitrate=<bits/s>` paced (replay::Paced).
+//! `GET /<size>?bitrate=<bits/s>` paced (replay::Pace), over hq-interop and h3 (h3.rs) alike.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -11,7 +11,7 @@ use crate::h3;
 
 use lab_server_common::page::H3_ALPN;
 use lab_server_common::refuse;
-use lab_server_common::replay::{self, Direction, Paced, Request, ServerArgs, MAX_REQUEST};
+use lab_server_common::replay::{self, Direction, Pace, Request, ServerArgs, MAX_REQUEST};
 
 struct Client {
     connection: quiche::Connection,
@@ -30,13 +30,6 @@ enum Transfer {
     Body(u64, Option<Pace>),
     /// Kept, so that a FIN arriving after the request line is not taken for a new, empty request.
     Sent,
-}
-
-/// A paced stream's schedule, the bytes it has let go that quiche has not taken yet, and when it lets more go.
-struct Pace {
-    schedule: Paced,
-    allowed: u64,
-    next: Instant,
 }
 
 /// The listening socket and the connections made on it.
@@ -148,11 +141,7 @@ impl Client {
                 received.extend_from_slice(&request[..len]);
                 match Request::parse(received, fin) {
                     Ok(Some((Request { direction: Direction::Down, size, bitrate }, _))) => {
-                        let pace = bitrate.map(|bitrate| Pace {
-                            schedule: Paced::new(size, bitrate),
-                            allowed: 0,
-                            next: Instant::now(),
-                        });
+                        let pace = bitrate.map(|bitrate| Pace::new(size, bitrate));
                         *transfer = Transfer::Body(size, pace);
                     }
                     Ok(None) => {}
@@ -173,11 +162,7 @@ impl Client {
             // a stream sends what its schedule has let go; a download, all of it
             let mut can = *left;
             if let Some(pace) = pace {
-                if pace.next <= now {
-                    pace.allowed += pace.schedule.next().unwrap_or(0);
-                    pace.next = now + pace.schedule.pause();
-                }
-                can = pace.allowed;
+                can = pace.allowed(now);
             }
             while can > 0 {
                 let chunk = body.len().min(usize::try_from(can).unwrap_or(usize::MAX));
@@ -186,7 +171,7 @@ impl Client {
                 };
                 (*left, can) = (*left - written as u64, can - written as u64);
                 if let Some(pace) = pace {
-                    pace.allowed -= written as u64;
+                    pace.took(written as u64);
                 }
                 if *left == 0 {
                     *transfer = Transfer::Sent;
@@ -199,13 +184,13 @@ impl Client {
         }
     }
 
-    /// When a paced stream lets more bytes go, while one has more to let go.
+    /// When a paced stream (hq-interop's or h3's) lets more bytes go, while one has more to let go.
     fn next_tick(&self) -> Option<Instant> {
         let paces = self.streams.values().filter_map(|transfer| match transfer {
-            Transfer::Body(_, Some(pace)) if pace.schedule.pause() > std::time::Duration::ZERO => Some(pace.next),
+            Transfer::Body(_, Some(pace)) => pace.next_tick(),
             _ => None,
         });
-        paces.min()
+        paces.chain(self.h3.as_ref().and_then(h3::Session::next_tick)).min()
     }
 
     /// The sender's statistics, once the connection is closing: the lab stops the server right

@@ -24,12 +24,12 @@ const SERVER_NAME: &str = "qreplay.lab";
 
 pub async fn run(args: ClientArgs) {
     config::check(&args.options, &Side::Client);
-    within(args.timeout_s, &format!("{} requests", args.requests), connect_and_request(&args)).await;
+    within(args.target.timeout_s, &format!("{} requests", args.requests), connect_and_request(&args)).await;
 }
 
 pub async fn run_stream(args: StreamClientArgs) {
     config::check(&args.options, &Side::Client);
-    within(args.timeout_s, "the stream", connect_and_stream(&args)).await;
+    within(args.target.timeout_s, "the stream", connect_and_stream(&args)).await;
 }
 
 /// The client's work, ended in one line if it fails or is not done within `timeout_s`.
@@ -43,7 +43,7 @@ async fn within(timeout_s: f64, what: &str, work: impl Future<Output = Result<()
 }
 
 async fn connect_and_request(args: &ClientArgs) -> Result<(), String> {
-    let client = Client::connect(&args.options, args.connect).await?;
+    let client = Client::connect(&args.options, args.target.connect).await?;
     let body = Bytes::from(body_chunk());
     let exchanges = args.exchanges(|| exchange(client.connection.clone(), args.request(), body.clone())).await?;
     // The ACK frames this end sent: what --ack-frequency changes on a download.
@@ -55,7 +55,7 @@ async fn connect_and_request(args: &ClientArgs) -> Result<(), String> {
 
 /// One GET paced by the server, read to its end, each chunk's arrival noted (time since the request, bytes).
 async fn connect_and_stream(args: &StreamClientArgs) -> Result<(), String> {
-    let client = Client::connect(&args.options, args.connect).await?;
+    let client = Client::connect(&args.options, args.target.connect).await?;
     let sent = Instant::now();
     let (mut send, mut recv) = client.connection.open_bi().await.map_err(|e| format!("open stream: {e}"))?;
     send.write_all(&args.request().line()).await.map_err(|e| format!("send request: {e}"))?;

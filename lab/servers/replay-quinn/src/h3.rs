@@ -1,11 +1,11 @@
 //! The server's HTTP/3 side, through the `h3` crate over quinn (`h3-quinn`), for a client that offers h3 (a
 //! browser): the answers of lab_server_common::page on the same quinn connection, so a browser meets quinn
-//! carrying the command line's transport parameters.
+//! carrying the command line's transport parameters. A stream (`GET /<size>?bitrate=`) is paced as hq-interop's.
 
 use bytes::{Buf, Bytes};
 use h3::server::RequestStream;
 use lab_server_common::page::{self, Answer};
-use lab_server_common::replay::pieces;
+use lab_server_common::replay::{pieces, Paced};
 
 /// Serves every request of `connection` until it ends.
 pub async fn serve(connection: quinn::Connection, body: Bytes) {
@@ -41,10 +41,10 @@ async fn answer(
         }
         Answer::File(bytes) => Some(Bytes::from(bytes.clone())),
         Answer::NotFound => Some(Bytes::new()),
-        Answer::Size(_) => None,
+        Answer::Size(_) | Answer::Stream { .. } => None,
     };
     let length = match (&answer, &content) {
-        (Answer::Size(size), _) => *size,
+        (Answer::Size(size) | Answer::Stream { size, .. }, _) => *size,
         (_, content) => content.as_ref().map_or(0, |c| c.len() as u64),
     };
     let mut response = http::Response::builder();
@@ -66,10 +66,19 @@ async fn answer(
         }
         Some(_) => {}
         None => {
-            for piece in pieces(length, body.len()) {
-                if stream.send_data(body.slice(..piece)).await.is_err() {
-                    return;
+            // a download's bytes at once; a stream's as its pace lets them go (replay::Paced, as hq-interop's)
+            let bitrate = match answer {
+                Answer::Stream { bitrate, .. } => bitrate,
+                _ => u64::MAX,
+            };
+            let mut paced = Paced::new(length, bitrate);
+            while let Some(due) = paced.next() {
+                for piece in pieces(due, body.len()) {
+                    if stream.send_data(body.slice(..piece)).await.is_err() {
+                        return;
+                    }
                 }
+                tokio::time::sleep(paced.pause()).await;
             }
         }
     }

@@ -221,11 +221,11 @@ async fn answer(mut stream: BidirectionalStream, body: Bytes) -> Result<()> {
 
 async fn client<C: congestion_controller::Provider>(args: ClientArgs, limits: Limits, cc: C) {
     let what = format!("{} requests", args.requests);
-    within(args.timeout_s, &what, connect_and_request(&args, limits, cc)).await;
+    within(args.target.timeout_s, &what, connect_and_request(&args, limits, cc)).await;
 }
 
 async fn stream_client<C: congestion_controller::Provider>(args: StreamClientArgs, limits: Limits, cc: C) {
-    within(args.timeout_s, "the stream", connect_and_stream(&args, limits, cc)).await;
+    within(args.target.timeout_s, "the stream", connect_and_stream(&args, limits, cc)).await;
 }
 
 /// The client's work, ended in one line if it fails or is not done within `timeout_s`.
@@ -243,7 +243,7 @@ async fn connect_and_request<C: congestion_controller::Provider>(
     limits: Limits,
     cc: C,
 ) -> Result<()> {
-    let (client, connection, handshake) = connect(args.connect, &args.options, limits, cc).await?;
+    let (client, connection, handshake) = connect(args.target.connect, &args.options, limits, cc).await?;
     let body = Bytes::from(replay::body_chunk().repeat(SEND_CHUNK / replay::body_chunk().len()));
     let exchanges = args
         .exchanges(|| async { exchange(connection.handle(), args.request(), body.clone()).await.map(|(e, _)| e) })
@@ -259,7 +259,7 @@ async fn connect_and_stream<C: congestion_controller::Provider>(
     limits: Limits,
     cc: C,
 ) -> Result<()> {
-    let (client, connection, handshake) = connect(args.connect, &args.options, limits, cc).await?;
+    let (client, connection, handshake) = connect(args.target.connect, &args.options, limits, cc).await?;
     let (exchange, arrivals) = exchange(connection.handle(), args.request(), Bytes::new()).await?;
     replay::print_stream_result(handshake, &exchange, args.bitrate, &arrivals);
     close(client, connection).await;

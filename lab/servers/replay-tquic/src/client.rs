@@ -1,4 +1,5 @@
-//! The download: one bidirectional stream, `GET /<size>` and a FIN, then the body counted, not kept.
+//! The download: one bidirectional stream, `GET /<size>` and a FIN, then the body counted, not kept; the
+//! stream client's the same with `?bitrate=<bits/s>`, each read's arrival noted for qreplay to play back.
 
 use std::cell::RefCell;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -7,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lab_server_common::refuse;
-use lab_server_common::replay::{fail, print_client_result, ClientArgs, Exchange, Options, Request};
+use lab_server_common::replay::{
+    fail, print_client_result, print_stream_result, ClientArgs, Exchange, Options, Request, StreamClientArgs, Target,
+};
 use tquic::{Connection, Endpoint, TlsConfig, TransportHandler};
 
 use crate::net;
@@ -24,6 +27,8 @@ struct Download {
     first_byte: Option<Instant>,
     finished: Option<Instant>,
     error: Option<String>,
+    /// A stream's reads: time since the request, bytes.
+    arrivals: Vec<(Duration, usize)>,
 }
 
 struct Client {
@@ -71,8 +76,13 @@ impl TransportHandler for Client {
                 Err(e) => return self.give_up(conn, format!("stream {stream_id}: {e:?}")),
             };
             let mut download = self.download.borrow_mut();
-            download.first_byte.get_or_insert_with(Instant::now);
+            let now = Instant::now();
+            download.first_byte.get_or_insert(now);
             download.received += len as u64;
+            if len > 0 && download.request.is_some_and(|request| request.bitrate.is_some()) {
+                let since = now - download.requested.unwrap_or(now);
+                download.arrivals.push((since, len));
+            }
             if fin {
                 let (received, size) = (download.received, download.size);
                 if received != size {
@@ -108,9 +118,22 @@ impl TransportHandler for Client {
 
 pub fn run(args: ClientArgs) {
     args.refuse_workloads("tquic");
+    let request = args.request();
+    let (handshake, exchange, _) = fetch(&args.target, args.options, request);
+    print_client_result(handshake, &[exchange], &[]);
+}
+
+pub fn run_stream(args: StreamClientArgs) {
+    let request = args.request();
+    let (handshake, exchange, arrivals) = fetch(&args.target, args.options, request);
+    print_stream_result(handshake, &exchange, args.bitrate, &arrivals);
+}
+
+/// One request on one connection, read to its end: the handshake's time, the exchange, a stream's arrivals.
+fn fetch(target: &Target, options: Options, request: Request) -> (Duration, Exchange, Vec<(Duration, usize)>) {
     let started = Instant::now();
-    let deadline = started + Duration::from_secs_f64(args.timeout_s);
-    let any: SocketAddr = match args.connect {
+    let deadline = started + Duration::from_secs_f64(target.timeout_s);
+    let any: SocketAddr = match target.connect {
         SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
     };
@@ -118,38 +141,33 @@ pub fn run(args: ClientArgs) {
     let mut tls = TlsConfig::new_client_config(vec![lab_server_common::replay::ALPN.to_vec()], false)
         .unwrap_or_else(|e| refuse(&e.to_string()));
     tls.set_verify(false);
-    let config = crate::config(&args.options, tls, false);
-    let download =
-        Rc::new(RefCell::new(Download { request: Some(args.request()), size: args.size, ..Default::default() }));
-    let client = Client { options: args.options, download: download.clone(), buffer: vec![0; 1 << 20] };
+    let config = crate::config(&options, tls, false);
+    let download = Rc::new(RefCell::new(Download { request: Some(request), size: request.size, ..Default::default() }));
+    let client = Client { options, download: download.clone(), buffer: vec![0; 1 << 20] };
     let mut endpoint = Endpoint::new(Box::new(config), false, Box::new(client), Rc::new(net::Sender(socket.clone())));
     endpoint
-        .connect(local, args.connect, Some(SERVER_NAME), None, None, None)
-        .unwrap_or_else(|e| fail(&format!("connect to {}: {e:?}", args.connect)));
-    net::run(&mut endpoint, &socket, local, || {
+        .connect(local, target.connect, Some(SERVER_NAME), None, None, None)
+        .unwrap_or_else(|e| fail(&format!("connect to {}: {e:?}", target.connect)));
+    net::run(&mut endpoint, &socket, local, &net::Ticks::default(), || {
         let download = download.borrow();
         download.finished.is_some() || download.error.is_some() || Instant::now() >= deadline
     });
     // Dropping the endpoint drops its connections, which flushes their qlog.
     drop(endpoint);
 
-    let download = download.borrow();
+    let mut download = download.borrow_mut();
     if let Some(error) = &download.error {
         fail(error);
     }
     match (download.established, download.requested, download.finished) {
-        (Some(established), Some(sent), Some(finished)) => print_client_result(
-            established - started,
-            &[Exchange {
-                sent,
-                first_byte: download.first_byte.unwrap_or(finished),
-                finished,
-                bytes: download.received,
-            }],
-            &[],
-        ),
-        _ => {
-            fail(&format!("timed out after {} s with {} of {} bytes", args.timeout_s, download.received, download.size))
+        (Some(established), Some(sent), Some(finished)) => {
+            let first_byte = download.first_byte.unwrap_or(finished);
+            let exchange = Exchange { sent, first_byte, finished, bytes: download.received };
+            (established - started, exchange, std::mem::take(&mut download.arrivals))
         }
+        _ => fail(&format!(
+            "timed out after {} s with {} of {} bytes",
+            target.timeout_s, download.received, download.size
+        )),
     }
 }

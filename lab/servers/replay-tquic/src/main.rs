@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::BufWriter;
 
 use lab_server_common::refuse;
-use lab_server_common::replay::{keylog_file, no_stream_client, CongestionControl, Options, Role};
+use lab_server_common::replay::{keylog_file, CongestionControl, Options, Role};
 use tquic::{Config, CongestionControlAlgorithm, Connection, TlsConfig};
 
 /// tquic's own windows (Config::new in its src/lib.rs): what a pinned receiver keeps when the set
@@ -27,7 +27,7 @@ fn main() {
     match lab_server_common::replay::start().role {
         Role::Server(args) => server::run(args),
         Role::Client(args) => client::run(args),
-        Role::StreamClient(_) => no_stream_client("tquic"),
+        Role::StreamClient(args) => client::run_stream(args),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The datagram side of an endpoint: one non-blocking UDP socket, waits that honour tquic's
 //! sub-millisecond timers (its pacer), and receives drained in batches between processing rounds.
 
+use std::cell::RefCell;
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -78,11 +79,23 @@ impl PacketSendHandler for Sender {
     }
 }
 
-/// Runs the endpoint until `stop` says so: datagrams in, timers fired, packets out.
-pub fn run(endpoint: &mut Endpoint, socket: &UdpSocket, local: SocketAddr, mut stop: impl FnMut() -> bool) {
+/// When a paced stream (a connection's index, a stream) lets more bytes go: its server stopped asking to write
+/// it while its pace let nothing go, and the loop asks again then (tquic has no timer of the application's).
+pub type Ticks = Rc<RefCell<Vec<(Instant, u64, u64)>>>;
+
+/// Runs the endpoint until `stop` says so: datagrams in, timers fired (tquic's and `ticks`), packets out.
+pub fn run(
+    endpoint: &mut Endpoint,
+    socket: &UdpSocket,
+    local: SocketAddr,
+    ticks: &Ticks,
+    mut stop: impl FnMut() -> bool,
+) {
     let mut datagram = vec![0u8; 65536];
     while !stop() {
-        let timeout = endpoint.timeout().map_or(IDLE_WAIT, |t| t.min(IDLE_WAIT));
+        let now = Instant::now();
+        let tick = ticks.borrow().iter().map(|(at, ..)| at.saturating_duration_since(now)).min();
+        let timeout = endpoint.timeout().into_iter().chain(tick).fold(IDLE_WAIT, Duration::min);
         if wait(socket, libc::POLLIN, Some(timeout)) {
             for _ in 0..RECEIVE_BATCH {
                 match socket.recv_from(&mut datagram) {
@@ -96,7 +109,19 @@ pub fn run(endpoint: &mut Endpoint, socket: &UdpSocket, local: SocketAddr, mut s
                 }
             }
         }
-        endpoint.on_timeout(Instant::now());
+        let now = Instant::now();
+        endpoint.on_timeout(now);
+        let due: Vec<_> = {
+            let mut ticks = ticks.borrow_mut();
+            let (due, later) = ticks.drain(..).partition(|(at, ..)| *at <= now);
+            *ticks = later;
+            due
+        };
+        for (_, index, stream_id) in due {
+            if let Some(conn) = endpoint.conn_get_mut(index) {
+                let _ = conn.stream_want_write(stream_id, true); // its server writes what the tick let go
+            }
+        }
         let _ = endpoint.process_connections();
     }
 }
