@@ -68,10 +68,13 @@ WORKLOAD_CONCURRENCY, WORKLOAD_REQUEST_SIZE = 16, 10_000
 FULL = DemoPlan("full", replay_size=20_000_000, replay_reps=2, reproduce_figures=frozenset({"5.3a", "5.4", "5.6"}),
                 reproduce_size=5_000_000, reproduce_reps=1, stacks=None, trace_size=2_000_000,
                 pairs_size=5_000_000)
-# Small enough for a test: two stacks (a C and a Go one), one repetition, figure 5.6 only.
+# Small enough for a test: two stacks (a C and a Go one), one repetition, figure 5.6 only, one browser (Chromium)
+# for the fidelity step and the spot checks: Firefox's two page loads there took 8-10 s of the quick demo's 46 s of
+# CPU (2026-11-29), and tests/test_fidelity.py holds Firefox beside its set.
 QUICK = DemoPlan("quick", replay_size=2_000_000, replay_reps=1, reproduce_figures=frozenset({"5.6"}),
                  reproduce_size=2_000_000, reproduce_reps=1, stacks=("ngtcp2", "quic-go"), trace_size=1_000_000,
-                 pairs_size=2_000_000, fidelity={"delays_ms": [30.0], "reps": 1, "size": 2_000_000},
+                 pairs_size=2_000_000,
+                 fidelity={"browsers": ["chromium"], "delays_ms": [30.0], "reps": 1, "size": 2_000_000},
                  workload_stacks=("quic-go", "tcp-h2"), workload_requests=50, upload_size=1_000_000,
                  impact_candidates=(1, 1), impact_browsers=("chromium",), impact_upload=1_000_000, impact_objects=10)
 

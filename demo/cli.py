@@ -34,7 +34,8 @@ def demo(
     lab: str = typer.Option(None, "--lab", help="The lab instance's name (default: qscan's own, qlab); another "
                             "name runs the demo beside a lab that is up."),
     quick: bool = typer.Option(False, "--quick", help="The same steps small: two stacks (ngtcp2, quic-go), one "
-                               "repetition, 1-2 MB, figure 5.6 only; a couple of minutes."),
+                               "repetition, 1-2 MB, figure 5.6 only, Chromium alone against its set; a couple of "
+                               "minutes."),
 ) -> None:
     """Bring up the lab, scan every lab server, tear down; replay. One line a step here, the details in the log
     and everything linked from index.html."""

@@ -180,12 +180,15 @@ class Step:
 
     kind: str  # "sh" or "python"
     text: str
-    shown_only: str | None = None  # why the test does not run it (a NOT_RUN_HERE reason)
+    shown_only: str | None = None  # why the test does not run it (a NOT_RUN_HERE reason, or the test that does)
 
 
 #: a shell command that the manual's test runs with these options added, its page saying so (a long
 #: experiment run smaller): `qreplay --set firefox  # ...; tested with `--size 2MB --reps 1``
 TESTED_WITH = re.compile(r"tested with `([^`]+)`")
+#: a shell command that a test of its own runs and checks, its page naming the file, which holds the command as the
+#: page's test would run it (`tested with` options added) word for word (check_run_by): run there, not twice
+RUN_BY = re.compile(r"run by `(tests/[\w.]+\.py)`")
 PYTHON_END = "END_OF_THE_PAGES_PYTHON"  # the here-document that feeds a page's Python block to python
 
 
@@ -213,8 +216,9 @@ def page_steps(page: Path) -> list[Step]:
                 if not command or command.startswith("#"):
                     continue
                 reason = next((r for r in NOT_RUN_HERE if r in comment), None)
-                smaller = TESTED_WITH.search(comment)
-                steps.append(Step("sh", f"{command} {smaller.group(1)}" if smaller else command, reason))
+                smaller, owner = TESTED_WITH.search(comment), RUN_BY.search(comment)
+                steps.append(Step("sh", f"{command} {smaller.group(1)}" if smaller else command,
+                                  reason or (owner and f"run by {owner.group(1)}")))
     return steps
 
 
@@ -233,6 +237,16 @@ def page_script(steps: list[Step]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_run_by(steps: list[Step]) -> None:
+    """A command another test runs must be in that test's file as written (a string literal, or adjacent ones
+    continued over lines), or the page would show one command and the suite run another."""
+    for step in steps:
+        if step.shown_only and step.shown_only.startswith("run by "):
+            owner = ROOT / step.shown_only.removeprefix("run by ")
+            assert owner.is_file() and step.text in re.sub(r'"\s*\n\s*"', "", owner.read_text()), \
+                f"{owner.relative_to(ROOT)} does not run `{step.text}` as the page shows it"
+
+
 def check_make_steps(steps: list[Step]) -> None:
     """`make demo` and `make test` ARE the demo and the suite: checked to be the Makefile's targets."""
     for step in steps:
@@ -246,6 +260,7 @@ def run_page(page: Path, workdir: Path, timeout: float = 600) -> subprocess.Comp
     what the commands write stays out of it) with set-up's .venv/bin on PATH."""
     steps = page_steps(page)
     check_make_steps(steps)
+    check_run_by(steps)
     tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True, check=True).stdout
     # The checkout's tracked entries and what set-up makes, nothing else: a stray scan.duckdb left in the
     # checkout must not stand in for the one a page writes.
@@ -325,11 +340,16 @@ def test_every_block_of_the_front_page_and_the_manual_declares_its_language():
 def test_a_failing_manual_command_fails_the_page_and_markers_are_honoured(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("```sh\necho one > one.txt  # tested with `two`\nqscan --version  # needs the Internet\n"
+                    "qreplay sets --json  # run by `tests/test_docs.py`\n"
                     "false\necho never > never.txt\n```\n\n```python\n# needs your own thing\nraise SystemExit(1)\n```\n")
     steps = page_steps(page)
     assert [(s.text, bool(s.shown_only)) for s in steps] == [
-        ("echo one > one.txt two", False), ("qscan --version", True), ("false", False),
+        ("echo one > one.txt two", False), ("qscan --version", True), ("qreplay sets --json", True), ("false", False),
         ("echo never > never.txt", False), ("# needs your own thing\nraise SystemExit(1)\n", True)]
+    # a command another test runs is shown, not run, and must be in that test's file as the page shows it
+    check_run_by(steps)
+    with pytest.raises(AssertionError, match="conftest.py does not run `qreplay sets --json`"):
+        check_run_by([Step("sh", "qreplay sets --json", "run by tests/conftest.py")])
     work = tmp_path / "work"
     work.mkdir()
     done = run_page(page, work)
