@@ -14,7 +14,7 @@ demo: setup
 	@$(VENV)/bin/quictp-demo
 
 test: setup
-	@$(PY) -m pytest -ra -p no:cacheprovider -n 4 --dist loadgroup --no-loadscope-reorder tests
+	@$(PY) -m pytest -ra -p no:cacheprovider --durations=25 -n 4 --dist loadgroup --no-loadscope-reorder tests
 
 # The generated pages committed in docs/ (CLI and schema reference, benchmarks chart, the results page's
 # tables: each stack now, what held the traced runs back), made anew from the
