@@ -111,8 +111,8 @@ class Experiment:
                         for what, asked in (("--trace", self.options.trace), ("--profile", self.options.profile))
                         if asked]
             if any(c.link != LinkConfig() for c in self.conditions):
-                refused.append("a two-host run emulates nothing: drop --delay, --delay-up, --jitter, --loss, --rate "
-                               "and --queue (the link's own are measured and stored)")
+                refused.append("a two-host run emulates nothing: drop --delay, --delay-up, --jitter, --loss, --rate, "
+                               "--rate-up and --queue (the link's own are measured and stored)")
         if self.options.trace and self.options.workload.direction != "down" and self.options.workload is not UPLOAD:
             refused.append(f"--trace reads a download (the server the sender) or an upload (what the server "
                            f"granted), not the {self.options.workload.name} workload")
@@ -316,7 +316,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         "stack": stack.name, "server_stack": server_stack.name, "link_backend": getattr(path, "backend", backend),
         "delay_ms": condition.link.delay_down_ms, "delay_up_ms": condition.link.delay_up_ms,
         "jitter_ms": condition.link.jitter_ms, "loss_pct": condition.link.loss_pct,
-        "rate_bps": condition.link.rate_bps, "queue": path.queue_applied(condition.link),
+        "rate_bps": condition.link.rate_bps, "rate_up_bps": condition.link.rate_up_bps,
+        "queue": path.queue_applied(condition.link),
         "queue_requested": condition.link.queue,
         "sweep_param": condition.sweep_param, "sweep_value": condition.sweep_value,
         "rep": rep, "size_bytes": options.size, "workload": workload.name, "requests": requests,

@@ -203,6 +203,25 @@ def test_an_uploads_sender_is_the_client():
     download = limits.RunFacts.from_run({"workload": "download", "rate_bps": 50_000_000, "counters": counters})
     assert (download.upload, download.rate_bps, download.client_socket_drops, download.link_drops) == (
         False, 50_000_000, 5, 7)
+    # --rate-up is an upload's link (runs.rate_up_bps), not a download's
+    assert limits.RunFacts.from_run({"workload": "upload", "rate_up_bps": 10**7}).rate_bps == 10**7
+    assert limits.RunFacts.from_run({"workload": "download", "rate_up_bps": 10**7}).rate_bps is None
+
+
+def test_an_uploads_link_queue_is_the_rtt_its_samples_waited():
+    """An upload's capture is behind the link's queue going up: its in flight stays at the path's BDP however full
+    the queue, which shows in the RTT samples instead (the client's ACKs wait in it). At 10 Mbit/s and 10 ms (a
+    BDP of 12.5 kB): samples grown to 30 ms are 25 kB queued, the link's; samples at 10 ms are none, the window's."""
+    def series(rtt_late):
+        return [{**_up(i / 100, 12_000 * (i + 1), 12_000, rtt_ms=10.0 if i < 2 else rtt_late), "stream_bytes": MSS}
+                for i in range(10)]
+    facts = limits.RunFacts(rate_bps=10_000_000, upload=True)
+    queued = limits.breakdown(series(30.0), facts)
+    assert queued.limited_by == "link" and queued.fractions["link"] == pytest.approx(7 / 9), queued.fractions
+    assert limits.breakdown(series(10.0), facts).fractions["link"] == 0
+    # a download's capture is the sender's: its in flight holds the queue already, RTT samples add nothing to it
+    down = [{**p, "direction": "down"} for p in series(30.0)]
+    assert limits.breakdown(down, limits.RunFacts(rate_bps=10_000_000)).fractions["link"] == 0
 
 
 def test_an_uploads_series_is_the_senders_state_one_round_trip_late():
@@ -359,18 +378,23 @@ def test_a_small_server_stream_window_at_30_ms_on_an_upload_is_the_stream_window
     allowing 128 KiB a stream at 30 ms holds it at the receive window; the same upload with the server's own
     windows (1.25 MB) behind a 50 Mbit/s rate is not the link's, which shapes the down direction only (replay/
     link.py), nor the window's (quinn's STREAM_DATA_BLOCKED, sent when its application's writes reach the credit,
-    binds only where its packets do). Measured 2026-11-29 06:30 (load 4-5): 73% at the stream window (29 Mbit/s,
-    its window model 28.8-30.4), 93% at the congestion window (231 Mbit/s)."""
+    binds only where its packets do); behind a 50 Mbit/s rate going up (--rate-up) it is the link's. Measured
+    2026-11-29 06:30 (load 4-5): 73% at the stream window (29 Mbit/s, its window model 28.8-30.4), 93% at the
+    congestion window (231 Mbit/s)."""
     firefox = sets.resolve_one("firefox")
     small = sets.with_overrides(firefox, [f"initial_max_stream_data_bidi_remote={WINDOW}"])
     conditions = [Condition(firefox, small, LinkConfig(delay_down_ms=30)),
-                  Condition(firefox, None, LinkConfig(delay_down_ms=10, rate_bps=50_000_000))]
-    window, rate = run_experiment(Experiment("single", QUINN, conditions, RunOptions(
+                  Condition(firefox, None, LinkConfig(delay_down_ms=10, rate_bps=50_000_000)),
+                  Condition(firefox, None, LinkConfig(delay_down_ms=10, rate_up_bps=50_000_000))]
+    window, rate, rate_up = run_experiment(Experiment("single", QUINN, conditions, RunOptions(
         size=4_000_000, timeout_s=30, trace=True, workload=UPLOAD), reps=1), tmp_path / "r.duckdb")
-    assert window["status"] == rate["status"] == "ok", (window.get("error"), rate.get("error"))
-    shares = [json.loads(run["limits"])["fractions"] for run in (window, rate)]
+    assert window["status"] == rate["status"] == rate_up["status"] == "ok", [
+        r.get("error") for r in (window, rate, rate_up)]
+    shares = [json.loads(run["limits"])["fractions"] for run in (window, rate, rate_up)]
     assert window["limited_by"] == "receive_window_stream" and shares[0]["receive_window_stream"] > 0.5, shares[0]
     assert rate["limited_by"] not in ("link", "receive_window_stream") and shares[1]["link"] == 0, shares[1]
+    assert rate_up["limited_by"] == "link" and shares[2]["link"] > 0.5, shares[2]
+    assert rate_up["rate_up_bps"] == 50_000_000 and rate_up["goodput_mbps"] < 50, rate_up["goodput_mbps"]
     assert json.loads(window["limits"])["basis"]["min_rtt_ms"] == pytest.approx(30, abs=3)
     # beside it the window model of the receiver's, the server's, window and rule (28.8-30.4 Mbit/s at 06:40)
     shown = next(line for line in why_lines(tmp_path / "r.duckdb") if f"bidi_remote={WINDOW}" in line)
@@ -383,15 +407,17 @@ def test_a_tcp_upload_is_the_clients_transfer():
     """tcp-h2 uploads 4 MB at 30 ms: the breakdown reads the client's segments as the data (trace.tcp_upload_series),
     the server's ACKs and window as the credit. Read as a download, it was the server's few response bytes: all
     application, an MSS of 24 bytes (2026-11-29 06:33); now 79% congestion window, 21% the server's receive window
-    (its autotuning), full segments."""
-    link = LinkConfig(delay_down_ms=30)
-    with open_path("auto", link) as path:
-        row = run_once(TCP_H2, path, Condition(sets.resolve_one("firefox"), None, link),
-                       RunOptions(size=4_000_000, timeout_s=30, trace=True, workload=UPLOAD), 1, "tcp-up", "auto")
-    assert row["status"] == "ok", row.get("error")
-    found = json.loads(row["limits"])
-    assert row["limited_by"] in ("congestion_window", "receive_window_connection"), found["fractions"]
-    assert found["fractions"]["application"] < 0.2 and found["basis"]["mss"] > 1000, found
+    (its autotuning), full segments. Through 50 Mbit/s going up (--rate-up) at 10 ms it is the link's: 94% (46 Mbit/s,
+    2026-11-29 09:50, load 5), the queue the server's capture cannot see taken from its RTT samples (limits rule 3)."""
+    for link, labels in ((LinkConfig(delay_down_ms=30), ("congestion_window", "receive_window_connection")),
+                         (LinkConfig(delay_down_ms=10, rate_up_bps=50_000_000), ("link",))):
+        with open_path("auto", link) as path:
+            row = run_once(TCP_H2, path, Condition(sets.resolve_one("firefox"), None, link),
+                           RunOptions(size=4_000_000, timeout_s=30, trace=True, workload=UPLOAD), 1, "tcp-up", "auto")
+        assert row["status"] == "ok", row.get("error")
+        found = json.loads(row["limits"])
+        assert row["limited_by"] in labels, (link, found["fractions"])
+        assert found["fractions"]["application"] < 0.2 and found["basis"]["mss"] > 1000, found
 
 
 def test_runs_no_trace_can_explain_say_why(tmp_path):

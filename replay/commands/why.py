@@ -77,8 +77,9 @@ def prediction(row: dict, rules, components: dict[str, list] | None = None) -> B
                                      row["delay_ms"] + (row.get("delay_up_ms") or 0), row["stack"], row["size_bytes"],
                                      rules)
         return Bound(*window.span, "its window model", SLACK) if window else None
-    if label == "link" and row.get("rate_bps"):
-        return Bound(row["rate_bps"] / 1e6, row["rate_bps"] / 1e6, "the link's rate", CEILING_SLACK)
+    rate = row.get("rate_up_bps" if row.get("workload") == "upload" else "rate_bps")  # the data's direction's
+    if label == "link" and rate:
+        return Bound(rate / 1e6, rate / 1e6, "the link's rate", CEILING_SLACK)
     if label in CPU_ENDS:
         end = CPU_ENDS[label]
         profiled = sum(cpu or 0 for _, _, cpu in (components or {}).get(end, []))

@@ -195,6 +195,9 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS bitrate_bps BIGINT;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS stalls INTEGER;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS stall_ms DOUBLE;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS startup_ms DOUBLE;
+-- Added within v3: the client-to-server direction's rate limit (--rate-up; its queue sized as rate_bps's), the
+-- one an upload's data crosses. NULL: unlimited, as in runs stored before.
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS rate_up_bps BIGINT;
 
 -- `qreplay --profile`: where each endpoint's CPU went during the transfer (replay/profile.py), sampled
 -- with call stacks (perf's cpu-clock for native programs, py-spy for Python ones) from the server's
