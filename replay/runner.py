@@ -498,7 +498,9 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
     tcp = captured["transport"] == "tcp"
     try:
         tracing.close()
-        read = trace.read_tcp(workdir / "trace.pcapng", server_ip, row["workload"] == UPLOAD.name) if tcp else \
+        # HTTP/2's streams (decrypting the capture, seconds for a large one) only where a stream limit can bind
+        read = trace.read_tcp(workdir / "trace.pcapng", server_ip, row["workload"] == UPLOAD.name,
+                              workdir / "keylog" if (row.get("requests") or 1) > 1 else None) if tcp else \
             trace.decrypt(workdir / "trace.pcapng", workdir / "keylog", server_ip)
     except ToolError as exc:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), f"no trace: {exc}"])

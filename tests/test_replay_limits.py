@@ -403,6 +403,43 @@ def test_a_small_server_stream_window_at_30_ms_on_an_upload_is_the_stream_window
 
 
 @pytest.mark.skipif(TCP_H2.unavailable_reason() is not None, reason=f"tcp-h2: {TCP_H2.unavailable_reason()}")
+def test_a_tcp_h2_server_allowing_4_streams_under_100_concurrent_requests_is_the_stream_limit(tmp_path):
+    """The QUIC case over TCP/h2: tcp-h2's server takes initial_max_streams_bidi as HTTP/2's
+    SETTINGS_MAX_CONCURRENT_STREAMS, and the capture's HTTP/2 frames, decrypted with the client's key log
+    (trace.h2_streams: HEADERS opened, both ends' END_STREAM closing, the server's SETTINGS), give the same
+    streams-opened-against-credit series the rule reads. Measured 2026-11-29 10:05 (load 6-8): 4 streams 86.6%
+    stream limit (27 Mbit/s), 100 streams none (109 Mbit/s, the congestion window's)."""
+    firefox = sets.resolve_one("firefox")
+    conditions = [Condition(firefox, sets.with_overrides(firefox, [f"initial_max_streams_bidi={streams}"]),
+                            LinkConfig(delay_down_ms=10)) for streams in (4, 100)]
+    options = RunOptions(size=10_000, timeout_s=30, trace=True, workload=REQUESTS, requests=100, concurrency=100)
+    few, many = run_experiment(Experiment("single", TCP_H2, conditions, options, reps=1), tmp_path / "r.duckdb")
+    assert few["status"] == many["status"] == "ok", (few.get("error"), many.get("error"))
+    shares = [json.loads(run["limits"])["fractions"] for run in (few, many)]
+    assert few["limited_by"] == "stream_limit" and shares[0]["stream_limit"] > 0.5, shares[0]
+    assert many["limited_by"] != "stream_limit" and shares[1]["stream_limit"] < 0.1, shares[1]
+
+
+def test_http2_frames_give_the_stream_limit_in_quics_terms():
+    """trace.h2_streams: the credit is the server's SETTINGS_MAX_CONCURRENT_STREAMS plus the streams closed (both
+    ends' END_STREAM); a stream the server refused (opened before its SETTINGS arrived) is neither opened nor
+    closed."""
+    server = "198.18.0.2"
+    rows = [["1", server, "4", "0", "0x00", "", ""],  # SETTINGS: 2 at once
+            ["2", "c", "1,1,1", "1,3,5", "0x05,0x05,0x05", "", ""],  # three GETs, END_STREAM on their HEADERS
+            ["3", server, "3", "5", "0x00", "", "7"],  # stream 5 refused
+            ["4", server, "1,0", "1,1", "0x04,0x01", "", ""],  # stream 1 answered and ended
+            ["5", "c", "1", "7", "0x05", "", ""]]  # the refused request again
+    rows[0][5] = "2"
+    streams = trace.h2_streams(rows, server)
+    assert streams == {1: (0, 2), 2: (3, 2), 3: (2, 2), 4: (2, 3), 5: (3, 3)}
+    points = [{"packet_number": n, "direction": "down" if n in (1, 3, 4) else "up"} for n in range(1, 6)]
+    trace.attach_h2_streams(points, streams)
+    assert [(p["streams_open"], p["streams_credit"]) for p in points] == list(streams.values())
+    assert [p.get("max_streams") for p in points] == [2, None, None, 3, None]
+
+
+@pytest.mark.skipif(TCP_H2.unavailable_reason() is not None, reason=f"tcp-h2: {TCP_H2.unavailable_reason()}")
 def test_a_tcp_upload_is_the_clients_transfer():
     """tcp-h2 uploads 4 MB at 30 ms: the breakdown reads the client's segments as the data (trace.tcp_upload_series),
     the server's ACKs and window as the credit. Read as a download, it was the server's few response bytes: all
