@@ -33,7 +33,7 @@ the point that opens it, by the first rule that holds:
    which is non-empty, so the link's rate is what delivers. An upload's capture is the receiver's, behind the
    queue: the bytes queued on the way up have not arrived and are not in its in flight (trace.upload_series),
    so there they are the queue the latest RTT sample waited in, (the sample - the smallest) x the rate,
-   added to the bytes in flight. Measured 2026-11-29 09:40 (quinn uploading 4 MB through 50 Mbit/s up, 10 ms):
+   added to the bytes in flight. Measured 2026-11-29 09:30 (quinn uploading 4 MB through 50 Mbit/s up, 10 ms):
    in flight as the capture tells it stayed at the BDP (64 kB) while the RTT samples grew from 10 to 195 ms,
    the queue filling; without the queue 99.7% of the transfer was charged to the congestion window.
 4. ``congestion_window``, when the sender's qlog gave its window: in flight within one MSS of it.

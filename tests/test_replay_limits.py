@@ -407,7 +407,7 @@ def test_a_tcp_h2_server_allowing_4_streams_under_100_concurrent_requests_is_the
     """The QUIC case over TCP/h2: tcp-h2's server takes initial_max_streams_bidi as HTTP/2's
     SETTINGS_MAX_CONCURRENT_STREAMS, and the capture's HTTP/2 frames, decrypted with the client's key log
     (trace.h2_streams: HEADERS opened, both ends' END_STREAM closing, the server's SETTINGS), give the same
-    streams-opened-against-credit series the rule reads. Measured 2026-11-29 10:05 (load 6-8): 4 streams 86.6%
+    streams-opened-against-credit series the rule reads. Measured 2026-11-29 09:44 (load 6-8): 4 streams 86.6%
     stream limit (27 Mbit/s), 100 streams none (109 Mbit/s, the congestion window's)."""
     firefox = sets.resolve_one("firefox")
     conditions = [Condition(firefox, sets.with_overrides(firefox, [f"initial_max_streams_bidi={streams}"]),
@@ -445,7 +445,7 @@ def test_a_tcp_upload_is_the_clients_transfer():
     the server's ACKs and window as the credit. Read as a download, it was the server's few response bytes: all
     application, an MSS of 24 bytes (2026-11-29 06:33); now 79% congestion window, 21% the server's receive window
     (its autotuning), full segments. Through 50 Mbit/s going up (--rate-up) at 10 ms it is the link's: 94% (46 Mbit/s,
-    2026-11-29 09:50, load 5), the queue the server's capture cannot see taken from its RTT samples (limits rule 3)."""
+    2026-11-29 09:32, load 5), the queue the server's capture cannot see taken from its RTT samples (limits rule 3)."""
     for link, labels in ((LinkConfig(delay_down_ms=30), ("congestion_window", "receive_window_connection")),
                          (LinkConfig(delay_down_ms=10, rate_up_bps=50_000_000), ("link",))):
         with open_path("auto", link) as path:
