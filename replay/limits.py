@@ -55,6 +55,12 @@ the point that opens it, by the first rule that holds:
    before that), not the one from when it fell behind: a sender that never catches up (aioquic at 30 ms,
    2026-11-29) grew its window from 209 to 375 kB meanwhile, and held against 209 kB 78% of its transfer was
    charged here where its qlog was at its window 44% of it.
+   Likewise the packets the sender counted in flight before they reached the wire (its qlog logged them sent,
+   trace ``logged_s``, the capture saw them later): aioquic builds a burst, logging each packet, before it
+   writes any, and a sender that loses its core in between had them in flight by its own count up to 37 ms
+   before the capture did (2026-11-29 09:38, aioquic at 100 ms, load 5-7): at its window, not at room; its CPU.
+   Counted, the capture's share plus this came -4.0 to -0.8 points from the qlog's in 10 runs (-7.7 to -0.3
+   without).
 5. ``sender_cpu``: a core near saturation at the sender over the run (the server's CPU seconds over the
    client's lifetime at least CPU_SATURATED); then ``receiver_cpu_socket``: the client's likewise. (Run-level:
    the counters say how busy an end was, not when.) Also an end's CPU,
@@ -188,6 +194,9 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     unread: list[tuple[float, int, int | None]] = []
     flight_before, window_before, ack_unread = 0, None, 0.0
     # when the sender read the request (its qlog's, as for an ACK): before that, nothing to send was its CPU's
+    # packets the sender counted in flight (its qlog logged them sent) before they reached the wire (rule 4)
+    unsent_spans = sorted((p["logged_s"], p["t_s"], p.get("packet_bytes") or mss) for p in points
+                          if p["direction"] == sending and p.get("logged_s") is not None and p["logged_s"] < p["t_s"])
     request_read = points[0].get("read_s") if points[0]["direction"] != sending else None
     request_unread = 0.0
     for point, after in zip(points, points[1:]):
@@ -236,7 +245,9 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
             # an upload's: the bytes queued on the way up, which its receiver's capture has not seen (rule 3)
             queued = (rtt_ms - min_rtt_ms) / 1000 * facts.rate_bps / 8 if facts.upload and bdp and rtt_ms else 0.0
             limit = _sender_limit(point, mss, bdp, sender_share, receiver_share, inflated, queued)
-            late = 0.0 if limit == "link" else _not_yet_read(point, unread, mss, after["t_s"])
+            unsent = sum(size for logged, wire, size in unsent_spans if logged <= point["t_s"] < wire) \
+                if unsent_spans else 0
+            late = 0.0 if limit == "link" else _not_yet_read(point, unread, mss, after["t_s"], unsent)
             seconds["sender_cpu"] += late
             ack_unread += late
             span -= late
@@ -334,25 +345,33 @@ def _window(point: Mapping, mss: int, blocked: dict[str, int]) -> str | None:
     return f"receive_window_{min(room, key=lambda w: (room[w], w != 'stream'))}"
 
 
-def _not_yet_read(point: Mapping, unread: list[tuple[float, int, int | None]], mss: int, until: float) -> float:
+def _not_yet_read(point: Mapping, unread: list[tuple[float, int, int | None]], mss: int, until: float,
+                  unsent: int = 0) -> float:
     """How long from ``point`` (until ``until`` at most) the sender, at room in its window by the capture, had
     not yet read the ACKs that made the room (rule 4): counting the bytes of those it had not read as in flight,
     it is at the window it had before them (before the earliest still unread: it has read every ACK that came
     before that one, however long it has been behind), until it has read enough of them. 0 where that is not
     so. The earliest's, not the window when the backlog began: a sender that never catches up (aioquic at 30
     ms, 2026-11-29) had its window grow from 209 to 375 kB while ACKs stayed unread, and held against 209 kB
-    the breakdown charged 78% of a transfer to unread ACKs where its own qlog was at its window 44%."""
-    window = unread[0][2] if unread else None
+    the breakdown charged 78% of a transfer to unread ACKs where its own qlog was at its window 44%.
+
+    ``unsent``: the bytes the sender had counted in flight (logged sent) and not yet got onto the wire, which the
+    capture's in flight leaves out as it does unread ACKs' bytes (with none unread, held against the window of
+    the point)."""
+    window = unread[0][2] if unread else point.get("cwnd") if unsent else None
     if point.get("cwnd") is None or window is None or \
             (point.get("in_flight") or 0) >= point["cwnd"] - mss:
         return 0.0
-    seen = (point.get("in_flight") or 0) + sum(taken for _, taken, _ in unread)
+    seen = (point.get("in_flight") or 0) + unsent + sum(taken for _, taken, _ in unread)
     if seen < window - mss:
         return 0.0  # room by its own count too: not the reading that held it
+    read = None
     for read, taken, _ in sorted(unread):
         seen -= taken
         if seen < window - mss:
             break
+    else:  # at the window once every ACK is read: by the bytes not yet on the wire, whose arrival ends the stretch
+        read = until if unsent else read
     return max(0.0, min(read, until) - point["t_s"])
 
 

@@ -829,6 +829,11 @@ def qlog_window_share(lines: Iterable[str], mss: int, ends: tuple[int, int] | No
     return full / (end - start) if end > start else None
 
 
+#: a packet the sender's qlog logged sent this much before the capture saw it on the wire (beyond the clocks'
+#: median offset) was built and counted in flight while the sender had not yet got it out: ``logged_s``
+UNSENT_LAG_S = 0.0005
+
+
 def attach_congestion_window(points: list[dict], sent: dict[int, float], windows: list[tuple[float, int]],
                              handled: Mapping[tuple[str, int], tuple[int, int]] | None = None,
                              reads: Mapping[int, tuple[float, int | None]] | None = None,
@@ -851,7 +856,10 @@ def attach_congestion_window(points: list[dict], sent: dict[int, float], windows
 
     With ``reads`` (qlog_events'), each received packet's ``read_s``: when the sender read it, on the capture's
     clock, no sooner than it arrived and no later than the capture saw the first packet the stack sent after
-    reading it (a qlog in whole milliseconds cannot place it closer)."""
+    reading it (a qlog in whole milliseconds cannot place it closer). And each packet sent that the qlog logged
+    sent more than UNSENT_LAG_S before the capture saw it gets ``logged_s``, that time on the capture's clock: the
+    stack counted it in flight from then (aioquic builds a burst's datagrams, logging each sent, before it
+    writes any; starved of its core in between, it wrote them up to 37 ms later, 2026-11-29)."""
     pairs = [(p["t_s"], sent[p["packet_number"]]) for p in points
              if p["direction"] == "down" and p.get("packet_number") in sent]
     if not pairs or not windows:
@@ -868,6 +876,9 @@ def attach_congestion_window(points: list[dict], sent: dict[int, float], windows
         return False
     departed = {p["packet_number"]: p["t_s"] for p in points if p["direction"] == "down"}
     for point in points:
+        logged = sent.get(point.get("packet_number")) if point["direction"] == "down" else None
+        if logged is not None and point["t_s"] - (logged * scale + offset) > UNSENT_LAG_S:
+            point["logged_s"] = logged * scale + offset  # counted in flight from then, on the wire only now
         read = (reads or {}).get(point.get("packet_number")) if point["direction"] == "up" else None
         if read is not None:
             when, next_sent = read

@@ -165,6 +165,22 @@ def test_a_sender_behind_on_its_acks_is_held_against_the_window_it_has_read_to()
     assert found.fractions["congestion_window"] == pytest.approx(0.039 / 0.06)
 
 
+def test_packets_counted_in_flight_before_they_reached_the_wire_are_the_senders_cpu():
+    """A sender that logged packets sent (counted them in flight: trace's ``logged_s``) 10 ms before the capture saw
+    them was at its window by its own count while the wire showed room: its CPU had not got them out (aioquic
+    builds a burst before it writes any). Without logged_s the same stretch is the congestion window's."""
+    points = [_down(0.0, 9_600, 9_600, cwnd=12_000),
+              _down(0.01, 10_800, 10_800, cwnd=12_000, logged_s=0.0, packet_bytes=MSS),
+              _down(0.011, 12_000, 12_000, cwnd=12_000, logged_s=0.0, packet_bytes=MSS),
+              _down(0.02, 13_200, 12_000, cwnd=12_000)]
+    found = limits.breakdown(points)
+    assert found.fractions["sender_cpu"] == pytest.approx(0.5) and found.fractions["congestion_window"] == \
+        pytest.approx(0.5), found.fractions
+    assert found.basis["at_window_share"] + found.basis["ack_unread_share"] == pytest.approx(1.0)
+    plain = [{k: v for k, v in p.items() if k != "logged_s"} for p in points]
+    assert limits.breakdown(plain).fractions["sender_cpu"] == 0
+
+
 def test_a_request_the_sender_has_not_read_is_its_cpu():
     """The request arrives at 0 and the sender reads it at 0.012 (its qlog's read_s), sending its first packet
     at 0.015: nothing to send before the read was its CPU's, after it the application's (rule 6); read at
@@ -537,7 +553,10 @@ def test_the_window_share_agrees_with_the_stacks_own_qlog(stack, tmp_path):
     out (their descriptors' qlog_in_flight_omits, added back): 4-7 and 8-24 points below before, within 0.1 in 5
     and 4 runs after. aioquic at 30 ms is held by its CPU (labels vary by run); at 100 ms with 1 MB
     (WINDOW_BOUND) its window holds it: 43-57% against its qlog's 45-59% in 10 runs (-8.6 to -0.4 points; its
-    qlog runs ahead as it builds a whole burst before writing any). docs/qreplay.md has the whole account."""
+    qlog runs ahead as it builds a whole burst before writing any). Measured 2026-11-29 09:38 (10 runs, load
+    5-7): -7.7 to -0.3, the far ones the runs whose sender lost its core between logging a burst sent and writing
+    it (up to 37 ms); with those packets counted in flight from when they were logged (trace_points.logged_s,
+    limits rule 4) -4.0 to -0.8 in 10 runs at load 8-11 (09:50). docs/qreplay.md has the whole account."""
     within = 0.10
     sender = get_stack(stack)
     if sender.unavailable_reason():

@@ -182,6 +182,9 @@ ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS max_streams BIGINT;
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS streams_blocked BIGINT;
 -- Added within v3: when the sender read each of the client's packets (its qlog's time on the capture's clock).
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS read_s DOUBLE;
+-- Added within v3: when the sender's qlog logged a packet sent that reached the wire more than 0.5 ms later (on
+-- the capture's clock; NULL for the rest): counted in flight by the sender before the capture saw it.
+ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS logged_s DOUBLE;
 -- Added within v3: why a run has no limit breakdown (limited_by NULL) where tracing it could not give one: several
 -- clients (the breakdown reads one connection's sender), a two-host run (no capture on the server's host), a trace
 -- that held no transfer. NULL for a breakdown, and for a run not traced (--trace gives it one).
