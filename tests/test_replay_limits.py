@@ -367,23 +367,6 @@ def test_aioquic_at_0_ms_is_an_ends_cpu(engineered):
 QUIC_GO = get_stack("quic-go")
 
 
-@pytest.mark.skipif(QUIC_GO.unavailable_reason() is not None, reason=f"quic-go: {QUIC_GO.unavailable_reason()}")
-def test_a_server_allowing_4_streams_under_100_concurrent_requests_is_the_stream_limit(tmp_path):
-    """quic-go, 100 requests of 10 kB all at once, 10 ms down: a server that allows 4 streams (its
-    initial_max_streams_bidi, raised one stream at a time as they close) makes the requests wait for streams,
-    inferred from the trace (the streams the client opened against the credit the server sent), not declared
-    by the run; the same server allowing 100 does not."""
-    firefox = sets.resolve_one("firefox")
-    conditions = [Condition(firefox, sets.with_overrides(firefox, [f"initial_max_streams_bidi={streams}"]),
-                            LinkConfig(delay_down_ms=10)) for streams in (4, 100)]
-    options = RunOptions(size=10_000, timeout_s=30, trace=True, workload=REQUESTS, requests=100, concurrency=100)
-    few, many = run_experiment(Experiment("single", QUIC_GO, conditions, options, reps=1), tmp_path / "r.duckdb")
-    assert few["status"] == many["status"] == "ok", (few.get("error"), many.get("error"))
-    shares = [json.loads(run["limits"])["fractions"] for run in (few, many)]
-    assert few["limited_by"] == "stream_limit" and shares[0]["stream_limit"] > 0.5, shares[0]
-    assert many["limited_by"] != "stream_limit" and shares[1]["stream_limit"] < 0.1, shares[1]
-
-
 QUINN = get_stack("quinn")
 TCP_H2 = get_stack("tcp-h2")
 
@@ -418,18 +401,23 @@ def test_a_small_server_stream_window_at_30_ms_on_an_upload_is_the_stream_window
     assert 25 < low <= high < 35, shown
 
 
-@pytest.mark.skipif(TCP_H2.unavailable_reason() is not None, reason=f"tcp-h2: {TCP_H2.unavailable_reason()}")
-def test_a_tcp_h2_server_allowing_4_streams_under_100_concurrent_requests_is_the_stream_limit(tmp_path):
-    """The QUIC case over TCP/h2: tcp-h2's server takes initial_max_streams_bidi as HTTP/2's
-    SETTINGS_MAX_CONCURRENT_STREAMS, and the capture's HTTP/2 frames, decrypted with the client's key log
-    (trace.h2_streams: HEADERS opened, both ends' END_STREAM closing, the server's SETTINGS), give the same
-    streams-opened-against-credit series the rule reads. Measured 2026-11-29 09:44 (load 6-8): 4 streams 86.6%
-    stream limit (27 Mbit/s), 100 streams none (109 Mbit/s, the congestion window's)."""
+@pytest.mark.parametrize("stack", ["quic-go", "tcp-h2"])
+def test_a_server_allowing_4_streams_under_100_concurrent_requests_is_the_stream_limit(stack, tmp_path):
+    """100 requests of 10 kB all at once, 10 ms down: a server that allows 4 streams makes the requests wait for
+    streams, inferred from the trace (the streams the client opened against the credit the server sent), not
+    declared by the run; the same server allowing 100 does not. quic-go's: its initial_max_streams_bidi, raised
+    one stream at a time as they close. tcp-h2's: the same parameter as HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS,
+    and the capture's HTTP/2 frames, decrypted with the client's key log (trace.h2_streams: HEADERS opened, both
+    ends' END_STREAM closing, the server's SETTINGS), give the same series. Measured 2026-11-29 09:44 (load 6-8):
+    tcp-h2 with 4 streams 86.6% stream limit (27 Mbit/s), with 100 none (109 Mbit/s, the congestion window's)."""
+    server = get_stack(stack)
+    if server.unavailable_reason():
+        pytest.skip(f"{stack}: {server.unavailable_reason()}")
     firefox = sets.resolve_one("firefox")
     conditions = [Condition(firefox, sets.with_overrides(firefox, [f"initial_max_streams_bidi={streams}"]),
                             LinkConfig(delay_down_ms=10)) for streams in (4, 100)]
     options = RunOptions(size=10_000, timeout_s=30, trace=True, workload=REQUESTS, requests=100, concurrency=100)
-    few, many = run_experiment(Experiment("single", TCP_H2, conditions, options, reps=1), tmp_path / "r.duckdb")
+    few, many = run_experiment(Experiment("single", server, conditions, options, reps=1), tmp_path / "r.duckdb")
     assert few["status"] == many["status"] == "ok", (few.get("error"), many.get("error"))
     shares = [json.loads(run["limits"])["fractions"] for run in (few, many)]
     assert few["limited_by"] == "stream_limit" and shares[0]["stream_limit"] > 0.5, shares[0]
