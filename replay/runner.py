@@ -483,8 +483,9 @@ def no_breakdown(clients: int, link_backend: str | None) -> str | None:
     it could not give one, and `qreplay why` says so rather than suggest --trace."""
     from replay import twohost
     if clients > 1:
-        return (f"{clients} clients: the breakdown reads one connection's sender from the server's capture, and "
-                f"that would hold {clients} (--trace reads one client's run)")
+        return (f"{clients} clients: the server's capture would hold their {clients} connections, each its own "
+                f"client port, but the breakdown reads one connection's series, and the run's client CPU is the "
+                f"clients' sum, not the one receiver's share its CPU rule needs (--trace reads one client's run)")
     if link_backend == twohost.BACKEND:
         return ("a two-host run: its server is on another host, where no capture is taken (--trace needs the "
                 "testbed's server namespace)")
