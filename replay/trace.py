@@ -984,7 +984,7 @@ def flow_control_rule(points: list[dict], window: int, which: str, rtt_ms: float
 
 #: tshark's fields of a TCP segment, in the order tcp_series reads them
 TCP_FIELDS = ("frame.number", "frame.time_epoch", "ip.src", "tcp.seq", "tcp.len", "tcp.ack", "tcp.window_size",
-              "tcp.analysis.ack_rtt")
+              "tcp.analysis.ack_rtt", "tcp.srcport", "tcp.dstport")
 #: the server's sent bytes beyond which its TLS handshake (certificate, tickets, HTTP/2 settings: a few KB)
 #: is over and the response has begun
 TCP_HANDSHAKE_BYTES = 16_384
@@ -1063,7 +1063,7 @@ def tcp_upload_series(rows: Iterable[list[str]], server_ip: str) -> tuple[list[d
 
 #: tshark's fields of the HTTP/2 frames a TCP capture holds once its TLS is decrypted, in h2_streams' order
 H2_FIELDS = ("frame.number", "ip.src", "http2.type", "http2.streamid", "http2.flags",
-             "http2.settings.max_concurrent_streams", "http2.rst_stream.error")
+             "http2.settings.max_concurrent_streams", "http2.rst_stream.error", "tcp.srcport", "tcp.dstport")
 H2_DATA, H2_HEADERS, H2_RST_STREAM = 0, 1, 3
 H2_END_STREAM = 0x1
 H2_REFUSED_STREAM = 0x7
@@ -1123,17 +1123,30 @@ def attach_h2_streams(points: list[dict], streams: Mapping[int, tuple[int, int |
         point.update(streams_open=opened, streams_credit=credit)
 
 
-def read_tcp(pcap: Path, server_ip: str, upload: bool = False, keylog: Path | None = None) -> tuple[list[dict], dict]:
-    """tcp_series (of an upload: tcp_upload_series) of a capture (I/O: tshark's field output). With the client's
-    TLS key log, a download's points also hold HTTP/2's streams opened and the server's stream credit
-    (h2_streams): what replay.limits' stream limit reads."""
+def _client_port(row: list[str], fields: tuple[str, ...], server_ip: str) -> str:
+    """The client's port of a tshark row of ``fields`` (ip.src, tcp.srcport and tcp.dstport among them)."""
+    at = {name: i for i, name in enumerate(fields)}
+    if len(row) <= at["tcp.dstport"]:
+        return ""
+    return row[at["tcp.dstport"] if row[at["ip.src"]] == server_ip else at["tcp.srcport"]]
+
+
+def read_tcp(pcap: Path, server_ip: str, upload: bool = False,
+             keylog: Path | None = None) -> list[tuple[list[dict], dict]]:
+    """tcp_series (of an upload: tcp_upload_series) of each TCP connection of a capture (I/O: tshark's field
+    output), told apart by the client's port, in the order they began: one for a run of one client, one a client
+    for several. With the client's TLS key log, a download's points also hold HTTP/2's streams opened and the
+    server's stream credit (h2_streams): what replay.limits' stream limit reads."""
     argv = [tshark_path(), "-n", "-r", str(pcap), "-Y", "tcp", "-T", "fields", "-E", "separator=\t",
             *(word for field in TCP_FIELDS for word in ("-e", field))]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode:
         raise ToolError(f"tshark could not read {pcap}: {done.stderr.strip().splitlines()[-1:] or done.returncode}")
-    points, summary = (tcp_upload_series if upload else tcp_series)(
-        (line.split("\t") for line in done.stdout.splitlines()), server_ip)
+    segments: dict[str, list[list[str]]] = {}
+    for line in done.stdout.splitlines():
+        row = line.split("\t")
+        segments.setdefault(_client_port(row, TCP_FIELDS, server_ip), []).append(row)
+    series = {port: (tcp_upload_series if upload else tcp_series)(rows, server_ip) for port, rows in segments.items()}
     if keylog is not None and not upload and keylog.exists() and keylog.stat().st_size:
         argv = [tshark_path(), "-n", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog}", "-Y", "http2", "-T",
                 "fields", "-E", "separator=\t", *(word for field in H2_FIELDS for word in ("-e", field))]
@@ -1141,8 +1154,13 @@ def read_tcp(pcap: Path, server_ip: str, upload: bool = False, keylog: Path | No
         if done.returncode:
             raise ToolError(f"tshark could not decrypt {pcap}: "
                             f"{done.stderr.strip().splitlines()[-1:] or done.returncode}")
-        attach_h2_streams(points, h2_streams((line.split("\t") for line in done.stdout.splitlines()), server_ip))
-    return points, summary
+        frames: dict[str, list[list[str]]] = {}
+        for line in done.stdout.splitlines():
+            row = line.split("\t")
+            frames.setdefault(_client_port(row, H2_FIELDS, server_ip), []).append(row)
+        for port, (points, _) in series.items():
+            attach_h2_streams(points, h2_streams(frames.get(port, []), server_ip))
+    return list(series.values())
 
 
 def build_tcp_trace(run_id: str, points: list[dict], summary: dict, captured: dict) -> tuple[dict, list[dict]]:

@@ -462,19 +462,51 @@ def test_a_tcp_upload_is_the_clients_transfer():
 
 
 def test_runs_no_trace_can_explain_say_why(tmp_path):
-    """Several clients (the breakdown reads one connection's sender) and two hosts (no capture on the server's
-    host) store why they have no breakdown, and `qreplay why` says it rather than suggest --trace."""
+    """Several clients over QUIC (decryption and qlog are one connection's) and two hosts (no capture on the
+    server's host) store why they have no breakdown, and `qreplay why` says it rather than suggest --trace;
+    several clients over TCP have one (test_several_tcp_clients_have_their_connections_breakdowns_merged)."""
     from replay.runner import no_breakdown
     assert no_breakdown(1, "relay") is None and no_breakdown(1, "measured").startswith("a two-host run")
+    assert no_breakdown(2, "relay", "tcp") is None
     if QUIC_GO.unavailable_reason():
         pytest.skip(f"quic-go: {QUIC_GO.unavailable_reason()}")
     results = tmp_path / "r.duckdb"
     row, = run_experiment(Experiment("single", QUIC_GO, [Condition(sets.resolve_one("firefox"), None, LinkConfig())],
                                      RunOptions(size=200_000, timeout_s=30, clients=2), reps=1), results)
     assert row["status"] == "ok", row.get("error")
-    assert row.get("limited_by") is None and row["no_breakdown"].startswith("2 clients: "), row["no_breakdown"]
+    assert row.get("limited_by") is None and row["no_breakdown"].startswith("2 clients over QUIC: "), \
+        row["no_breakdown"]
     shown = why_lines(results)
-    assert "1 runs, no breakdown: 2 clients: " in shown[1] and "--trace stores" not in shown[1], shown
+    assert "1 runs, no breakdown: 2 clients over QUIC: " in shown[1] and "--trace stores" not in shown[1], shown
+
+
+def test_connections_breakdowns_merge_weighed_by_their_transfers():
+    """limits.merged: each limit's seconds over all the connections' transfer seconds."""
+    one = limits.Breakdown({**dict.fromkeys(limits.LIMITS, 0.0), "link": 1.0}, "link", 3.0, {"mss": 1448})
+    two = limits.Breakdown({**dict.fromkeys(limits.LIMITS, 0.0), "congestion_window": 1.0}, "congestion_window", 1.0,
+                           {"mss": 1448})
+    both = limits.merged([one, None, two])
+    assert both.fractions["link"] == pytest.approx(0.75) and both.limited_by == "link" and both.transfer_s == 3.0
+    assert both.basis["connections"] == [{"transfer_s": 3.0, "limited_by": "link"},
+                                         {"transfer_s": 1.0, "limited_by": "congestion_window"}]
+    assert limits.merged([one]) is one and limits.merged([None]) is None
+
+
+@pytest.mark.skipif(TCP_H2.unavailable_reason() is not None, reason=f"tcp-h2: {TCP_H2.unavailable_reason()}")
+def test_several_tcp_clients_have_their_connections_breakdowns_merged(tmp_path):
+    """Two tcp-h2 clients downloading 2 MB each through one 50 Mbit/s link at 10 ms: the server's capture holds
+    their connections apart by the clients' ports (trace.read_tcp), each gets its breakdown, and the run stores
+    them merged: the link's. Measured 2026-11-29 09:56 (load 8): 93% link, both connections labelled link, 24
+    Mbit/s a client. The link rule holds each connection's bytes in flight against the whole link's BDP, so it
+    can only under-count a link the clients share."""
+    link = LinkConfig(delay_down_ms=10, rate_bps=50_000_000)
+    row, = run_experiment(Experiment("single", TCP_H2, [Condition(sets.resolve_one("firefox"), None, link)],
+                                     RunOptions(size=2_000_000, timeout_s=30, trace=True, clients=2), reps=1),
+                          tmp_path / "r.duckdb")
+    assert row["status"] == "ok", row.get("error")
+    found = json.loads(row["limits"])
+    assert row["limited_by"] == "link" and found["fractions"]["link"] > 0.5 and row["no_breakdown"] is None, found
+    assert [c["limited_by"] for c in found["basis"]["connections"]] == ["link", "link"], found["basis"]
 
 
 @pytest.mark.timing

@@ -186,7 +186,7 @@ ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS read_s DOUBLE;
 -- the capture's clock; NULL for the rest): counted in flight by the sender before the capture saw it.
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS logged_s DOUBLE;
 -- Added within v3: why a run has no limit breakdown (limited_by NULL) where tracing it could not give one: several
--- clients (the breakdown reads one connection's sender), a two-host run (no capture on the server's host), a trace
+-- clients over QUIC (decryption and qlog are one connection's; over TCP each connection's is merged), a two-host run (no capture on the server's host), a trace
 -- that held no transfer. NULL for a breakdown, and for a run not traced (--trace gives it one).
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS no_breakdown VARCHAR;
 -- Added within v3: an upload's trace has trace_points too, its sender the client: the data is `up`, and the
