@@ -19,8 +19,8 @@ from tparams.knobs import KNOBS
 #: Every condition a run is stored under, as ran (requested values sit beside them in `runs`).
 #: the conditions every run stores besides its knobs (tparams.knobs), in the order figures name them
 BASE_CONDITIONS = ("stack", "server_stack", "set_name", "server_set_name", "link_backend", "delay_ms", "delay_up_ms",
-                   "jitter_ms", "loss_pct", "rate_bps", "rate_up_bps", "queue", "sweep_param", "sweep_value", "workload", "requests",
-                   "concurrency", "clients", "size_bytes", "udp_buffer_bytes")
+                   "jitter_ms", "loss_pct", "rate_bps", "rate_up_bps", "queue", "sweep_param", "sweep_value",
+                   "workload", "requests", "concurrency", "clients", "size_bytes", "udp_buffer_bytes")
 
 
 def conditions() -> tuple[str, ...]:

@@ -1116,7 +1116,8 @@ def attach_h2_streams(points: list[dict], streams: Mapping[int, tuple[int, int |
     for point in points:
         while at < len(frames) and frames[at] <= point["packet_number"]:
             opened, now = streams[frames[at]]
-            if point["direction"] == "down" and now is not None and now != credit and frames[at] == point["packet_number"]:
+            raised = now is not None and now != credit and frames[at] == point["packet_number"]
+            if point["direction"] == "down" and raised:
                 point["max_streams"] = now
             credit = now
             at += 1

@@ -136,8 +136,8 @@ BitrateOpt = Annotated[Optional[str], typer.Option("--bitrate", help="The rate a
 
 
 def link_options(delay: str) -> Callable[[Callable], Callable]:
-    """Give a command the options of one link (--delay, --delay-up, --jitter, --loss, --rate, --rate-up, --queue; --delay
-    defaulting to ``delay``) in place of its parameter ``link_config``, which receives them as one LinkConfig."""
+    """Give a command the options of one link (--delay, --delay-up, --jitter, --loss, --rate, --rate-up, --queue;
+    --delay defaulting to ``delay``) in place of its parameter ``link_config``, which receives them as one LinkConfig."""
     return options_in_place_of("link_config", {
         "delay": (DelayOpt, delay), "delay_up": (DelayUpOpt, "0ms"), "jitter": (JitterOpt, "0ms"),
         "loss": (LossOpt, "0%"), "rate": (RateOpt, None), "queue": (QueueOpt, None), "rate_up": (RateUpOpt, None)},
@@ -543,7 +543,8 @@ def register(app: typer.Typer) -> None:
         losses: Annotated[str, typer.Option("--losses", help="Comma-separated loss percentages.")] = "0",
         server_set_spec: ServerSetOpt = None, client_param: ClientParamOpt = None, server_param: ServerParamOpt = None,
         delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", rate: RateOpt = None, queue: QueueOpt = None,
-        rate_up: RateUpOpt = None, reps: RepsOpt = 10, stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", options: RunOptions = None,
+        rate_up: RateUpOpt = None, reps: RepsOpt = 10, stack: StackOpt = "ngtcp2", link: LinkOpt = "auto",
+        options: RunOptions = None,
         out: OutOpt = DEFAULT_RESULTS, json_output: JsonOpt = False, shallow_idle: ShallowIdleOpt = True,
         udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
         stacks: Annotated[Optional[str], typer.Option(
