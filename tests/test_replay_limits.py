@@ -507,6 +507,10 @@ def test_several_tcp_clients_have_their_connections_breakdowns_merged(tmp_path):
     found = json.loads(row["limits"])
     assert row["limited_by"] == "link" and found["fractions"]["link"] > 0.5 and row["no_breakdown"] is None, found
     assert [c["limited_by"] for c in found["basis"]["connections"]] == ["link", "link"], found["basis"]
+    # the run's goodput is its clients' mean, held against a client's share of the link: no anomaly
+    shown = why_lines(tmp_path / "r.duckdb")
+    assert "(the link's rate shared by 2 clients: 25.0 Mbit/s)" in shown[-1] and not shown[0].startswith("anomalies"), \
+        shown
 
 
 @pytest.mark.timing
