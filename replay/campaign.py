@@ -2,7 +2,7 @@
 
 A campaign file names experiments with the replay command line's own option
 names (``stacks``, ``sets``, ``server-set``, ``delays``, ``losses``, ``rate``,
-``size``, ``reps``, ``workload``, ``link``, ``server-host`` and ``launcher``
+``rate-up``, ``size``, ``reps``, ``workload``, ``link``, ``server-host`` and ``launcher``
 (its runs' servers on another host), each knob by its option, e.g. ``cc``);
 ``size``, ``server-stack``, ``server-set`` and each knob take one value or a
 list (a list is one more axis of conditions: every client set against every
@@ -54,9 +54,9 @@ VANTAGE = "main"  # the layout's vantage key: a replay campaign has one
 #: the campaign file's keys of an experiment (the replay command line's option names) and their defaults
 LIST_OPTIONS = {"stacks": ["ngtcp2"], "sets": ["firefox"], "delays": ["0ms"], "losses": ["0%"]}
 VALUE_OPTIONS = {"server-set": None, "server-stack": None, "delay-up": "0ms", "jitter": "0ms", "rate": None,
-                 "queue": None, "size": "5MB", "reps": 10, "workload": "download", "requests": 1, "concurrency": 1,
-                 "clients": 1, "link": "auto", "timeout": None, "udp-buffer": "1664KiB", "server-host": None,
-                 "launcher": None}
+                 "rate-up": None, "queue": None, "size": "5MB", "reps": 10, "workload": "download", "requests": 1,
+                 "concurrency": 1, "clients": 1, "link": "auto", "timeout": None, "udp-buffer": "1664KiB",
+                 "server-host": None, "launcher": None}
 #: of them, those that take one value or a list (a list is one more axis): the size and the server's stack
 #: (one experiment each), the server set (each client set against each: set pairs)
 AXIS_OPTIONS = ("size", "server-stack", "server-set")
@@ -292,7 +292,8 @@ def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
         stacks = [get_stack(str(name)) for name in entry.get("stacks", LIST_OPTIONS["stacks"])]
         pairs = _set_pairs(entry)
         links = [make_link(str(d), str(option["delay-up"]), str(option["jitter"]), str(x),
-                         option["rate"] and str(option["rate"]), option["queue"] and str(option["queue"]))
+                         option["rate"] and str(option["rate"]), option["queue"] and str(option["queue"]),
+                         option["rate-up"] and str(option["rate-up"]))
                  for d in entry.get("delays", LIST_OPTIONS["delays"]) for x in entry.get("losses", LIST_OPTIONS["losses"])]
         axes = {knob.name: [knob.parse(str(v).lower()) if knob.kind != "switch" else bool(v)
                             for v in _values(entry, key, None)] for key, knob in KNOB_OPTIONS.items() if key in entry}

@@ -30,7 +30,12 @@ the point that opens it, by the first rule that holds:
    count says nothing of when the rest of the run was held by what.
 3. ``link``: the link has a configured rate and the bytes in flight exceed its bandwidth-delay product (the
    rate x the run's smallest RTT sample) by more than one MSS: the excess waits in the emulator's queue,
-   which is non-empty, so the link's rate is what delivers.
+   which is non-empty, so the link's rate is what delivers. An upload's capture is the receiver's, behind the
+   queue: the bytes queued on the way up have not arrived and are not in its in flight (trace.upload_series),
+   so there they are the queue the latest RTT sample waited in, (the sample - the smallest) x the rate,
+   added to the bytes in flight. Measured 2026-11-29 09:30 (quinn uploading 4 MB through 50 Mbit/s up, 10 ms):
+   in flight as the capture tells it stayed at the BDP (64 kB) while the RTT samples grew from 10 to 195 ms,
+   the queue filling; without the queue 99.7% of the transfer was charged to the congestion window.
 4. ``congestion_window``, when the sender's qlog gave its window: in flight within one MSS of it.
    ``sender_cpu`` where the capture shows room in that window only because ACKs have reached the server that
    the sender has not read yet (its qlog says when it read each, trace.attach_congestion_window's ``read_s``):
@@ -50,6 +55,12 @@ the point that opens it, by the first rule that holds:
    before that), not the one from when it fell behind: a sender that never catches up (aioquic at 30 ms,
    2026-11-29) grew its window from 209 to 375 kB meanwhile, and held against 209 kB 78% of its transfer was
    charged here where its qlog was at its window 44% of it.
+   Likewise the packets the sender counted in flight before they reached the wire (its qlog logged them sent,
+   trace ``logged_s``, the capture saw them later): aioquic builds a burst, logging each packet, before it
+   writes any, and a sender that loses its core in between had them in flight by its own count up to 37 ms
+   before the capture did (2026-11-29 09:38, aioquic at 100 ms, load 5-7): at its window, not at room; its CPU.
+   Counted, the capture's share plus this came -4.0 to -0.8 points from the qlog's in 10 runs (-7.7 to -0.3
+   without).
 5. ``sender_cpu``: a core near saturation at the sender over the run (the server's CPU seconds over the
    client's lifetime at least CPU_SATURATED); then ``receiver_cpu_socket``: the client's likewise. (Run-level:
    the counters say how busy an end was, not when.) Also an end's CPU,
@@ -83,8 +94,8 @@ An upload (RunFacts.upload) is read the same way with the roles turned: its data
 sender (its CPU the sender's, the server's the receiver's, the server's socket drops and the link's drops going
 up the receiver's and the loss's), and the sender's and receiver's frames are the other way round. Its series
 is the client's state as the server's capture can tell it (trace.upload_series, trace.tcp_upload_series: what it
-knew of the server's ACKs and credits one smallest RTT late). The testbed's rate shapes the down direction only,
-so an upload's link has no rate here and is never its limit.
+knew of the server's ACKs and credits one smallest RTT late). Its link's rate is the up direction's (runs.rate_up_bps,
+--rate-up): the testbed's --rate shapes the down direction only, so an upload without --rate-up is never the link's.
 
 Points thinned out of a long trace (trace.downsample keeps every flow-control frame and RTT sample, thins the
 rest evenly) lengthen the stretches around them; the shares stay those of the kept points.
@@ -119,7 +130,7 @@ class RunFacts:
     wall_s: float | None = None  # the client's lifetime
     server_cpu_s: float | None = None
     client_cpu_s: float | None = None
-    rate_bps: int | None = None  # the link's configured rate on the data's way (down; an upload's: None)
+    rate_bps: int | None = None  # the link's configured rate on the data's way (down; an upload's: up, rate_up_bps)
     client_socket_drops: int = 0  # datagrams the receiver's full receive buffer dropped (an upload's: the server's)
     link_drops: int = 0  # datagrams the link dropped (loss and queue) on the data's way (down; an upload's up)
     requests: int | None = None  # the requests the run made (one a stream)
@@ -130,13 +141,13 @@ class RunFacts:
     @classmethod
     def from_run(cls, run: Mapping) -> "RunFacts":
         """From a runs row (its ``counters``: the JSON text of the flattened counter deltas). Of an upload the
-        receiver's socket is the server's and the link's drops those going up; its rate none, the testbed's rate
-        shaping the down direction only (replay/link.py: an upload's direction is unshaped)."""
+        receiver's socket is the server's, the link's drops those going up and its rate the up direction's
+        (rate_up_bps; --rate shapes the down direction only)."""
         counters = json.loads(run.get("counters") or "{}")
         upload = run.get("workload") == "upload"
         receiver, way = ("server", "up") if upload else ("client", "down")
         return cls(run.get("wall_s"), run.get("server_cpu_s"), run.get("client_cpu_s"),
-                   None if upload else run.get("rate_bps"),
+                   run.get("rate_up_bps" if upload else "rate_bps"),
                    int(counters.get(f"{receiver}_udp_rcvbuf_errors") or 0),
                    int((counters.get(f"link_{way}_dropped_loss") or 0) + (counters.get(f"link_{way}_dropped_queue") or 0)),
                    run.get("requests"), upload)
@@ -183,6 +194,9 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     unread: list[tuple[float, int, int | None]] = []
     flight_before, window_before, ack_unread = 0, None, 0.0
     # when the sender read the request (its qlog's, as for an ACK): before that, nothing to send was its CPU's
+    # packets the sender counted in flight (its qlog logged them sent) before they reached the wire (rule 4)
+    unsent_spans = sorted((p["logged_s"], p["t_s"], p.get("packet_bytes") or mss) for p in points
+                          if p["direction"] == sending and p.get("logged_s") is not None and p["logged_s"] < p["t_s"])
     request_read = points[0].get("read_s") if points[0]["direction"] != sending else None
     request_unread = 0.0
     for point, after in zip(points, points[1:]):
@@ -228,8 +242,12 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
             seconds["stream_limit"] += span
         else:
             inflated = not facts.rate_bps and rtt_ms is not None and min_rtt_ms and rtt_ms >= RTT_INFLATED * min_rtt_ms
-            limit = _sender_limit(point, mss, bdp, sender_share, receiver_share, inflated)
-            late = 0.0 if limit == "link" else _not_yet_read(point, unread, mss, after["t_s"])
+            # an upload's: the bytes queued on the way up, which its receiver's capture has not seen (rule 3)
+            queued = (rtt_ms - min_rtt_ms) / 1000 * facts.rate_bps / 8 if facts.upload and bdp and rtt_ms else 0.0
+            limit = _sender_limit(point, mss, bdp, sender_share, receiver_share, inflated, queued)
+            unsent = sum(size for logged, wire, size in unsent_spans if logged <= point["t_s"] < wire) \
+                if unsent_spans else 0
+            late = 0.0 if limit == "link" else _not_yet_read(point, unread, mss, after["t_s"], unsent)
             seconds["sender_cpu"] += late
             ack_unread += late
             span -= late
@@ -291,6 +309,21 @@ def against_own_qlog(basis: Mapping, qlog_share: float) -> tuple[float, float]:
             qlog_share * (1 - basis["request_unread_share"]))
 
 
+def merged(found: list[Breakdown | None]) -> Breakdown | None:
+    """Several connections' breakdowns as one run's (a run of several clients, one connection each): each
+    limit's seconds summed over the connections over their transfers' seconds summed, so that every connection
+    weighs by its own transfer's time; the largest the label, the longest transfer the run's. The basis is the
+    first connection's, with ``connections``: each one's transfer_s and label. None where none had a transfer."""
+    found = [b for b in found if b is not None]
+    if len(found) <= 1:
+        return found[0] if found else None
+    weights = [b.transfer_s for b in found] if sum(b.transfer_s for b in found) > 0 else [1.0] * len(found)
+    fractions = {name: sum(b.fractions[name] * w for b, w in zip(found, weights)) / sum(weights) for name in LIMITS}
+    basis = {**found[0].basis, "connections": [{"transfer_s": b.transfer_s, "limited_by": b.limited_by}
+                                               for b in found]}
+    return Breakdown(fractions, max(LIMITS, key=fractions.get), max(b.transfer_s for b in found), basis)
+
+
 def columns(points: Iterable[Mapping], facts: RunFacts) -> dict:
     """The runs columns of a traced run's breakdown: ``limited_by`` and ``limits`` (JSON: fractions, transfer_s
     and basis); both None when the trace holds no transfer."""
@@ -327,34 +360,43 @@ def _window(point: Mapping, mss: int, blocked: dict[str, int]) -> str | None:
     return f"receive_window_{min(room, key=lambda w: (room[w], w != 'stream'))}"
 
 
-def _not_yet_read(point: Mapping, unread: list[tuple[float, int, int | None]], mss: int, until: float) -> float:
+def _not_yet_read(point: Mapping, unread: list[tuple[float, int, int | None]], mss: int, until: float,
+                  unsent: int = 0) -> float:
     """How long from ``point`` (until ``until`` at most) the sender, at room in its window by the capture, had
     not yet read the ACKs that made the room (rule 4): counting the bytes of those it had not read as in flight,
     it is at the window it had before them (before the earliest still unread: it has read every ACK that came
     before that one, however long it has been behind), until it has read enough of them. 0 where that is not
     so. The earliest's, not the window when the backlog began: a sender that never catches up (aioquic at 30
     ms, 2026-11-29) had its window grow from 209 to 375 kB while ACKs stayed unread, and held against 209 kB
-    the breakdown charged 78% of a transfer to unread ACKs where its own qlog was at its window 44%."""
-    window = unread[0][2] if unread else None
+    the breakdown charged 78% of a transfer to unread ACKs where its own qlog was at its window 44%.
+
+    ``unsent``: the bytes the sender had counted in flight (logged sent) and not yet got onto the wire, which the
+    capture's in flight leaves out as it does unread ACKs' bytes (with none unread, held against the window of
+    the point)."""
+    window = unread[0][2] if unread else point.get("cwnd") if unsent else None
     if point.get("cwnd") is None or window is None or \
             (point.get("in_flight") or 0) >= point["cwnd"] - mss:
         return 0.0
-    seen = (point.get("in_flight") or 0) + sum(taken for _, taken, _ in unread)
+    seen = (point.get("in_flight") or 0) + unsent + sum(taken for _, taken, _ in unread)
     if seen < window - mss:
         return 0.0  # room by its own count too: not the reading that held it
+    read = None
     for read, taken, _ in sorted(unread):
         seen -= taken
         if seen < window - mss:
             break
+    else:  # at the window once every ACK is read: by the bytes not yet on the wire, whose arrival ends the stretch
+        read = until if unsent else read
     return max(0.0, min(read, until) - point["t_s"])
 
 
 def _sender_limit(point: Mapping, mss: int, bdp: float | None, sender_share: float | None,
-                  receiver_share: float | None, inflated: bool) -> str:
+                  receiver_share: float | None, inflated: bool, queued: float = 0.0) -> str:
     """Rules 3-7 for a sender at no receive window and not in loss recovery; ``inflated``: the latest RTT
-    sample grew in an endpoint."""
+    sample grew in an endpoint; ``queued``: bytes in the link's queue that the point's in flight leaves out (an
+    upload's, rule 3)."""
     in_flight = point.get("in_flight") or 0
-    if bdp is not None and in_flight > bdp + mss:
+    if bdp is not None and in_flight + queued > bdp + mss:
         return "link"
     if point.get("cwnd") is not None and in_flight >= point["cwnd"] - mss:
         return "congestion_window"

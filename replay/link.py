@@ -5,7 +5,10 @@ the link backends behind one small interface.
 Semantics follow the thesis, which put netem on the client's ingress: delay
 has a value per direction, while jitter, loss, reordering and the rate limit
 with its queue act on the server-to-client ("down") direction, the one that
-carries the download.
+carries the download. An upload's direction has a rate of its own
+(``rate_up_bps``, --rate-up; its queue sized as the down one's, by --queue or
+one bandwidth-delay product of its own rate): without it an upload's link is
+never its limit.
 
 Adding a backend is one LinkBackend subclass registered in BACKENDS.
 """
@@ -147,6 +150,7 @@ class LinkConfig:
     rate_bps: int | None = None
     queue: str | None = None  # packets ("1000", "1000p") or bytes ("256kb"); default: queue_limit()
     reorder_pct: float = 0.0
+    rate_up_bps: int | None = None  # the client-to-server ("up") direction's rate, with a queue as the down one's
 
     def __post_init__(self):
         for name in ("delay_down_ms", "delay_up_ms", "jitter_ms"):
@@ -155,8 +159,9 @@ class LinkConfig:
         parse_percent(self.reorder_pct, "reorder")
         if self.loss_pct and self.gilbert:
             raise ToolError("give either Bernoulli loss or Gilbert-Elliott loss, not both")
-        if self.rate_bps is not None and self.rate_bps <= 0:
-            raise ToolError(f"rate must be positive, got {self.rate_bps}")
+        for rate in (self.rate_bps, self.rate_up_bps):
+            if rate is not None and rate <= 0:
+                raise ToolError(f"rate must be positive, got {rate}")
         if self.queue is not None:
             parse_queue(self.queue)
         if self.reorder_pct and not self.delay_down_ms:
@@ -166,14 +171,15 @@ class LinkConfig:
     def rtt_ms(self) -> float:
         return self.delay_down_ms + self.delay_up_ms
 
-    def queue_limit(self) -> tuple[int | None, int | None]:
-        """(packets, bytes) of the down queue: as given, else the larger of
-        netem's 1000 packets and one bandwidth-delay product."""
+    def queue_limit(self, up: bool = False) -> tuple[int | None, int | None]:
+        """(packets, bytes) of the down queue (``up``: the up one's, behind rate_up_bps): as given, else the
+        larger of netem's 1000 packets and one bandwidth-delay product of that direction's rate."""
         if self.queue is not None:
             return parse_queue(self.queue)
         packets = DEFAULT_QUEUE_PACKETS
-        if self.rate_bps:
-            bdp_bytes = self.rate_bps / 8 * max(self.rtt_ms, 1.0) / 1000
+        rate = self.rate_up_bps if up else self.rate_bps
+        if rate:
+            bdp_bytes = rate / 8 * max(self.rtt_ms, 1.0) / 1000
             packets = max(packets, math.ceil(bdp_bytes / MTU))
         return packets, None
 
@@ -190,6 +196,10 @@ class LinkConfig:
             packets, size = self.queue_limit()
             parts.append(f"rate {self.rate_bps / 1e6:g}Mbit/s queue {packets}p" if packets
                          else f"rate {self.rate_bps / 1e6:g}Mbit/s queue {size}B")
+        if self.rate_up_bps:
+            packets, size = self.queue_limit(up=True)
+            parts.append(f"rate up {self.rate_up_bps / 1e6:g}Mbit/s queue {packets}p" if packets
+                         else f"rate up {self.rate_up_bps / 1e6:g}Mbit/s queue {size}B")
         if self.reorder_pct:
             parts.append(f"reorder {self.reorder_pct:g}%")
         return ", ".join(parts)
@@ -310,8 +320,12 @@ class NetemBackend(LinkBackend):
             down += ["reorder", f"{config.reorder_pct}%"]
         self._tc(self.client_ns, ["tc", "qdisc", "replace", "dev", self.IFB, "root", "netem", *down,
                                   "limit", str(limit)])
+        # the up direction's rate is netem's own (the client's egress holds only this netem), its queue netem's
+        up_packets, up_size = config.queue_limit(up=True)
+        up = ["rate", str(config.rate_up_bps) + "bit"] if config.rate_up_bps else []
         self._tc(self.client_ns, ["tc", "qdisc", "replace", "dev", PATH_DEVICE, "root", "netem", "delay",
-                                  f"{config.delay_up_ms}ms", "limit", str(limit)])
+                                  f"{config.delay_up_ms}ms", *up,
+                                  "limit", str(up_packets or max(1, up_size // MTU)) if up else str(limit)])
         if config.rate_bps:
             self._tc(self.server_ns, ["tc", "qdisc", "replace", "dev", PATH_DEVICE, "root", "tbf", "rate",
                                       str(config.rate_bps), "burst", "64k", "limit", str(size or packets * MTU)])
@@ -395,6 +409,10 @@ class RelayBackend(LinkBackend):
             packets, size = config.queue_limit()
             flags += ["--down-rate", str(config.rate_bps)]
             flags += ["--down-queue-packets", str(packets)] if packets else ["--down-queue-bytes", str(size)]
+        if config.rate_up_bps:
+            packets, size = config.queue_limit(up=True)
+            flags += ["--up-rate", str(config.rate_up_bps)]
+            flags += ["--up-queue-packets", str(packets)] if packets else ["--up-queue-bytes", str(size)]
         return flags
 
     def link_counters(self) -> dict:

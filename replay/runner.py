@@ -103,16 +103,19 @@ class Experiment:
             refused += [f"{s.name}'s client runs one at a time here (its programs share the run's directory)"
                         for s in {self.stacks(c)[0].name: self.stacks(c)[0] for c in self.conditions}.values()
                         if not s.many_clients]
+            # a TCP capture tells its clients' connections apart (runner._trace); QUIC's would need one decryption
+            # and one qlog a client
+            quic = any(TRANSPORTS[self.stacks(c)[0].protocol] == "udp" for c in self.conditions)
             refused += [f"{what} reads one client's run, not {self.options.clients} clients'"
-                        for what, asked in (("--trace", self.options.trace), ("--profile", self.options.profile))
-                        if asked]
+                        for what, asked in (("--trace", self.options.trace and quic),
+                                            ("--profile", self.options.profile)) if asked]
         if self.server_host:
             refused += [f"{what} needs the testbed's server namespace; a two-host run's server is on another host"
                         for what, asked in (("--trace", self.options.trace), ("--profile", self.options.profile))
                         if asked]
             if any(c.link != LinkConfig() for c in self.conditions):
-                refused.append("a two-host run emulates nothing: drop --delay, --delay-up, --jitter, --loss, --rate "
-                               "and --queue (the link's own are measured and stored)")
+                refused.append("a two-host run emulates nothing: drop --delay, --delay-up, --jitter, --loss, --rate, "
+                               "--rate-up and --queue (the link's own are measured and stored)")
         if self.options.trace and self.options.workload.direction != "down" and self.options.workload is not UPLOAD:
             refused.append(f"--trace reads a download (the server the sender) or an upload (what the server "
                            f"granted), not the {self.options.workload.name} workload")
@@ -316,7 +319,8 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         "stack": stack.name, "server_stack": server_stack.name, "link_backend": getattr(path, "backend", backend),
         "delay_ms": condition.link.delay_down_ms, "delay_up_ms": condition.link.delay_up_ms,
         "jitter_ms": condition.link.jitter_ms, "loss_pct": condition.link.loss_pct,
-        "rate_bps": condition.link.rate_bps, "queue": path.queue_applied(condition.link),
+        "rate_bps": condition.link.rate_bps, "rate_up_bps": condition.link.rate_up_bps,
+        "queue": path.queue_applied(condition.link),
         "queue_requested": condition.link.queue,
         "sweep_param": condition.sweep_param, "sweep_value": condition.sweep_value,
         "rep": rep, "size_bytes": options.size, "workload": workload.name, "requests": requests,
@@ -450,12 +454,18 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
             stack.complete_row(row, result)
         if captured is not None:
             stack.gather_keylog(options.keylog)
-            row["trace"] = _trace(row, tracing, captured, workdir, path.server_ip, options.qlog_dir)
+            row["trace"], more = _trace(row, tracing, captured, workdir, path.server_ip, options.qlog_dir)
             if row["trace"]:
-                row.update(limits.columns(row["trace"][1], limits.RunFacts.from_run(row)))
+                facts = limits.RunFacts.from_run(row)
+                if more:  # one connection a client: each end's CPU a client's share of the clients' sum
+                    facts = dataclasses.replace(facts, client_cpu_s=facts.client_cpu_s / len(clients)
+                                                if facts.client_cpu_s is not None else None)
+                row.update(limits.as_columns(limits.merged(
+                    [limits.breakdown(points, facts) for points in [row["trace"][1], *more]])))
             if row.get("limited_by") is None:
                 row["no_breakdown"] = "its trace holds no transfer (the run's warnings say why)"
-        row["no_breakdown"] = no_breakdown(options.clients, row["link_backend"]) or row.get("no_breakdown")
+        row["no_breakdown"] = no_breakdown(options.clients, row["link_backend"], TRANSPORTS[stack.protocol]) or \
+            row.get("no_breakdown")
         if profiling and row["status"] == "ok":
             row["profile"] = _profile(row, profiling)
     if row["status"] != "ok":
@@ -477,31 +487,40 @@ def captured_run(stack: Stack, path, condition: Condition, options: RunOptions, 
         yield row, pcap, keylog
 
 
-def no_breakdown(clients: int, link_backend: str | None) -> str | None:
+def no_breakdown(clients: int, link_backend: str | None, transport: str = "udp") -> str | None:
     """Why a run of several clients or of two hosts has no limit breakdown (runs.no_breakdown), or None: tracing
-    it could not give one, and `qreplay why` says so rather than suggest --trace."""
+    it could not give one, and `qreplay why` says so rather than suggest --trace. Several clients over TCP have
+    one (the connections' merged: runner._trace)."""
     from replay import twohost
-    if clients > 1:
-        return (f"{clients} clients: the breakdown reads one connection's sender from the server's capture, and "
-                f"that would hold {clients} (--trace reads one client's run)")
+    if clients > 1 and transport == "udp":
+        return (f"{clients} clients over QUIC: the server's capture would hold their {clients} connections, each "
+                f"its own client port, but decrypting them and matching each to its qlog is one connection's here "
+                f"(--trace reads one client's run; over TCP, each connection's breakdown is merged)")
     if link_backend == twohost.BACKEND:
         return ("a two-host run: its server is on another host, where no capture is taken (--trace needs the "
                 "testbed's server namespace)")
     return None
 
 
-def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Path,
-           server_ip: str, qlog_dir: Path | None) -> tuple[dict, list[dict]] | None:
-    """The run's trace (traces row, trace_points rows); a capture that cannot be read is a warning on
-    the run, not a failed run. TCP's headers are in the clear: nothing to decrypt."""
+def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Path, server_ip: str,
+           qlog_dir: Path | None) -> tuple[tuple[dict, list[dict]] | None, list[list[dict]]]:
+    """The run's trace (traces row, trace_points rows), and the series of its other connections (several clients
+    over TCP: the stored trace is the first client's, the breakdown all of theirs merged); a capture that cannot
+    be read is a warning on the run, not a failed run. TCP's headers are in the clear: nothing to decrypt."""
     tcp = captured["transport"] == "tcp"
     try:
         tracing.close()
-        read = trace.read_tcp(workdir / "trace.pcapng", server_ip, row["workload"] == UPLOAD.name) if tcp else \
+        # HTTP/2's streams (decrypting the capture, seconds for a large one) only where a stream limit can bind
+        read = trace.read_tcp(workdir / "trace.pcapng", server_ip, row["workload"] == UPLOAD.name,
+                              workdir / "keylog" if (row.get("requests") or 1) > 1 else None) if tcp else \
             trace.decrypt(workdir / "trace.pcapng", workdir / "keylog", server_ip)
     except ToolError as exc:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), f"no trace: {exc}"])
-        return None
+        return None, []
+    more = []
+    if tcp:
+        read, *others = read or [trace.tcp_series([], server_ip)]
+        more = [points for points, _ in others]
     notes = [f"the trace's capture dropped {captured['dropped']} packets (its buffer was full): the trace misses "
              "them" + ("" if tcp else f", and tshark could not decrypt {read.undecrypted} packets after the gaps")] \
         if captured.get("dropped") else []
@@ -516,7 +535,7 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
             notes.append(trace.no_packets_note(read, workdir / "keylog"))
     if notes:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), *notes])
-    return built
+    return built, more
 
 
 def _profile(row: dict, profiling: profile.Profiling) -> tuple[list[dict], list[dict]] | None:

@@ -19,8 +19,8 @@ from tparams.knobs import KNOBS
 #: Every condition a run is stored under, as ran (requested values sit beside them in `runs`).
 #: the conditions every run stores besides its knobs (tparams.knobs), in the order figures name them
 BASE_CONDITIONS = ("stack", "server_stack", "set_name", "server_set_name", "link_backend", "delay_ms", "delay_up_ms",
-                   "jitter_ms", "loss_pct", "rate_bps", "queue", "sweep_param", "sweep_value", "workload", "requests",
-                   "concurrency", "clients", "size_bytes", "udp_buffer_bytes")
+                   "jitter_ms", "loss_pct", "rate_bps", "rate_up_bps", "queue", "sweep_param", "sweep_value",
+                   "workload", "requests", "concurrency", "clients", "size_bytes", "udp_buffer_bytes")
 
 
 def conditions() -> tuple[str, ...]:
@@ -159,6 +159,7 @@ def _word(column: str, value) -> str:
     units = {"requests": ("", " requests"), "concurrency": ("", " at once"), "clients": ("", " clients"),
              "delay_ms": ("delay ", " ms"), "delay_up_ms": ("delay up ", " ms"), "jitter_ms": ("jitter ", " ms"),
              "loss_pct": ("loss ", "%"), "size_bytes": ("", " B"), "rate_bps": ("rate ", " bit/s"),
+             "rate_up_bps": ("rate up ", " bit/s"),
              "udp_buffer_bytes": ("UDP buffer ", " B")}
     if column in units:
         before, after = units[column]

@@ -829,6 +829,11 @@ def qlog_window_share(lines: Iterable[str], mss: int, ends: tuple[int, int] | No
     return full / (end - start) if end > start else None
 
 
+#: a packet the sender's qlog logged sent this much before the capture saw it on the wire (beyond the clocks'
+#: median offset) was built and counted in flight while the sender had not yet got it out: ``logged_s``
+UNSENT_LAG_S = 0.0005
+
+
 def attach_congestion_window(points: list[dict], sent: dict[int, float], windows: list[tuple[float, int]],
                              handled: Mapping[tuple[str, int], tuple[int, int]] | None = None,
                              reads: Mapping[int, tuple[float, int | None]] | None = None,
@@ -851,7 +856,10 @@ def attach_congestion_window(points: list[dict], sent: dict[int, float], windows
 
     With ``reads`` (qlog_events'), each received packet's ``read_s``: when the sender read it, on the capture's
     clock, no sooner than it arrived and no later than the capture saw the first packet the stack sent after
-    reading it (a qlog in whole milliseconds cannot place it closer)."""
+    reading it (a qlog in whole milliseconds cannot place it closer). And each packet sent that the qlog logged
+    sent more than UNSENT_LAG_S before the capture saw it gets ``logged_s``, that time on the capture's clock: the
+    stack counted it in flight from then (aioquic builds a burst's datagrams, logging each sent, before it
+    writes any; starved of its core in between, it wrote them up to 37 ms later, 2026-11-29)."""
     pairs = [(p["t_s"], sent[p["packet_number"]]) for p in points
              if p["direction"] == "down" and p.get("packet_number") in sent]
     if not pairs or not windows:
@@ -868,6 +876,9 @@ def attach_congestion_window(points: list[dict], sent: dict[int, float], windows
         return False
     departed = {p["packet_number"]: p["t_s"] for p in points if p["direction"] == "down"}
     for point in points:
+        logged = sent.get(point.get("packet_number")) if point["direction"] == "down" else None
+        if logged is not None and point["t_s"] - (logged * scale + offset) > UNSENT_LAG_S:
+            point["logged_s"] = logged * scale + offset  # counted in flight from then, on the wire only now
         read = (reads or {}).get(point.get("packet_number")) if point["direction"] == "up" else None
         if read is not None:
             when, next_sent = read
@@ -973,7 +984,7 @@ def flow_control_rule(points: list[dict], window: int, which: str, rtt_ms: float
 
 #: tshark's fields of a TCP segment, in the order tcp_series reads them
 TCP_FIELDS = ("frame.number", "frame.time_epoch", "ip.src", "tcp.seq", "tcp.len", "tcp.ack", "tcp.window_size",
-              "tcp.analysis.ack_rtt")
+              "tcp.analysis.ack_rtt", "tcp.srcport", "tcp.dstport")
 #: the server's sent bytes beyond which its TLS handshake (certificate, tickets, HTTP/2 settings: a few KB)
 #: is over and the response has begun
 TCP_HANDSHAKE_BYTES = 16_384
@@ -1050,15 +1061,107 @@ def tcp_upload_series(rows: Iterable[list[str]], server_ip: str) -> tuple[list[d
     return points, {"t0_epoch": t0}
 
 
-def read_tcp(pcap: Path, server_ip: str, upload: bool = False) -> tuple[list[dict], dict]:
-    """tcp_series (of an upload: tcp_upload_series) of a capture (I/O: tshark's field output)."""
+#: tshark's fields of the HTTP/2 frames a TCP capture holds once its TLS is decrypted, in h2_streams' order
+H2_FIELDS = ("frame.number", "ip.src", "http2.type", "http2.streamid", "http2.flags",
+             "http2.settings.max_concurrent_streams", "http2.rst_stream.error", "tcp.srcport", "tcp.dstport")
+H2_DATA, H2_HEADERS, H2_RST_STREAM = 0, 1, 3
+H2_END_STREAM = 0x1
+H2_REFUSED_STREAM = 0x7
+
+
+def h2_streams(rows: Iterable[list[str]], server_ip: str) -> dict[int, tuple[int, int | None]]:
+    """HTTP/2's stream limit in the QUIC series' terms, from tshark's H2_FIELDS (one row a TCP segment whose TLS
+    records held HTTP/2 frames, a field's values comma-separated in frame order): for each such segment's frame
+    number, (streams the client has opened, ``streams_credit``) after it. HTTP/2's limit is the server's
+    SETTINGS_MAX_CONCURRENT_STREAMS of streams open at once (none before it says one), where QUIC's
+    initial_max_streams_bidi and MAX_STREAMS count every stream ever opened; the credit here is that limit plus
+    the streams closed by then (both ends' END_STREAM, or a RST_STREAM), the count of streams the client may
+    have opened in all, as MAX_STREAMS would say it. A stream the server refused (RST_STREAM REFUSED_STREAM: opened
+    before its SETTINGS arrived, the client assuming 100) was never open there: it counts neither as opened nor
+    as closed, and the request's retry opens another."""
+    opened: set[int] = set()
+    ended: dict[bool, set[int]] = {True: set(), False: set()}  # by the server (True) and the client
+    reset: set[int] = set()
+    refused: set[int] = set()
+    limit = None
+    out = {}
+    for row in rows:
+        if len(row) < 5 or not row[0]:
+            continue
+        down = row[1] == server_ip
+        types, ids, flags = (field.split(",") if field else [] for field in row[2:5])
+        errors = iter(row[6].split(",") if len(row) > 6 and row[6] else [])  # one a RST_STREAM, in order
+        for kind, stream, flag in zip(types, ids, flags):
+            kind, stream, flag = int(kind), int(stream), int(flag, 16)
+            if kind == H2_HEADERS and not down and stream:
+                opened.add(stream)
+            if kind in (H2_DATA, H2_HEADERS) and flag & H2_END_STREAM:
+                ended[down].add(stream)
+            if kind == H2_RST_STREAM:
+                error = next(errors, "")
+                (refused if down and error and int(error, 0) == H2_REFUSED_STREAM else reset).add(stream)
+        if down and len(row) > 5 and row[5]:
+            limit = int(row[5].split(",")[-1])
+        closed = len(((ended[True] & ended[False]) | reset) - refused)
+        out[int(row[0])] = (len(opened - refused), None if limit is None else limit + closed)
+    return out
+
+
+def attach_h2_streams(points: list[dict], streams: Mapping[int, tuple[int, int | None]]) -> None:
+    """Gives tcp_series' points (in capture order, ``packet_number`` the frame number) the streams the client had
+    opened and the server's credit after each (h2_streams), in place; a server segment that raised the credit
+    carries it as ``max_streams`` too, as a QUIC MAX_STREAMS frame does (trace.downsample keeps it)."""
+    frames = sorted(streams)
+    at, opened, credit = 0, 0, None
+    for point in points:
+        while at < len(frames) and frames[at] <= point["packet_number"]:
+            opened, now = streams[frames[at]]
+            raised = now is not None and now != credit and frames[at] == point["packet_number"]
+            if point["direction"] == "down" and raised:
+                point["max_streams"] = now
+            credit = now
+            at += 1
+        point.update(streams_open=opened, streams_credit=credit)
+
+
+def _client_port(row: list[str], fields: tuple[str, ...], server_ip: str) -> str:
+    """The client's port of a tshark row of ``fields`` (ip.src, tcp.srcport and tcp.dstport among them)."""
+    at = {name: i for i, name in enumerate(fields)}
+    if len(row) <= at["tcp.dstport"]:
+        return ""
+    return row[at["tcp.dstport"] if row[at["ip.src"]] == server_ip else at["tcp.srcport"]]
+
+
+def read_tcp(pcap: Path, server_ip: str, upload: bool = False,
+             keylog: Path | None = None) -> list[tuple[list[dict], dict]]:
+    """tcp_series (of an upload: tcp_upload_series) of each TCP connection of a capture (I/O: tshark's field
+    output), told apart by the client's port, in the order they began: one for a run of one client, one a client
+    for several. With the client's TLS key log, a download's points also hold HTTP/2's streams opened and the
+    server's stream credit (h2_streams): what replay.limits' stream limit reads."""
     argv = [tshark_path(), "-n", "-r", str(pcap), "-Y", "tcp", "-T", "fields", "-E", "separator=\t",
             *(word for field in TCP_FIELDS for word in ("-e", field))]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode:
         raise ToolError(f"tshark could not read {pcap}: {done.stderr.strip().splitlines()[-1:] or done.returncode}")
-    return (tcp_upload_series if upload else tcp_series)((line.split("\t") for line in done.stdout.splitlines()),
-                                                        server_ip)
+    segments: dict[str, list[list[str]]] = {}
+    for line in done.stdout.splitlines():
+        row = line.split("\t")
+        segments.setdefault(_client_port(row, TCP_FIELDS, server_ip), []).append(row)
+    series = {port: (tcp_upload_series if upload else tcp_series)(rows, server_ip) for port, rows in segments.items()}
+    if keylog is not None and not upload and keylog.exists() and keylog.stat().st_size:
+        argv = [tshark_path(), "-n", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog}", "-Y", "http2", "-T",
+                "fields", "-E", "separator=\t", *(word for field in H2_FIELDS for word in ("-e", field))]
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode:
+            raise ToolError(f"tshark could not decrypt {pcap}: "
+                            f"{done.stderr.strip().splitlines()[-1:] or done.returncode}")
+        frames: dict[str, list[list[str]]] = {}
+        for line in done.stdout.splitlines():
+            row = line.split("\t")
+            frames.setdefault(_client_port(row, H2_FIELDS, server_ip), []).append(row)
+        for port, (points, _) in series.items():
+            attach_h2_streams(points, h2_streams(frames.get(port, []), server_ip))
+    return list(series.values())
 
 
 def build_tcp_trace(run_id: str, points: list[dict], summary: dict, captured: dict) -> tuple[dict, list[dict]]:

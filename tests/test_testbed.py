@@ -55,6 +55,27 @@ def test_default_queue_holds_a_bandwidth_delay_product():
     assert LinkConfig(delay_down_ms=30, rate_bps=10**9).queue_limit() == (2500, None)
 
 
+def test_the_up_direction_has_a_rate_of_its_own(tmp_path, monkeypatch):
+    """--rate-up: the client-to-server direction's rate (an upload's link), its queue one BDP of its own rate or
+    --queue, in linkem's --up-rate and netem's own rate on the client's egress; the down direction untouched."""
+    link = LinkConfig(delay_down_ms=30, rate_up_bps=10**9)
+    assert link.queue_limit(up=True) == (2500, None) and link.queue_limit() == (1000, None)
+    assert "rate up 1000Mbit/s queue 2500p" in link.describe() and "rate 1000" not in link.describe()
+    flags = RelayBackend("c", "s", "1", "2", tmp_path).flags(link)
+    assert flags[flags.index("--up-rate") + 1] == str(10**9) and "--down-rate" not in flags
+    assert flags[flags.index("--up-queue-packets") + 1] == "2500"
+    queued = RelayBackend("c", "s", "1", "2", tmp_path).flags(LinkConfig(rate_up_bps=10**7, queue="64kb"))
+    assert queued[queued.index("--up-queue-bytes") + 1] == str(64 * 1024)
+    commands = []
+    monkeypatch.setattr(NetemBackend, "_tc", lambda self, ns, argv: commands.append((ns, argv)))
+    monkeypatch.setattr("subprocess.run", lambda *a, **k: None)  # the down direction's tbf removed: no rate there
+    NetemBackend("c", "s", "1", "2", tmp_path).apply(link)
+    up = next(argv for ns, argv in commands if "dev" in argv and argv[argv.index("dev") + 1] != NetemBackend.IFB)
+    assert up[up.index("rate") + 1] == f"{10**9}bit" and up[up.index("limit") + 1] == "2500", up
+    with pytest.raises(ToolError):
+        LinkConfig(rate_up_bps=0)
+
+
 @root
 def test_netem_is_detected_and_explained():
     available = NetemBackend.availability()

@@ -85,6 +85,8 @@ def register(app: typer.Typer) -> None:
         loss: str = typer.Option("0%", help="Bernoulli loss server->client, e.g. 1%."),
         gilbert: str = typer.Option(None, help="Gilbert-Elliott loss as P,R[,LOSS_BAD[,LOSS_GOOD]] percents."),
         rate: str = typer.Option(None, help="Rate limit server->client, e.g. 1gbit, 50mbit."),
+        rate_up: str = typer.Option(None, "--rate-up", help="Rate limit client->server, e.g. 50mbit (the bulk "
+                                                                    "transfer measures server->client's)."),
         queue: str = typer.Option(None, help="Queue limit: packets (1000) or bytes (256kb); "
                                              "default max(1000 packets, one bandwidth-delay product)."),
         pings: int = typer.Option(2000, min=10, help="UDP echo samples for RTT and loss."),
@@ -104,7 +106,8 @@ def register(app: typer.Typer) -> None:
             delay_down_ms=parse_duration_ms(delay), delay_up_ms=parse_duration_ms(delay_up, "delay-up"),
             jitter_ms=parse_duration_ms(jitter, "jitter"), loss_pct=parse_percent(loss),
             gilbert=GilbertElliott.parse(gilbert) if gilbert else None,
-            rate_bps=parse_rate_bps(rate) if rate else None, queue=queue)
+            rate_bps=parse_rate_bps(rate) if rate else None, queue=queue,
+            rate_up_bps=parse_rate_bps(rate_up) if rate_up else None)
         with cli_console(stderr=True).status(f"calibrating {backend}: {config.describe()}"):
             result = run_calibration(config, backend, pings=pings,
                                      ping_interval_ms=parse_duration_ms(ping_interval, "ping interval"),

@@ -48,6 +48,8 @@ JitterOpt = Annotated[str, typer.Option("--jitter", help="Jitter of the server->
 LossOpt = Annotated[str, typer.Option("--loss", help="Random packet loss server->client, percent, e.g. 0.1%.")]
 RateOpt = Annotated[Optional[str], typer.Option("--rate", help="Rate limit server->client, e.g. 1gbit "
                                                                "(default: unlimited).")]
+RateUpOpt = Annotated[Optional[str], typer.Option("--rate-up", help="Rate limit client->server, e.g. 50mbit, its "
+                                                                   "queue as --rate's (default: unlimited).")]
 QueueOpt = Annotated[Optional[str], typer.Option("--queue", help="Queue limit of the rate limit, in packets or bytes "
                                                                  "(default: the testbed's, at least one BDP).")]
 SizeOpt = Annotated[str, typer.Option("--size", help="Bytes each request moves (a download's size), e.g. 500MB "
@@ -107,13 +109,15 @@ def two_hosts(server_host: str | None, launcher: str | None) -> dict:
     return {"server_host": server_host, "launcher": get_launcher(launcher) if launcher else None}
 
 
-def make_link(delay: str, delay_up: str, jitter: str, loss: str, rate: str | None, queue: str | None) -> LinkConfig:
+def make_link(delay: str, delay_up: str, jitter: str, loss: str, rate: str | None, queue: str | None,
+              rate_up: str | None = None) -> LinkConfig:
     from replay.link import LinkConfig
     from replay.link import parse_duration_ms, parse_percent, parse_rate_bps
     return LinkConfig(delay_down_ms=parse_duration_ms(delay, "--delay"),
                       delay_up_ms=parse_duration_ms(delay_up, "--delay-up"),
                       jitter_ms=parse_duration_ms(jitter, "--jitter"), loss_pct=parse_percent(loss, "--loss"),
-                      rate_bps=parse_rate_bps(rate) if rate else None, queue=queue)
+                      rate_bps=parse_rate_bps(rate) if rate else None, queue=queue,
+                      rate_up_bps=parse_rate_bps(rate_up) if rate_up else None)
 
 
 WorkloadOpt = Annotated[str, typer.Option("--workload", help="What each run asks of the connection: " + "; ".join(
@@ -132,11 +136,12 @@ BitrateOpt = Annotated[Optional[str], typer.Option("--bitrate", help="The rate a
 
 
 def link_options(delay: str) -> Callable[[Callable], Callable]:
-    """Give a command the options of one link (--delay, --delay-up, --jitter, --loss, --rate, --queue; --delay
-    defaulting to ``delay``) in place of its parameter ``link_config``, which receives them as one LinkConfig."""
+    """Give a command the options of one link (--delay, --delay-up, --jitter, --loss, --rate, --rate-up, --queue;
+    --delay defaulting to ``delay``) in place of its parameter ``link_config``, which receives them as one LinkConfig."""
     return options_in_place_of("link_config", {
         "delay": (DelayOpt, delay), "delay_up": (DelayUpOpt, "0ms"), "jitter": (JitterOpt, "0ms"),
-        "loss": (LossOpt, "0%"), "rate": (RateOpt, None), "queue": (QueueOpt, None)}, make_link)
+        "loss": (LossOpt, "0%"), "rate": (RateOpt, None), "queue": (QueueOpt, None), "rate_up": (RateUpOpt, None)},
+        make_link)
 
 
 def make_options(size: str, qlog: Path | None, timeout: float | None, trace: bool = False, profile: bool = False,
@@ -538,7 +543,8 @@ def register(app: typer.Typer) -> None:
         losses: Annotated[str, typer.Option("--losses", help="Comma-separated loss percentages.")] = "0",
         server_set_spec: ServerSetOpt = None, client_param: ClientParamOpt = None, server_param: ServerParamOpt = None,
         delay_up: DelayUpOpt = "0ms", jitter: JitterOpt = "0ms", rate: RateOpt = None, queue: QueueOpt = None,
-        reps: RepsOpt = 10, stack: StackOpt = "ngtcp2", link: LinkOpt = "auto", options: RunOptions = None,
+        rate_up: RateUpOpt = None, reps: RepsOpt = 10, stack: StackOpt = "ngtcp2", link: LinkOpt = "auto",
+        options: RunOptions = None,
         out: OutOpt = DEFAULT_RESULTS, json_output: JsonOpt = False, shallow_idle: ShallowIdleOpt = True,
         udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
         stacks: Annotated[Optional[str], typer.Option(
@@ -556,7 +562,7 @@ def register(app: typer.Typer) -> None:
         clients = [sets_api.with_overrides(s, client_param or [])
                    for spec in comma_list(sets, "--sets") for s in sets_api.resolve(spec)]
         server = server_set(server_set_spec, server_param)
-        links = [make_link(d, delay_up, jitter, x, rate, queue)
+        links = [make_link(d, delay_up, jitter, x, rate, queue, rate_up)
                  for d in comma_list(delays, "--delays") for x in comma_list(losses, "--losses")]
         conditions = [Condition(c, server, lk, stack=s if stacks else None) for lk in links for s in chosen
                       for c in ([own_set(s)] if s.own_parameters else clients)]

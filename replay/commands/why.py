@@ -77,8 +77,13 @@ def prediction(row: dict, rules, components: dict[str, list] | None = None) -> B
                                      row["delay_ms"] + (row.get("delay_up_ms") or 0), row["stack"], row["size_bytes"],
                                      rules)
         return Bound(*window.span, "its window model", SLACK) if window else None
-    if label == "link" and row.get("rate_bps"):
-        return Bound(row["rate_bps"] / 1e6, row["rate_bps"] / 1e6, "the link's rate", CEILING_SLACK)
+    rate = row.get("rate_up_bps" if row.get("workload") == "upload" else "rate_bps")  # the data's direction's
+    if label == "link" and rate:
+        # a run's goodput is its clients' mean: each client's fair share of the one link
+        clients = row.get("clients") or 1
+        share = rate / 1e6 / clients
+        return Bound(share, share, "the link's rate" + (f" shared by {clients} clients" if clients > 1 else ""),
+                     CEILING_SLACK)
     if label in CPU_ENDS:
         end = CPU_ENDS[label]
         profiled = sum(cpu or 0 for _, _, cpu in (components or {}).get(end, []))

@@ -182,8 +182,11 @@ ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS max_streams BIGINT;
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS streams_blocked BIGINT;
 -- Added within v3: when the sender read each of the client's packets (its qlog's time on the capture's clock).
 ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS read_s DOUBLE;
+-- Added within v3: when the sender's qlog logged a packet sent that reached the wire more than 0.5 ms later (on
+-- the capture's clock; NULL for the rest): counted in flight by the sender before the capture saw it.
+ALTER TABLE trace_points ADD COLUMN IF NOT EXISTS logged_s DOUBLE;
 -- Added within v3: why a run has no limit breakdown (limited_by NULL) where tracing it could not give one: several
--- clients (the breakdown reads one connection's sender), a two-host run (no capture on the server's host), a trace
+-- clients over QUIC (decryption and qlog are one connection's; over TCP each connection's is merged), a two-host run (no capture on the server's host), a trace
 -- that held no transfer. NULL for a breakdown, and for a run not traced (--trace gives it one).
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS no_breakdown VARCHAR;
 -- Added within v3: an upload's trace has trace_points too, its sender the client: the data is `up`, and the
@@ -195,6 +198,9 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS bitrate_bps BIGINT;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS stalls INTEGER;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS stall_ms DOUBLE;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS startup_ms DOUBLE;
+-- Added within v3: the client-to-server direction's rate limit (--rate-up; its queue sized as rate_bps's), the
+-- one an upload's data crosses. NULL: unlimited, as in runs stored before.
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS rate_up_bps BIGINT;
 
 -- `qreplay --profile`: where each endpoint's CPU went during the transfer (replay/profile.py), sampled
 -- with call stacks (perf's cpu-clock for native programs, py-spy for Python ones) from the server's

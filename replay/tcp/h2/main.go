@@ -13,7 +13,8 @@
 // decimal. The client makes every request on one TCP connection (HTTP/2
 // streams, at most --concurrency open at once) and prints the one JSON line of
 // the protocol. What TCP has no counterpart of is refused in one line, status 2:
-// the transport parameters, --cipher (Go chooses the TLS 1.3 suite itself),
+// the transport parameters (but a server's --initial-max-streams-bidi, HTTP/2's
+// SETTINGS_MAX_CONCURRENT_STREAMS), --cipher (Go chooses the TLS 1.3 suite itself),
 // --gso (UDP's) and --qlog-dir.
 //
 // The server prints, once the last byte of a response it sent was acknowledged,
@@ -70,7 +71,15 @@ type knobs struct {
 	refused golab.Refusals // what TCP and Go's TLS cannot honour
 }
 
-func registerKnobs(fs *flag.FlagSet) *knobs {
+// refusedRetries bounds the retries of a request whose stream the server refused (request).
+const refusedRetries = 8
+
+// serverStreams is the one transport parameter a server takes: QUIC's initial_max_streams_bidi as HTTP/2's
+// SETTINGS_MAX_CONCURRENT_STREAMS, the streams a client may have open at once (a QUIC server raising its credit
+// as streams close, as quic-go does, holds them alike). Its flag is the contract's spelling.
+const serverStreams = "initial-max-streams-bidi"
+
+func registerKnobs(fs *flag.FlagSet, role string) *knobs {
 	k := &knobs{refused: golab.Refusals{}}
 	golab.OneOf(fs, &k.cc, "cc", "cubic|bbr: the TCP congestion control of this end's socket (default: the kernel's)",
 		"cubic", "bbr")
@@ -85,6 +94,9 @@ func registerKnobs(fs *flag.FlagSet) *knobs {
 	fs.StringVar(&k.keylog, "keylog", "", "append the TLS secrets (NSS key log format) to this file")
 	k.refused.Declare(fs, "qlog-dir", "qlog is QUIC's: TCP has none")
 	for _, name := range transportParameters {
+		if role == "server" && name == serverStreams {
+			continue // the server's own flag (server)
+		}
 		k.refused.Declare(fs, name, "a QUIC transport parameter: TCP has none")
 	}
 	k.refused.DeclareSwitch(fs, "disable-active-migration", "a QUIC transport parameter: TCP has none")
@@ -124,8 +136,9 @@ func http2Only() *http.Protocols {
 	return protocols
 }
 
-func windows() *http.HTTP2Config {
-	return &http.HTTP2Config{MaxReceiveBufferPerStream: streamWindow, MaxReceiveBufferPerConnection: connectionWindow}
+func windows(streams int) *http.HTTP2Config {
+	return &http.HTTP2Config{MaxReceiveBufferPerStream: streamWindow, MaxReceiveBufferPerConnection: connectionWindow,
+		MaxConcurrentStreams: streams}
 }
 
 func main() {
@@ -145,7 +158,9 @@ func main() {
 func server(fs *flag.FlagSet, args []string) {
 	cert := fs.String("cert", "", "PEM certificate chain")
 	key := fs.String("key", "", "PEM private key")
-	k := registerKnobs(fs)
+	streams := fs.Int(serverStreams, 0, "HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS: the streams a client may have "+
+		"open at once (0: Go's default, 250)")
+	k := registerKnobs(fs, "server")
 	address := k.refused.Parse(fs, args, "cert", "key")
 	pair, err := tls.LoadX509KeyPair(*cert, *key)
 	if err != nil {
@@ -171,7 +186,7 @@ func server(fs *flag.FlagSet, args []string) {
 		},
 		TLSConfig: k.tls(&tls.Config{Certificates: []tls.Certificate{pair}}),
 		Protocols: http2Only(),
-		HTTP2:     windows(),
+		HTTP2:     windows(*streams),
 	}
 	err = srv.ServeTLS(listener, "", "")
 	fmt.Fprintln(os.Stderr, "error: "+err.Error())
@@ -277,7 +292,7 @@ func client(fs *flag.FlagSet, args []string) {
 	})
 	requests := fs.Int("requests", 1, "requests on the one connection, each of --size bytes")
 	concurrency := fs.Int("concurrency", 1, "requests open at once, each on its own stream")
-	k := registerKnobs(fs)
+	k := registerKnobs(fs, "client")
 	address := k.refused.Parse(fs, args, "size")
 	if *requests < 1 || *concurrency < 1 {
 		golab.Refuse("--requests and --concurrency take at least 1")
@@ -299,7 +314,7 @@ func client(fs *flag.FlagSet, args []string) {
 			return conn, err
 		},
 		Protocols: http2Only(),
-		HTTP2:     windows(),
+		HTTP2:     windows(0),
 	}
 	// A ClientConn is one connection, never a second: every request is a stream of it.
 	conn, err := transport.NewClientConn(ctx, "https", address)
@@ -340,21 +355,31 @@ func client(fs *flag.FlagSet, args []string) {
 
 // request makes one request of the replay protocol on the connection and checks it moved size bytes.
 func request(ctx context.Context, conn *http.ClientConn, method, address string, size uint64) (exchange, error) {
-	var body io.Reader
-	if method == http.MethodPut {
-		body = io.LimitReader(filler{}, int64(size))
-	}
-	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("https://%s/%d", address, size), body)
-	if err != nil {
-		return exchange{}, err
-	}
-	if body != nil {
-		req.ContentLength = int64(size)
-	}
 	result := exchange{sent: time.Now()}
-	resp, err := conn.RoundTrip(req)
-	if err != nil {
-		return exchange{}, err
+	var resp *http.Response
+	for attempt := 0; ; attempt++ {
+		var body io.Reader
+		if method == http.MethodPut {
+			body = io.LimitReader(filler{}, int64(size))
+		}
+		req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("https://%s/%d", address, size), body)
+		if err != nil {
+			return exchange{}, err
+		}
+		if body != nil {
+			req.ContentLength = int64(size)
+		}
+		resp, err = conn.RoundTrip(req)
+		// A stream opened before the server's SETTINGS said how many it allows (the client assumes 100 until
+		// then) is refused unprocessed, which RFC 9113 8.7 lets a client retry, as http.Transport does
+		// itself and a ClientConn does not; by then the connection's limit is the server's.
+		if err != nil && strings.Contains(err.Error(), "REFUSED_STREAM") && attempt < refusedRetries {
+			continue
+		}
+		if err != nil {
+			return exchange{}, err
+		}
+		break
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -382,6 +407,7 @@ func request(ctx context.Context, conn *http.ClientConn, method, address string,
 	result.finished = time.Now()
 	result.bytes = received
 	if method == http.MethodPut {
+		var err error
 		if result.bytes, err = strconv.ParseUint(string(answer), 10, 64); err != nil {
 			return exchange{}, fmt.Errorf("not a byte count in the upload's answer: %q", answer)
 		}
