@@ -1,6 +1,6 @@
 """The installed browsers as qreplay clients: real Chromium and Firefox ESR downloading, uploading and making
 many requests through the real testbed to real servers (ngtcp2's gtlsserver, the h3 servers of aioquic, caddy,
-quiche, quinn and tquic, caddy over h2 on TCP), a few MB each."""
+quiche, quinn, tquic and kwik, caddy over h2 on TCP), a few MB each."""
 
 from __future__ import annotations
 

@@ -35,6 +35,15 @@ CARRIED = frozenset({"max_idle_timeout", "initial_max_data", "initial_max_stream
 #: taken where a set does not send them (quiche's example server's values; flupke allows 3 uni streams)
 ABSENT = {"initial_max_data": 10_000_000, "initial_max_stream_data_bidi_remote": 1_000_000,
           "initial_max_streams_bidi": 100, "initial_max_streams_uni": 3}
+#: why kwik sent another value of a parameter its command line carries (lab.kinds.kwik's limits)
+WHY_NOT = {
+    "initial_max_data": "kwik raises a connection window below its stream window to it: it sent {sent}",
+    "initial_max_stream_data_bidi_local": "kwik has one window for both bidi directions: it sent bidi_remote's, "
+                                          "{sent}",
+    "initial_max_stream_data_bidi_remote": "flupke raises a bidi window below 5,120: it sent {sent}",
+    "initial_max_stream_data_uni": "flupke pins the uni window: it sent {sent}",
+    "initial_max_streams_uni": "flupke allows at most 3 uni streams: it sent {sent}",
+}
 NOT_SETTABLE = ("max_udp_payload_size", "ack_delay_exponent", "max_ack_delay", "disable_active_migration",
                 "active_connection_id_limit")
 
@@ -71,6 +80,9 @@ class Kwik(Stack):
         sent = sent_parameters(given)
         out.applied = {k: v for k, v in requested.items() if sent.get(k) == v}
         out.not_applied = {k: v for k, v in requested.items() if k not in out.applied}
+        for name, why in WHY_NOT.items():
+            if name in out.not_applied:
+                out.notes.append(why.format(sent=sent[name]))
         if bad := [k for k in NOT_SETTABLE if k in out.not_applied]:
             out.notes.append(f"kwik's API cannot set {', '.join(bad)}: it sent its own")
         return given, out
