@@ -93,8 +93,11 @@ class Kwik(Stack):
         applied.add_knobs(self, opts, "server")
         (workdir / "htdocs").mkdir(exist_ok=True)
         applied.env[HTDOCS_ENV] = str(workdir / "htdocs")
-        # The serial collector: one thread beside the server's, on a machine the client shares.
-        return applied.command(["java", "-XX:+UseSerialGC", "-jar", str(built_jar("kwik")),
+        # The JVM as the lab runs it (lab.builds.JarServerKind): without the optimising compiler, whose threads
+        # cost a run of a few seconds more CPU than they save it, and with the serial collector. Chromium's 5 MB
+        # at 30 ms, 3 runs each way (2026-11-29, load 8): the server used 1.25-1.37 s of CPU with these, 1.94-2.3 s
+        # with the default compilers and goodput 38-43 Mbit/s against 27-54.
+        return applied.command(["java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-jar", str(built_jar("kwik")),
                                 *program_cli.arguments("lab-server", {
                                     "listen": program_cli.address(ip, port), "cert": cert, "key": key, **given}),
                                 *applied.flags]), applied
