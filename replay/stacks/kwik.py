@@ -24,10 +24,9 @@ from __future__ import annotations
 
 from lab.builds import built_jar, jar_unavailable
 from lab.kinds.kwik import sent_parameters
-from replay.stacks.base import HTDOCS_ENV, Applied, Stack, ensure_certificate
+from replay.stacks.base import HTDOCS_ENV, Applied, PageServer, ensure_certificate
 from common import versions
 from tparams import program_cli
-from tparams.errors import ToolError
 
 #: what its command line carries of a set (bidi_local through bidi_remote's one window, see above)
 CARRIED = frozenset({"max_idle_timeout", "initial_max_data", "initial_max_stream_data_bidi_remote",
@@ -48,12 +47,9 @@ NOT_SETTABLE = ("max_udp_payload_size", "ack_delay_exponent", "max_ack_delay", "
                 "active_connection_id_limit")
 
 
-class Kwik(Stack):
+class Kwik(PageServer):
     name = "kwik"
-    protocol = "h3"
-    roles = frozenset({"server"})
-    serves_page = True
-    page_protocol = frozenset({"down", "up", "many"})
+    no_client = "kwik is a server only here (its h3 server, for the browsers): kwik's client is not driven"
     page_missing = {"paced": "kwik's h3 server (flupke) does not pace a stream"}
     settable = {"client": frozenset(), "server": CARRIED}
     cc_names = frozenset()
@@ -101,9 +97,6 @@ class Kwik(Stack):
                                 *program_cli.arguments("lab-server", {
                                     "listen": program_cli.address(ip, port), "cert": cert, "key": key, **given}),
                                 *applied.flags]), applied
-
-    def client_command(self, params, opts, server_ip, port, workdir):
-        raise ToolError("kwik is a server only here (its h3 server, for the browsers): kwik's client is not driven")
 
 
 STACK = Kwik()
