@@ -38,7 +38,7 @@ FEW_STREAMS = ParamSet(initial_max_data=16_777_216, initial_max_stream_data_bidi
 LARGE = ParamSet(initial_max_data=100_000_000, initial_max_stream_data_bidi_remote=50_000_000,
                  initial_max_streams_bidi=1000)
 # (address, set, library identified)
-ENDPOINTS = [*((f"192.0.2.{i}", SMALL_WINDOW, "ngtcp2") for i in range(3)), ("192.0.2.10", FEW_STREAMS, "kwik"),
+ENDPOINTS = [*((f"192.0.2.{i}", SMALL_WINDOW, "ngtcp2") for i in range(3)), ("192.0.2.10", FEW_STREAMS, "netty"),
              ("192.0.2.20", LARGE, "quic-go")]
 OPTIONS = ImpactOptions(delays_ms=(10, 200))
 
@@ -142,9 +142,9 @@ def test_a_small_stream_limit_slows_the_page_and_a_library_without_h3_server_is_
         lift = row["page_lifting_value"]
         assert stream_rounds(PAGE_OBJECTS, PAGE_OBJECTS, lift) <= needed < stream_rounds(PAGE_OBJECTS, PAGE_OBJECTS, lift - 1)
         assert row["page_load_ms"] == pytest.approx((1 + row["page_stream_rounds"]) * row["rtt_ms"])
-        # kwik: no rule measured, no h3 server in the project
-        assert row["rule_assumed"] and row["rule_source"].startswith("ASSUMED") and "kwik" in row["rule_source"]
-        assert row["h3_server"] is None and row["checked"] is False and "no h3 server of kwik" in row["check_note"]
+        # netty: no rule measured, no h3 server in the project
+        assert row["rule_assumed"] and row["rule_source"].startswith("ASSUMED") and "netty" in row["rule_source"]
+        assert row["h3_server"] is None and row["checked"] is False and "no h3 server of netty" in row["check_note"]
 
 
 def test_every_lab_library_has_an_h3_server_here_or_one_line_why_not_which_the_not_checked_note_carries():
@@ -159,12 +159,12 @@ def test_every_lab_library_has_an_h3_server_here_or_one_line_why_not_which_the_n
 
 
 def test_the_checks_run_nothing_for_a_library_without_an_h3_server_nor_ngtcp2s_upload_and_mark_them(tmp_path):
-    """Spot checks with every set a candidate, through a recording execute (no testbed): kwik's and msquic's sets
+    """Spot checks with every set a candidate, through a recording execute (no testbed): netty's and msquic's sets
     (no h3 server here; msquic has a replay stack, its server speaking hq-interop) and ngtcp2's upload (gtlsserver
     answers a PUT as a GET) are never run, on their library or any other, and are marked not checked with why."""
     from replay.impact_check import CheckOptions
 
-    endpoints = [*((f"192.0.2.{i}", SMALL_WINDOW, "ngtcp2") for i in range(3)), ("192.0.2.10", FEW_STREAMS, "kwik"),
+    endpoints = [*((f"192.0.2.{i}", SMALL_WINDOW, "ngtcp2") for i in range(3)), ("192.0.2.10", FEW_STREAMS, "netty"),
                  ("192.0.2.20", LARGE, "msquic")]
     path = tmp_path / "scan.duckdb"
     with ScanStore.open(path) as store:
@@ -185,8 +185,8 @@ def test_the_checks_run_nothing_for_a_library_without_an_h3_server_nor_ngtcp2s_u
     assert {library for *_, library in executed} <= {"ngtcp2"}, executed
     assert all(server == "ngtcp2" and workload == "requests" for server, workload, _ in executed), executed
     checks = result.checks
-    assert set(checks["library"]) == {"ngtcp2", "kwik", "msquic"}  # every set was a candidate
-    for library in ("kwik", "msquic"):
+    assert set(checks["library"]) == {"ngtcp2", "netty", "msquic"}  # every set was a candidate
+    for library in ("netty", "msquic"):
         mine = checks.filter(pl.col("library") == library)
         assert mine.height == 4 and not any(mine["checked"]) and set(mine["run_ids"]) == {""}  # 2 workloads x 2
         assert set(mine["note"]) == {check_note(library, None)}
@@ -205,7 +205,8 @@ def library_reason(identified_as: str) -> str:
 def test_the_lab_scanned_and_identified_is_predicted_by_its_libraries(lab, tmp_path: Path):
     """A real scan of two lab servers with identification: ngtcp2's alpha set (a 32,768-byte
     initial_max_stream_data_bidi_remote) caps the upload on ngtcp2's measured rule; kwik's (5,120-byte
-    windows) holds the page's requests back, on an assumed rule, and cannot be checked here."""
+    windows) holds the page's requests back, its upload on the rule kwik's h3 server was measured with, and can
+    be checked through that server."""
     servers = {server.name: server for server in lab.servers}
     targets = [Target(servers[name].ip, servers[name].port, servers[name].sni) for name in ("ngtcp2-alpha", "kwik")]
     path, settings, records = tmp_path / "lab.duckdb", ScanSettings(timeout=2.0), []
@@ -217,9 +218,10 @@ def test_the_lab_scanned_and_identified_is_predicted_by_its_libraries(lab, tmp_p
     assert alpha.height == kwik.height == 4, rows.select("library", "endpoints").unique()
     assert set(alpha["initial_max_stream_data_bidi_remote"]) == {32_768}
     assert set(alpha["upload_binding"]) == {"initial_max_stream_data_bidi_remote"} and set(alpha["h3_server"]) == {"ngtcp2"}
-    assert not any(alpha["rule_assumed"]) and set(kwik["rule_assumed"]) == {True}
+    assert not any(alpha["rule_assumed"]) and not any(kwik["rule_assumed"])  # kwik's h3 server's, measured
+    assert all(source.startswith("kwik's h3 server") for source in kwik["rule_source"]), kwik["rule_source"]
     assert set(kwik["page_binding"]) == {"initial_max_data"}  # 100 requests of 300 bytes against 5,120
-    assert set(kwik["checked"]) == {False} and set(kwik["h3_server"]) == {None}
+    assert set(kwik["checked"]) == {False} and set(kwik["h3_server"]) == {"kwik"}
 
 
 def test_spot_check_candidates_are_the_commonest_and_the_worst(scan: Path):
@@ -323,7 +325,7 @@ SMALL_AIOQUIC = ParamSet(initial_max_data=16_777_216, initial_max_stream_data_bi
 def test_spot_checks_measure_through_the_identified_librarys_server_and_mark_the_rest_not_checked(tmp_path: Path):
     """aioquic's set with a 16 KiB initial_max_stream_data_bidi_remote (two endpoints, the commonest) is checked
     with Chromium through aioquic's own h3 server at 30 ms: the window binds the measured upload as predicted
-    (the model cannot be exceeded), the report names the parameter, the runs are stored as qreplay runs; kwik's
+    (the model cannot be exceeded), the report names the parameter, the runs are stored as qreplay runs; netty's
     set (the worst page) has no h3 server here and is marked not checked with no run at all."""
     from replay.impact_check import CheckOptions
     from replay.stacks import get_stack
@@ -334,7 +336,7 @@ def test_spot_checks_measure_through_the_identified_librarys_server_and_mark_the
         if reason := get_stack(name).unavailable_reason():
             pytest.skip(reason)
     endpoints = [("192.0.2.1", SMALL_AIOQUIC, "aioquic"), ("192.0.2.2", SMALL_AIOQUIC, "aioquic"),
-                 ("192.0.2.10", FEW_STREAMS, "kwik")]
+                 ("192.0.2.10", FEW_STREAMS, "netty")]
     path = tmp_path / "scan.duckdb"
     with ScanStore.open(path) as store:
         store.append_records(store.begin_scan("targets", {}), [record(ip, params) for ip, params, _ in endpoints])
@@ -356,16 +358,16 @@ def test_spot_checks_measure_through_the_identified_librarys_server_and_mark_the
     assert upload["server_initial_stream_window"] == SMALL_AIOQUIC.initial_max_stream_data_bidi_remote
     page = checks.filter((pl.col("library") == "aioquic") & (pl.col("workload") == "requests")).row(0, named=True)
     assert page["checked"] and page["measured"] > 0, page["note"]
-    kwik = checks.filter(pl.col("library") == "kwik")
-    assert kwik.height == 2 and not any(kwik["checked"]) and kwik["run_ids"].to_list() == ["", ""]
-    assert set(kwik["note"]) == {check_note("kwik", None)}
+    netty = checks.filter(pl.col("library") == "netty")
+    assert netty.height == 2 and not any(netty["checked"]) and netty["run_ids"].to_list() == ["", ""]
+    assert set(netty["note"]) == {check_note("netty", None)}
     marked = result.predictions.filter(pl.col("checked"))
     assert marked.select("library", "browser", "rtt_ms").rows() == [("aioquic", "chromium", 30.0)]
     stored = duckdb.connect(str(tmp_path / "out" / "spot_checks.duckdb"), read_only=True).execute(
         "SELECT server_stack, workload, status, bytes FROM runs ORDER BY workload").fetchall()
     assert stored == [("aioquic", "requests", "ok", 5 * 10_000), ("aioquic", "upload", "ok", 1_000_000)]
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "## Spot checks: measured beside predicted" in report and "no h3 server of kwik" in report
+    assert "## Spot checks: measured beside predicted" in report and "no h3 server of netty" in report
 
 
 def test_the_check_reads_an_uploads_credit_from_the_results_file_through_its_store(tmp_path: Path):

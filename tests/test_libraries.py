@@ -35,3 +35,26 @@ def test_held_out_choices_are_offered(library):
     if library.held_out is not None:
         assert set(library.held_out["application"]) <= set(library.offered)
         assert HELD_OUT[library.name] is library.held_out
+
+
+def test_kwiks_h3_server_reports_what_kwik_sends_of_a_set_and_why_not_the_rest():
+    """kwik's stack (a server for the browsers) gives its command line the set's bidi_remote as kwik's one bidi
+    window, and reports as applied exactly what the lab's kwik kind predicts it sends (lab.kinds.kwik), each other
+    value not applied with why."""
+    from lab.kinds.kwik import sent_parameters
+    from replay.stacks import get_stack
+    from tparams.paramset import ParamSet
+
+    stack = get_stack("kwik")
+    given, applied = stack.command_values(ParamSet(
+        initial_max_data=100_000, initial_max_stream_data_bidi_remote=262_144, initial_max_stream_data_bidi_local=1,
+        initial_max_streams_bidi=7, max_idle_timeout=0, max_ack_delay=25, ack_delay_exponent=4))
+    assert given == {"initial_max_data": 100_000, "initial_max_stream_data_bidi_remote": 262_144,
+                     "initial_max_streams_bidi": 7, "initial_max_streams_uni": 3}
+    assert sent_parameters(given)["initial_max_data"] == 262_144  # kwik's connection window at least the stream's
+    assert applied.applied == {"initial_max_stream_data_bidi_remote": 262_144, "initial_max_streams_bidi": 7,
+                               "max_ack_delay": 25}  # kwik's own 25, as asked
+    assert applied.not_applied == {"initial_max_data": 100_000, "initial_max_stream_data_bidi_local": 1,
+                                   "max_idle_timeout": 0, "ack_delay_exponent": 4}
+    assert len(applied.notes) == 4 and "cannot set ack_delay_exponent" in applied.notes[-1], applied.notes
+    assert stack.roles == {"server"} and stack.serves("h3") and {"down", "up", "many"} <= stack.page_protocol

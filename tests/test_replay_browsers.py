@@ -1,6 +1,6 @@
 """The installed browsers as qreplay clients: real Chromium and Firefox ESR downloading, uploading and making
 many requests through the real testbed to real servers (ngtcp2's gtlsserver, the h3 servers of aioquic, caddy,
-quiche, quinn and tquic, caddy over h2 on TCP), a few MB each."""
+quiche, quinn, tquic and kwik, caddy over h2 on TCP), a few MB each."""
 
 from __future__ import annotations
 
@@ -354,6 +354,45 @@ def test_each_browser_loads_and_uploads_through_quiche_quinn_and_tquics_own_h3_s
         assert row["status"] == "ok", (server, row.get("error"))
         assert (row["workload"], row["protocol_seen"], row["bytes"]) == ("download", "h3", UPLOAD_SIZE), server
         assert row["server_tx_bytes"] > UPLOAD_SIZE, row["counters"]
+
+
+def test_chromium_downloads_uploads_and_loads_a_page_through_kwiks_h3_server_with_the_set_asked():
+    """kwik's server (flupke's HTTP/3, the lab's jar) answers the page's GET of /<size>, its PUT with the count of
+    body bytes read, and a page of six objects three at once, over a connection carrying the set asked: its one
+    bidi window is the set's bidi_remote (bidi_local, unlike it, is reported not applied).
+
+    Six objects, not twenty: a page of twenty, four at once, never finished in 5 of about 65 runs here (2026-11-29,
+    load 7-9; as many datagrams reached the browser as in a run that finished: kwik's issue #91 reports STREAM frames
+    without their FIN, the cause is not established). docs/qreplay.md says so."""
+    stack = _usable("chromium")
+    if get_stack("kwik").unavailable_reason():
+        pytest.skip(get_stack("kwik").unavailable_reason())
+    window = 262_144
+    server_set = NamedSet("kwik-set", ParamSet(initial_max_data=2_000_000, initial_max_stream_data_bidi_remote=window,
+                                               initial_max_stream_data_bidi_local=1_000_000,
+                                               initial_max_streams_bidi=50), "test", "server")
+    runs = {}
+    with Testbed(link=LinkConfig(delay_down_ms=10)) as tb:
+        condition = Condition(own_set(stack), server_set, tb.link)
+        for options in (RunOptions(size=UPLOAD_SIZE, timeout_s=40), RunOptions(size=UPLOAD_SIZE, timeout_s=40,
+                                                                               workload=UPLOAD),
+                        RunOptions(size=10_000, timeout_s=40, workload=REQUESTS, requests=6, concurrency=3)):
+            row = run_once(stack, tb, condition, options, 1, "test", "auto", get_stack("kwik"))
+            assert row["status"] == "ok", (options.workload.name, row.get("error"))
+            assert (row["server_stack"], row["protocol_seen"]) == ("kwik", "h3")
+            sent = json.loads(row["transport_seen"])["server_sent"]
+            assert (sent["initial_max_data"], sent["initial_max_stream_data_bidi_remote"],
+                    sent["initial_max_stream_data_bidi_local"], sent["initial_max_streams_bidi"]) == \
+                (2_000_000, window, window, 50)
+            assert json.loads(row["not_applied_server"]) == {"initial_max_stream_data_bidi_local": 1_000_000}
+            runs[row["workload"]] = row
+    assert runs["download"]["bytes"] == UPLOAD_SIZE < runs["download"]["server_tx_bytes"]
+    upload = runs["upload"]
+    assert upload["bytes"] == UPLOAD_SIZE and "the count of body bytes it read" in upload["timing"]
+    assert upload["server_rx_bytes"] > UPLOAD_SIZE > upload["server_tx_bytes"], upload["counters"]
+    page = runs["requests"]
+    assert (page["requests"], page["concurrency"], page["bytes"]) == (6, 3, 6 * 10_000)
+    assert 10 <= page["ttfb_ms"] <= page["latency_p99_ms"]
 
 
 def test_a_server_that_cannot_count_an_upload_or_speaks_no_h3_is_refused_in_one_line(tmp_path):

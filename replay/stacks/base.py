@@ -21,6 +21,7 @@ from typing import Literal
 
 from common import versions
 from tparams import program_cli
+from tparams.errors import ToolError
 from tparams.knobs import KNOBS, Knob
 from tparams.libraries import Library, described
 from tparams.paramset import ParamSet
@@ -383,6 +384,20 @@ def ensure_certificate(workdir: Path) -> tuple[Path, Path]:
         workdir.mkdir(parents=True, exist_ok=True)
         write_signed_certificate(cert_path, key_path, workdir / "ca.pem", [SERVER_NAME], [])
     return key_path, cert_path
+
+
+class PageServer(Stack):
+    """A server only, for the browsers: HTTP/3 serving the page and its fetches (GET /<size>, a PUT or POST answered
+    with the count of body bytes read). ``no_client`` says why it runs no client."""
+
+    protocol = "h3"
+    roles = frozenset({"server"})
+    serves_page = True
+    page_protocol = frozenset({"down", "up", "many"})
+    no_client: str
+
+    def client_command(self, params, opts, server_ip, port, workdir):
+        raise ToolError(self.no_client)
 
 
 class ReplayProgram(Stack):

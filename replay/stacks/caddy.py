@@ -15,17 +15,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from replay.stacks.base import SERVER_NAME, TRANSPORTS, Applied, Stack, ensure_certificate, which
+from replay.stacks.base import SERVER_NAME, TRANSPORTS, Applied, PageServer, ensure_certificate, which
 from replay.upload_counter import PORT_ENV
-from tparams.errors import ToolError
 
 
-class Caddy(Stack):
+class Caddy(PageServer):
     name = "caddy"
-    protocol = "h3"
-    roles = frozenset({"server"})
-    serves_page = True
-    page_protocol = frozenset({"down", "up", "many"})
+    no_client = ("caddy is a server only here: its clients are curl and the browsers (chromium-tcp, firefox-tcp over "
+                 "h2)")
     settable = {"client": frozenset(), "server": frozenset()}
     # quic-go's congestion control for h3 (its only one); for h2 the kernel's, which the server namespace sets
     cc_names = frozenset({"cubic"})
@@ -82,10 +79,6 @@ class Caddy(Stack):
         return ["sh", "-c", 'sysctl -qw "$0" && exec "$@"', tcp_cc, "env", *env, sys.executable, "-m",
                 "replay.upload_counter", "--", which("caddy") or "caddy", "run", "--config", str(caddyfile),
                 "--adapter", "caddyfile"], applied
-
-    def client_command(self, params, opts, server_ip, port, workdir):
-        raise ToolError("caddy is a server only here: its clients are curl and the browsers (chromium-tcp, "
-                        "firefox-tcp over h2)")
 
 
 def kernel_tcp_congestion_control() -> tuple[str, frozenset[str]]:

@@ -1,5 +1,8 @@
-// The lab's kwik server: HTTP/3 (flupke) on ip:port, ALPN h3 (or the list given),
-// every request answered with 200 and a short body. Flow control from the lab-server
+// The lab's kwik server, and qreplay's kwik h3 server for the browsers (replay/stacks/kwik.py): HTTP/3
+// (flupke) on ip:port, ALPN h3 (or the list given), answering as every qreplay h3 server does
+// (lab/servers/common/src/page.rs): GET /<size> with that many bytes, a PUT or POST with the count of body
+// bytes read (decimal, once the body has ended), GET /<file> with that file of the directory QREPLAY_HTDOCS
+// names (/ is index.html), anything else 404. Flow control from the lab-server
 // command line (LabArgs), transport parameters by their RFC 9000 names with dashes,
 // and what an application chooses:
 //   java -jar lab-server.jar IP:443 --cert=C --key=K
@@ -10,6 +13,8 @@
 // window: flupke pins it to 1024.
 // kwik's PEM loader takes RSA keys only; its KeyStore path takes the lab's EC P-256 key.
 
+import java.io.IOException;
+import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.DatagramSocket;
 import java.net.InetSocketAddress;
@@ -23,11 +28,14 @@ import java.security.cert.CertificateFactory;
 import java.security.spec.PKCS8EncodedKeySpec;
 import java.util.Base64;
 import java.util.Set;
+import java.util.regex.Pattern;
 
 import tech.kwik.core.log.SysOutLogger;
 import tech.kwik.core.server.ServerConnectionConfig;
 import tech.kwik.core.server.ServerConnector;
 import tech.kwik.flupke.server.Http3ApplicationProtocolFactory;
+import tech.kwik.flupke.server.HttpServerRequest;
+import tech.kwik.flupke.server.HttpServerResponse;
 
 public final class KwikLabServer {
     public static void main(String[] args) throws Exception {
@@ -36,12 +44,15 @@ public final class KwikLabServer {
                 "initial-max-streams-uni", "alpn", "cid-length", "retry"));
         ServerConnectionConfig.Builder config = ServerConnectionConfig.builder();
         if (opt.has("max-idle-timeout")) config.maxIdleTimeout((int) opt.number("max-idle-timeout"));
-        if (opt.has("initial-max-data")) config.maxConnectionBufferSize(opt.number("initial-max-data"));
         long bidi = 0;
         for (String window : new String[] {"initial-max-stream-data-bidi-local", "initial-max-stream-data-bidi-remote"}) {
             if (opt.has(window)) bidi = Math.max(bidi, opt.number(window));
         }
         if (bidi > 0) config.maxBidirectionalStreamBufferSize(bidi);
+        // kwik refuses to start with a connection window below a stream window (its default is 0): the stream
+        // window raises it, as merging flupke's settings would (lab/kinds/kwik.py predicts that value).
+        long data = opt.has("initial-max-data") ? opt.number("initial-max-data") : 0;
+        if (data > 0 || bidi > 0) config.maxConnectionBufferSize(Math.max(data, bidi));
         if (opt.has("initial-max-streams-bidi")) config.maxOpenPeerInitiatedBidirectionalStreams((int) opt.number("initial-max-streams-bidi"));
         if (opt.has("initial-max-streams-uni")) config.maxOpenPeerInitiatedUnidirectionalStreams((int) opt.number("initial-max-streams-uni"));
         if (opt.has("cid-length")) config.connectionIdLength((int) opt.number("cid-length"));
@@ -64,13 +75,8 @@ public final class KwikLabServer {
                 .withConfiguration(config.build())
                 .withLogger(log)
                 .build();
-        byte[] body = "kwik lab server\n".getBytes(StandardCharsets.UTF_8);
-        Http3ApplicationProtocolFactory http3 = new Http3ApplicationProtocolFactory((request, response) -> {
-            response.setStatus(200);
-            try (OutputStream out = response.getOutputStream()) {
-                out.write(body);
-            }
-        });
+        Http3ApplicationProtocolFactory http3 = new Http3ApplicationProtocolFactory(KwikLabServer::answer);
+        http3.setMaxDataSize(Long.MAX_VALUE);  // flupke refuses a request body past 10 MiB by default
         // Every protocol accepted is served as HTTP/3: the lab only needs the handshake to take it.
         for (String protocol : opt.get("alpn", "h3").split(",")) {
             connector.registerApplicationProtocol(protocol, http3);
@@ -78,5 +84,52 @@ public final class KwikLabServer {
         Runtime.getRuntime().addShutdownHook(new Thread(connector::close));
         connector.start();
         System.out.println("listening on " + opt.host + ":" + opt.port);
+    }
+
+    private static final Pattern SIZE = Pattern.compile("[0-9]{1,18}");
+    private static final Pattern FILE = Pattern.compile("[A-Za-z0-9_][A-Za-z0-9_.-]*");
+    private static final byte[] CHUNK = new byte[64 * 1024];
+
+    /** One request, answered as lab/servers/common/src/page.rs says (flupke runs each on a thread of its own). */
+    static void answer(HttpServerRequest request, HttpServerResponse response) throws IOException {
+        String path = request.path().split("\\?", 2)[0];
+        String method = request.method();
+        if (method.equals("PUT") || method.equals("POST")) {
+            long count = 0;
+            try (InputStream in = request.body()) {
+                byte[] buffer = new byte[64 * 1024];
+                for (int read; (read = in.read(buffer)) >= 0; ) count += read;
+            }
+            respond(response, 200, "text/plain", Long.toString(count).getBytes(StandardCharsets.US_ASCII));
+            return;
+        }
+        String name = path.equals("/") ? "index.html" : path.substring(1);
+        if (method.equals("GET") && SIZE.matcher(name).matches()) {
+            long left = Long.parseLong(name);
+            response.setStatus(200);
+            response.addHeader("content-length", Long.toString(left));
+            try (OutputStream out = response.getOutputStream()) {
+                for (int piece; left > 0; left -= piece) {
+                    piece = (int) Math.min(CHUNK.length, left);
+                    out.write(CHUNK, 0, piece);
+                }
+            }
+            return;
+        }
+        String htdocs = System.getenv("QREPLAY_HTDOCS");
+        if (method.equals("GET") && htdocs != null && FILE.matcher(name).matches() && Files.isRegularFile(Path.of(htdocs, name))) {
+            respond(response, 200, "text/html; charset=utf-8", Files.readAllBytes(Path.of(htdocs, name)));
+            return;
+        }
+        respond(response, 404, null, new byte[0]);
+    }
+
+    private static void respond(HttpServerResponse response, int status, String type, byte[] body) throws IOException {
+        response.setStatus(status);
+        if (type != null) response.addHeader("content-type", type);
+        response.addHeader("content-length", Integer.toString(body.length));
+        try (OutputStream out = response.getOutputStream()) {
+            out.write(body);
+        }
     }
 }
