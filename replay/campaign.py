@@ -268,7 +268,7 @@ def _refuse_unswept(experiment: Experiment, sweep: tuple[str, list, str] | None)
 def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
     """One [[experiment]] table as runner Experiments: one per size and server stack (a run's options hold one
     size, an experiment one server stack)."""
-    from replay.commands.run import make_link, make_options, optional_stack, two_hosts
+    from replay.commands.run import make_link, make_options, optional_stack, two_hosts, warn_if_client_set
     from replay.link import parse_size
     from replay.stacks import get_stack
 
@@ -291,6 +291,8 @@ def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
                 raise ToolError(f"{key} takes one value or a list of them, not an empty list")
         stacks = [get_stack(str(name)) for name in entry.get("stacks", LIST_OPTIONS["stacks"])]
         pairs = _set_pairs(entry)
+        for server in {server.name: server for _, server in pairs if server}.values():
+            warn_if_client_set(server, f"{where}: server set {server.name}")
         links = [make_link(str(d), str(option["delay-up"]), str(option["jitter"]), str(x),
                          option["rate"] and str(option["rate"]), option["queue"] and str(option["queue"]),
                          option["rate-up"] and str(option["rate-up"]))

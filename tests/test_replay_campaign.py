@@ -327,6 +327,18 @@ def test_set_pairs_sweeps_and_server_stacks_expand_to_their_product():
     assert len(twins.runs) == 2 * 2 * 2
 
 
+def test_a_clients_set_named_as_a_server_set_is_said_once(tmp_path):
+    """As `--server-set firefox-109` warns: the server would advertise a browser's values, allowed but more often a
+    slip; said once for the experiment, not once per run or per client set."""
+    path = tmp_path / "warn.toml"
+    path.write_text('campaign = "w"\n[[experiment]]\nname = "e"\nstacks = ["ngtcp2"]\nsets = ["alpha", "beta"]\n'
+                    'server-set = ["firefox-109", "alpha"]\nreps = 3\n')
+    planned = _qreplay("campaign", "plan", path)
+    assert planned.returncode == 0, planned.stderr
+    assert planned.stderr.count("is a client's set") == 1, planned.stderr
+    assert "experiment 'e': server set firefox-109: firefox-109 is a client's set" in " ".join(planned.stderr.split())
+
+
 def test_runs_that_need_a_stack_missing_here_are_planned_and_a_shard_holding_them_refused_before_any_run(tmp_path):
     """LSQUIC's runs stay in the plan, said as needing it; a shard holding one is refused before anything starts,
     and a shard of the same experiment holding only the other stack's runs runs here."""

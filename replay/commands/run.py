@@ -215,10 +215,16 @@ def server_set(spec: str | None, overrides: list[str] | None) -> sets_api.NamedS
     from tparams.paramset import ParamSet
 
     base = sets_api.resolve_one(spec) if spec else sets_api.NamedSet("stack-default", ParamSet(), "stack defaults")
-    if base.role == "client":
-        cli_console(stderr=True).print(f"[yellow]warning:[/] --server-set {spec}: {base.name} is a client's set; "
-                                       "the server advertises its values")
+    warn_if_client_set(base, f"--server-set {spec}")
     return sets_api.with_overrides(base, overrides or [])
+
+
+def warn_if_client_set(server: sets_api.NamedSet, where: str) -> None:
+    """A client's set given as a server's is allowed (the thesis's figure 5.1 does it) but more often a slip: said
+    once, where it was named."""
+    if server.role == "client":
+        cli_console(stderr=True).print(f"[yellow]warning:[/] {where}: {server.name} is a client's set; "
+                                       "the server advertises its values")
 
 
 def swept(client: sets_api.NamedSet, server: sets_api.NamedSet | None, param: str, value: object,
