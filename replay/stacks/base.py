@@ -399,6 +399,9 @@ class PageServer(Stack):
     def client_command(self, params, opts, server_ip, port, workdir):
         raise ToolError(self.no_client)
 
+    def workload_refusal(self, opts: RunOptions) -> str | None:
+        return self.no_client
+
 
 class ReplayProgram(Stack):
     """A library driven through our own client and server: programs that take the replay-server and
