@@ -35,11 +35,14 @@ _SESSION_NAMESPACE = re.compile(rf"qlab[a-z]*{SESSION_TAG}-")
 # time the tests wait on links, timeouts and daemons rather than compute): a module's tests stay on one worker
 # in their order, so its module-scoped lab, scan or server starts once; a test that needs no such sharing may
 # name a group of its own (the manual's pages, each on a private /run). The groups start longest first, so the
-# workers end together: these took 70-260 s each of a 22-minute run beside other work (2026-11-28, load 6-10),
-# most others under 70 s.
-LONGEST_GROUPS = ("test_replay_browsers", "manual-qscan.md", "test_notebooks", "test_campaign_store", "test_replay_cli",
-                  "test_replay_campaign", "test_library", "manual-scale.md", "manual-qreplay.md", "manual-reproduce.md",
-                  "manual-identification.md", "test_demo", "test_diff", "manual-store.md", "manual-README.md")
+# workers end together: these took 35-213 s each of a 658-s run (2026-11-29 10:31, a clone of main, nothing else
+# running), the rest under 35 s. Ranked as they were before, test_replay_twohost and test_replay_limits (60 and 85
+# s, unranked) started at 556 and 521 s and were the last groups to end, beside the `alone` tests.
+LONGEST_GROUPS = ("test_replay_browsers", "manual-qscan.md", "test_replay_campaign", "test_demo", "manual-qreplay.md",
+                  "test_replay_limits", "test_notebooks", "test_library", "test_campaign_store", "test_codec",
+                  "manual-identification.md", "test_capture_suite", "test_replay_twohost", "manual-scale.md",
+                  "test_replay_cli", "manual-reproduce.md", "manual-README.md", "test_capture", "test_diff",
+                  "test_discovery", "test_engine", "manual-store.md", "test_docs")
 # The `timing` tests, one group run first, at the normal scheduling policy while every other test runs at SCHED_IDLE
 # (below): the kernel gives an idle-policy task a CPU only when no normal one wants it, so the tests that measure
 # have the machine as if alone, and the others use what they leave. Taking the workers' lock alone instead, each
