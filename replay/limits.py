@@ -104,6 +104,7 @@ rest evenly) lengthen the stretches around them; the shares stay those of the ke
 from __future__ import annotations
 
 import bisect
+import heapq
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -195,8 +196,8 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
     flight_before, window_before, ack_unread = 0, None, 0.0
     # when the sender read the request (its qlog's, as for an ACK): before that, nothing to send was its CPU's
     # packets the sender counted in flight (its qlog logged them sent) before they reached the wire (rule 4)
-    unsent_spans = sorted((p["logged_s"], p["t_s"], p.get("packet_bytes") or mss) for p in points
-                          if p["direction"] == sending and p.get("logged_s") is not None and p["logged_s"] < p["t_s"])
+    unsent = _Unsent(sorted((p["logged_s"], p["t_s"], p.get("packet_bytes") or mss) for p in points
+                            if p["direction"] == sending and p.get("logged_s") is not None and p["logged_s"] < p["t_s"]))
     request_read = points[0].get("read_s") if points[0]["direction"] != sending else None
     request_unread = 0.0
     for point, after in zip(points, points[1:]):
@@ -245,9 +246,7 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
             # an upload's: the bytes queued on the way up, which its receiver's capture has not seen (rule 3)
             queued = (rtt_ms - min_rtt_ms) / 1000 * facts.rate_bps / 8 if facts.upload and bdp and rtt_ms else 0.0
             limit = _sender_limit(point, mss, bdp, sender_share, receiver_share, inflated, queued)
-            unsent = sum(size for logged, wire, size in unsent_spans if logged <= point["t_s"] < wire) \
-                if unsent_spans else 0
-            late = 0.0 if limit == "link" else _not_yet_read(point, unread, mss, after["t_s"], unsent)
+            late = 0.0 if limit == "link" else _not_yet_read(point, unread, mss, after["t_s"], unsent.at(point["t_s"]))
             seconds["sender_cpu"] += late
             ack_unread += late
             span -= late
@@ -358,6 +357,25 @@ def _window(point: Mapping, mss: int, blocked: dict[str, int]) -> str | None:
     if not room:
         return None
     return f"receive_window_{min(room, key=lambda w: (room[w], w != 'stream'))}"
+
+
+class _Unsent:
+    """The bytes of packets logged sent and not yet on the wire at a time, for times asked in increasing order:
+    one pass over the (logged, wire, bytes) spans sorted by logged, where summing every span at each point took
+    a traced ngtcp2 run's breakdown from 60 to 170-190 ms (bench_limits, 2026-11-29 11:16, 173 such packets)."""
+
+    def __init__(self, spans: list[tuple[float, float, int]]):
+        self.spans, self.next, self.open, self.bytes = spans, 0, [], 0
+
+    def at(self, t: float) -> int:
+        while self.next < len(self.spans) and self.spans[self.next][0] <= t:
+            _, wire, size = self.spans[self.next]
+            heapq.heappush(self.open, (wire, size))
+            self.bytes += size
+            self.next += 1
+        while self.open and self.open[0][0] <= t:
+            self.bytes -= heapq.heappop(self.open)[1]
+        return self.bytes
 
 
 def _not_yet_read(point: Mapping, unread: list[tuple[float, int, int | None]], mss: int, until: float,
