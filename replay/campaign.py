@@ -218,7 +218,7 @@ def _set_pairs(entry: dict) -> list[tuple]:
 
 def _sweep(entry: dict, stacks: list) -> tuple[str, list, str] | None:
     """`param`, `values` and `side` (`qreplay sweep`'s options) checked: (param, values, side), or None."""
-    from tparams.paramset import PERFORMANCE_PARAMETERS
+    from replay.commands.run import refuse_sweep
 
     given = [key for key in SWEEP_OPTIONS if key in entry]
     if not given:
@@ -227,15 +227,10 @@ def _sweep(entry: dict, stacks: list) -> tuple[str, list, str] | None:
         raise ToolError("a sweep takes param (the transport parameter) and values (a list), e.g. "
                         'param = "initial_max_data", values = [196608, 15728640]')
     param, values, side = entry["param"], entry["values"], entry.get("side", SWEEP_OPTIONS["side"])
-    if param not in PERFORMANCE_PARAMETERS:
-        raise ToolError(f"param: {param!r} is not one of {', '.join(PERFORMANCE_PARAMETERS)}")
+    refuse_sweep(param, side, stacks, spelled=str)
     if not isinstance(values, list) or not values or not all(isinstance(v, (int, str)) and not isinstance(v, bool)
                                                              for v in values):
         raise ToolError(f"values: the values of {param} to sweep, a list of numbers, e.g. values = [196608, 15728640]")
-    if side not in ("client", "server"):
-        raise ToolError(f"side must be client or server, not {side!r}")
-    if side == "client" and (browsers := [s.name for s in stacks if s.own_parameters]):
-        raise ToolError(f"a browser's parameters are its own: {', '.join(browsers)} sweep only side = \"server\"")
     return param, values, side
 
 

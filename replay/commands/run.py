@@ -227,6 +227,18 @@ def warn_if_client_set(server: sets_api.NamedSet, where: str) -> None:
                                        "the server advertises its values")
 
 
+def refuse_sweep(param: str, side: str, stacks: list, spelled: Callable[[str], str] = lambda key: f"--{key}") -> None:
+    """A sweep's parameter and side checked, `qreplay sweep`'s and a campaign's (``spelled``: an option's name as
+    its caller's user writes it): one line each (ToolError)."""
+    if param not in PERFORMANCE_PARAMETERS:
+        raise ToolError(f"{spelled('param')}: {param!r} is not one of {', '.join(PERFORMANCE_PARAMETERS)}")
+    if side not in ("client", "server"):
+        raise ToolError(f"{spelled('side')} must be client or server, not {side!r}")
+    if side == "client" and (browsers := [s.name for s in stacks if s.own_parameters]):
+        raise ToolError(f"a browser's parameters are its own: {', '.join(browsers)} can sweep only "
+                        f"{spelled('side')} server")
+
+
 def swept(client: sets_api.NamedSet, server: sets_api.NamedSet | None, param: str, value: object,
           side: str) -> tuple[sets_api.NamedSet, sets_api.NamedSet | None, int]:
     """A sweep's (client set, server set, swept value) at ``value``: ``side``'s set with ``param`` at it (a server
@@ -518,14 +530,9 @@ def register(app: typer.Typer) -> None:
         from replay.link import parse_size
         from replay.runner import Condition, Experiment
         from replay.stacks import get_stack
-        if param not in PERFORMANCE_PARAMETERS:
-            raise ToolError(f"--param: {param!r} is not one of {', '.join(PERFORMANCE_PARAMETERS)}")
-        if side not in ("client", "server"):
-            raise ToolError(f"--side must be client or server, not {side!r}")
         the_stack = get_stack(stack)
+        refuse_sweep(param, side, [the_stack])
         refuse_sets(ctx, [the_stack], "set_spec", client_param)
-        if the_stack.own_parameters and side == "client":
-            raise ToolError(f"a browser's parameters are its own: {the_stack.name} sweeps only --side server")
         client = (own_set(the_stack) if the_stack.own_parameters else
                   sets_api.with_overrides(sets_api.resolve_one(set_spec), client_param or []))
         server = server_set(server_set_spec, server_param)
