@@ -389,6 +389,8 @@ def test_a_small_server_stream_window_at_30_ms_on_an_upload_is_the_stream_window
         size=4_000_000, timeout_s=30, trace=True, workload=UPLOAD), reps=1), tmp_path / "r.duckdb")
     assert window["status"] == rate["status"] == rate_up["status"] == "ok", [
         r.get("error") for r in (window, rate, rate_up)]
+    assert all(run["limits"] for run in (window, rate, rate_up)), [
+        (run["no_breakdown"], run["warnings"]) for run in (window, rate, rate_up)]
     shares = [json.loads(run["limits"])["fractions"] for run in (window, rate, rate_up)]
     assert window["limited_by"] == "receive_window_stream" and shares[0]["receive_window_stream"] > 0.5, shares[0]
     assert rate["limited_by"] not in ("link", "receive_window_stream") and shares[1]["link"] == 0, shares[1]
