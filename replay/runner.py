@@ -526,36 +526,49 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
         more = [points for points, _ in others]
     elif several:
         found = read
-        connections = [c for c in found if c.packets] or found[:1] or [trace.Decoded()]
-        qlogs = [[] if upload else trace.connection_qlog(qlog_dir, c.cids) for c in connections]
-        if len(connections) != row["clients"]:
-            notes.append(f"the capture holds {len(connections)} connections with 1-RTT packets for the run's "
-                         f"{row['clients']} clients: the breakdown is theirs")
-        written = qlog_dir is not None and Path(qlog_dir, "server").is_dir() and any(Path(qlog_dir, "server").iterdir())
-        if written and not upload and (unmatched := [i + 1 for i, lines in enumerate(qlogs) if not lines]):
-            notes.append(f"no one server qlog names connection {', '.join(map(str, unmatched))}'s IDs: its series "
-                         "has no congestion window")
-        read, *others = connections
-        more = [(trace.upload_series(c.packets, c.client_params, c.server_params)[0] if upload else
-                 trace.download_points(c, lines)[0]) for c, lines in zip(others, qlogs[1:])]
-        read.undecrypted = sum(c.undecrypted for c in found)
-        read.joined = {end: sum(c.joined[end] for c in found) for end in read.joined}
-        captured = {**captured, "connections": len(connections), "client_port": read.client_port}
+        read, more, qlog_lines, notes = _connections(found, upload, qlog_dir, row["clients"])
+        captured = {**captured, "connections": len(more) + 1, "client_port": read.client_port}
+    # the capture's, over all its connections (the stored trace's row counts its own)
+    every = [] if tcp else found if several else [read]
+    undecrypted = sum(c.undecrypted for c in every)
+    joined = {end: sum(c.joined[end] for c in every) for end in ("client", "server")}
     notes += [f"the trace's capture dropped {captured['dropped']} packets (its buffer was full): the trace misses "
-              "them" + ("" if tcp else f", and tshark could not decrypt {read.undecrypted} packets after the gaps")] \
+              "them" + ("" if tcp else f", and tshark could not decrypt {undecrypted} packets after the gaps")] \
         if captured.get("dropped") else []
-    notes += [] if tcp else [f"the {end} sent {n} datagrams holding a short-header packet after another, which no "
-                             "receiver can decrypt: lost on the wire" for end, n in read.joined.items() if n]
+    notes += [f"the {end} sent {n} datagrams holding a short-header packet after another, which no receiver can "
+              "decrypt: lost on the wire" for end, n in joined.items() if n]
     if tcp:
         built = trace.build_tcp_trace(row["run_id"], *read, captured)
     else:
         built = trace.build_upload_trace(row["run_id"], read, captured) if upload else \
-            trace.build_trace(row["run_id"], read, captured, qlogs[0] if several else trace.sender_qlog(qlog_dir))
+            trace.build_trace(row["run_id"], read, captured, qlog_lines if several else trace.sender_qlog(qlog_dir))
         if not built[1]:  # no breakdown without points: the run says why rather than lacking one silently
             notes.append(trace.no_packets_note(read, workdir / "keylog"))
     if notes:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), *notes])
     return built, more
+
+
+def _connections(found: list[trace.Decoded], upload: bool, qlog_dir: Path | None,
+                 clients: int) -> tuple[trace.Decoded, list[list[dict]], list[str], list[str]]:
+    """Several QUIC clients' connections as the capture decrypted them (trace.decrypt_connections): (the first's
+    packets, the others' series, the server's qlog of the first, notes for the run's warnings). A download's series
+    takes its window from the server's qlog of it (trace.connection_qlog); an upload's sender is the client, whose
+    qlog a trace does not read. A connection without 1-RTT packets has no series: the note says how many had."""
+    connections = [c for c in found if c.packets] or found[:1] or [trace.Decoded()]
+    qlogs = [[] if upload else trace.connection_qlog(qlog_dir, c.cids) for c in connections]
+    notes = []
+    if len(connections) != clients:
+        notes.append(f"the capture holds {len(connections)} connections with 1-RTT packets for the run's {clients} "
+                     "clients: the breakdown is theirs")
+    written = qlog_dir is not None and Path(qlog_dir, "server").is_dir() and any(Path(qlog_dir, "server").iterdir())
+    if written and not upload and (unmatched := [i + 1 for i, lines in enumerate(qlogs) if not lines]):
+        notes.append(f"no one server qlog names connection {', '.join(map(str, unmatched))}'s IDs: its series has no "
+                     "congestion window")
+    first, *others = connections
+    more = [trace.upload_series(c.packets, c.client_params, c.server_params)[0] if upload else
+            trace.download_points(c, lines)[0] for c, lines in zip(others, qlogs[1:])]
+    return first, more, qlogs[0], notes
 
 
 def _gather_keylogs(stack: Stack, keylog: Path, others: list[Path]) -> None:

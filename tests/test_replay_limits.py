@@ -566,9 +566,9 @@ def test_several_quic_clients_have_their_connections_breakdowns_merged(tmp_path)
     its connection IDs) and its breakdown, merged as TCP's are. Through one 50 Mbit/s link at 10 ms, 2 MB each: the
     link's; with a 128 KiB client stream window at 30 ms, 4 MB each: the stream window's (both clients take one set:
     each connection is); uploading 2 MB each through 50 Mbit/s up: the link's (each client the sender, its series
-    as the server's capture can tell it). Measured 2026-11-29 12:15 (other helpers' tests beside it, load 3-8), 3 runs each: link
-    96-97%, stream window 61-76% (the rest slow start's congestion window), each connection so labelled and its
-    window known."""
+    as the server's capture can tell it). Measured 2026-11-29 12:15 (other helpers' tests beside it, load 3-8), 3
+    downloads each: link 96-97%, stream window 61-76% (the rest slow start's congestion window), each connection so
+    labelled and its window known; the upload 91% link."""
     small = sets.with_overrides(sets.resolve_one("firefox"), [f"initial_max_stream_data_bidi_local={WINDOW}"])
     results = tmp_path / "r.duckdb"
     rows = {}
