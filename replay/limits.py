@@ -312,14 +312,15 @@ def merged(found: list[Breakdown | None]) -> Breakdown | None:
     """Several connections' breakdowns as one run's (a run of several clients, one connection each): each
     limit's seconds summed over the connections over their transfers' seconds summed, so that every connection
     weighs by its own transfer's time; the largest the label, the longest transfer the run's. The basis is the
-    first connection's, with ``connections``: each one's transfer_s and label. None where none had a transfer."""
+    first connection's, with ``connections``: each one's transfer_s, label and whether its sender's qlog gave its
+    congestion window (cwnd_known). None where none had a transfer."""
     found = [b for b in found if b is not None]
     if len(found) <= 1:
         return found[0] if found else None
     weights = [b.transfer_s for b in found] if sum(b.transfer_s for b in found) > 0 else [1.0] * len(found)
     fractions = {name: sum(b.fractions[name] * w for b, w in zip(found, weights)) / sum(weights) for name in LIMITS}
-    basis = {**found[0].basis, "connections": [{"transfer_s": b.transfer_s, "limited_by": b.limited_by}
-                                               for b in found]}
+    basis = {**found[0].basis, "connections": [{"transfer_s": b.transfer_s, "limited_by": b.limited_by,
+                                                "cwnd_known": b.basis.get("cwnd_known")} for b in found]}
     return Breakdown(fractions, max(LIMITS, key=fractions.get), max(b.transfer_s for b in found), basis)
 
 

@@ -103,12 +103,9 @@ class Experiment:
             refused += [f"{s.name}'s client runs one at a time here (its programs share the run's directory)"
                         for s in {self.stacks(c)[0].name: self.stacks(c)[0] for c in self.conditions}.values()
                         if not s.many_clients]
-            # a TCP capture tells its clients' connections apart (runner._trace); QUIC's would need one decryption
-            # and one qlog a client
-            quic = any(TRANSPORTS[self.stacks(c)[0].protocol] == "udp" for c in self.conditions)
-            refused += [f"{what} reads one client's run, not {self.options.clients} clients'"
-                        for what, asked in (("--trace", self.options.trace and quic),
-                                            ("--profile", self.options.profile)) if asked]
+            # a capture tells its clients' connections apart (runner._trace); a profile samples one client
+            if self.options.profile:
+                refused.append(f"--profile reads one client's run, not {self.options.clients} clients'")
         if self.server_host:
             refused += [f"{what} needs the testbed's server namespace; a two-host run's server is on another host"
                         for what, asked in (("--trace", self.options.trace), ("--profile", self.options.profile))
@@ -347,8 +344,12 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         server_argv, server_applied = server_stack.server_command(server_params, options, path.server_ip, port,
                                                                   workdir)
         plan, client_applied = stack.client_command(condition.client.params, options, path.server_ip, port, workdir)
-        # several clients only of stacks whose command lines share nothing (many_clients): one plan serves all
-        plans = [plan] * options.clients
+        # several clients only of stacks whose command lines share nothing (many_clients): one plan serves all,
+        # but for a traced run's key log, one a client (_gather_keylogs)
+        keylogs = [workdir / f"keylog-{i + 1}" for i in range(1, options.clients)] if options.trace else []
+        plans = [plan] + [stack.client_command(condition.client.params, dataclasses.replace(options, keylog=each),
+                                               path.server_ip, port, workdir)[0] for each in keylogs] \
+            if keylogs else [plan] * options.clients
         for role, applied in (("client", client_applied), ("server", server_applied)):
             row[f"requested_{role}"] = json.dumps({**applied.applied, **applied.not_applied})
             row[f"applied_{role}"] = json.dumps(applied.applied)
@@ -453,7 +454,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
         if result and len(clients) == 1:
             stack.complete_row(row, result)
         if captured is not None:
-            stack.gather_keylog(options.keylog)
+            _gather_keylogs(stack, options.keylog, keylogs)
             row["trace"], more = _trace(row, tracing, captured, workdir, path.server_ip, options.qlog_dir)
             if row["trace"]:
                 facts = limits.RunFacts.from_run(row)
@@ -464,7 +465,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                     [limits.breakdown(points, facts) for points in [row["trace"][1], *more]])))
             if row.get("limited_by") is None:
                 row["no_breakdown"] = "its trace holds no transfer (the run's warnings say why)"
-        row["no_breakdown"] = no_breakdown(options.clients, row["link_backend"], TRANSPORTS[stack.protocol]) or \
+        row["no_breakdown"] = no_breakdown(row["link_backend"]) or \
             row.get("no_breakdown")
         if profiling and row["status"] == "ok":
             row["profile"] = _profile(row, profiling)
@@ -487,15 +488,11 @@ def captured_run(stack: Stack, path, condition: Condition, options: RunOptions, 
         yield row, pcap, keylog
 
 
-def no_breakdown(clients: int, link_backend: str | None, transport: str = "udp") -> str | None:
-    """Why a run of several clients or of two hosts has no limit breakdown (runs.no_breakdown), or None: tracing
-    it could not give one, and `qreplay why` says so rather than suggest --trace. Several clients over TCP have
-    one (the connections' merged: runner._trace)."""
+def no_breakdown(link_backend: str | None) -> str | None:
+    """Why a run of two hosts has no limit breakdown (runs.no_breakdown), or None: tracing it could not give one,
+    and `qreplay why` says so rather than suggest --trace. Several clients, over TCP or QUIC, have one (their
+    connections' merged: runner._trace)."""
     from replay import twohost
-    if clients > 1 and transport == "udp":
-        return (f"{clients} clients over QUIC: the server's capture would hold their {clients} connections, each "
-                f"its own client port, but decrypting them and matching each to its qlog is one connection's here "
-                f"(--trace reads one client's run; over TCP, each connection's breakdown is merged)")
     if link_backend == twohost.BACKEND:
         return ("a two-host run: its server is on another host, where no capture is taken (--trace needs the "
                 "testbed's server namespace)")
@@ -504,38 +501,87 @@ def no_breakdown(clients: int, link_backend: str | None, transport: str = "udp")
 
 def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Path, server_ip: str,
            qlog_dir: Path | None) -> tuple[tuple[dict, list[dict]] | None, list[list[dict]]]:
-    """The run's trace (traces row, trace_points rows), and the series of its other connections (several clients
-    over TCP: the stored trace is the first client's, the breakdown all of theirs merged); a capture that cannot
-    be read is a warning on the run, not a failed run. TCP's headers are in the clear: nothing to decrypt."""
+    """The run's trace (traces row, trace_points rows), and the series of its other connections (several clients:
+    the stored trace is the first client's, the breakdown all of theirs merged); a capture that cannot be read is a
+    warning on the run, not a failed run. TCP's headers are in the clear: nothing to decrypt. Several QUIC clients'
+    connections are decrypted with one key log holding all their secrets (_gather_keylogs) and told apart by their
+    client ports (trace.decrypt_connections), each download's matched to its qlog by its connection IDs
+    (trace.connection_qlog)."""
     tcp = captured["transport"] == "tcp"
+    upload = row["workload"] == UPLOAD.name
+    several = not tcp and (row.get("clients") or 1) > 1
     try:
         tracing.close()
         # HTTP/2's streams (decrypting the capture, seconds for a large one) only where a stream limit can bind
-        read = trace.read_tcp(workdir / "trace.pcapng", server_ip, row["workload"] == UPLOAD.name,
+        read = trace.read_tcp(workdir / "trace.pcapng", server_ip, upload,
                               workdir / "keylog" if (row.get("requests") or 1) > 1 else None) if tcp else \
-            trace.decrypt(workdir / "trace.pcapng", workdir / "keylog", server_ip)
+            (trace.decrypt_connections if several else trace.decrypt)(workdir / "trace.pcapng", workdir / "keylog",
+                                                                      server_ip)
     except ToolError as exc:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), f"no trace: {exc}"])
         return None, []
-    more = []
+    more, notes = [], []
     if tcp:
         read, *others = read or [trace.tcp_series([], server_ip)]
         more = [points for points, _ in others]
-    notes = [f"the trace's capture dropped {captured['dropped']} packets (its buffer was full): the trace misses "
-             "them" + ("" if tcp else f", and tshark could not decrypt {read.undecrypted} packets after the gaps")] \
+    elif several:
+        found = read
+        read, more, qlog_lines, notes = _connections(found, upload, qlog_dir, row["clients"])
+        captured = {**captured, "connections": len(more) + 1, "client_port": read.client_port}
+    # the capture's, over all its connections (the stored trace's row counts its own)
+    every = [] if tcp else found if several else [read]
+    undecrypted = sum(c.undecrypted for c in every)
+    joined = {end: sum(c.joined[end] for c in every) for end in ("client", "server")}
+    notes += [f"the trace's capture dropped {captured['dropped']} packets (its buffer was full): the trace misses "
+              "them" + ("" if tcp else f", and tshark could not decrypt {undecrypted} packets after the gaps")] \
         if captured.get("dropped") else []
-    notes += [] if tcp else [f"the {end} sent {n} datagrams holding a short-header packet after another, which no "
-                             "receiver can decrypt: lost on the wire" for end, n in read.joined.items() if n]
+    notes += [f"the {end} sent {n} datagrams holding a short-header packet after another, which no receiver can "
+              "decrypt: lost on the wire" for end, n in joined.items() if n]
     if tcp:
         built = trace.build_tcp_trace(row["run_id"], *read, captured)
     else:
-        built = trace.build_upload_trace(row["run_id"], read, captured) if row["workload"] == UPLOAD.name else \
-            trace.build_trace(row["run_id"], read, captured, trace.sender_qlog(qlog_dir))
+        built = trace.build_upload_trace(row["run_id"], read, captured) if upload else \
+            trace.build_trace(row["run_id"], read, captured, qlog_lines if several else trace.sender_qlog(qlog_dir))
         if not built[1]:  # no breakdown without points: the run says why rather than lacking one silently
             notes.append(trace.no_packets_note(read, workdir / "keylog"))
     if notes:
         row["warnings"] = json.dumps([*json.loads(row["warnings"]), *notes])
     return built, more
+
+
+def _connections(found: list[trace.Decoded], upload: bool, qlog_dir: Path | None,
+                 clients: int) -> tuple[trace.Decoded, list[list[dict]], list[str], list[str]]:
+    """Several QUIC clients' connections as the capture decrypted them (trace.decrypt_connections): (the first's
+    packets, the others' series, the server's qlog of the first, notes for the run's warnings). A download's series
+    takes its window from the server's qlog of it (trace.connection_qlog); an upload's sender is the client, whose
+    qlog a trace does not read. A connection without 1-RTT packets has no series: the note says how many had."""
+    connections = [c for c in found if c.packets] or found[:1] or [trace.Decoded()]
+    qlogs = [[] if upload else trace.connection_qlog(qlog_dir, c.cids) for c in connections]
+    notes = []
+    if len(connections) != clients:
+        notes.append(f"the capture holds {len(connections)} connections with 1-RTT packets for the run's {clients} "
+                     "clients: the breakdown is theirs")
+    written = qlog_dir is not None and Path(qlog_dir, "server").is_dir() and any(Path(qlog_dir, "server").iterdir())
+    if written and not upload and (unmatched := [i + 1 for i, lines in enumerate(qlogs) if not lines]):
+        notes.append(f"no one server qlog names connection {', '.join(map(str, unmatched))}'s IDs: its series has no "
+                     "congestion window")
+    first, *others = connections
+    more = [trace.upload_series(c.packets, c.client_params, c.server_params)[0] if upload else
+            trace.download_points(c, lines)[0] for c, lines in zip(others, qlogs[1:])]
+    return first, more, qlogs[0], notes
+
+
+def _gather_keylogs(stack: Stack, keylog: Path, others: list[Path]) -> None:
+    """Each client's TLS key log gathered into ``keylog`` (the first client's), from which tshark decrypts all their
+    connections at once. Several clients each write their own (runner: one path a client), so that nothing rests on
+    how each program appends to a file others append to at the same moment (whole lines in one write each, or not;
+    a stack's own, LSQUIC's, one file a connection): their handshakes run together."""
+    stack.gather_keylog(keylog)
+    for other in others:
+        stack.gather_keylog(other)
+        if other.is_file():
+            with keylog.open("ab") as gathered:
+                gathered.write(other.read_bytes())
 
 
 def _profile(row: dict, profiling: profile.Profiling) -> tuple[list[dict], list[dict]] | None:

@@ -104,6 +104,10 @@ class Decoded:
     joined: dict[str, int] = field(default_factory=lambda: {"client": 0, "server": 0})
     bursts_split: int = 0  # datagrams that reached the capture as one GSO burst (split_bursts)
     cipher: str | None = None  # the TLS 1.3 cipher suite of the server's ServerHello (IANA name)
+    #: the connection IDs its packets carried (lowercase hex; either end's, long headers' and short headers'): what
+    #: matches a connection of several clients to its sender's qlog (connection_qlog)
+    cids: set[str] = field(default_factory=set)
+    client_port: int | None = None  # the client's UDP port (a run of several clients: one a connection)
 
 
 # --- from tshark's JSON to packets ---------------------------------------------------------------------
@@ -187,6 +191,9 @@ def decode_datagram(layers: dict, server_ip: str, decoded: Decoded) -> None:
     down = layers.get("ip", {}).get("ip.src") == server_ip
     when = float(layers["frame"]["frame.time_epoch"])
     for quic in _list(layers.get("quic")):
+        header = quic.get("quic.short") if isinstance(quic.get("quic.short"), dict) else quic
+        decoded.cids.update(cid.replace(":", "").lower() for cid in (header.get("quic.dcid"), quic.get("quic.scid"))
+                            if isinstance(cid, str) and len(cid) >= 3 * CID_PROBE - 1)
         if "quic.short" in quic:
             packet = _short_packet(quic, when, down)
             if packet is not None:
@@ -225,21 +232,41 @@ def _first(tree, key: str) -> str | None:
     return None
 
 
-def packets_from_tshark(lines: Iterable[str], server_ip: str) -> Decoded:
-    """Reads ``tshark -T json --no-duplicate-keys`` output one datagram at a time (the whole document of
-    a long run would not fit in memory as one object)."""
-    decoded = Decoded()
+def _datagrams(lines: Iterable[str]) -> Iterator[dict]:
+    """The ``_source.layers`` of each datagram of ``tshark -T json --no-duplicate-keys`` output, one at a time (the
+    whole document of a long run would not fit in memory as one object)."""
     chunk: list[str] = []
     for line in lines:
         if line.startswith("  {"):
             chunk = [line]
         elif line.startswith("  }"):
             chunk.append("}")
-            decode_datagram(json.loads("".join(chunk))["_source"]["layers"], server_ip, decoded)
+            yield json.loads("".join(chunk))["_source"]["layers"]
             chunk = []
         elif chunk:
             chunk.append(line)
+
+
+def packets_from_tshark(lines: Iterable[str], server_ip: str) -> Decoded:
+    """tshark's JSON output (``_datagrams``) as one connection's packets."""
+    decoded = Decoded()
+    for layers in _datagrams(lines):
+        decode_datagram(layers, server_ip, decoded)
     return decoded
+
+
+def connections_from_tshark(lines: Iterable[str], server_ip: str) -> list[Decoded]:
+    """tshark's JSON output as the packets of each connection, told apart by the client's UDP port (several clients
+    in one namespace, each its own socket), in the order their first datagrams came; the bursts split and the
+    cipher are the capture's (each connection's its own too, as it read them)."""
+    found: dict[int | None, Decoded] = {}
+    for layers in _datagrams(lines):
+        udp = layers.get("udp") or {}
+        down = layers.get("ip", {}).get("ip.src") == server_ip
+        port = udp.get("udp.dstport" if down else "udp.srcport")
+        port = int(port) if isinstance(port, str) and port.isdigit() else None
+        decode_datagram(layers, server_ip, found.setdefault(port, Decoded(client_port=port)))
+    return list(found.values())
 
 
 # --- bursts merged on the way in ------------------------------------------------------------------------
@@ -1228,16 +1255,33 @@ def capture(path, pcap: Path, transport: str = "udp") -> Iterator[dict]:
 
 def decrypt(pcap: Path, keylog: Path, server_ip: str) -> Decoded:
     """tshark's decryption of a capture (pcap format) with the client's key log, as packets."""
+    decoded, bursts = _decrypted(pcap, keylog, server_ip, packets_from_tshark)
+    decoded.bursts_split = bursts
+    return decoded
+
+
+def decrypt_connections(pcap: Path, keylog: Path, server_ip: str) -> list[Decoded]:
+    """tshark's decryption of a capture of several clients' connections with one key log holding all their
+    secrets (runner: each client's own, gathered into one), as each connection's packets (connections_from_tshark);
+    the bursts the capture split counted on the first."""
+    found, bursts = _decrypted(pcap, keylog, server_ip, connections_from_tshark)
+    if found:
+        found[0].bursts_split = bursts
+    return found
+
+
+def _decrypted(pcap: Path, keylog: Path, server_ip: str, reader):
+    """(``reader`` over tshark's JSON of the capture decrypted, the GSO bursts split before it read them)."""
     if not keylog.is_file() or not keylog.stat().st_size:
         raise ToolError("the client wrote no TLS key log: the capture cannot be decrypted")
     data, bursts = split_bursts(pcap.read_bytes(), server_ip)
     pcap = pcap.with_suffix(".split.pcap")
     pcap.write_bytes(data)
     argv = [tshark_path(), "-n", "-r", str(pcap), "-o", f"tls.keylog_file:{keylog}", "-Y", "quic",
-            "-T", "json", "--no-duplicate-keys", "-J", "frame ip quic"]
+            "-T", "json", "--no-duplicate-keys", "-J", "frame ip udp quic"]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        decoded = packets_from_tshark(process.stdout, server_ip)
+        decoded = reader(process.stdout, server_ip)
         stderr = process.stderr.read()
     finally:
         if process.poll() is None:
@@ -1245,8 +1289,7 @@ def decrypt(pcap: Path, keylog: Path, server_ip: str) -> Decoded:
         process.wait()
     if process.returncode:
         raise ToolError(f"tshark could not read {pcap}: {stderr.strip().splitlines()[-1:] or process.returncode}")
-    decoded.bursts_split = bursts
-    return decoded
+    return decoded, bursts
 
 
 def no_packets_note(decoded: Decoded, keylog: Path) -> str:
@@ -1279,6 +1322,25 @@ def sender_qlog(qlog_dir: Path | None) -> list[str]:
     return files[-1].read_text(errors="replace").splitlines() if files else []
 
 
+def connection_qlog(qlog_dir: Path | None, cids: Iterable[str]) -> list[str]:
+    """The lines of the server's qlog of one connection among several (a run of several clients), or []: the file
+    whose name holds one of the connection's IDs as the capture saw them (``Decoded.cids``; the stacks name a
+    connection's qlog by its original DCID, quic-go, quinn and aioquic, or by the server's own SCID, quiche), else
+    the one whose opening (its header's common fields, quic-go's ODCID) holds one. Not by order or by size: the
+    clients start together, and their connections' qlogs are alike."""
+    files = sorted(f for f in Path(qlog_dir, "server").rglob("*") if f.is_file()) \
+        if qlog_dir and Path(qlog_dir, "server").is_dir() else []
+    cids = [cid for cid in cids if cid]
+    named = [f for f in files if any(cid in f.name.lower() for cid in cids)]
+    if not named:
+        for f in files:
+            with f.open(errors="replace") as opened:
+                head = opened.read(4096).lower()
+            if any(cid in head for cid in cids):
+                named.append(f)
+    return named[0].read_text(errors="replace").splitlines() if len(named) == 1 else []
+
+
 def build_upload_trace(run_id: str, decoded: Decoded, captured: dict) -> tuple[dict, list[dict]]:
     """The `traces` row and the `trace_points` rows of an upload (the client the sender): its sender's series as
     the receiver's capture can tell it (upload_series), and the receiver's credit over time (receiver_credit) in
@@ -1293,12 +1355,19 @@ def build_upload_trace(run_id: str, decoded: Decoded, captured: dict) -> tuple[d
     return row, [{"run_id": run_id, "seq": i, **p} for i, p in enumerate(kept)]
 
 
+def download_points(decoded: Decoded, qlog_lines: list[str] | None = None) -> tuple[list[dict], dict, bool]:
+    """A download's sender series (sender_series), with the sender's congestion window from its qlog where it
+    wrote one (attach_congestion_window: whether it could), every point kept."""
+    points, summary = sender_series(decoded.packets, decoded.client_params, decoded.server_params)
+    return points, summary, attach_congestion_window(points, *qlog_events(qlog_lines or []))
+
+
 def build_trace(run_id: str, decoded: Decoded, captured: dict,
                 qlog_lines: list[str] | None = None) -> tuple[dict, list[dict]]:
     """The `traces` row and the `trace_points` rows of one run; the sender's qlog, where it wrote one,
     adds its congestion window."""
-    points, summary = sender_series(decoded.packets, decoded.client_params, decoded.server_params)
-    captured = {**captured, "cwnd_from_qlog": attach_congestion_window(points, *qlog_events(qlog_lines or []))}
+    points, summary, windowed = download_points(decoded, qlog_lines)
+    captured = {**captured, "cwnd_from_qlog": windowed}
     kept = downsample(points)
     row = {"run_id": run_id, **summary, "packets": len(points), "points": len(kept),
            "undecrypted": decoded.undecrypted, "bursts_split": decoded.bursts_split, "cipher": decoded.cipher,

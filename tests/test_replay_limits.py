@@ -16,7 +16,7 @@ from docs_build import limits as limits_page
 from replay import limits, sets, statistics, trace
 from replay.link import LinkConfig
 from replay.commands.plot import load_limits, plot_results
-from replay.commands.why import why_lines
+from replay.commands.why import prediction, why_lines
 from replay.runner import Condition, Experiment, open_path, run_experiment, run_once
 from replay.stacks import get_stack
 from replay.stacks.base import RunOptions
@@ -463,23 +463,13 @@ def test_a_tcp_upload_is_the_clients_transfer():
         assert found["fractions"]["application"] < 0.2 and found["basis"]["mss"] > 1000, found
 
 
-def test_runs_no_trace_can_explain_say_why(tmp_path):
-    """Several clients over QUIC (decryption and qlog are one connection's) and two hosts (no capture on the
-    server's host) store why they have no breakdown, and `qreplay why` says it rather than suggest --trace;
-    several clients over TCP have one (test_several_tcp_clients_have_their_connections_breakdowns_merged)."""
+def test_runs_no_trace_can_explain_say_why():
+    """Two hosts (no capture on the server's host) store why they have no breakdown, and `qreplay why` says it
+    rather than suggest --trace; several clients, over TCP or QUIC, have one
+    (test_several_tcp_clients_have_their_connections_breakdowns_merged,
+    test_several_quic_clients_have_their_connections_breakdowns_merged)."""
     from replay.runner import no_breakdown
-    assert no_breakdown(1, "relay") is None and no_breakdown(1, "measured").startswith("a two-host run")
-    assert no_breakdown(2, "relay", "tcp") is None
-    if QUIC_GO.unavailable_reason():
-        pytest.skip(f"quic-go: {QUIC_GO.unavailable_reason()}")
-    results = tmp_path / "r.duckdb"
-    row, = run_experiment(Experiment("single", QUIC_GO, [Condition(sets.resolve_one("firefox"), None, LinkConfig())],
-                                     RunOptions(size=200_000, timeout_s=30, clients=2), reps=1), results)
-    assert row["status"] == "ok", row.get("error")
-    assert row.get("limited_by") is None and row["no_breakdown"].startswith("2 clients over QUIC: "), \
-        row["no_breakdown"]
-    shown = why_lines(results)
-    assert "1 runs, no breakdown: 2 clients over QUIC: " in shown[1] and "--trace stores" not in shown[1], shown
+    assert no_breakdown("relay") is None and no_breakdown("measured").startswith("a two-host run")
 
 
 def test_connections_breakdowns_merge_weighed_by_their_transfers():
@@ -489,9 +479,20 @@ def test_connections_breakdowns_merge_weighed_by_their_transfers():
                            {"mss": 1448})
     both = limits.merged([one, None, two])
     assert both.fractions["link"] == pytest.approx(0.75) and both.limited_by == "link" and both.transfer_s == 3.0
-    assert both.basis["connections"] == [{"transfer_s": 3.0, "limited_by": "link"},
-                                         {"transfer_s": 1.0, "limited_by": "congestion_window"}]
+    assert both.basis["connections"] == [{"transfer_s": 3.0, "limited_by": "link", "cwnd_known": None},
+                                         {"transfer_s": 1.0, "limited_by": "congestion_window", "cwnd_known": None}]
     assert limits.merged([one]) is one and limits.merged([None]) is None
+
+
+def test_several_clients_share_the_link_and_the_servers_core_not_their_own():
+    """A run's goodput is its clients' mean: held against a client's share of the link and of the server's core (one
+    process serves them all), and against the whole of a client's core (each client its own process; the CPU
+    seconds and bytes summed over them, so that their CPU per GB is each one's)."""
+    row = {"limited_by": "sender_cpu", "clients": 2, "server_cpu_s_per_gb": 320.0, "client_cpu_s_per_gb": 160.0}
+    server = prediction(row, {})
+    assert server.low == pytest.approx(12.5) and server.basis.endswith("shared by 2 clients"), server
+    assert prediction({**row, "limited_by": "receiver_cpu_socket"}, {}).low == pytest.approx(50)
+    assert prediction({**row, "clients": 1}, {}).low == pytest.approx(25)
 
 
 @pytest.mark.skipif(TCP_H2.unavailable_reason() is not None, reason=f"tcp-h2: {TCP_H2.unavailable_reason()}")
@@ -513,6 +514,88 @@ def test_several_tcp_clients_have_their_connections_breakdowns_merged(tmp_path):
     shown = why_lines(tmp_path / "r.duckdb")
     assert "(the link's rate shared by 2 clients: 25.0 Mbit/s)" in shown[-1] and not shown[0].startswith("anomalies"), \
         shown
+
+
+def _datagram(port: int, down: bool, *quic: dict) -> list[str]:
+    """One datagram as tshark -T json prints it (two spaces in, as trace._datagrams reads it)."""
+    ips = ("198.18.100.2", "198.18.0.2") if down else ("198.18.0.2", "198.18.100.2")
+    layers = {"frame": {"frame.time_epoch": "1000.0"}, "ip": {"ip.src": ips[0], "ip.dst": ips[1]},
+              "udp": {"udp.srcport": str(4433 if down else port), "udp.dstport": str(port if down else 4433)},
+              "quic": list(quic)}
+    return ["  " + line for line in json.dumps({"_source": {"layers": layers}}, indent=2).splitlines()]
+
+
+def _short(dcid: str, number: int, *frames: dict) -> dict:
+    return {"quic.short": {"quic.dcid": dcid, "quic.packet_number": str(number)}, "quic.packet_length": "1200",
+            "quic.frame": list(frames)}
+
+
+def test_several_clients_connections_are_told_apart_by_port_and_matched_to_their_qlogs(tmp_path):
+    """trace.connections_from_tshark: one capture's datagrams as each client port's connection, in the order they
+    began, with the connection IDs each carried; trace.connection_qlog: the server's qlog naming one of them (quic-go's
+    and quinn's ODCID, quiche's own SCID), else the one whose opening holds one, else none."""
+    stream = {"quic.frame_type": "8", "quic.stream.stream_id": "0", "quic.stream.offset": "0",
+              "quic.stream.length": "1000"}
+    initial = {"quic.long.packet_type": "0", "quic.dcid": "0a:0b:0c:0d:0e:0f:10:11", "quic.scid": "c1:c1:c1:c1"}
+    other = {**initial, "quic.dcid": "aa:bb:cc:dd:ee:ff:00:11", "quic.scid": "c2:c2:c2:c2"}
+    lines = ["[", *_datagram(50002, False, other), ",",
+             *_datagram(50001, False, initial), ",",
+             *_datagram(50002, True, _short("c2:c2:c2:c2", 0, stream)), ",",
+             *_datagram(50001, True, {"quic.long.packet_type": "0", "quic.dcid": "c1:c1:c1:c1",
+                                      "quic.scid": "5e:5e:5e:5e:5e:5e:5e:5e"}, _short("c1:c1:c1:c1", 0, stream)), ",",
+             *_datagram(50001, False, _short("5e:5e:5e:5e:5e:5e:5e:5e", 0, {"quic.frame_type": "1"})), "]"]
+    first, second = trace.connections_from_tshark(lines, "198.18.100.2")
+    assert (first.client_port, second.client_port) == (50002, 50001)
+    assert [p.down for p in first.packets] == [True] and [p.down for p in second.packets] == [True, False]
+    assert first.cids == {"aabbccddeeff0011", "c2c2c2c2"}
+    assert second.cids == {"0a0b0c0d0e0f1011", "c1c1c1c1", "5e5e5e5e5e5e5e5e"}
+    server = tmp_path / "qlog" / "server"
+    server.mkdir(parents=True)
+    (server / "aabbccddeeff0011_server.sqlog").write_text("first\n")
+    (server / "server-5e5e5e5e5e5e5e5e.sqlog").write_text("second\n")
+    assert trace.connection_qlog(tmp_path / "qlog", first.cids) == ["first"]
+    assert trace.connection_qlog(tmp_path / "qlog", second.cids) == ["second"]
+    (server / "server-5e5e5e5e5e5e5e5e.sqlog").rename(server / "7.sqlog")
+    (server / "8.sqlog").write_text('{"common_fields": {"ODCID": "0a0b0c0d0e0f1011"}}\n')
+    assert trace.connection_qlog(tmp_path / "qlog", second.cids) == ['{"common_fields": {"ODCID": "0a0b0c0d0e0f1011"}}']
+    assert trace.connection_qlog(tmp_path / "qlog", {"ffffffff"}) == [] == trace.connection_qlog(None, first.cids)
+
+
+@pytest.mark.skipif(QUIC_GO.unavailable_reason() is not None, reason=f"quic-go: {QUIC_GO.unavailable_reason()}")
+def test_several_quic_clients_have_their_connections_breakdowns_merged(tmp_path):
+    """Two quic-go clients at once, traced: the server's capture decrypted with their key logs gathered into one,
+    told apart by their client ports, each connection's series given its window from the server's qlog of it (by
+    its connection IDs) and its breakdown, merged as TCP's are. Through one 50 Mbit/s link at 10 ms, 2 MB each: the
+    link's; with a 128 KiB client stream window at 30 ms, 4 MB each: the stream window's (both clients take one set:
+    each connection is); uploading 2 MB each through 50 Mbit/s up: the link's (each client the sender, its series
+    as the server's capture can tell it). Measured 2026-11-29 12:15 (other helpers' tests beside it, load 3-8), 3
+    downloads each: link 96-97%, stream window 61-76% (the rest slow start's congestion window), each connection so
+    labelled and its window known; the upload 91% link."""
+    small = sets.with_overrides(sets.resolve_one("firefox"), [f"initial_max_stream_data_bidi_local={WINDOW}"])
+    results = tmp_path / "r.duckdb"
+    rows = {}
+    firefox = sets.resolve_one("firefox")
+    for case, condition, size, workload in (
+            ("link", Condition(firefox, None, LinkConfig(delay_down_ms=10, rate_bps=50_000_000)), 2_000_000, None),
+            ("window", Condition(small, None, LinkConfig(delay_down_ms=30)), 4_000_000, None),
+            ("upload", Condition(firefox, None, LinkConfig(delay_down_ms=10, rate_up_bps=50_000_000)), 2_000_000,
+             UPLOAD)):
+        rows[case], = run_experiment(Experiment("single", QUIC_GO, [condition], RunOptions(
+            size=size, timeout_s=30, trace=True, clients=2, **({"workload": workload} if workload else {})), reps=1),
+            results)
+    for case, label in (("link", "link"), ("window", "receive_window_stream"), ("upload", "link")):
+        row = rows[case]
+        assert row["status"] == "ok", row.get("error")
+        found = json.loads(row["limits"])
+        assert row["limited_by"] == label and found["fractions"][label] > 0.5 and row["no_breakdown"] is None, \
+            (case, found["fractions"], row["warnings"])
+        connections = found["basis"]["connections"]
+        assert [c["limited_by"] for c in connections] == [label, label], (case, connections)
+        # an upload's sender is the client, whose qlog the trace does not read
+        assert all(c["cwnd_known"] == (case != "upload") for c in connections), (case, connections, row["warnings"])
+    shown = why_lines(results)
+    assert any("(the link's rate shared by 2 clients: 25.0 Mbit/s)" in line for line in shown), shown
+    assert any(line.strip().startswith("all runs: receive_window_stream") for line in shown), shown
 
 
 @pytest.mark.timing

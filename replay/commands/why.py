@@ -58,7 +58,8 @@ def prediction(row: dict, rules, components: dict[str, list] | None = None) -> B
     window model (replay/flowcontrol.py) with the client stack's measured update rule, the download's start
     charged, at the link's round trip (an upload's: the server's windows and its stack's rule, the client's start); for the link, its configured rate; for an end's CPU, a core's worth of
     that end's CPU per GB (8 / (CPU seconds per 10^9 bytes) Gbit/s), from its profile where the condition was
-    profiled, else from the run's own CPU seconds. None for other limits (not modelled)."""
+    profiled, else from the run's own CPU seconds. Of several clients (a run's goodput their mean), a client's
+    share of what the link and the server's core allow. None for other limits (not modelled)."""
     from replay.flowcontrol import client_window_bound, receiver_window_bound
     from replay.impact import UPLOAD_PARAMETERS
     label = row["limited_by"] or ""
@@ -90,8 +91,12 @@ def prediction(row: dict, rules, components: dict[str, list] | None = None) -> B
         per_gb = profiled or row.get(f"{end}_cpu_s_per_gb")
         if per_gb:
             source = "its profile" if profiled else "its CPU seconds"
-            return Bound(8000 / per_gb, 8000 / per_gb, f"a core at the {end}'s {per_gb:.2f} CPU s/GB ({source})",
-                         CEILING_SLACK)
+            # the server's core serves every client: a client's share of it, as of the link (the clients' CPU seconds
+            # and bytes are each summed, so that a client's own core allows the whole of 8000 / per_gb)
+            clients = (row.get("clients") or 1) if end == "server" else 1
+            share = 8000 / per_gb / clients
+            return Bound(share, share, f"a core at the {end}'s {per_gb:.2f} CPU s/GB ({source})"
+                         + (f" shared by {clients} clients" if clients > 1 else ""), CEILING_SLACK)
     return None
 
 
