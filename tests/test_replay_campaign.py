@@ -187,6 +187,39 @@ def test_a_fidelity_campaign_in_two_shards_merges_into_a_file_fidelity_and_the_n
     assert "beside its set firefox-" in fidelity and "ngtcp2 pinned" in fidelity, fidelity[:2000]
 
 
+FIGURE = """campaign = "figure"
+[[experiment]]
+name = "5.1a"
+stacks = ["ngtcp2"]
+set-pairs = [["config4+initial_max_data=4294967295", "config4+initial_max_data=4294967295"]]
+size = "100KB"
+reps = 1
+"""
+
+
+def test_a_campaign_experiment_named_after_a_figure_is_that_figure_in_reproduce_s_report(campaign_file, tmp_path):
+    """A campaign file's experiment named 5.1a (datasets/campaign/full-grid.toml's), merged, is read by `qreplay
+    reproduce --report-only` as figure 5.1a: its set is named as reproduce names the thesis's config4, and its one
+    run is the figure's point."""
+    from replay.reproduce import plan_campaign
+
+    path, out = tmp_path / "figure.toml", tmp_path / "report"
+    path.write_text(FIGURE)
+    (figure,) = plan_campaign(figures={"5.1a"})
+    set_name = "config4+initial_max_data=4294967295"
+    assert set_name in {c.client.name for c in figure.conditions}  # one name for the set on both sides
+    done = _qreplay("campaign", "run", path, "--shard", "0/1", "--out", tmp_path / "c", "--quiet")
+    assert done.returncode == 0 and json.loads(done.stdout)["failed"] == 0, done.stderr
+    out.mkdir()
+    assert _qreplay("campaign", "merge", tmp_path / "c", "--out", out / "reproduce.duckdb").returncode == 0
+    report = _qreplay("reproduce", "--report-only", "--out-dir", out)
+    assert report.returncode == 0, report.stderr
+    markdown = (out / "report.md").read_text()
+    assert "Campaign `figure` (full)" in markdown, markdown[:1000]
+    assert f"| ngtcp2 | {set_name} | {set_name} / {set_name}, 0 ms | 1 | " in markdown, markdown
+    assert (out / "figure_5.1a.png").is_file()
+
+
 @pytest.mark.parametrize("option, value, said", [
     ("stacks", '["nosuch"]', "unknown stack 'nosuch'"), ("sets", '["nosuch"]', "unknown set 'nosuch'"),
     ("cc", '"vegas"', "--cc takes cubic, bbr"), ("colour", '"red"', "unknown option 'colour'"),
