@@ -289,6 +289,37 @@ def test_the_plan_deals_rounds_so_every_host_interleaves_every_condition():
     assert campaign.plan({"campaign": "p", "experiment": [{"reps": 4, "size": "1MB"}]}).digest != plan.digest
 
 
+def test_a_campaign_naming_its_run_times_deals_its_runs_by_them(tmp_path):
+    """`measured`: the run times the runs are dealt by. A 0 ms run takes five times a 40 ms one, three of each on
+    two hosts: by count one host gets 11 s and the other 7 s, by time 10 and 8, a condition's first two repetitions
+    on different hosts; each host runs its share in the plan's order, every load deals the same (the deal is the
+    plan's alone), other run times make another digest (the campaign directory refuses a shard of it), and
+    `campaign plan` projects from the file's run times unless given others."""
+    measured = [{"stack": "ngtcp2", "server_stack": "ngtcp2", "delay_ms": delay, "loss_pct": 0, "rate_bps": None,
+                 "size_bytes": 10_000_000, "workload": "download", "seconds": seconds, "transfer": seconds - 0.5}
+                for delay, seconds in ((0, 5.0), (40, 1.0))]
+    (tmp_path / "times.json").write_text(json.dumps({"provenance": {}, "setups": [], "fixed": [], "runs": measured}))
+    text = '[[experiment]]\nstacks = ["ngtcp2"]\ndelays = ["0ms", "40ms"]\nsize = "10MB"\nreps = 3\n'
+    (tmp_path / "count.toml").write_text(f'campaign = "d"\n{text}')
+    (tmp_path / "timed.toml").write_text(f'campaign = "d"\nmeasured = "times.json"\n{text}')
+    by_count, by_time = campaign.load(tmp_path / "count.toml"), campaign.load(tmp_path / "timed.toml")
+    assert by_count.weights is None and sorted(by_time.weights) == [1.0] * 3 + [5.0] * 3
+    assert sorted(campaign.project(by_count, 2, measured, []).host_seconds) == [7.0, 11.0]
+    assert sorted(campaign.project(by_time, 2, measured, []).host_seconds) == [8.0, 10.0]
+    for shard in range(2):
+        share = by_time.share(shard, 2)
+        assert [run.index for run in share] == sorted(run.index for run in share)
+        assert share == campaign.load(tmp_path / "timed.toml").share(shard, 2)
+    slow = [run for run in by_time.runs if run.condition.link.delay_down_ms == 0]
+    assert by_time.deal(2)[slow[0].index] != by_time.deal(2)[slow[1].index]
+    assert by_count.digest != by_time.digest
+    planned = _qreplay("campaign", "plan", tmp_path / "timed.toml", "--hosts", "2")
+    assert planned.returncode == 0 and re.search(r"^on 2: +10 s ", planned.stdout, re.MULTILINE), planned.stdout
+    (tmp_path / "times.json").write_text(json.dumps({"provenance": {}, "setups": [], "fixed": [],
+                                                     "runs": measured[:1]}))
+    assert campaign.load(tmp_path / "timed.toml").digest != by_time.digest
+
+
 def test_a_run_at_an_unmeasured_size_is_its_link_s_transfer_scaled():
     """A 100 MB run whose link was measured at 10 MB: the transfer scaled, the rest as measured (1 s + 10 x 4 s);
     one on a link measured at no size falls back to the stack's runs; set-ups counted once an experiment."""
