@@ -326,21 +326,12 @@ def _series(stack, pairs: list[tuple], sweep: tuple[str, list, str] | None) -> l
             for client, server, value in [swept(c, s, param, v, side)]]
 
 
-def _refuse_unswept(experiment: Experiment, sweep: tuple[str, list, str] | None) -> None:
-    """A stack whose swept side cannot set the swept parameter would draw one value as many: one line."""
-    if not sweep:
-        return
-    param, _, side = sweep
-    for condition in experiment.conditions:
-        stack = experiment.stacks(condition)[side == "server"]
-        if param not in stack.settable.get(side, frozenset()):
-            raise ToolError(f"{stack.name}'s {side} cannot set {param}, which the sweep varies")
-
-
 def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
     """One [[experiment]] table as runner Experiments: one per size and server stack (a run's options hold one
     size, an experiment one server stack)."""
-    from replay.commands.run import make_link, make_options, optional_stack, two_hosts, warn_if_client_set
+    from replay.commands.run import (
+        make_link, make_options, optional_stack, refuse_unsweepable, two_hosts, warn_if_client_set,
+    )
     from replay.link import parse_size
     from replay.stacks import get_stack
 
@@ -401,7 +392,8 @@ def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
                 raise ToolError(f"a condition is listed twice (set {twice.client.name}"
                                 + (f", server set {twice.server.name}" if twice.server else "")
                                 + "): each run must have a condition of its own")
-            _refuse_unswept(experiment, sweep)
+            if sweep:
+                refuse_unsweepable(sweep[0], sweep[2], map(experiment.stacks, experiment.conditions))
             experiments.append(experiment)
     except (ToolError, ValueError, TypeError) as exc:
         raise ToolError(f"{where}: {exc}") from None

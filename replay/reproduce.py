@@ -76,9 +76,11 @@ class FigurePlan:
     def refusal(self, stack: Stack) -> str | None:
         """Why ``stack`` cannot run this figure (its client speaks no such workload, or its side of a sweep
         cannot set the swept parameter, which would draw one value as many), else None."""
+        from replay.commands.run import sweep_refusal
+
         param = self.conditions[0].sweep_param
-        if param and param not in stack.settable.get(self.side, frozenset()):
-            return f"{stack.name}'s {self.side} cannot set {param}"
+        if param and (reason := sweep_refusal(stack, param, self.side)):
+            return reason
         if not self.browsers:
             return stack.workload_refusal(self.options())
         if not (stack.serves_page and stack.serves("h3")):
