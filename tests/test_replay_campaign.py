@@ -231,13 +231,14 @@ def test_a_campaign_experiment_named_after_a_figure_is_that_figure_in_reproduce_
     ("fidelity", 'true\nstacks = ["ngtcp2"]', "at least one of each"),
     ("fidelity", 'true\nstacks = ["firefox", "ngtcp2"]\ncc = "bbr"', "a fidelity experiment takes"),
     ("fidelity", '"yes"', "fidelity = true makes"),
-    # sweeps and set pairs: malformed ones end the same way
     ("param", '"initial_max_data"', "a sweep takes param"), ("side", '"server"', "a sweep takes param"),
     ("param", '"initial_max_dat"\nvalues = [1]', "param: 'initial_max_dat' is not one of"),
     ("param", '"initial_max_data"\nvalues = []', "values: the values of initial_max_data"),
     ("param", '"initial_max_data"\nvalues = ["big"]', "initial_max_data takes an integer, not 'big'"),
     ("param", '"initial_max_data"\nvalues = [1]\nside = "both"', "side must be client or server"),
     ("param", '"initial_max_data"\nvalues = [1]\nstacks = ["firefox"]', "a browser's parameters are its own"),
+    ("param", '"initial_max_stream_data_bidi_remote"\nvalues = [1]\nstacks = ["quic-go"]',
+     "quic-go's client cannot set initial_max_stream_data_bidi_remote, which the sweep varies"),
     ("set-pairs", '[["alpha"]]', "set-pairs is a list of [client set, server set]"),
     ("set-pairs", '[["alpha", "nosuch"]]', "unknown set 'nosuch'"),
     ("set-pairs", '[["alpha", "alpha"]]\nsets = ["alpha"]', "leave sets and server-set out"),
@@ -245,6 +246,8 @@ def test_a_campaign_experiment_named_after_a_figure_is_that_figure_in_reproduce_
     ("server-stack", '["quinn", "nosuch"]', "unknown stack 'nosuch'"),
     ("sets", '["alpha", "alpha"]', "a condition is listed twice")])
 def test_a_bad_campaign_file_ends_in_one_line_before_any_run(tmp_path, option, value, said):
+    """Every refusal of an experiment's table, its sweeps and set pairs among them: one line, exit 2, in `campaign
+    plan` and `campaign run` alike, before anything starts."""
     path = tmp_path / "bad.toml"
     path.write_text(f'campaign = "bad"\n[[experiment]]\n{option} = {value}\n')
     for argv in (["plan", path], ["run", path, "--shard", "0/1", "--out", tmp_path / "out"]):
