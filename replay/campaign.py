@@ -193,6 +193,8 @@ def plan(data: dict, source: str = "campaign", base: Path | None = None) -> Plan
     try:
         measured = measured_source(data, base)
         times = measured_durations([measured])[0] if measured else None
+        if times == []:
+            raise ToolError(f"measured: {measured} holds no run times to deal the runs by")
     except ToolError as exc:
         raise ToolError(f"{source}: {exc}") from None
     return replace(plan_of(name, experiments, times), measured=measured)
@@ -217,9 +219,9 @@ def plan_of(name: str, experiments: list[Experiment], measured: list[dict] | Non
     weights = None
     if measured is not None:  # to the millisecond: the same file gives the same weights on every host
         estimate, of = estimator(measured), {}
-        for run in runs:  # a condition's once
+        for run in runs:  # a condition's once; none free (runs of no time would all go to one host)
             if run.condition_id not in of:
-                of[run.condition_id] = round(estimate(planned_values(experiments, run))[1], 3)
+                of[run.condition_id] = max(0.001, round(estimate(planned_values(experiments, run))[1], 3))
         weights = tuple(of[run.condition_id] for run in runs)
     # the weights only where there are any: the digests of campaigns dealt by count stay theirs
     digest = hashlib.sha256(json.dumps([name, described, [r.run_id for r in runs], *([weights] if weights else [])],
