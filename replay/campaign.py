@@ -15,10 +15,13 @@ of a stack not usable here stay in the plan (:func:`needs`).
 
 Order: per experiment, as ``qreplay`` runs one (replay/runner.py's
 ``run_order``): conditions sharing a link together, rounds of one run per
-condition, the round's order rotated by one each repetition; the k-th run of
-that order goes to shard k mod N. So each host runs rounds over the
-conditions as one host does, and a condition's repetitions land on different
-hosts.
+condition, the round's order rotated by one each repetition. The deal
+(:meth:`Plan.deal`): where the campaign file names run times (``measured``),
+each run's projected time (as :func:`project` estimates it) and the longest
+first to the host with the least so far; else the k-th run to shard k mod N.
+Either way a host runs its share in the campaign's order, so each host runs
+rounds over the conditions as one host does, and a condition's repetitions
+land on different hosts.
 
 A shard (:func:`run_shard`) stores each run on its own under its plan id in
 its own results file (``DIR/_work/main/shard-I.duckdb``), skipping the ids
@@ -29,17 +32,18 @@ rules); :func:`merge` makes the partitions one results file again.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import hashlib
+import heapq
 import itertools
 import json
-import math
 import os
 import shlex
 import tomllib
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import duckdb
@@ -78,8 +82,10 @@ class PlannedRun:
     condition: Condition
     rep: int
 
-    def shard(self, shards: int) -> int:
-        return self.index % shards
+    @property
+    def condition_id(self) -> str:
+        """Its condition's plan id (its run id up to the repetition), its repetitions' too."""
+        return self.run_id.rpartition("-r")[0]
 
 
 @dataclass(frozen=True)
@@ -87,16 +93,61 @@ class Plan:
     name: str
     experiments: list[Experiment]
     runs: list[PlannedRun]
-    digest: str  # of the expanded plan: shards of one campaign must agree on it
+    digest: str  # of the expanded plan (its weights included): shards of one campaign must agree on it
+    #: each run's projected seconds, from the run times the campaign file names (`measured`): the deal weighs runs
+    #: by them; None: the deal counts runs
+    weights: tuple[float, ...] | None = None
+    measured: Path | None = None  # where the weights came from: the campaign file's `measured`
+    _deals: dict[int, list[int]] = field(default_factory=dict, compare=False, repr=False)
+
+    def deal(self, shards: int) -> list[int]:
+        """Each run's shard of ``shards`` (by its index). By count, the k-th run to shard k mod N. By weight, the
+        longest projected run first (ties: the earlier in the plan) to the shard with the least projected time so
+        far (ties: the lower shard), or to the least loaded of those holding none of its condition's runs yet (once
+        every shard holds one, anew) where that costs no more than the run's own time: the slowest shard's share is
+        within two runs of the mean, where a deal by count left one up to a fifth above it on 64 hosts, and a
+        condition's repetitions still go to different hosts. Made of the plan alone, so every host deals the same;
+        each shard runs its share in the plan's order."""
+        if shards not in self._deals:
+            if self.weights is None:
+                self._deals[shards] = [run.index % shards for run in self.runs]
+            else:
+                self._deals[shards] = _deal_by_weight(self.runs, self.weights, shards)
+        return self._deals[shards]
 
     def share(self, shard: int, shards: int) -> list[PlannedRun]:
-        return [run for run in self.runs if run.shard(shards) == shard]
+        dealt = self.deal(shards)
+        return [run for run in self.runs if dealt[run.index] == shard]
 
     def part(self, keep: Callable[[PlannedRun], bool]) -> Plan:
         """The runs ``keep`` holds, in the plan's order, dealt anew as a campaign of their own (a figure's or a
         stack's part of a campaign, projected alone)."""
-        kept = [replace(run, index=index) for index, run in enumerate(r for r in self.runs if keep(r))]
-        return Plan(self.name, self.experiments, kept, self.digest)
+        kept = [run for run in self.runs if keep(run)]
+        return Plan(self.name, self.experiments, [replace(run, index=index) for index, run in enumerate(kept)],
+                    self.digest, None if self.weights is None else tuple(self.weights[run.index] for run in kept),
+                    self.measured)
+
+
+def _deal_by_weight(runs: list[PlannedRun], weights: tuple[float, ...], shards: int) -> list[int]:
+    dealt, loads = [0] * len(runs), [(0.0, shard) for shard in range(shards)]
+    holding: dict[str, set[int]] = {}  # a condition's shards
+    for index in sorted(range(len(runs)), key=lambda i: (-weights[i], i)):
+        held = holding.setdefault(runs[index].condition_id, set())
+        if len(held) == shards:
+            held.clear()
+        passed = []
+        while loads[0][1] in held:  # some shard holds none of it: len(held) < shards
+            passed.append(heapq.heappop(loads))
+        load, shard = heapq.heappop(loads)
+        if passed and load - passed[0][0] > weights[index]:  # spread at the cost of more than the run: not spread
+            passed.append((load, shard))
+            load, shard = passed.pop(0)
+        for item in passed:
+            heapq.heappush(loads, item)
+        dealt[index] = shard
+        held.add(shard)
+        heapq.heappush(loads, (load + weights[index], shard))
+    return dealt
 
 
 def load(path: str | Path) -> Plan:
@@ -107,16 +158,28 @@ def load(path: str | Path) -> Plan:
         raise ToolError(f"no campaign file {path}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ToolError(f"{path} is not a TOML campaign file: {exc}") from None
-    return plan(data, str(path))
+    return plan(data, str(path), Path(path).parent)
 
 
-def plan(data: dict, source: str = "campaign") -> Plan:
+def measured_source(data: dict, base: Path | None) -> Path | None:
+    """The run times a campaign file names (``measured``: a results file, campaign directory or saved JSON, relative
+    to the file), by which its runs are dealt and, without --measured, projected; None where it names none."""
+    if "measured" not in data:
+        return None
+    if not isinstance(data["measured"], str) or not data["measured"]:
+        raise ToolError('measured names the run times to deal the runs by, e.g. measured = "seeds-measured.json"')
+    return (base or Path(".")) / data["measured"]
+
+
+def plan(data: dict, source: str = "campaign", base: Path | None = None) -> Plan:
+    """``data`` (a campaign file's tables) planned; ``base``: the file's directory (its `measured` is relative to
+    it)."""
     name = data.get("campaign")
     if not isinstance(name, str) or not name:
         raise ToolError(f"{source}: give the campaign a name (campaign = \"NAME\")")
-    unknown = set(data) - {"campaign", "experiment"}
+    unknown = set(data) - {"campaign", "experiment", "measured"}
     if unknown:
-        raise ToolError(f"{source}: unknown key {sorted(unknown)[0]!r} (a campaign has `campaign` and "
+        raise ToolError(f"{source}: unknown key {sorted(unknown)[0]!r} (a campaign has `campaign`, `measured` and "
                         "[[experiment]] tables)")
     entries = data.get("experiment")
     if not isinstance(entries, list) or not entries:
@@ -127,11 +190,19 @@ def plan(data: dict, source: str = "campaign") -> Plan:
     ids = [e.experiment_id for e in experiments]
     if len(set(ids)) != len(ids):
         raise ToolError(f"{source}: two experiments share a name and size; name each [[experiment]]")
-    return plan_of(name, experiments)
+    try:
+        measured = measured_source(data, base)
+        times = measured_durations([measured])[0] if measured else None
+        if times == []:
+            raise ToolError(f"measured: {measured} holds no run times to deal the runs by")
+    except ToolError as exc:
+        raise ToolError(f"{source}: {exc}") from None
+    return replace(plan_of(name, experiments, times), measured=measured)
 
 
-def plan_of(name: str, experiments: list[Experiment]) -> Plan:
-    """Experiments as a campaign's runs, in its order (rotated_order), each with its plan id."""
+def plan_of(name: str, experiments: list[Experiment], measured: list[dict] | None = None) -> Plan:
+    """Experiments as a campaign's runs, in its order (rotated_order), each with its plan id; ``measured``: run
+    times to weigh the runs by for the deal (Plan.deal)."""
     runs: list[PlannedRun] = []
     for number, experiment in enumerate(experiments):
         # a condition's index in its experiment (the first of equal ones), looked up once: list.index a run
@@ -145,9 +216,17 @@ def plan_of(name: str, experiments: list[Experiment]) -> Plan:
     # a two-host experiment's server and launcher only when asked: the digests of earlier campaigns stay theirs
     described = [[e.experiment_id, e.tags, e.reps, e.link_backend,
                   *([e.server_host, e.launcher.describe()] if e.server_host else [])] for e in experiments]
-    digest = hashlib.sha256(json.dumps([name, described, [r.run_id for r in runs]], default=str)
-                            .encode()).hexdigest()[:16]
-    return Plan(name, experiments, runs, digest)
+    weights = None
+    if measured is not None:  # to the millisecond: the same file gives the same weights on every host
+        estimate, of = estimator(measured), {}
+        for run in runs:  # a condition's once; none free (runs of no time would all go to one host)
+            if run.condition_id not in of:
+                of[run.condition_id] = max(0.001, round(estimate(planned_values(experiments, run))[1], 3))
+        weights = tuple(of[run.condition_id] for run in runs)
+    # the weights only where there are any: the digests of campaigns dealt by count stay theirs
+    digest = hashlib.sha256(json.dumps([name, described, [r.run_id for r in runs], *([weights] if weights else [])],
+                                       default=str).encode()).hexdigest()[:16]
+    return Plan(name, experiments, runs, digest, weights)
 
 
 def needs(plan_: Plan, runs: list[PlannedRun] | None = None) -> dict[str, tuple[str, int]]:
@@ -249,21 +328,12 @@ def _series(stack, pairs: list[tuple], sweep: tuple[str, list, str] | None) -> l
             for client, server, value in [swept(c, s, param, v, side)]]
 
 
-def _refuse_unswept(experiment: Experiment, sweep: tuple[str, list, str] | None) -> None:
-    """A stack whose swept side cannot set the swept parameter would draw one value as many: one line."""
-    if not sweep:
-        return
-    param, _, side = sweep
-    for condition in experiment.conditions:
-        stack = experiment.stacks(condition)[side == "server"]
-        if param not in stack.settable.get(side, frozenset()):
-            raise ToolError(f"{stack.name}'s {side} cannot set {param}, which the sweep varies")
-
-
 def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
     """One [[experiment]] table as runner Experiments: one per size and server stack (a run's options hold one
     size, an experiment one server stack)."""
-    from replay.commands.run import make_link, make_options, optional_stack, two_hosts, warn_if_client_set
+    from replay.commands.run import (
+        make_link, make_options, optional_stack, refuse_unsweepable, two_hosts, warn_if_client_set,
+    )
     from replay.link import parse_size
     from replay.stacks import get_stack
 
@@ -324,7 +394,8 @@ def _expand(campaign: str, entry: dict, where: str) -> list[Experiment]:
                 raise ToolError(f"a condition is listed twice (set {twice.client.name}"
                                 + (f", server set {twice.server.name}" if twice.server else "")
                                 + "): each run must have a condition of its own")
-            _refuse_unswept(experiment, sweep)
+            if sweep:
+                refuse_unsweepable(sweep[0], sweep[2], map(experiment.stacks, experiment.conditions))
             experiments.append(experiment)
     except (ToolError, ValueError, TypeError) as exc:
         raise ToolError(f"{where}: {exc}") from None
@@ -494,8 +565,8 @@ def save_measured(sources: list[str | Path], out: str | Path, provenance: dict) 
     return saved
 
 
-def planned_values(plan_: Plan, run: PlannedRun) -> dict:
-    experiment = plan_.experiments[run.experiment]
+def planned_values(plan_: Plan | list[Experiment], run: PlannedRun) -> dict:
+    experiment = (plan_.experiments if isinstance(plan_, Plan) else plan_)[run.experiment]
     client, server = experiment.stacks(run.condition)
     link = run.condition.link
     return {"stack": client.name, "server_stack": server.name, "delay_ms": link.delay_down_ms,
@@ -518,6 +589,7 @@ class Projection:
     #: at load 4.5, 2026-11-28: docs/scale.md)
     measured_load: tuple[float, float] | None
     load_now: float
+    most_runs: int = 0  # the most runs the deal gives a host
 
     @property
     def wall_seconds(self) -> float:
@@ -527,13 +599,38 @@ class Projection:
 def project(plan_: Plan, hosts: int, measured: list[dict], setups: list[float],
             fixed: list[float] | None = None) -> Projection:
     """Each planned run's time is the mean of the measured runs of its conditions (falling back to coarser
-    matches, KEYS); a host's time is its runs' plus one set-up per experiment it has runs of, plus a shard's
-    fixed cost (the mean of ``fixed``, measured shards' time outside their experiments)."""
+    matches, KEYS: estimator); a host's time is its runs' (as the plan deals them, Plan.deal) plus one set-up per
+    experiment it has runs of, plus a shard's fixed cost (the mean of ``fixed``, measured shards' time outside
+    their experiments)."""
     if hosts < 1:
         raise ToolError(f"hosts must be at least 1, not {hosts}")
     if not measured:
         raise ToolError("no measured runs to project from: give --measured with an earlier results file or "
                         "campaign directory (a campaign's first runs, e.g. `qreplay campaign run` with reps = 1)")
+    estimate = estimator(measured)
+    setup = sum(setups) / len(setups) if setups else 0.0
+    matched = dict.fromkeys(LEVELS, 0)
+    seconds = [0.0] * hosts
+    experiments: list[set[int]] = [set() for _ in range(hosts)]
+    dealt = plan_.deal(hosts)
+    for run in plan_.runs:
+        level, estimated = estimate(planned_values(plan_, run))
+        if level:
+            matched[level] += 1
+            seconds[dealt[run.index]] += estimated
+            experiments[dealt[run.index]].add(run.experiment)
+    once = sum(fixed) / len(fixed) if fixed else 0.0
+    host_seconds = [s + setup * len(e) + once for s, e in zip(seconds, experiments)]
+    loads = [load for run in measured for load in run.get("loads", ()) if load is not None]
+    return Projection(hosts, len(plan_.runs), host_seconds, sum(seconds) + setup * len(plan_.experiments) + once,
+                      {k: v for k, v in matched.items() if v}, len(measured), setup, once,
+                      (min(loads), max(loads)) if loads else None, round(os.getloadavg()[0], 2),
+                      max(collections.Counter(dealt).values(), default=0))
+
+
+def estimator(measured: list[dict]) -> Callable[[dict], tuple[str | None, float]]:
+    """(the match level, seconds) of a planned run's values (planned_values) from ``measured``: the mean of the
+    measured runs of its conditions, falling back to coarser matches (KEYS, SCALED); each condition's once."""
     means = []
     for columns in KEYS:
         groups: dict[tuple, list[float]] = {}
@@ -547,27 +644,15 @@ def project(plan_: Plan, hosts: int, measured: list[dict], setups: list[float],
         transfer = run.get("transfer") or 0.0
         parts.setdefault(_key(run, SCALED), []).append((run["seconds"] - transfer, transfer / run["size_bytes"]))
     scaled = {key: tuple(sum(p[i] for p in v) / len(v) for i in (0, 1)) for key, v in parts.items()}
-    setup = sum(setups) / len(setups) if setups else 0.0
-    matched = dict.fromkeys(LEVELS, 0)
-    seconds = [0.0] * hosts
-    experiments: list[set[int]] = [set() for _ in range(hosts)]
-    estimates: dict[tuple, tuple[str, float]] = {}  # a condition's estimate, once (a campaign repeats them)
-    for run in plan_.runs:
-        values = planned_values(plan_, run)
+    estimates: dict[tuple, tuple[str | None, float]] = {}  # a condition's estimate, once (a campaign repeats them)
+
+    def estimate(values: dict) -> tuple[str | None, float]:
         condition = _key(values, KEYS[0])
         if condition not in estimates:
             estimates[condition] = _estimate(values, means, scaled)
-        level, estimate = estimates[condition]
-        if level:
-            matched[level] += 1
-            seconds[run.shard(hosts)] += estimate
-            experiments[run.shard(hosts)].add(run.experiment)
-    once = sum(fixed) / len(fixed) if fixed else 0.0
-    host_seconds = [s + setup * len(e) + once for s, e in zip(seconds, experiments)]
-    loads = [load for run in measured for load in run.get("loads", ()) if load is not None]
-    return Projection(hosts, len(plan_.runs), host_seconds, sum(seconds) + setup * len(plan_.experiments) + once,
-                      {k: v for k, v in matched.items() if v}, len(measured), setup, once,
-                      (min(loads), max(loads)) if loads else None, round(os.getloadavg()[0], 2))
+        return estimates[condition]
+
+    return estimate
 
 
 def _estimate(values: dict, means: list[dict], scaled: dict) -> tuple[str | None, float]:
@@ -592,7 +677,7 @@ def projection_lines(plan_: Plan, p: Projection, file: str, directory: str) -> l
         f"{p.runs:,} runs",
         f"one host:    {duration(p.one_host_seconds)}",
         f"on {p.hosts}:{' ' * max(1, 8 - len(str(p.hosts)))}{duration(p.wall_seconds)} (the slowest host's share; "
-        f"{math.ceil(p.runs / p.hosts):,} runs at most a host)",
+        f"{p.most_runs:,} runs at most a host)",
         "estimated:   " + ", ".join(f"{n:,} runs by {level}" for level, n in p.matched.items())
         + f" (means of {p.measured_runs:,} measured runs; {p.setup_seconds:.1f} s set-up and teardown an experiment "
         "a host, "

@@ -48,7 +48,7 @@ from replay.grids.reproduce import (
     SAME_SET_BOTH_SIDES, SERVER_SETS, CLIENT_SETS, DELAYS_MS, LOSSES_PCT, LOSS_DELAY_MS, SWEEP_DELAY_MS,
     INITIAL_MAX_DATA_VALUES, BIDI_LOCAL_VALUES, STREAMS_FIGURE, STREAMS_PARAM, TABLE_5_6, STREAMS_VALUES,
     STREAMS_CONCURRENCY, STREAMS_RESPONSE_BYTES, SERVER_TWINS, SERVER_STREAMS_FIGURE, TWIN_BROWSERS, FIGURE_TITLES,
-    PACKET_FIGURES
+    PACKET_FIGURES, TWIN_FIGURES
 )
 
 
@@ -76,9 +76,11 @@ class FigurePlan:
     def refusal(self, stack: Stack) -> str | None:
         """Why ``stack`` cannot run this figure (its client speaks no such workload, or its side of a sweep
         cannot set the swept parameter, which would draw one value as many), else None."""
+        from replay.commands.run import sweep_refusal
+
         param = self.conditions[0].sweep_param
-        if param and param not in stack.settable.get(self.side, frozenset()):
-            return f"{stack.name}'s {self.side} cannot set {param}"
+        if param and (reason := sweep_refusal(stack, param, self.side)):
+            return reason
         if not self.browsers:
             return stack.workload_refusal(self.options())
         if not (stack.serves_page and stack.serves("h3")):
@@ -95,12 +97,10 @@ AS_THE_THESIS_RAN = {"config4": ["initial_max_data=4294967295"]}
 
 
 def _thesis_set(name: str) -> NamedSet:
+    """A thesis set as the thesis ran it, named as any set with overrides is (config4+initial_max_data=4294967295):
+    the name a campaign file gives it too (replay/campaign.py), so that the report reads a campaign's runs of it."""
     named = resolve_one(name)
-    if name not in AS_THE_THESIS_RAN:
-        return named
-    changed = with_overrides(named, AS_THE_THESIS_RAN[name])
-    return NamedSet(f"{name}-as-run", changed.params, f"{named.source}, {', '.join(AS_THE_THESIS_RAN[name])} "
-                                                      "as the thesis ran it")
+    return with_overrides(named, AS_THE_THESIS_RAN[name]) if name in AS_THE_THESIS_RAN else named
 
 
 def _pair(name: str, role: str) -> tuple[NamedSet, NamedSet]:
@@ -227,9 +227,9 @@ def run_campaign(stacks: list[Stack], plans: list[FigurePlan], results: str | Pa
     campaign = uuid.uuid4().hex[:12]
     execute = execute or run_experiment
     for plan, stack in runnable:
-        tags = {"campaign": campaign, "figure": plan.figure, "mode": mode, "not_run": not_run}
+        # the figure as a campaign file's experiment is named (replay/campaign.py): the report reads either
+        tags = {"campaign": campaign, FIGURE_TAG: plan.figure, "mode": mode, "not_run": not_run}
         if plan.browsers:  # the browsers are the clients, the stack their server
-            tags["browsers"] = list(plan.browsers)
             execute(Experiment(plan.kind, get_stack(plan.browsers[0]), list(plan.conditions), plan.options(),
                                plan.reps, link_backend, command_line, udp_buffer_bytes=udp_buffer_bytes, tags=tags,
                                server_stack=stack), Path(results))
@@ -298,9 +298,19 @@ class Campaign:
                 and all(getattr(s, k) == v for k, v in where.items())]
 
 
-#: reproduce's experiments among those tagged `campaign` (a replay campaign file's carry that tag too,
-#: replay/campaign.py; reproduce's alone a figure)
-OWN = "json_extract_string(config, '$.figure') IS NOT NULL"
+#: an experiment's figure: reproduce tags it as a campaign file tags its experiments' names (replay/campaign.py), so
+#: that a campaign file's experiment named after a figure (datasets/campaign/full-grid.toml) is that figure's
+FIGURE_TAG = "campaign_experiment"
+#: the tag results written before 2026-11-29 gave the figure: still read
+OLD_FIGURE_TAG = "figure"
+#: reproduce's experiments among those tagged `campaign` (a replay campaign file's carry that tag too): those whose
+#: figure is one of reproduce's
+OWN = (f"coalesce(json_extract_string(config, '$.{FIGURE_TAG}'), "
+       f"json_extract_string(config, '$.{OLD_FIGURE_TAG}')) IN ({', '.join(map(repr, FIGURE_TITLES))})")
+
+
+def figure_of(config: dict) -> str:
+    return config.get(FIGURE_TAG) or config[OLD_FIGURE_TAG]
 
 
 def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
@@ -320,7 +330,7 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
         con.close()
     chosen_configs = [configs[e[0]] for e in chosen]
     # a server-side twin's experiment is its browser's, its stack the server: the campaign's stack is that
-    twin = {e[0] for e in chosen if configs[e[0]].get("browsers")}
+    twin = {e[0] for e in chosen if figure_of(configs[e[0]]) in TWIN_FIGURES}
     stack_of = {e[0]: configs[e[0]]["server_stack"] if e[0] in twin else e[1] for e in chosen}
     version_of = {e[0]: configs[e[0]].get("server_stack_version" if e[0] in twin else "stack_version")
                   for e in chosen}
@@ -353,7 +363,7 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
             bound = client_window_bound(requested, rtt, s["stack"], size, rules)
             steady = client_window_bound(requested, rtt, s["stack"], rules=rules)
         out.summaries.append(ConditionSummary(
-            label, configs[s["experiment_id"]]["figure"], s["set_name"], s["server_set_name"], s["delay_ms"],
+            label, figure_of(configs[s["experiment_id"]]), s["set_name"], s["server_set_name"], s["delay_ms"],
             loss, s["sweep_param"], s["sweep_value"], size, s["runs"], s["failed"], s["n"], mean, stddev,
             s["client_socket_drop_pct"], s["mean_client_tx_packets"], s["mean_server_tx_packets"],
             s["mean_client_cpu_share"], s["mean_server_cpu_share"],

@@ -187,6 +187,39 @@ def test_a_fidelity_campaign_in_two_shards_merges_into_a_file_fidelity_and_the_n
     assert "beside its set firefox-" in fidelity and "ngtcp2 pinned" in fidelity, fidelity[:2000]
 
 
+FIGURE = """campaign = "figure"
+[[experiment]]
+name = "5.1a"
+stacks = ["ngtcp2"]
+set-pairs = [["config4+initial_max_data=4294967295", "config4+initial_max_data=4294967295"]]
+size = "100KB"
+reps = 1
+"""
+
+
+def test_a_campaign_experiment_named_after_a_figure_is_that_figure_in_reproduce_s_report(campaign_file, tmp_path):
+    """A campaign file's experiment named 5.1a (datasets/campaign/full-grid.toml's), merged, is read by `qreplay
+    reproduce --report-only` as figure 5.1a: its set is named as reproduce names the thesis's config4, and its one
+    run is the figure's point."""
+    from replay.reproduce import plan_campaign
+
+    path, out = tmp_path / "figure.toml", tmp_path / "report"
+    path.write_text(FIGURE)
+    (figure,) = plan_campaign(figures={"5.1a"})
+    set_name = "config4+initial_max_data=4294967295"
+    assert set_name in {c.client.name for c in figure.conditions}  # one name for the set on both sides
+    done = _qreplay("campaign", "run", path, "--shard", "0/1", "--out", tmp_path / "c", "--quiet")
+    assert done.returncode == 0 and json.loads(done.stdout)["failed"] == 0, done.stderr
+    out.mkdir()
+    assert _qreplay("campaign", "merge", tmp_path / "c", "--out", out / "reproduce.duckdb").returncode == 0
+    report = _qreplay("reproduce", "--report-only", "--out-dir", out)
+    assert report.returncode == 0, report.stderr
+    markdown = (out / "report.md").read_text()
+    assert "Campaign `figure` (full)" in markdown, markdown[:1000]
+    assert f"| ngtcp2 | {set_name} | {set_name} / {set_name}, 0 ms | 1 | " in markdown, markdown
+    assert (out / "figure_5.1a.png").is_file()
+
+
 @pytest.mark.parametrize("option, value, said", [
     ("stacks", '["nosuch"]', "unknown stack 'nosuch'"), ("sets", '["nosuch"]', "unknown set 'nosuch'"),
     ("cc", '"vegas"', "--cc takes cubic, bbr"), ("colour", '"red"', "unknown option 'colour'"),
@@ -198,13 +231,14 @@ def test_a_fidelity_campaign_in_two_shards_merges_into_a_file_fidelity_and_the_n
     ("fidelity", 'true\nstacks = ["ngtcp2"]', "at least one of each"),
     ("fidelity", 'true\nstacks = ["firefox", "ngtcp2"]\ncc = "bbr"', "a fidelity experiment takes"),
     ("fidelity", '"yes"', "fidelity = true makes"),
-    # sweeps and set pairs: malformed ones end the same way
     ("param", '"initial_max_data"', "a sweep takes param"), ("side", '"server"', "a sweep takes param"),
     ("param", '"initial_max_dat"\nvalues = [1]', "param: 'initial_max_dat' is not one of"),
     ("param", '"initial_max_data"\nvalues = []', "values: the values of initial_max_data"),
     ("param", '"initial_max_data"\nvalues = ["big"]', "initial_max_data takes an integer, not 'big'"),
     ("param", '"initial_max_data"\nvalues = [1]\nside = "both"', "side must be client or server"),
     ("param", '"initial_max_data"\nvalues = [1]\nstacks = ["firefox"]', "a browser's parameters are its own"),
+    ("param", '"initial_max_stream_data_bidi_remote"\nvalues = [1]\nstacks = ["quic-go"]',
+     "quic-go's client cannot set initial_max_stream_data_bidi_remote, which the sweep varies"),
     ("set-pairs", '[["alpha"]]', "set-pairs is a list of [client set, server set]"),
     ("set-pairs", '[["alpha", "nosuch"]]', "unknown set 'nosuch'"),
     ("set-pairs", '[["alpha", "alpha"]]\nsets = ["alpha"]', "leave sets and server-set out"),
@@ -212,6 +246,8 @@ def test_a_fidelity_campaign_in_two_shards_merges_into_a_file_fidelity_and_the_n
     ("server-stack", '["quinn", "nosuch"]', "unknown stack 'nosuch'"),
     ("sets", '["alpha", "alpha"]', "a condition is listed twice")])
 def test_a_bad_campaign_file_ends_in_one_line_before_any_run(tmp_path, option, value, said):
+    """Every refusal of an experiment's table, its sweeps and set pairs among them: one line, exit 2, in `campaign
+    plan` and `campaign run` alike, before anything starts."""
     path = tmp_path / "bad.toml"
     path.write_text(f'campaign = "bad"\n[[experiment]]\n{option} = {value}\n')
     for argv in (["plan", path], ["run", path, "--shard", "0/1", "--out", tmp_path / "out"]):
@@ -254,6 +290,37 @@ def test_the_plan_deals_rounds_so_every_host_interleaves_every_condition():
         assert {run.condition.client.name for run in share} == {c.client.name for c in plan.experiments[0].conditions}
         assert [run.rep for run in share] == sorted(run.rep for run in share)
     assert campaign.plan({"campaign": "p", "experiment": [{"reps": 4, "size": "1MB"}]}).digest != plan.digest
+
+
+def test_a_campaign_naming_its_run_times_deals_its_runs_by_them(tmp_path):
+    """`measured`: the run times the runs are dealt by. A 0 ms run takes five times a 40 ms one, three of each on
+    two hosts: by count one host gets 11 s and the other 7 s, by time 10 and 8, a condition's first two repetitions
+    on different hosts; each host runs its share in the plan's order, every load deals the same (the deal is the
+    plan's alone), other run times make another digest (the campaign directory refuses a shard of it), and
+    `campaign plan` projects from the file's run times unless given others."""
+    measured = [{"stack": "ngtcp2", "server_stack": "ngtcp2", "delay_ms": delay, "loss_pct": 0, "rate_bps": None,
+                 "size_bytes": 10_000_000, "workload": "download", "seconds": seconds, "transfer": seconds - 0.5}
+                for delay, seconds in ((0, 5.0), (40, 1.0))]
+    (tmp_path / "times.json").write_text(json.dumps({"provenance": {}, "setups": [], "fixed": [], "runs": measured}))
+    text = '[[experiment]]\nstacks = ["ngtcp2"]\ndelays = ["0ms", "40ms"]\nsize = "10MB"\nreps = 3\n'
+    (tmp_path / "count.toml").write_text(f'campaign = "d"\n{text}')
+    (tmp_path / "timed.toml").write_text(f'campaign = "d"\nmeasured = "times.json"\n{text}')
+    by_count, by_time = campaign.load(tmp_path / "count.toml"), campaign.load(tmp_path / "timed.toml")
+    assert by_count.weights is None and sorted(by_time.weights) == [1.0] * 3 + [5.0] * 3
+    assert sorted(campaign.project(by_count, 2, measured, []).host_seconds) == [7.0, 11.0]
+    assert sorted(campaign.project(by_time, 2, measured, []).host_seconds) == [8.0, 10.0]
+    for shard in range(2):
+        share = by_time.share(shard, 2)
+        assert [run.index for run in share] == sorted(run.index for run in share)
+        assert share == campaign.load(tmp_path / "timed.toml").share(shard, 2)
+    slow = [run for run in by_time.runs if run.condition.link.delay_down_ms == 0]
+    assert by_time.deal(2)[slow[0].index] != by_time.deal(2)[slow[1].index]
+    assert by_count.digest != by_time.digest
+    planned = _qreplay("campaign", "plan", tmp_path / "timed.toml", "--hosts", "2")
+    assert planned.returncode == 0 and re.search(r"^on 2: +10 s ", planned.stdout, re.MULTILINE), planned.stdout
+    (tmp_path / "times.json").write_text(json.dumps({"provenance": {}, "setups": [], "fixed": [],
+                                                     "runs": measured[:1]}))
+    assert campaign.load(tmp_path / "timed.toml").digest != by_time.digest
 
 
 def test_a_run_at_an_unmeasured_size_is_its_link_s_transfer_scaled():

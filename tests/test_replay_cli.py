@@ -54,6 +54,21 @@ def test_bad_input_is_one_line_exit_2(args, expected):
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+@pytest.mark.parametrize("args, said", [
+    (["--stack", "quic-go", "--param", "initial_max_stream_data_bidi_remote"],
+     "quic-go's client cannot set initial_max_stream_data_bidi_remote"),
+    (["--server-stack", "quinn", "--side", "server", "--param", "initial_max_stream_data_bidi_local"],
+     "quinn's server cannot set initial_max_stream_data_bidi_local")])
+def test_a_sweep_the_swept_side_cannot_set_is_one_line_before_any_run(tmp_path, args, said):
+    """Its values' runs would all be the same: refused as a campaign's sweep and reproduce's figures are
+    (replay.commands.run.sweep_refusal), before anything is written."""
+    out = tmp_path / "sweep.duckdb"
+    result = qreplay("sweep", *args, "--values", "131072,1048576", "--reps", "1", "--out", str(out))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert said in result.stderr and "which the sweep varies" in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists()
+
+
 def test_a_socket_buffer_the_kernel_refuses_is_named_as_such(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the testbed needs root (network namespaces)")

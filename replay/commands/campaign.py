@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 import shlex
 from dataclasses import asdict
 from pathlib import Path
@@ -43,7 +44,8 @@ def register(app: typer.Typer) -> None:
         hosts: Annotated[int, typer.Option("--hosts", min=1, help="Hosts (shards) to share the runs out to.")] = 1,
         measured: Annotated[Optional[list[Path]], typer.Option(
             "--measured", help="Results files or campaign directories whose stored run times the projection uses, "
-            "or those times saved as JSON (datasets/campaign/seeds-measured.json) (repeatable).")] = None,
+            "or those times saved as JSON (datasets/campaign/seeds-measured.json) (repeatable). Default: the "
+            "campaign file's `measured`, the run times its runs are dealt to hosts by.")] = None,
         out: Annotated[str, typer.Option("--out", help="The campaign directory the hosts write into.")] = "campaign",
         slurm: Annotated[Optional[Path], typer.Option("--slurm", callback=output_file,
                                                       help="Write a Slurm array job here: one task a host.")] = None,
@@ -57,12 +59,14 @@ def register(app: typer.Typer) -> None:
         plan = campaign.load(file)
         needed = campaign.needs(plan)
         projection = None
+        measured = measured or ([plan.measured] if plan.measured else None)  # by default what the file deals by
         if measured:
             projection = campaign.project(plan, hosts, *campaign.measured_durations(measured))
         if runs:
+            dealt = plan.deal(hosts)
             for run in plan.runs:
                 experiment = plan.experiments[run.experiment]
-                typer.echo(json.dumps({"index": run.index, "run_id": run.run_id, "shard": run.shard(hosts),
+                typer.echo(json.dumps({"index": run.index, "run_id": run.run_id, "shard": dealt[run.index],
                                        "rep": run.rep, **campaign.planned_values(plan, run),
                                        "set": run.condition.client.name,
                                        "server_set": run.condition.server and run.condition.server.name,
@@ -84,7 +88,8 @@ def register(app: typer.Typer) -> None:
                 typer.echo(line)
         else:
             typer.echo(f"campaign {plan.name} ({plan.digest}): {len(plan.experiments)} experiments, "
-                       f"{len(plan.runs):,} runs, at most {math.ceil(len(plan.runs) / hosts):,} a host on {hosts}; "
+                       f"{len(plan.runs):,} runs, at most {max(Counter(plan.deal(hosts)).values()):,} a host on "
+                       f"{hosts}; "
                        "give --measured for the time it takes")
             for line in campaign.needs_lines(needed):
                 typer.echo(line)

@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         """
         from replay.commands.run import RunWarnings, current_command_line, comma_list, execute
         from replay.link import parse_size
-        from replay.reproduce import build_report, plan_campaign, refused, run_campaign
+        from replay.reproduce import FIGURE_TAG, build_report, plan_campaign, refused, run_campaign
         from replay.stacks import get_stack
         results = out_dir / "reproduce.duckdb"
         console = cli_console(stderr=True)
@@ -66,8 +66,8 @@ def register(app: typer.Typer) -> None:
 
             def run_one(experiment, out):
                 return execute(experiment, out, json_output=False, warnings=warnings,
-                               title=f"figure {experiment.tags['figure']} on {experiment.stack.name} "
-                                     f"({FIGURE_TITLES[experiment.tags['figure']]})")
+                               title=f"figure {experiment.tags[FIGURE_TAG]} on {experiment.stack.name} "
+                                     f"({FIGURE_TITLES[experiment.tags[FIGURE_TAG]]})")
 
             run_campaign(stacks, plans, results, link_backend=link, udp_buffer_bytes=parse_size(udp_buffer,
                          "--udp-buffer"), mode="quick" if quick else "full", command_line=current_command_line(),

@@ -6,7 +6,7 @@ import json
 import re
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Optional, TYPE_CHECKING
 
@@ -237,6 +237,22 @@ def refuse_sweep(param: str, side: str, stacks: list, spelled: Callable[[str], s
     if side == "client" and (browsers := [s.name for s in stacks if s.own_parameters]):
         raise ToolError(f"a browser's parameters are its own: {', '.join(browsers)} can sweep only "
                         f"{spelled('side')} server")
+
+
+def sweep_refusal(stack: Stack, param: str, side: str) -> str | None:
+    """Why ``stack``'s ``side`` cannot sweep ``param``: it cannot set it, so each value's runs would be the same
+    condition drawn as many; else None. `qreplay sweep`'s, a campaign's sweeps and `qreplay reproduce`'s figures."""
+    if param not in stack.settable.get(side, frozenset()):
+        return f"{stack.name}'s {side} cannot set {param}"
+    return None
+
+
+def refuse_unsweepable(param: str, side: str, pairs: Iterable[tuple[Stack, Stack]]) -> None:
+    """A sweep of ``param`` on ``side`` refused in one line (ToolError) where a (client, server) stack pair's side
+    cannot set it (sweep_refusal)."""
+    for client, server in pairs:
+        if reason := sweep_refusal(server if side == "server" else client, param, side):
+            raise ToolError(f"{reason}, which the sweep varies: each value's runs would be the same")
 
 
 def swept(client: sets_api.NamedSet, server: sets_api.NamedSet | None, param: str, value: object,
@@ -524,7 +540,8 @@ def register(app: typer.Typer) -> None:
         out: OutOpt = DEFAULT_RESULTS, json_output: JsonOpt = False,
         shallow_idle: ShallowIdleOpt = True, udp_buffer: UdpBufferOpt = "1664KiB", server_stack: ServerStackOpt = None,
     ) -> None:
-        """Vary one parameter, all else fixed (the thesis's figures 5.4 and 5.6); default 30 ms, LSQUIC client set."""
+        """Vary one parameter, all else fixed (the thesis's figures 5.4 and 5.6); default 30 ms, LSQUIC client set.
+        A stack whose --side cannot set --param is refused in one line (its values' runs would be the same)."""
         from replay import sets as sets_api
         from replay.sets import own_set
         from replay.link import parse_size
@@ -542,6 +559,7 @@ def register(app: typer.Typer) -> None:
                                 current_command_line(),
                                 shallow_idle, parse_size(udp_buffer, "--udp-buffer"),
                                 server_stack=optional_stack(server_stack))
+        refuse_unsweepable(param, side, [experiment.stacks(conditions[0])])
         execute(experiment, out, json_output)
 
     @app.command("matrix", epilog="Example: qreplay matrix --stacks chromium,firefox,ngtcp2 --sets firefox,chrome "

@@ -39,6 +39,8 @@ STREAMS_RESPONSE_BYTES = 1000
 SERVER_TWINS = {"server-5.4": "initial_max_data", "server-5.6": "initial_max_stream_data_bidi_remote"}
 SERVER_STREAMS_FIGURE = "server-streams"
 TWIN_BROWSERS = ("chromium", "firefox")
+#: the figures whose clients are the browsers, the stack their server
+TWIN_FIGURES = (*SERVER_TWINS, SERVER_STREAMS_FIGURE)
 
 FIGURE_TITLES = {
     "5.1a": "Same set on client and server, goodput vs delay",
