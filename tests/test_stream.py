@@ -65,8 +65,9 @@ def test_every_pacing_server_hands_over_on_aioquics_tick():
         assert found and int(found.group(1)) == round(PACING_TICK_S * 1000), path
 
 
-def _stream(stack: str, server: str = "aioquic") -> list[dict]:
-    """The same stream over a link that carries it and one at half its bitrate (10 ms each way)."""
+def _stream(stack: str, server: str = "aioquic", queue: str | None = None) -> list[dict]:
+    """The same stream over a link that carries it and one at half its bitrate (10 ms each way), each with the
+    testbed's queue or ``queue``."""
     client = get_stack(stack)
     for needed in (client, get_stack(server)):
         if os.geteuid() != 0:
@@ -74,7 +75,7 @@ def _stream(stack: str, server: str = "aioquic") -> list[dict]:
         if needed.unavailable_reason():
             pytest.skip(needed.unavailable_reason())
     named = own_set(client) if client.own_parameters else resolve_one("firefox")
-    links = [LinkConfig(delay_down_ms=10, rate_bps=rate) for rate in (CARRIES, TOO_SLOW)]
+    links = [LinkConfig(delay_down_ms=10, rate_bps=rate, queue=queue) for rate in (CARRIES, TOO_SLOW)]
     experiment = Experiment("test", client, [Condition(named, None, link) for link in links],
                             RunOptions(size=SIZE, workload=STREAM, bitrate=BITRATE, timeout_s=40), 1, "auto",
                             server_stack=get_stack(server))
@@ -120,12 +121,20 @@ def test_our_native_servers_pace_a_stream_that_plays_without_stalls_only_when_th
 
 @pytest.mark.lab
 @pytest.mark.timing
-@pytest.mark.parametrize("browser, server", [("chromium", "aioquic"), ("firefox", "aioquic"), ("chromium", "quinn"),
-                                             ("firefox", "quiche"), ("firefox", "tquic")])
-def test_a_browsers_page_plays_a_stream_from_an_h3_server_and_stalls_when_the_link_is_slower(browser, server):
+@pytest.mark.parametrize("browser, server, queue", [("chromium", "aioquic", None), ("firefox", "aioquic", None),
+                                                    ("chromium", "quinn", None), ("firefox", "quiche", None),
+                                                    ("firefox", "tquic", None), ("chromium", "tquic", "20")])
+def test_a_browsers_page_plays_a_stream_from_an_h3_server_and_stalls_when_the_link_is_slower(browser, server, queue):
     """aioquic's h3 server paces in Python (send_at_bitrate); quinn's, quiche's and tquic's h3 servers by the same
-    schedule (lab_server_common::replay::Paced) through each library's own h3 layer."""
-    carried, starved = _stream(browser, server)
+    schedule (lab_server_common::replay::Paced) through each library's own h3 layer.
+
+    Chromium from tquic through a queue of 20 packets (240 ms at 1 Mbit/s): behind the testbed's 1,000 (12 s) the
+    starved path's round trip grew from 20 ms to 300-400 ms in 0.9 s, Chromium moved to a new port (its port
+    migration on a degrading path: PATH_CHALLENGE from a new socket, then RETIRE_CONNECTION_ID 0), and tquic 1.6,
+    which never moves its server's active path (connection.rs: "TODO: try to do connection migration"), failed the
+    next packet's header parse on that path's retired CID (Connection::scid) and closed with INTERNAL_ERROR, 4 runs
+    of 4 (2026-11-29); through 20 packets Chromium stayed on its port and the stream played, 2 of 2."""
+    carried, starved = _stream(browser, server, queue)
     assert carried["protocol_seen"] == "h3"
     _check(carried, starved)
 

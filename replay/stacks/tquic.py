@@ -2,7 +2,11 @@
 
 tquic's Config sets eleven of the twelve parameters on either side; it has no
 setter for disable_active_migration (Config keeps its TransportParams private,
-src/lib.rs). Values tquic cannot put on the wire are refused: a zero
+src/lib.rs), and it advertises migration as allowed though its server never
+moves to a client's new path (connection.rs: "TODO: try to do connection
+migration"): when the client retires the old path's connection ID, tquic
+closes with INTERNAL_ERROR (Chromium's port migration on a degrading path,
+docs/qreplay.md). Values tquic cannot put on the wire are refused: a zero
 ack_delay_exponent, max_ack_delay or max_udp_payload_size (it omits zeros, and
 the peer then reads the default; src/trans_param.rs), an
 active_connection_id_limit below 2 (its setter ignores it).
