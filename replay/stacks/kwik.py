@@ -16,6 +16,10 @@ lab-server one (tparams.program_cli), so what it sends of a set is what the lab'
 - kwik's API has no setting for max_udp_payload_size, ack_delay_exponent, max_ack_delay,
   disable_active_migration nor active_connection_id_limit: it sends its own (the descriptor's ``fixed``).
 
+A response can stop for good in the middle (3 of 150 pages of 20 objects under load, 2026-11-29): a race in kwik
+0.10.8's StreamOutputStreamImpl loses the stream's send request, leaving its remaining bytes in the send buffer;
+such a run fails at its timeout (docs/qreplay.md).
+
 Absent from the set, the windows and stream counts take the values quiche's example server uses (as our other
 programs do; kwik's own are 0: no stream at all). Its congestion control is kwik's only one, NewReno.
 """
