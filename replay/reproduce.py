@@ -268,6 +268,19 @@ class ConditionSummary:
     requests: int = 1
     concurrency: int = 1
     credit_bound: float | None = None  # requests/s the server's stream limit allows (stream_credit_bound)
+    #: the row's other stored conditions (replay.statistics.conditions: the knobs as ran, the link's rate, ...)
+    others: dict = field(default_factory=dict)
+
+    @property
+    def on_thesis_grid(self) -> bool:
+        """Whether the thesis's figure has this condition: CUBIC; a figure "a" without loss, a figure "b" at
+        its delay, a sweep at its delay without loss. A campaign file may run more (full-grid.toml: both
+        congestion controls, three loss rates at every delay), which the report counts but does not draw."""
+        if self.others.get("cc", THESIS_CC) != THESIS_CC:
+            return False
+        if self.sweep_param:
+            return self.delay_ms == SWEEP_DELAY_MS and not self.loss_pct
+        return self.delay_ms == LOSS_DELAY_MS if self.figure.endswith("b") else not self.loss_pct
 
     @property
     def series(self) -> str:
@@ -291,13 +304,19 @@ class Campaign:
     udp_buffer_bytes: list[int]
     versions: dict[str, str]  # stack -> the version it named, where it names one
     not_run: list[str] = field(default_factory=list)  # figures asked of a stack that cannot run them, and why
-    summaries: list[ConditionSummary] = field(default_factory=list)
+    summaries: list[ConditionSummary] = field(default_factory=list)  # those on the thesis's grid
+    off_grid: list[ConditionSummary] = field(default_factory=list)  # the campaign's other conditions
 
     def find(self, stack: str, figure: str | None = None, **where) -> list[ConditionSummary]:
         return [s for s in self.summaries if s.stack == stack and (figure is None or s.figure.startswith(figure))
                 and all(getattr(s, k) == v for k, v in where.items())]
 
 
+#: the thesis's congestion control (its testbed's, as the report's page says)
+THESIS_CC = "cubic"
+#: the stored conditions a ConditionSummary has fields for; the rest are its ``others``
+SUMMARISED = ("stack", "server_stack", "set_name", "server_set_name", "delay_ms", "loss_pct", "sweep_param",
+              "sweep_value", "size_bytes", "workload", "requests", "concurrency")
 #: an experiment's figure: reproduce tags it as a campaign file tags its experiments' names (replay/campaign.py), so
 #: that a campaign file's experiment named after a figure (datasets/campaign/full-grid.toml) is that figure's
 FIGURE_TAG = "campaign_experiment"
@@ -362,7 +381,7 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
         elif windowed:
             bound = client_window_bound(requested, rtt, s["stack"], size, rules)
             steady = client_window_bound(requested, rtt, s["stack"], rules=rules)
-        out.summaries.append(ConditionSummary(
+        summarised = ConditionSummary(
             label, figure_of(configs[s["experiment_id"]]), s["set_name"], s["server_set_name"], s["delay_ms"],
             loss, s["sweep_param"], s["sweep_value"], size, s["runs"], s["failed"], s["n"], mean, stddev,
             s["client_socket_drop_pct"], s["mean_client_tx_packets"], s["mean_server_tx_packets"],
@@ -370,7 +389,9 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
             bound, steady,
             "requests/s" if requests else "Mbit/s", s["requests"] or 1, s["concurrency"] or 1,
             stream_credit_bound(s["sweep_value"], s["concurrency"], rtt)
-            if requests and s["sweep_param"] == STREAMS_PARAM and rtt else None))
+            if requests and s["sweep_param"] == STREAMS_PARAM and rtt else None,
+            {c: s[c] for c in statistics.conditions() if c in s and c not in SUMMARISED})
+        (out.summaries if summarised.on_thesis_grid else out.off_grid).append(summarised)
     return out
 
 
@@ -607,12 +628,13 @@ def _draw_figures(data: Campaign, headlines: list[Headline], out_dir: Path) -> l
         sweep = rows[0].sweep_param
         x_of = (lambda s: s.sweep_value) if sweep else (lambda s: s.loss_pct) if figure.endswith("b") else \
             (lambda s: s.delay_ms)
-        series = {}
+        series, apart = {}, _apart(rows)
         for s in rows:
-            series.setdefault((s.stack, "" if sweep else s.series), []).append(s)
-        for (stack, name), group in series.items():
+            series.setdefault((s.stack, "" if sweep else s.series, statistics.describe(s.others, apart)
+                               if apart else ""), []).append(s)
+        for (stack, name, more), group in series.items():
             group.sort(key=x_of)
-            label = f"{name} ({stack})" if name else stack
+            label = (f"{name} ({stack})" if name else stack) + (f", {more}" if more else "")
             draw_band(ax, [x_of(s) for s in group], [s.mean for s in group], [s.stddev for s in group], label)
             bounded = [s for s in group if s.bound and s.steady.high_mbps < WINDOW_TABLE_BELOW]
             if bounded:
@@ -722,7 +744,8 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
         + (", ".join(f"{b // 1024} KiB" for b in data.udp_buffer_bytes) or "the machine's")
         + f"; 1-minute load at the start of each experiment {loads}. Each run: "
         + ", ".join(f"{figure} {size}" for figure, size in sizes) + "."
-        + (f" Not run: {'; '.join(data.not_run)}." if data.not_run else ""),
+        + (f" Not run: {'; '.join(data.not_run)}." if data.not_run else "")
+        + _off_grid_text(data.off_grid),
         "",
         "The thesis: LSQUIC on two hosts (Xeon E5-1650 v3) over 10 GbE, CUBIC, enlarged UDP receive buffers, "
         "500 MB downloads repeated 10 (figures 5.1-5.3) or 20 times (5.4-5.7), delay and loss by netem on an "
@@ -760,7 +783,7 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
     parts += ["", markdown_table(
         ["figure", "stack", "condition", "binding window", "model (Mbit/s)", "measured (Mbit/s)", "position",
          "thesis", "client socket drops", "verdict"],
-        [[s.figure, s.stack, _condition(s), f"{s.bound.binding} {s.bound.window:,}",
+        [[s.figure, s.stack, _condition(s, _apart(bounded)), f"{s.bound.binding} {s.bound.window:,}",
           f"{s.bound.text()}", _stats_text(s),
           f"{s.bound.position(s.mean):.2f}" if s.bound.contains(s.mean) else "-",
           _fmt(thesis_by_point.get((s.figure, str(s.sweep_value))), 2) if s.sweep_value else "-",
@@ -775,20 +798,34 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
         parts += ["", f"## {title}: {FIGURE_TITLES.get(figure) or _packets_title(figure)}", "",
                   f"![{title}]({path.name})", ""]
         rows = [s for s in data.summaries if s.figure == figure or PACKET_FIGURES.get(s.figure) == figure]
+        apart = _apart(rows)
         if figure in (STREAMS_FIGURE, SERVER_STREAMS_FIGURE):
             parts += _streams_section(rows)
         elif figure in PACKET_FIGURES.values():
             parts.append(markdown_table(["stack", "condition", "client packets", "server packets", "goodput"],
-                                [[s.stack, _condition(s), _fmt(s.client_tx_packets, 0), _fmt(s.server_tx_packets, 0),
+                                [[s.stack, _condition(s, apart), _fmt(s.client_tx_packets, 0), _fmt(s.server_tx_packets, 0),
                                   _fmt(s.mean)] for s in rows]))
         else:
             parts.append(markdown_table(["stack", "series", "condition", "runs", "goodput mean (sd), n", "client socket drops",
                                  "model (Mbit/s)"],
-                                [[s.stack, s.series, _condition(s), str(s.runs), _stats_text(s),
+                                [[s.stack, s.series, _condition(s, apart), str(s.runs), _stats_text(s),
                                   "-" if s.client_socket_drop_pct is None else f"{s.client_socket_drop_pct:.2f}%",
                                   f"{s.bound.text()}" if s.bound else "-"]
                                  for s in rows]))
     return "\n".join(parts) + "\n"
+
+
+def _off_grid_text(rows: list[ConditionSummary]) -> str:
+    """What the campaign ran beyond the thesis's conditions (ConditionSummary.on_thesis_grid), in a sentence."""
+    if not rows:
+        return ""
+    other_cc = sorted({str(s.others.get("cc")) for s in rows if s.others.get("cc", THESIS_CC) != THESIS_CC})
+    return (f" Beyond the thesis's conditions the campaign ran {len(rows):,} more (" + "; ".join(
+        [f"congestion control {', '.join(other_cc)}"] * bool(other_cc)
+        + ["other loss rates or delays than the figure's own"] * any(s.others.get("cc", THESIS_CC) == THESIS_CC
+                                                                      for s in rows))
+            + "): the headlines, tables and figures below hold the thesis's; `qreplay plot` and `qreplay why` "
+            "read them all.")
 
 
 def _streams_section(rows: list[ConditionSummary]) -> list[str]:
@@ -802,7 +839,7 @@ def _streams_section(rows: list[ConditionSummary]) -> list[str]:
             "initial_max_streams_uni cannot matter here: the replay protocol opens no unidirectional stream.", "",
             markdown_table(["stack", "condition", "runs", "requests/s mean (sd), n", "model (requests/s)",
                             "measured / model"],
-                           [[s.stack, _condition(s), str(s.runs), _stats_text(s), _fmt(s.credit_bound),
+                           [[s.stack, _condition(s, _apart(rows)), str(s.runs), _stats_text(s), _fmt(s.credit_bound),
                              f"{s.mean / s.credit_bound:.2f}" if s.mean is not None and s.credit_bound else "-"]
                             for s in sorted(rows, key=lambda s: (s.stack, s.sweep_value))])]
 
@@ -852,10 +889,19 @@ def _packets_title(figure: str) -> str:
     return f"packets sent by each side, the sweep of figure {source}"
 
 
-def _condition(s: ConditionSummary) -> str:
+def _apart(rows: list[ConditionSummary]) -> list[str]:
+    """The other stored conditions that differ among one stack's rows of a figure (replay.statistics.varying's
+    rule: a figure never averages over, nor joins into one line, conditions it does not show)."""
+    return [c for c in statistics.conditions()
+            if any(len({s.others.get(c) for s in rows if s.stack == stack}) > 1 for stack in {s.stack for s in rows})]
+
+
+def _condition(s: ConditionSummary, apart: list[str] | None = None) -> str:
     parts = [f"{s.delay_ms:g} ms"] + ([f"loss {s.loss_pct:g}%"] if s.loss_pct else [])
     if s.sweep_param:
         parts.insert(0, f"{s.sweep_param}={s.sweep_value:,}")
     elif s.server:
         parts.insert(0, f"{s.client} / {s.server}")
+    if apart:
+        parts.append(statistics.describe(s.others, apart))
     return ", ".join(parts)

@@ -192,6 +192,8 @@ FIGURE = """campaign = "figure"
 name = "5.1a"
 stacks = ["ngtcp2"]
 set-pairs = [["config4+initial_max_data=4294967295", "config4+initial_max_data=4294967295"]]
+losses = ["0%", "1%"]
+cc = ["cubic", "bbr"]
 size = "100KB"
 reps = 1
 """
@@ -199,8 +201,9 @@ reps = 1
 
 def test_a_campaign_experiment_named_after_a_figure_is_that_figure_in_reproduce_s_report(campaign_file, tmp_path):
     """A campaign file's experiment named 5.1a (datasets/campaign/full-grid.toml's), merged, is read by `qreplay
-    reproduce --report-only` as figure 5.1a: its set is named as reproduce names the thesis's config4, and its one
-    run is the figure's point."""
+    reproduce --report-only` as figure 5.1a: its set is named as reproduce names the thesis's config4, and its run
+    at the thesis's condition (CUBIC, no loss) is the figure's point; its runs beyond the thesis's grid (BBR, 1% loss:
+    full-grid.toml runs both) are counted in the page's opening, not drawn into the figure beside it."""
     from replay.reproduce import plan_campaign
 
     path, out = tmp_path / "figure.toml", tmp_path / "report"
@@ -217,6 +220,9 @@ def test_a_campaign_experiment_named_after_a_figure_is_that_figure_in_reproduce_
     markdown = (out / "report.md").read_text()
     assert "Campaign `figure` (full)" in markdown, markdown[:1000]
     assert f"| ngtcp2 | {set_name} | {set_name} / {set_name}, 0 ms | 1 | " in markdown, markdown
+    assert f"{set_name}, 0 ms, loss 1%" not in markdown and "cc bbr" not in markdown, markdown
+    assert ("Beyond the thesis's conditions the campaign ran 3 more (congestion control bbr; other loss rates or "
+            "delays than the figure's own)") in markdown, markdown[:1500]
     assert (out / "figure_5.1a.png").is_file()
 
 
