@@ -267,6 +267,39 @@ def test_an_uploads_series_is_the_senders_state_one_round_trip_late():
     assert found.fractions["receive_window_stream"] == pytest.approx((0.0325 - 0.0008) / 0.0335)
 
 
+def test_a_downloads_series_at_its_receiver_is_an_uploads_turned_round():
+    """One function reads a capture at the receiver in either role (trace.receiver_series): the upload above with
+    the ends swapped, captured at the client (a two-host download's), gives the same series with the directions
+    turned, the credits the client's (its initial_max_stream_data_bidi_local, its MAX_STREAM_DATA) and the RTT
+    sample the server's ACK; and a download's t = 0 is its request's departure plus that RTT, when it reached the
+    server as the data's arrivals reckon time."""
+    from replay import trace
+
+    def down(t, number, offset, acks=()):
+        return trace.Packet(t, True, number, 1250, streams=(trace.StreamFrame(0, offset, 1200, False),), acks=acks)
+    packets = [trace.Packet(0.0, False, 0, 50), down(0.030, 0, 0, acks=(trace.AckFrame(0, 0, ((0, 0),)),)),
+               *(down(0.030 + i / 10_000, i, 1200 * i) for i in range(1, 10)),
+               trace.Packet(0.032, False, 1, 60, acks=(trace.AckFrame(9, 0, ((0, 9),)),),
+                            max_stream_data=((0, 24_000),)),
+               down(0.0625, 10, 12_000), down(0.0635, 11, 13_200)]
+    points, summary = trace.receiver_series(packets, {"initial_max_stream_data_bidi_local": 12_000}, {},
+                                            trace.AT_CLIENT)
+    assert summary["t0_epoch"] == 0.030 and summary["download_stream"] == 0
+    update = next(p for p in points if p.get("max_stream_data"))
+    assert update["direction"] == "up"
+    assert (update["stream_credit"], update["in_flight"], update["sent_max"]) == (12_000, 12_500, 12_000)
+    after = next(p for p in points if p["packet_number"] == 10 and p["direction"] == "down")
+    assert (after["stream_credit"], after["in_flight"], after["acked"]) == (24_000, 1250, 12_000)
+    assert points[1]["rtt_ms"] == pytest.approx(30)
+    found = limits.breakdown(points, limits.RunFacts(at_receiver=True))
+    assert found.limited_by == "receive_window_stream"
+    assert found.fractions["receive_window_stream"] == pytest.approx((0.0325 - 0.0008) / 0.0335)
+    # the request (stream 0's first packet, the client's) leaves at -0.01: the server has it 0.02 later
+    request = trace.Packet(-0.010, False, 99, 80, streams=(trace.StreamFrame(0, 0, 40, True),))
+    _, summary = trace.receiver_series([request, *packets], {}, {}, trace.AT_CLIENT)
+    assert summary["t0_epoch"] == pytest.approx(0.020)
+
+
 def test_a_tcp_uploads_series_is_the_clients():
     """A TCP upload (trace.tcp_upload_series): the client's segments are the data, the server's ACK and window
     the credit, known to the client one smallest RTT (tshark's ack_rtt of the server's segments) later."""
@@ -464,12 +497,14 @@ def test_a_tcp_upload_is_the_clients_transfer():
 
 
 def test_runs_no_trace_can_explain_say_why():
-    """Two hosts (no capture on the server's host) store why they have no breakdown, and `qreplay why` says it
-    rather than suggest --trace; several clients, over TCP or QUIC, have one
+    """A two-host upload (its receiver, the server, on a host where no capture is taken) stores why it has no
+    breakdown, and `qreplay why` says it rather than suggest --trace; a two-host download has one, from the
+    client's capture (tests/test_replay_twohost.py); several clients, over TCP or QUIC, have one
     (test_several_tcp_clients_have_their_connections_breakdowns_merged,
     test_several_quic_clients_have_their_connections_breakdowns_merged)."""
     from replay.runner import no_breakdown
-    assert no_breakdown("relay") is None and no_breakdown("measured").startswith("a two-host run")
+    assert no_breakdown("relay", "upload") is None and no_breakdown("measured", "download") is None
+    assert no_breakdown("measured", "upload").startswith("a two-host upload")
 
 
 def test_connections_breakdowns_merge_weighed_by_their_transfers():

@@ -119,6 +119,61 @@ def test_a_run_across_two_hosts_stores_the_link_as_measured(two_hosts, tmp_path)
         assert read.returncode == 0, read.stderr[-1000:]
 
 
+WINDOW = 131_072
+
+
+@pytest.fixture
+def two_hosts_30ms(two_hosts):
+    """The two "hosts" 30 ms apart one way (netem on the server's side of the veth, as the testbed's --delay): a
+    property of the path the runs measure, not an emulation they ask for."""
+    client, server = two_hosts
+    subprocess.run(["ip", "netns", "exec", server, "tc", "qdisc", "add", "dev", "wire0", "root", "netem", "delay",
+                    "30ms", "limit", "10000"], check=True, capture_output=True)
+    yield client, server
+
+
+@pytest.mark.timing
+def test_a_two_host_download_is_broken_down_from_the_clients_capture(two_hosts_30ms, tmp_path):
+    """--trace across two hosts captures on the client's host (the server's is not ours), on the interface its
+    route to the server leaves by, and reads the server's state from there (trace.receiver_series, the receiver's
+    capture as an upload's is read at the server): 4 MB with a 128 KiB client stream window 30 ms from the server is
+    the stream window's; with Firefox's own windows (12 MiB and more) not."""
+    stack = _usable_stack()
+    client, server = two_hosts_30ms
+    out = tmp_path / "traced.duckdb"
+    for extra in (["--client-param", f"initial_max_stream_data_bidi_local={WINDOW}"], []):
+        done = _qreplay(client, "--stack", stack, "--set", "firefox", *extra, "--size", "4MB", "--reps", "1",
+                        "--trace", "--server-host", SERVER_HOST, "--launcher", f"netns:{server}", "--out", str(out),
+                        timeout=240)
+        assert done.returncode == 0, done.stderr[-2000:]
+    with duckdb.connect(str(out), read_only=True) as con:
+        cursor = con.execute("SELECT r.*, t.capture FROM runs r JOIN traces t USING (run_id) ORDER BY r.started_at")
+        small, large = [dict(zip([c[0] for c in cursor.description], values)) for values in cursor.fetchall()]
+    for run in (small, large):
+        assert (run["status"], run["link_backend"], run["no_breakdown"]) == ("ok", "measured", None), run["error"]
+        capture = json.loads(run["capture"])
+        assert (capture["namespace"], capture["device"], capture["dropped"]) == ("client", "wire0", 0), capture
+    shares = [json.loads(run["limits"]) for run in (small, large)]
+    assert small["limited_by"] == "receive_window_stream", shares[0]
+    assert shares[0]["fractions"]["receive_window_stream"] > 0.5, shares[0]
+    assert shares[0]["basis"]["min_rtt_ms"] == pytest.approx(30, abs=5)
+    assert large["limited_by"] != "receive_window_stream", shares[1]
+    assert shares[1]["fractions"]["receive_window_stream"] < 0.2, shares[1]
+
+
+def test_a_two_host_upload_or_tcp_run_refuses_trace_and_says_why():
+    """The client's host captures a QUIC download's receiver; an upload's is the server, a TCP run's series the
+    sender's capture: neither is on this host."""
+    from tparams.workloads import UPLOAD
+    base = dict(size=1000, trace=True)
+    with pytest.raises(ToolError, match="two-host upload"):
+        Experiment("single", get_stack("ngtcp2"), [Condition(resolve_one("firefox"), None, LinkConfig())],
+                   RunOptions(**base, workload=UPLOAD), server_host=SERVER_HOST, launcher=get_launcher("netns:x"))
+    with pytest.raises(ToolError, match="two-host TCP run"):
+        Experiment("single", get_stack("tcp-h2"), [Condition(resolve_one("firefox"), None, LinkConfig())],
+                   RunOptions(**base), server_host=SERVER_HOST, launcher=get_launcher("netns:x"))
+
+
 def test_an_ipv6_server_host_is_probed_and_served_at_its_bracketed_address(two_hosts_v6, tmp_path):
     stack = _usable_stack()
     client, server = two_hosts_v6
