@@ -24,7 +24,7 @@ import pytest
 from common import netns, slurm
 from common.launchers import every_kind, get_launcher
 from conftest import lab_instance
-from replay.link import LINKEM, LinkConfig
+from replay.link import LINKEM, MTU, TUN_QUEUE_PACKETS, LinkConfig
 from replay.runner import SERVER_PORT, Condition, Experiment
 from replay.sets import resolve_one
 from replay.stacks import get_stack
@@ -123,13 +123,41 @@ WINDOW = 131_072
 
 
 @pytest.fixture
-def two_hosts_30ms(two_hosts):
-    """The two "hosts" 30 ms apart one way (netem on the server's side of the veth, as the testbed's --delay): a
-    property of the path the runs measure, not an emulation they ask for."""
-    client, server = two_hosts
-    subprocess.run(["ip", "netns", "exec", server, "tc", "qdisc", "add", "dev", "wire0", "root", "netem", "delay",
-                    "30ms", "limit", "10000"], check=True, capture_output=True)
-    yield client, server
+def two_hosts_30ms(tmp_path):
+    """The two "hosts" 30 ms apart one way, server to client: a tun device on each joined by linkem's relay with
+    that delay (the testbed's relay backend; this kernel has no netem), a property of the path the runs measure,
+    not an emulation they ask for. (client namespace, server namespace)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None or not LINKEM.exists() or not Path("/dev/net/tun").exists():
+        pytest.skip("two delayed hosts need root, `ip`, linkem and /dev/net/tun")
+    tag = lab_instance("twohost")
+    client, server = f"{tag}-a", f"{tag}-b"
+    relay = None
+    try:
+        with netns.teardown_on_signals():
+            for ns, address in ((client, CLIENT_HOST), (server, SERVER_HOST)):
+                netns.create_namespace(ns)
+                subprocess.run(["ip", "-n", ns, "tuntap", "add", "mode", "tun", "dev", "wire0"], check=True)
+                subprocess.run(["ip", "-n", ns, "link", "set", "dev", "wire0", "mtu", str(MTU), "txqueuelen",
+                                str(TUN_QUEUE_PACKETS)], check=True)
+                netns.add_address(ns, "wire0", address, 24)
+                netns.link_up(ns, "wire0")
+            stats = tmp_path / "linkem-stats.json"
+            relay = subprocess.Popen([str(LINKEM), "relay", "--client-netns", client, "--client-dev", "wire0",
+                                      "--server-netns", server, "--server-dev", "wire0", "--mtu", str(MTU),
+                                      "--down-delay", "30ms", "--up-delay", "0ms", "--stats-file", str(stats)],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=open(tmp_path / "linkem.log", "wb"), start_new_session=True)
+            deadline = time.monotonic() + 10
+            while not stats.exists():
+                assert relay.poll() is None and time.monotonic() < deadline, (tmp_path / "linkem.log").read_text()
+                time.sleep(0.01)
+            yield client, server
+    finally:
+        if relay is not None:
+            relay.terminate()
+            relay.wait(timeout=10)
+        for ns in (client, server):
+            netns.delete_namespace(ns)
 
 
 @pytest.mark.timing
@@ -153,6 +181,7 @@ def test_a_two_host_download_is_broken_down_from_the_clients_capture(two_hosts_3
         assert (run["status"], run["link_backend"], run["no_breakdown"]) == ("ok", "measured", None), run["error"]
         capture = json.loads(run["capture"])
         assert (capture["namespace"], capture["device"], capture["dropped"]) == ("client", "wire0", 0), capture
+        assert run["delay_ms"] == pytest.approx(15, abs=3)  # half the measured echo RTT
     shares = [json.loads(run["limits"]) for run in (small, large)]
     assert small["limited_by"] == "receive_window_stream", shares[0]
     assert shares[0]["fractions"]["receive_window_stream"] > 0.5, shares[0]
