@@ -161,12 +161,17 @@ def two_hosts_30ms(tmp_path):
 
 
 @pytest.mark.timing
-def test_a_two_host_download_is_broken_down_from_the_clients_capture(two_hosts_30ms, tmp_path):
+@pytest.mark.parametrize("stack", ["ngtcp2", "quinn"])
+def test_a_two_host_download_is_broken_down_from_the_clients_capture(two_hosts_30ms, tmp_path, stack):
     """--trace across two hosts captures on the client's host (the server's is not ours), on the interface its
     route to the server leaves by, and reads the server's state from there (trace.receiver_series, the receiver's
     capture as an upload's is read at the server): 4 MB with a 128 KiB client stream window 30 ms from the server is
-    the stream window's; with Firefox's own windows (12 MiB and more) not."""
-    stack = _usable_stack()
+    the stream window's; with Firefox's own windows (12 MiB and more) not. Measured 2026-11-29 12:41-12:43 beside
+    other sessions' tests (load 10-16): ngtcp2 74.8% at the stream window (15.7 Mbit/s), 100% congestion window
+    (37.7); quinn 69.3% (27.7 Mbit/s), 100% congestion window (85.3); min RTT 30.0 ms in each."""
+    _usable_stack()  # linkem, iperf3
+    if reason := get_stack(stack).unavailable_reason():
+        pytest.skip(f"{stack}: {reason}")
     client, server = two_hosts_30ms
     out = tmp_path / "traced.duckdb"
     for extra in (["--client-param", f"initial_max_stream_data_bidi_local={WINDOW}"], []):
