@@ -1267,15 +1267,6 @@ def segmentation_off(namespaces: Iterable[str | None], transport: str = "udp",
     return states
 
 
-def route_device(address: str) -> str:
-    """The interface this host reaches ``address`` through (``ip route get``): a two-host run's capture device."""
-    done = subprocess.run(["ip", "-j", "route", "get", address], capture_output=True, text=True, check=False)
-    try:
-        return json.loads(done.stdout)[0]["dev"]
-    except (ValueError, LookupError, TypeError):
-        raise ToolError(f"no route to {address} from this host to capture on: {done.stderr.strip()[-200:]}") from None
-
-
 @contextmanager
 def capture(path, pcap: Path, transport: str = "udp") -> Iterator[dict]:
     """tshark on the path for the block's duration (the run's transport only, whole packets), segmentation offload
@@ -1288,7 +1279,7 @@ def capture(path, pcap: Path, transport: str = "udp") -> Iterator[dict]:
     at_client = getattr(path, "capture_end", "server") == "client"
     if not at_client and not getattr(path, "server_ns", None):
         raise ToolError("--trace needs the testbed's namespaces; --link loopback has none")
-    ns, device = (None, route_device(path.server_ip)) if at_client else (path.server_ns, PATH_DEVICE)
+    ns, device = (None, netns.route_device(path.server_ip)) if at_client else (path.server_ns, PATH_DEVICE)
     offload = segmentation_off((ns,) if at_client else (path.client_ns, path.server_ns), transport, device)
     keep = f"({CAPTURE_FILTERS[transport]}) and host {path.server_ip}" if at_client else CAPTURE_FILTERS[transport]
     log = pcap.with_suffix(".log")
