@@ -1,7 +1,8 @@
 """`qreplay --trace`: a run's packets, decrypted, as the sender's time series.
 
-The capture is taken in the server's namespace (the download's sender) on the path device; tshark
-decrypts it with the client's key log and prints JSON, whose tree keeps every frame with its own
+The capture is taken in the server's namespace (the download's sender) on the path device, or, of a
+two-host run, on the client's host (the download's receiver: receiver_series reads the sender's state from
+it, as from an upload's capture at the server); tshark decrypts it with the client's key log and prints JSON, whose tree keeps every frame with its own
 packet (tshark's field output lists each field's values per datagram, which cannot tell which ACK of
 a coalesced datagram was the 1-RTT one, nor give the length of a STREAM frame sent without one).
 
