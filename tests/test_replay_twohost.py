@@ -142,11 +142,12 @@ def two_hosts_30ms(tmp_path):
                 netns.add_address(ns, "wire0", address, 24)
                 netns.link_up(ns, "wire0")
             stats = tmp_path / "linkem-stats.json"
-            relay = subprocess.Popen([str(LINKEM), "relay", "--client-netns", client, "--client-dev", "wire0",
-                                      "--server-netns", server, "--server-dev", "wire0", "--mtu", str(MTU),
-                                      "--down-delay", "30ms", "--up-delay", "0ms", "--stats-file", str(stats)],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=open(tmp_path / "linkem.log", "wb"), start_new_session=True)
+            with open(tmp_path / "linkem.log", "wb") as log:
+                relay = subprocess.Popen([str(LINKEM), "relay", "--client-netns", client, "--client-dev", "wire0",
+                                          "--server-netns", server, "--server-dev", "wire0", "--mtu", str(MTU),
+                                          "--down-delay", "30ms", "--up-delay", "0ms", "--stats-file", str(stats)],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                         start_new_session=True)
             deadline = time.monotonic() + 10
             while not stats.exists():
                 assert relay.poll() is None and time.monotonic() < deadline, (tmp_path / "linkem.log").read_text()
