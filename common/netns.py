@@ -9,9 +9,11 @@ are started in a namespace by common.process.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -226,3 +228,12 @@ def _index(ipr: IPRoute, ns: str, ifname: str) -> int:
     if not found:
         raise ToolError(f"no interface {ifname} in network namespace {ns}")
     return found[0]
+
+
+def route_device(address: str) -> str:
+    """The interface this namespace reaches ``address`` through (``ip route get``): the testbed's path, or a
+    two-host run's link (a browser's capture there, a traced run's: replay/trace.capture)."""
+    done = subprocess.run(["ip", "-j", "route", "get", address], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ToolError(f"no route to the server {address}: {done.stderr.strip()[-200:]}")
+    return json.loads(done.stdout)[0]["dev"]

@@ -288,10 +288,12 @@ class TreeAccount:
 
 def path_device(server_ip: str) -> str:
     """The interface this namespace reaches the server through: the testbed's path, or a two-host run's link."""
-    done = subprocess.run(["ip", "-j", "route", "get", server_ip], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RunFailed(f"no route to the server {server_ip}: {done.stderr.strip()[-200:]}")
-    return json.loads(done.stdout)[0]["dev"]
+    from common.netns import route_device
+    from tparams.errors import ToolError
+    try:
+        return route_device(server_ip)
+    except ToolError as exc:
+        raise RunFailed(str(exc)) from None
 
 
 def _only_the_path(device: str) -> bool:

@@ -31,7 +31,7 @@ the point that opens it, by the first rule that holds:
 3. ``link``: the link has a configured rate and the bytes in flight exceed its bandwidth-delay product (the
    rate x the run's smallest RTT sample) by more than one MSS: the excess waits in the emulator's queue,
    which is non-empty, so the link's rate is what delivers. An upload's capture is the receiver's, behind the
-   queue: the bytes queued on the way up have not arrived and are not in its in flight (trace.upload_series),
+   queue: the bytes queued on the way up have not arrived and are not in its in flight (trace.receiver_series),
    so there they are the queue the latest RTT sample waited in, (the sample - the smallest) x the rate,
    added to the bytes in flight. Measured 2026-11-29 09:30 (quinn uploading 4 MB through 50 Mbit/s up, 10 ms):
    in flight as the capture tells it stayed at the BDP (64 kB) while the RTT samples grew from 10 to 195 ms,
@@ -96,6 +96,9 @@ up the receiver's and the loss's), and the sender's and receiver's frames are th
 is the client's state as the server's capture can tell it (trace.upload_series, trace.tcp_upload_series: what it
 knew of the server's ACKs and credits one smallest RTT late). Its link's rate is the up direction's (runs.rate_up_bps,
 --rate-up): the testbed's --rate shapes the down direction only, so an upload without --rate-up is never the link's.
+A two-host download (RunFacts.at_receiver) is captured at its receiver too, the client's host (the server's is not
+ours): its series is the server's state as the client's capture can tell it (trace.receiver_series, the roles as
+an upload's turned back), its rule 3 likewise the queue its RTT samples waited in, its rate the one measured.
 
 Points thinned out of a long trace (trace.downsample keeps every flow-control frame and RTT sample, thins the
 rest evenly) lengthen the stretches around them; the shares stay those of the kept points.
@@ -138,6 +141,9 @@ class RunFacts:
     #: an upload: the client the sender, the data going up (the points' ``up`` direction); the rest of these
     #: facts are still named by end, and the breakdown takes the sender's and the receiver's from them
     upload: bool = False
+    #: a download captured at its receiver, the client (a two-host run's: trace.receiver_series), as an upload is
+    #: at the server: the bytes queued on the data's way have not arrived (rule 3)
+    at_receiver: bool = False
 
     @classmethod
     def from_run(cls, run: Mapping) -> "RunFacts":
@@ -151,7 +157,7 @@ class RunFacts:
                    run.get("rate_up_bps" if upload else "rate_bps"),
                    int(counters.get(f"{receiver}_udp_rcvbuf_errors") or 0),
                    int((counters.get(f"link_{way}_dropped_loss") or 0) + (counters.get(f"link_{way}_dropped_queue") or 0)),
-                   run.get("requests"), upload)
+                   run.get("requests"), upload, not upload and run.get("link_backend") == "measured")
 
     def share(self, cpu_s: float | None) -> float | None:
         return cpu_s / self.wall_s if cpu_s is not None and self.wall_s else None
@@ -244,7 +250,8 @@ def breakdown(points: Iterable[Mapping], facts: RunFacts = RunFacts()) -> Breakd
         else:
             inflated = not facts.rate_bps and rtt_ms is not None and min_rtt_ms and rtt_ms >= RTT_INFLATED * min_rtt_ms
             # an upload's: the bytes queued on the way up, which its receiver's capture has not seen (rule 3)
-            queued = (rtt_ms - min_rtt_ms) / 1000 * facts.rate_bps / 8 if facts.upload and bdp and rtt_ms else 0.0
+            queued = (rtt_ms - min_rtt_ms) / 1000 * facts.rate_bps / 8 \
+                if (facts.upload or facts.at_receiver) and bdp and rtt_ms else 0.0
             limit = _sender_limit(point, mss, bdp, sender_share, receiver_share, inflated, queued)
             late = 0.0 if limit == "link" else _not_yet_read(point, unread, mss, after["t_s"], unsent.at(point["t_s"]))
             seconds["sender_cpu"] += late

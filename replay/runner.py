@@ -107,9 +107,17 @@ class Experiment:
             if self.options.profile:
                 refused.append(f"--profile reads one client's run, not {self.options.clients} clients'")
         if self.server_host:
-            refused += [f"{what} needs the testbed's server namespace; a two-host run's server is on another host"
-                        for what, asked in (("--trace", self.options.trace), ("--profile", self.options.profile))
-                        if asked]
+            if self.options.profile:
+                refused.append("--profile needs the testbed's server namespace; a two-host run's server is on "
+                               "another host")
+            # a two-host run's capture is taken on the client's host (trace.capture): a QUIC download's receiver
+            if self.options.trace and self.options.workload is UPLOAD:
+                refused.append("--trace of a two-host upload: its receiver, the server, is on another host, where "
+                               "no capture is taken (the client's host captures a download's receiver)")
+            if self.options.trace and any(TRANSPORTS[self.stacks(c)[0].protocol] == "tcp"
+                                          for c in self.conditions or [None]):
+                refused.append("--trace of a two-host TCP run: its series is read from the sender's capture, the "
+                               "server's, on another host (a QUIC download's is read at the client's)")
             if any(c.link != LinkConfig() for c in self.conditions):
                 refused.append("a two-host run emulates nothing: drop --delay, --delay-up, --jitter, --loss, --rate, "
                                "--rate-up and --queue (the link's own are measured and stored)")
@@ -465,7 +473,7 @@ def run_once(stack: Stack, path, condition: Condition, options: RunOptions, rep:
                     [limits.breakdown(points, facts) for points in [row["trace"][1], *more]])))
             if row.get("limited_by") is None:
                 row["no_breakdown"] = "its trace holds no transfer (the run's warnings say why)"
-        row["no_breakdown"] = no_breakdown(row["link_backend"]) or \
+        row["no_breakdown"] = no_breakdown(row["link_backend"], row["workload"]) or \
             row.get("no_breakdown")
         if profiling and row["status"] == "ok":
             row["profile"] = _profile(row, profiling)
@@ -488,14 +496,15 @@ def captured_run(stack: Stack, path, condition: Condition, options: RunOptions, 
         yield row, pcap, keylog
 
 
-def no_breakdown(link_backend: str | None) -> str | None:
-    """Why a run of two hosts has no limit breakdown (runs.no_breakdown), or None: tracing it could not give one,
-    and `qreplay why` says so rather than suggest --trace. Several clients, over TCP or QUIC, have one (their
-    connections' merged: runner._trace)."""
+def no_breakdown(link_backend: str | None, workload: str | None = None) -> str | None:
+    """Why a run has no limit breakdown however traced (runs.no_breakdown), or None: a two-host upload, whose
+    receiver, the server, is on another host, and `qreplay why` says so rather than suggest --trace. A two-host
+    download has one (its capture at the client, its receiver: trace.receiver_series); several clients, over TCP
+    or QUIC, have one (their connections' merged: runner._trace)."""
     from replay import twohost
-    if link_backend == twohost.BACKEND:
-        return ("a two-host run: its server is on another host, where no capture is taken (--trace needs the "
-                "testbed's server namespace)")
+    if link_backend == twohost.BACKEND and workload == UPLOAD.name:
+        return ("a two-host upload: its receiver, the server, is on another host, where no capture is taken "
+                "(--trace captures on the client's host, a download's receiver)")
     return None
 
 
@@ -509,6 +518,8 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
     (trace.connection_qlog)."""
     tcp = captured["transport"] == "tcp"
     upload = row["workload"] == UPLOAD.name
+    # the end the capture was taken at, where it is the receiver's: an upload's server, a two-host download's client
+    receiver = trace.AT_SERVER if upload else trace.AT_CLIENT if captured.get("namespace") == "client" else None
     several = not tcp and (row.get("clients") or 1) > 1
     try:
         tracing.close()
@@ -526,7 +537,7 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
         more = [points for points, _ in others]
     elif several:
         found = read
-        read, more, qlog_lines, notes = _connections(found, upload, qlog_dir, row["clients"])
+        read, more, qlog_lines, notes = _connections(found, receiver, qlog_dir, row["clients"])
         captured = {**captured, "connections": len(more) + 1, "client_port": read.client_port}
     # the capture's, over all its connections (the stored trace's row counts its own)
     every = [] if tcp else found if several else [read]
@@ -540,7 +551,7 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
     if tcp:
         built = trace.build_tcp_trace(row["run_id"], *read, captured)
     else:
-        built = trace.build_upload_trace(row["run_id"], read, captured) if upload else \
+        built = trace.build_receiver_trace(row["run_id"], read, captured, receiver) if receiver else \
             trace.build_trace(row["run_id"], read, captured, qlog_lines if several else trace.sender_qlog(qlog_dir))
         if not built[1]:  # no breakdown without points: the run says why rather than lacking one silently
             notes.append(trace.no_packets_note(read, workdir / "keylog"))
@@ -549,12 +560,15 @@ def _trace(row: dict, tracing: contextlib.ExitStack, captured: dict, workdir: Pa
     return built, more
 
 
-def _connections(found: list[trace.Decoded], upload: bool, qlog_dir: Path | None,
+def _connections(found: list[trace.Decoded], receiver: trace.Receiver | None, qlog_dir: Path | None,
                  clients: int) -> tuple[trace.Decoded, list[list[dict]], list[str], list[str]]:
     """Several QUIC clients' connections as the capture decrypted them (trace.decrypt_connections): (the first's
     packets, the others' series, the server's qlog of the first, notes for the run's warnings). A download's series
-    takes its window from the server's qlog of it (trace.connection_qlog); an upload's sender is the client, whose
-    qlog a trace does not read. A connection without 1-RTT packets has no series: the note says how many had."""
+    captured at its sender takes its window from the server's qlog of it (trace.connection_qlog); one captured at
+    its ``receiver`` (an upload's, whose sender is the client, whose qlog a trace does not read; a two-host
+    download's, whose server's qlog is on the other host) is the receiver's view (trace.receiver_series). A
+    connection without 1-RTT packets has no series: the note says how many had."""
+    upload = receiver is not None
     connections = [c for c in found if c.packets] or found[:1] or [trace.Decoded()]
     qlogs = [[] if upload else trace.connection_qlog(qlog_dir, c.cids) for c in connections]
     notes = []
@@ -566,7 +580,7 @@ def _connections(found: list[trace.Decoded], upload: bool, qlog_dir: Path | None
         notes.append(f"no one server qlog names connection {', '.join(map(str, unmatched))}'s IDs: its series has no "
                      "congestion window")
     first, *others = connections
-    more = [trace.upload_series(c.packets, c.client_params, c.server_params)[0] if upload else
+    more = [trace.receiver_series(c.packets, c.client_params, c.server_params, receiver)[0] if upload else
             trace.download_points(c, lines)[0] for c, lines in zip(others, qlogs[1:])]
     return first, more, qlogs[0], notes
 

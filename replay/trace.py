@@ -1,7 +1,8 @@
 """`qreplay --trace`: a run's packets, decrypted, as the sender's time series.
 
-The capture is taken in the server's namespace (the download's sender) on the path device; tshark
-decrypts it with the client's key log and prints JSON, whose tree keeps every frame with its own
+The capture is taken in the server's namespace (the download's sender) on the path device, or, of a
+two-host run, on the client's host (the download's receiver: receiver_series reads the sender's state from
+it, as from an upload's capture at the server); tshark decrypts it with the client's key log and prints JSON, whose tree keeps every frame with its own
 packet (tshark's field output lists each field's values per datagram, which cannot tell which ACK of
 a coalesced datagram was the 1-RTT one, nor give the length of a STREAM frame sent without one).
 
@@ -496,51 +497,81 @@ def _as_known(times: list[float], values: list, when: float, before=None):
     return values[at - 1] if at else before
 
 
-def upload_series(packets: list[Packet], client_params: dict[str, int],
-                  server_params: dict[str, int] | None = None) -> tuple[list[dict], dict]:
-    """An upload's sender series (the client the sender, the data ``up``) in sender_series' form, so that
-    replay.limits reads both, from the capture at the receiver: one point per 1-RTT packet, t from the upload's
-    first bytes reaching the server (its request: the PUT opens the stream its body follows).
+@dataclass(frozen=True)
+class Receiver:
+    """Which end a capture at the receiver is at, as data for receiver_series: the direction the data flows
+    (``down``: the server's packets), the stream it flows on, and the parameter names of the receiver's initial
+    credits (the stream's: the receiver's bidi_local for a stream the client opened and the client receives on,
+    bidi_remote for one the server receives on) and of the sender's ACKs' ack_delay_exponent."""
+
+    name: str  # "client" | "server": the receiver, whose capture it is
+    down: bool  # the data's direction: the server's packets (a download) or the client's (an upload)
+    stream_credit_param: str
+
+    def stream(self, packets: list[Packet]) -> int | None:
+        return download_stream(packets) if self.down else upload_stream(packets)
+
+    def params(self, client_params: dict[str, int], server_params: dict[str, int]) -> tuple[dict, dict]:
+        """(the receiver's parameters, the sender's)."""
+        return (client_params, server_params) if self.name == "client" else (server_params, client_params)
+
+
+#: an upload's receiver is the server (the testbed's capture); a download's the client (a two-host run's capture,
+#: taken on the client's host)
+AT_SERVER = Receiver("server", False, "initial_max_stream_data_bidi_remote")
+AT_CLIENT = Receiver("client", True, "initial_max_stream_data_bidi_local")
+
+
+def receiver_series(packets: list[Packet], client_params: dict[str, int], server_params: dict[str, int] | None,
+                    receiver: Receiver) -> tuple[list[dict], dict]:
+    """A sender's series in sender_series' form, so that replay.limits reads it alike, from the capture at the
+    receiver (``receiver``: an upload's at the server, AT_SERVER; a download's at the client, AT_CLIENT): one
+    point per 1-RTT packet, t from the request's arrival at the sender as the receiver's clock can tell it.
 
     The capture sees what the sender did one way later and what it learned one way earlier: a data packet
-    reaching the server at t left the client about one up-way before, when the client knew of the server's
-    ACKs and credits sent one down-way before that, at t less the round trip. So the sender's state after a
-    point is, with the run's smallest RTT sample (the server's packets the client's ACKs covered, its ack delay
-    taken off, as sender_series' samples): ``sent_max`` the highest offset of the upload stream arrived,
-    ``in_flight`` the ack-eliciting packet bytes arrived less those the server's ACKs had covered (or put 3
-    packet numbers below one covered) by t less that RTT, ``acked`` likewise the stream bytes they covered, and
-    ``stream_credit`` / ``conn_credit`` the server's MAX_STREAM_DATA of the upload stream and MAX_DATA limits
-    (from its initial_max_stream_data_bidi_remote and initial_max_data) sent by then. DATA_BLOCKED and
-    STREAM_DATA_BLOCKED are the client's, on the packets that carry them. Bytes still queued on the way up
-    have not arrived, so in flight never exceeds what the path holds: a link's queue going up does not show
-    (the testbed's rate shapes the down direction only)."""
-    server_params = server_params or {}
-    stream = upload_stream(packets)
-    t0 = next((p.time for p in packets if not p.down and any(f.stream_id == stream for f in p.streams)),
-              packets[0].time if packets else 0.0)
-    exponent = client_params.get("ack_delay_exponent", DEFAULT_ACK_DELAY_EXPONENT)
-    # The server's side first: when it sent each packet (for the client's ACKs' RTT samples), and what its ACKs
-    # and credits had told the client by each time.
-    sent_down = {p.number: p.time for p in packets if p.down}
-    rtts: dict[int, float] = {}  # index of the up packet -> its RTT sample, ms
+    reaching the receiver at t left the sender about one way before, when the sender knew of the receiver's
+    ACKs and credits sent one way before that, at t less the round trip. So the sender's state after a point is,
+    with the run's smallest RTT sample (the receiver's packets the sender's ACKs covered, its ack delay taken
+    off, as sender_series' samples): ``sent_max`` the highest offset of the data stream arrived, ``in_flight``
+    the ack-eliciting packet bytes arrived less those the receiver's ACKs had covered (or put 3 packet numbers
+    below one covered) by t less that RTT, ``acked`` likewise the stream bytes they covered, and
+    ``stream_credit`` / ``conn_credit`` the receiver's MAX_STREAM_DATA of the data stream and MAX_DATA limits
+    (from its initial credit for the stream and its initial_max_data) sent by then. DATA_BLOCKED and
+    STREAM_DATA_BLOCKED are the sender's, on the packets that carry them. Bytes still queued on the way have
+    not arrived, so in flight never exceeds what the path holds: a link's queue on the data's way does not show.
+
+    t = 0: where the stream's first packet is the data's (an upload's PUT opens the stream its body follows),
+    its arrival; where it is the receiver's request (a download's), its departure plus that smallest RTT: its
+    arrival at the sender, on the clock of the data's arrivals (one way later), so the time the sender took to
+    answer stays in the transfer as the sender's own capture would have it."""
+    receiver_params, sender_params = receiver.params(client_params, server_params or {})
+    stream = receiver.stream(packets)
+    exponent = sender_params.get("ack_delay_exponent", DEFAULT_ACK_DELAY_EXPONENT)
+    # The receiver's side first: when it sent each packet (for the sender's ACKs' RTT samples), and what its ACKs
+    # and credits had told the sender by each time.
+    sent_back = {p.number: p.time for p in packets if p.down != receiver.down}
+    rtts: dict[int, float] = {}  # index of the sender's packet -> its RTT sample, ms
     largest = -1
     for i, packet in enumerate(packets):
-        if not packet.down:
+        if packet.down == receiver.down:
             for ack in packet.acks:
-                if ack.largest in sent_down and ack.largest > largest:
-                    rtts[i] = (packet.time - sent_down[ack.largest] - ack.ack_delay * 2 ** exponent / 1e6) * 1000
+                if ack.largest in sent_back and ack.largest > largest:
+                    rtts[i] = (packet.time - sent_back[ack.largest] - ack.ack_delay * 2 ** exponent / 1e6) * 1000
                 largest = max(largest, ack.largest)
     positive = [r for r in rtts.values() if r > 0]
     lag = min(positive) / 1000 if positive else 0.0
-    arrived: dict[int, _Sent] = {}  # the client's packets the server had received and not yet covered by an ACK
-    told_at: list[float] = []  # the times of the server's packets, and after each what it had told the client:
+    opening = next((p for p in packets if any(f.stream_id == stream for f in p.streams)), None)
+    t0 = (opening.time + (0.0 if opening.down == receiver.down else lag)) if opening else \
+        (packets[0].time if packets else 0.0)
+    arrived: dict[int, _Sent] = {}  # the sender's packets the receiver had received and not yet covered by an ACK
+    told_at: list[float] = []  # the times of the receiver's packets, and after each what it had told the sender:
     told: list[tuple[int, int, int | None, int | None]] = []  # (packet bytes and stream bytes out of flight, credits)
     gone = gone_stream = 0
-    stream_credit = server_params.get("initial_max_stream_data_bidi_remote")
-    conn_credit = server_params.get("initial_max_data")
+    initial = (0, 0, receiver_params.get(receiver.stream_credit_param), receiver_params.get("initial_max_data"))
+    _, _, stream_credit, conn_credit = initial
     covered = -1
     for packet in packets:
-        if not packet.down:
+        if packet.down == receiver.down:
             arrived[packet.number] = _Sent(packet.time, packet.size,
                                            sum(f.length for f in packet.streams if f.stream_id == stream),
                                            packet.ack_eliciting)
@@ -560,13 +591,13 @@ def upload_series(packets: list[Packet], client_params: dict[str, int],
         conn_credit = max([conn_credit or 0, *packet.max_data]) if packet.max_data else conn_credit
         told_at.append(packet.time)
         told.append((gone, gone_stream, stream_credit, conn_credit))
-    initial = (0, 0, server_params.get("initial_max_stream_data_bidi_remote"), server_params.get("initial_max_data"))
+    sending, back = ("down", "up") if receiver.down else ("up", "down")
     points = []
     sent_max = sent_total = eliciting_bytes = 0
     for i, packet in enumerate(packets):
-        point = {"t_s": packet.time - t0, "direction": "down" if packet.down else "up",
+        point = {"t_s": packet.time - t0, "direction": sending if packet.down == receiver.down else back,
                  "packet_number": packet.number, "packet_bytes": packet.size}
-        if not packet.down:
+        if packet.down == receiver.down:
             own = [f for f in packet.streams if f.stream_id == stream]
             sent_total += sum(f.length for f in own)
             sent_max = max([sent_max, *(f.offset + f.length for f in own)])
@@ -587,7 +618,17 @@ def upload_series(packets: list[Packet], client_params: dict[str, int],
                      in_flight=max(0, eliciting_bytes - out), conn_credit=conn_known, stream_credit=stream_known)
         points.append(point)
     summary = {"t0_epoch": t0, "ack_delay_exponent": exponent}
+    if receiver.down:  # a download's, as sender_series' summary names them
+        summary.update(download_stream=stream, initial_max_data=client_params.get("initial_max_data"),
+                       initial_max_stream_data_bidi_local=client_params.get("initial_max_stream_data_bidi_local"))
     return points, summary
+
+
+def upload_series(packets: list[Packet], client_params: dict[str, int],
+                  server_params: dict[str, int] | None = None) -> tuple[list[dict], dict]:
+    """An upload's sender series (the client the sender, the data ``up``) from the server's capture:
+    receiver_series at the server."""
+    return receiver_series(packets, client_params, server_params, AT_SERVER)
 
 
 def receiver_credit(packets: list[Packet], server_params: dict[str, int]) -> dict:
@@ -1212,15 +1253,16 @@ OFFLOADS = {"udp": ("tx-udp-segmentation",), "tcp": ("tcp-segmentation-offload",
 CAPTURE_FILTERS = {"udp": "udp", "tcp": "tcp or udp dst port 9"}
 
 
-def segmentation_off(namespaces: Iterable[str], transport: str = "udp") -> dict[str, str]:
-    """Switches the transport's segmentation offloads (OFFLOADS) off on the path device of each namespace, so
-    that the capture holds the packets the wire carries. Returns each namespace's resulting state of the first
-    as ethtool reports it."""
+def segmentation_off(namespaces: Iterable[str | None], transport: str = "udp",
+                     device: str = PATH_DEVICE) -> dict[str | None, str]:
+    """Switches the transport's segmentation offloads (OFFLOADS) off on the path device of each namespace (None:
+    this one), so that the capture holds the packets the wire carries. Returns each namespace's resulting state of
+    the first as ethtool reports it."""
     states = {}
     for ns in namespaces:
         for feature in OFFLOADS[transport]:
-            _ethtool(ns, "-K", PATH_DEVICE, feature, "off")
-        shown = _ethtool(ns, "-k", PATH_DEVICE).stdout
+            _ethtool(ns, "-K", device, feature, "off")
+        shown = _ethtool(ns, "-k", device).stdout
         states[ns] = next((line.split(":", 1)[1].strip() for line in shown.splitlines()
                            if line.strip().startswith(OFFLOADS[transport][0] + ":")), "unknown")
     return states
@@ -1228,26 +1270,35 @@ def segmentation_off(namespaces: Iterable[str], transport: str = "udp") -> dict[
 
 @contextmanager
 def capture(path, pcap: Path, transport: str = "udp") -> Iterator[dict]:
-    """tshark in the server's namespace on the path device for the block's duration (the run's transport
-    only, whole packets), segmentation offload off on both ends; yields the capture's description, which the
-    caller stores with the trace; once the block has ended, it also holds the packets the capture dropped."""
-    if not getattr(path, "server_ns", None):
+    """tshark on the path for the block's duration (the run's transport only, whole packets), segmentation offload
+    off where it runs; yields the capture's description, which the caller stores with the trace; once the block
+    has ended, it also holds the packets the capture dropped. The testbed's is taken in the server's namespace on
+    the path device, offload off on both ends; a two-host run's (its path's ``capture_end`` "client") on this, the
+    client's, host, on the interface its route to the server leaves by, of the packets to and from the server
+    alone, offload off on that interface (the server's host is not ours: a GSO burst it sends is split, as
+    split_bursts splits any)."""
+    at_client = getattr(path, "capture_end", "server") == "client"
+    if not at_client and not getattr(path, "server_ns", None):
         raise ToolError("--trace needs the testbed's namespaces; --link loopback has none")
-    offload = segmentation_off((path.client_ns, path.server_ns), transport)
+    ns, device = (None, netns.route_device(path.server_ip)) if at_client else (path.server_ns, PATH_DEVICE)
+    offload = segmentation_off((ns,) if at_client else (path.client_ns, path.server_ns), transport, device)
+    keep = f"({CAPTURE_FILTERS[transport]}) and host {path.server_ip}" if at_client else CAPTURE_FILTERS[transport]
     log = pcap.with_suffix(".log")
-    tshark = start_process(path.server_ns, [tshark_path(), "-i", PATH_DEVICE, "-q", "-s", "0",
-                                            "-f", CAPTURE_FILTERS[transport],
-                                            "-B", str(CAPTURE_BUFFER_MIB), "-F", "pcap", "-w", str(pcap)], log)
-    captured = {"device": PATH_DEVICE, "namespace": "server", "backend": getattr(path, "backend", None),
-                "transport": transport,
-                OFFLOADS[transport][0].replace("-", "_"): {"client": offload[path.client_ns],
-                                                           "server": offload[path.server_ns]},
+    tshark = start_process(ns, [tshark_path(), "-i", device, "-q", "-s", "0", "-f", keep,
+                                "-B", str(CAPTURE_BUFFER_MIB), "-F", "pcap", "-w", str(pcap)], log)
+    captured = {"device": device, "namespace": "client" if at_client else "server",
+                "backend": getattr(path, "backend", None), "transport": transport,
+                OFFLOADS[transport][0].replace("-", "_"): {"client": offload[None]} if at_client else
+                {"client": offload[path.client_ns], "server": offload[path.server_ns]},
                 "buffer_mib": CAPTURE_BUFFER_MIB}
     try:
         wait_until_capturing(tshark, log)
         yield captured
-        with netns.in_namespace(path.server_ns):
-            wait_until_in_capture(pcap, path.client_ip)
+        if at_client:  # the marker to the server's address leaves through the captured interface
+            wait_until_in_capture(pcap, path.server_ip)
+        else:
+            with netns.in_namespace(path.server_ns):
+                wait_until_in_capture(pcap, path.client_ip)
     finally:
         stop_process(tshark.pid)
     captured.update(tshark=tshark_version(), dropped=dropped_packets(log))
@@ -1341,17 +1392,19 @@ def connection_qlog(qlog_dir: Path | None, cids: Iterable[str]) -> list[str]:
     return named[0].read_text(errors="replace").splitlines() if len(named) == 1 else []
 
 
-def build_upload_trace(run_id: str, decoded: Decoded, captured: dict) -> tuple[dict, list[dict]]:
-    """The `traces` row and the `trace_points` rows of an upload (the client the sender): its sender's series as
-    the receiver's capture can tell it (upload_series), and the receiver's credit over time (receiver_credit) in
-    the row's ``upload_credit``."""
-    points, summary = upload_series(decoded.packets, decoded.client_params, decoded.server_params)
+def build_receiver_trace(run_id: str, decoded: Decoded, captured: dict,
+                         receiver: Receiver = AT_SERVER) -> tuple[dict, list[dict]]:
+    """The `traces` row and the `trace_points` rows of a transfer captured at its receiver (an upload's at the
+    server, a two-host download's at the client): its sender's series as the receiver's capture can tell it
+    (receiver_series); an upload's row holds the server's credit over time (receiver_credit) in ``upload_credit``."""
+    points, summary = receiver_series(decoded.packets, decoded.client_params, decoded.server_params, receiver)
     kept = downsample(points)
     row = {"run_id": run_id, **summary, "packets": len(points), "points": len(kept),
            "undecrypted": decoded.undecrypted, "bursts_split": decoded.bursts_split, "cipher": decoded.cipher,
            "capture": json.dumps({**captured, "joined_datagrams": decoded.joined}),
-           "client_params": json.dumps(decoded.client_params),
-           "upload_credit": json.dumps(receiver_credit(decoded.packets, decoded.server_params))}
+           "client_params": json.dumps(decoded.client_params)}
+    if receiver is AT_SERVER:
+        row["upload_credit"] = json.dumps(receiver_credit(decoded.packets, decoded.server_params))
     return row, [{"run_id": run_id, "seq": i, **p} for i, p in enumerate(kept)]
 
 

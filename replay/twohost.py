@@ -50,6 +50,7 @@ class TwoHosts(Endpoints):
     client_ip = None
     backend = BACKEND
     buffer_bytes = None  # each host's own socket buffers: the hosts' settings are theirs
+    capture_end = "client"  # --trace captures here, the client's host (trace.capture): a download's receiver
 
     def __init__(self, server_host: str, launcher: Launcher, shallow_idle: bool = True,
                  rate_seconds: float = RATE_SECONDS):

@@ -240,31 +240,44 @@ def test_an_uploads_link_queue_is_the_rtt_its_samples_waited():
     assert limits.breakdown(down, limits.RunFacts(rate_bps=10_000_000)).fractions["link"] == 0
 
 
-def test_an_uploads_series_is_the_senders_state_one_round_trip_late():
-    """The server's capture of an upload at a 30 ms RTT (trace.upload_series): the client's ACK of the server's
-    first packet is the RTT sample; the client sends its 12,000-byte stream window by 0.031 and the server's
-    MAX_STREAM_DATA (24,000) and ACK leave at 0.032: until 0.062 the client cannot have known of them, so its
+@pytest.mark.parametrize("receiver", ["server", "client"])
+def test_a_series_at_the_receiver_is_the_senders_state_one_round_trip_late(receiver):
+    """The receiver's capture at a 30 ms RTT (trace.receiver_series, one function for either role): an upload's at
+    the server, and the same with the ends swapped, a download's at the client (a two-host run's), the credits then
+    the client's (its initial_max_stream_data_bidi_local, its MAX_STREAM_DATA). The sender's ACK of the receiver's
+    first packet is the RTT sample; the sender sends its 12,000-byte stream window by 0.031 and the receiver's
+    MAX_STREAM_DATA (24,000) and ACK leave at 0.032: until 0.062 the sender cannot have known of them, so its
     credit is still 12,000 and all it sent in flight; its next bytes arrive at 0.0625. From the window's last
     MSS (the 9th packet, 0.0308) to them is the stream window's, of a transfer of 33.5 ms."""
     from replay import trace
+    at = {"server": trace.AT_SERVER, "client": trace.AT_CLIENT}[receiver]
+    data, back = ("down", "up") if at.down else ("up", "down")
 
-    def up(t, number, offset, acks=()):
-        return trace.Packet(t, False, number, 1250, streams=(trace.StreamFrame(0, offset, 1200, False),), acks=acks)
-    packets = [trace.Packet(0.0, True, 0, 50), up(0.030, 0, 0, acks=(trace.AckFrame(0, 0, ((0, 0),)),)),
-               *(up(0.030 + i / 10_000, i, 1200 * i) for i in range(1, 10)),
-               trace.Packet(0.032, True, 1, 60, acks=(trace.AckFrame(9, 0, ((0, 9),)),),
+    def sent(t, number, offset, acks=()):
+        return trace.Packet(t, at.down, number, 1250, streams=(trace.StreamFrame(0, offset, 1200, False),), acks=acks)
+    packets = [trace.Packet(0.0, not at.down, 0, 50), sent(0.030, 0, 0, acks=(trace.AckFrame(0, 0, ((0, 0),)),)),
+               *(sent(0.030 + i / 10_000, i, 1200 * i) for i in range(1, 10)),
+               trace.Packet(0.032, not at.down, 1, 60, acks=(trace.AckFrame(9, 0, ((0, 9),)),),
                             max_stream_data=((0, 24_000),)),
-               up(0.0625, 10, 12_000), up(0.0635, 11, 13_200)]
-    points, summary = trace.upload_series(packets, {}, {"initial_max_stream_data_bidi_remote": 12_000})
+               sent(0.0625, 10, 12_000), sent(0.0635, 11, 13_200)]
+    params = {at.stream_credit_param: 12_000}
+    points, summary = trace.receiver_series(packets, *((params, {}) if at.down else ({}, params)), at)
     assert summary["t0_epoch"] == 0.030
     update = next(p for p in points if p.get("max_stream_data"))
+    assert update["direction"] == back
     assert (update["stream_credit"], update["in_flight"], update["sent_max"]) == (12_000, 12_500, 12_000)
-    after = next(p for p in points if p["packet_number"] == 10 and p["direction"] == "up")
+    after = next(p for p in points if p["packet_number"] == 10 and p["direction"] == data)
     assert (after["stream_credit"], after["in_flight"], after["acked"]) == (24_000, 1250, 12_000)
     assert points[1]["rtt_ms"] == pytest.approx(30)
-    found = limits.breakdown(points, limits.RunFacts(upload=True))
+    found = limits.breakdown(points, limits.RunFacts(upload=not at.down, at_receiver=at.down))
     assert found.limited_by == "receive_window_stream"
     assert found.fractions["receive_window_stream"] == pytest.approx((0.0325 - 0.0008) / 0.0335)
+    if at.down:
+        # a download's request (stream 0's first packet, the client's) leaves at -0.01: the server has it one
+        # smallest RTT later on the clock of the data's arrivals, at 0.02
+        request = trace.Packet(-0.010, False, 99, 80, streams=(trace.StreamFrame(0, 0, 40, True),))
+        _, summary = trace.receiver_series([request, *packets], {}, {}, at)
+        assert summary["t0_epoch"] == pytest.approx(0.020) and summary["download_stream"] == 0
 
 
 def test_a_tcp_uploads_series_is_the_clients():
@@ -464,12 +477,14 @@ def test_a_tcp_upload_is_the_clients_transfer():
 
 
 def test_runs_no_trace_can_explain_say_why():
-    """Two hosts (no capture on the server's host) store why they have no breakdown, and `qreplay why` says it
-    rather than suggest --trace; several clients, over TCP or QUIC, have one
+    """A two-host upload (its receiver, the server, on a host where no capture is taken) stores why it has no
+    breakdown, and `qreplay why` says it rather than suggest --trace; a two-host download has one, from the
+    client's capture (tests/test_replay_twohost.py); several clients, over TCP or QUIC, have one
     (test_several_tcp_clients_have_their_connections_breakdowns_merged,
     test_several_quic_clients_have_their_connections_breakdowns_merged)."""
     from replay.runner import no_breakdown
-    assert no_breakdown("relay") is None and no_breakdown("measured").startswith("a two-host run")
+    assert no_breakdown("relay", "upload") is None and no_breakdown("measured", "download") is None
+    assert no_breakdown("measured", "upload").startswith("a two-host upload")
 
 
 def test_connections_breakdowns_merge_weighed_by_their_transfers():

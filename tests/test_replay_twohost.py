@@ -24,7 +24,7 @@ import pytest
 from common import netns, slurm
 from common.launchers import every_kind, get_launcher
 from conftest import lab_instance
-from replay.link import LINKEM, LinkConfig
+from replay.link import LINKEM, MTU, TUN_QUEUE_PACKETS, LinkConfig
 from replay.runner import SERVER_PORT, Condition, Experiment
 from replay.sets import resolve_one
 from replay.stacks import get_stack
@@ -117,6 +117,96 @@ def test_a_run_across_two_hosts_stores_the_link_as_measured(two_hosts, tmp_path)
     for command in (["plot", str(out), "--out-dir", str(tmp_path / "plots")], ["why", str(out)]):
         read = subprocess.run([str(QREPLAY), *command], capture_output=True, text=True, timeout=120)
         assert read.returncode == 0, read.stderr[-1000:]
+
+
+WINDOW = 131_072
+
+
+@pytest.fixture
+def two_hosts_30ms(tmp_path):
+    """The two "hosts" 30 ms apart one way, server to client: a tun device on each joined by linkem's relay with
+    that delay (the testbed's relay backend; this kernel has no netem), a property of the path the runs measure,
+    not an emulation they ask for. (client namespace, server namespace)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None or not LINKEM.exists() or not Path("/dev/net/tun").exists():
+        pytest.skip("two delayed hosts need root, `ip`, linkem and /dev/net/tun")
+    tag = lab_instance("twohost")
+    client, server = f"{tag}-a", f"{tag}-b"
+    relay = None
+    try:
+        with netns.teardown_on_signals():
+            for ns, address in ((client, CLIENT_HOST), (server, SERVER_HOST)):
+                netns.create_namespace(ns)
+                subprocess.run(["ip", "-n", ns, "tuntap", "add", "mode", "tun", "dev", "wire0"], check=True)
+                subprocess.run(["ip", "-n", ns, "link", "set", "dev", "wire0", "mtu", str(MTU), "txqueuelen",
+                                str(TUN_QUEUE_PACKETS)], check=True)
+                netns.add_address(ns, "wire0", address, 24)
+                netns.link_up(ns, "wire0")
+            stats = tmp_path / "linkem-stats.json"
+            with open(tmp_path / "linkem.log", "wb") as log:
+                relay = subprocess.Popen([str(LINKEM), "relay", "--client-netns", client, "--client-dev", "wire0",
+                                          "--server-netns", server, "--server-dev", "wire0", "--mtu", str(MTU),
+                                          "--down-delay", "30ms", "--up-delay", "0ms", "--stats-file", str(stats)],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                         start_new_session=True)
+            deadline = time.monotonic() + 10
+            while not stats.exists():
+                assert relay.poll() is None and time.monotonic() < deadline, (tmp_path / "linkem.log").read_text()
+                time.sleep(0.01)
+            yield client, server
+    finally:
+        if relay is not None:
+            relay.terminate()
+            relay.wait(timeout=10)
+        for ns in (client, server):
+            netns.delete_namespace(ns)
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("stack", ["ngtcp2", "quinn"])
+def test_a_two_host_download_is_broken_down_from_the_clients_capture(two_hosts_30ms, tmp_path, stack):
+    """--trace across two hosts captures on the client's host (the server's is not ours), on the interface its
+    route to the server leaves by, and reads the server's state from there (trace.receiver_series, the receiver's
+    capture as an upload's is read at the server): 4 MB with a 128 KiB client stream window 30 ms from the server is
+    the stream window's; with Firefox's own windows (12 MiB and more) not. Measured 2026-11-29 12:41-12:43 beside
+    other sessions' tests (load 10-16): ngtcp2 74.8% at the stream window (15.7 Mbit/s), 100% congestion window
+    (37.7); quinn 69.3% (27.7 Mbit/s), 100% congestion window (85.3); min RTT 30.0 ms in each."""
+    _usable_stack()  # linkem, iperf3
+    if reason := get_stack(stack).unavailable_reason():
+        pytest.skip(f"{stack}: {reason}")
+    client, server = two_hosts_30ms
+    out = tmp_path / "traced.duckdb"
+    for extra in (["--client-param", f"initial_max_stream_data_bidi_local={WINDOW}"], []):
+        done = _qreplay(client, "--stack", stack, "--set", "firefox", *extra, "--size", "4MB", "--reps", "1",
+                        "--trace", "--server-host", SERVER_HOST, "--launcher", f"netns:{server}", "--out", str(out),
+                        timeout=240)
+        assert done.returncode == 0, done.stderr[-2000:]
+    with duckdb.connect(str(out), read_only=True) as con:
+        cursor = con.execute("SELECT r.*, t.capture FROM runs r JOIN traces t USING (run_id) ORDER BY r.started_at")
+        small, large = [dict(zip([c[0] for c in cursor.description], values)) for values in cursor.fetchall()]
+    for run in (small, large):
+        assert (run["status"], run["link_backend"], run["no_breakdown"]) == ("ok", "measured", None), run["error"]
+        capture = json.loads(run["capture"])
+        assert (capture["namespace"], capture["device"], capture["dropped"]) == ("client", "wire0", 0), capture
+        assert run["delay_ms"] == pytest.approx(15, abs=3)  # half the measured echo RTT
+    shares = [json.loads(run["limits"]) for run in (small, large)]
+    assert small["limited_by"] == "receive_window_stream", shares[0]
+    assert shares[0]["fractions"]["receive_window_stream"] > 0.5, shares[0]
+    assert shares[0]["basis"]["min_rtt_ms"] == pytest.approx(30, abs=5)
+    assert large["limited_by"] != "receive_window_stream", shares[1]
+    assert shares[1]["fractions"]["receive_window_stream"] < 0.2, shares[1]
+
+
+def test_a_two_host_upload_or_tcp_run_refuses_trace_and_says_why():
+    """The client's host captures a QUIC download's receiver; an upload's is the server, a TCP run's series the
+    sender's capture: neither is on this host."""
+    from tparams.workloads import UPLOAD
+    base = dict(size=1000, trace=True)
+    with pytest.raises(ToolError, match="two-host upload"):
+        Experiment("single", get_stack("ngtcp2"), [Condition(resolve_one("firefox"), None, LinkConfig())],
+                   RunOptions(**base, workload=UPLOAD), server_host=SERVER_HOST, launcher=get_launcher("netns:x"))
+    with pytest.raises(ToolError, match="two-host TCP run"):
+        Experiment("single", get_stack("tcp-h2"), [Condition(resolve_one("firefox"), None, LinkConfig())],
+                   RunOptions(**base), server_host=SERVER_HOST, launcher=get_launcher("netns:x"))
 
 
 def test_an_ipv6_server_host_is_probed_and_served_at_its_bracketed_address(two_hosts_v6, tmp_path):

@@ -73,7 +73,9 @@ TraceOpt = Annotated[bool, typer.Option("--trace", help="Capture every run (tsha
                                           "sent, acknowledged and in flight, flow-control credit, RTT samples "
                                           "(`qreplay plot --trace`), and what held the run back (`qreplay "
                                           "why`); of an upload the client's, as the server saw it, and what the "
-                                          "server granted over time (traces.upload_credit).")]
+                                          "server granted over time (traces.upload_credit); of a "
+                                          "two-host download (--server-host) the server's, as the client "
+                                          "saw it, captured on this host.")]
 ProfileOpt = Annotated[bool, typer.Option("--profile", help="Sample both endpoints with call stacks during the "
                                             "transfer (perf; py-spy for Python endpoints) and store where the "
                                             "cycles go, by component (datasets/profile/components.csv), with the "
