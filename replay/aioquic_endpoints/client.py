@@ -45,6 +45,18 @@ class BulkClient(Endpoint):
         await exchange.done
         return exchange
 
+    def close_at_once(self) -> None:
+        """Close the connection and end its closing period now instead of three PTOs later (RFC 9000 10.2: an
+        endpoint that closes its UDP socket, as this client does on exiting, MAY end the closing state early).
+        Behind a deep queue the smoothed RTT reaches seconds and the wait tens of them: an aioquic client's stream
+        through 1 Mbit/s lived 35.3 s for a 4.3 s transfer, the run's wall_s, which the breakdown's CPU shares
+        divide by. What goes on the wire is the same CONNECTION_CLOSE, and the qlog is ended as before."""
+        self.close()  # the CONNECTION_CLOSE is sent now, and the connection enters its closing state
+        closing_ends = self.connection.get_timer()
+        if closing_ends is not None:
+            self.connection.handle_timer(now=closing_ends)  # the closing period's end (QuicConnection's public API)
+            self._process_events()  # the protocol's own handling of that end, so that connect() need not wait
+
     def quic_event_received(self, event) -> None:
         if isinstance(event, StreamDataReceived) and event.stream_id in self._open:
             exchange = self._open[event.stream_id]
@@ -91,6 +103,7 @@ async def exchange_all(args: argparse.Namespace, protocol: type[BulkClient], met
                 return await client.exchange(method, args.size, bitrate)
 
         exchanges = await asyncio.gather(*(one() for _ in range(requests)))
+        client.close_at_once()
     return client, exchanges, handshake
 
 
