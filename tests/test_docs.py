@@ -297,6 +297,12 @@ def failed(page: Path, done: subprocess.CompletedProcess) -> str:
     return f"a command of {page.relative_to(ROOT)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
 
+# The popularity notebook rendered by jupyter's command line, as the front page shows it; docs/store.md shows the
+# same command and marks it as run here (its Python block runs the notebook on its own scan)
+POPULARITY_NOTEBOOK = ("QTP_SCAN_DB=$PWD/scan.duckdb .venv/bin/jupyter nbconvert --to html --execute "
+                       "notebooks/parameter_popularity.ipynb --output-dir out/")
+
+
 @pytest.mark.xdist_group("manual-README.md")
 def test_the_front_page_commands_run(tmp_path):
     """Every command the front page shows, in its order, from a directory of the reader's own: the lab
@@ -304,6 +310,7 @@ def test_the_front_page_commands_run(tmp_path):
     steps = page_steps(ROOT / "README.md")
     run = [step.text for step in steps if not step.shown_only and not step.text.startswith("make ")]
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+    assert POPULARITY_NOTEBOOK in run
     assert any(c.startswith("qscan lab up") for c in run) and run[-1].startswith("qscan lab down")
     done = run_page(ROOT / "README.md", tmp_path)
     assert done.returncode == 0, failed(ROOT / "README.md", done)
