@@ -97,8 +97,9 @@ def test_each_browser_downloads_over_h3_through_the_testbed_and_is_stored_as_a_b
     """The manual's first browser run, from a directory of the reader's own, with each browser."""
     stack = _usable(browser)
     out = tmp_path / "browsers.duckdb"
-    done = subprocess.run([QREPLAY, *shlex.split(PAGE_DOWNLOAD.replace("--stack chromium", f"--stack {browser}"))[1:]],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    argv = shlex.split(PAGE_DOWNLOAD.replace("--stack chromium", f"--stack {browser}"))[1:]
+    done = subprocess.run([QREPLAY, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
     con = duckdb.connect(str(out), read_only=True)
     cursor = con.execute("SELECT * FROM runs")

@@ -51,7 +51,8 @@ def qreplay(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
 ])
 def test_bad_input_is_one_line_exit_2(args, expected, monkeypatch, capsys):
     """Through qreplay's own entry point (cliapp.run, what the console script calls) in this process, as
-    tests/test_cli_outputs.py runs its refusals: as 12 programs the cases took 7.3 s of CPU with pytest's start, 2.7 here."""
+    tests/test_cli_outputs.py runs its refusals: as 12 programs the cases took 7.3 s of CPU with pytest's start,
+    2.7 here."""
     monkeypatch.setenv("COLUMNS", "200")
     monkeypatch.setattr(sys, "argv", ["qreplay", *args])
     with pytest.raises(SystemExit) as exited:  # an exception other than the refusal fails the test with it
