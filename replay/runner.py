@@ -568,19 +568,19 @@ def _connections(found: list[trace.Decoded], receiver: trace.Receiver | None, ql
     its ``receiver`` (an upload's, whose sender is the client, whose qlog a trace does not read; a two-host
     download's, whose server's qlog is on the other host) is the receiver's view (trace.receiver_series). A
     connection without 1-RTT packets has no series: the note says how many had."""
-    upload = receiver is not None
+    at_receiver = receiver is not None
     connections = [c for c in found if c.packets] or found[:1] or [trace.Decoded()]
-    qlogs = [[] if upload else trace.connection_qlog(qlog_dir, c.cids) for c in connections]
+    qlogs = [[] if at_receiver else trace.connection_qlog(qlog_dir, c.cids) for c in connections]
     notes = []
     if len(connections) != clients:
         notes.append(f"the capture holds {len(connections)} connections with 1-RTT packets for the run's {clients} "
                      "clients: the breakdown is theirs")
     written = qlog_dir is not None and Path(qlog_dir, "server").is_dir() and any(Path(qlog_dir, "server").iterdir())
-    if written and not upload and (unmatched := [i + 1 for i, lines in enumerate(qlogs) if not lines]):
+    if written and not at_receiver and (unmatched := [i + 1 for i, lines in enumerate(qlogs) if not lines]):
         notes.append(f"no one server qlog names connection {', '.join(map(str, unmatched))}'s IDs: its series has no "
                      "congestion window")
     first, *others = connections
-    more = [trace.receiver_series(c.packets, c.client_params, c.server_params, receiver)[0] if upload else
+    more = [trace.receiver_series(c.packets, c.client_params, c.server_params, receiver)[0] if at_receiver else
             trace.download_points(c, lines)[0] for c, lines in zip(others, qlogs[1:])]
     return first, more, qlogs[0], notes
 
