@@ -187,7 +187,10 @@ def test_a_two_host_download_is_broken_down_from_the_clients_capture(two_hosts_3
         assert (run["status"], run["link_backend"], run["no_breakdown"]) == ("ok", "measured", None), run["error"]
         capture = json.loads(run["capture"])
         assert (capture["namespace"], capture["device"], capture["dropped"]) == ("client", "wire0", 0), capture
-        assert run["delay_ms"] == pytest.approx(15, abs=3)  # half the measured echo RTT
+        # half the echo RTT the runs measured: the relay's 30 ms and more (a fresh clone's suite at load 13: 23 ms,
+        # the user-space relay's queueing under load), as stored with the link's facts
+        measured = json.loads(run["link_measured"])["rtt"]["rtt_p50_ms"]
+        assert run["delay_ms"] == measured / 2 and 14 <= run["delay_ms"] < 40, (run["delay_ms"], measured)
     shares = [json.loads(run["limits"]) for run in (small, large)]
     assert small["limited_by"] == "receive_window_stream", shares[0]
     assert shares[0]["fractions"]["receive_window_stream"] > 0.5, shares[0]
