@@ -58,3 +58,15 @@ def test_kwiks_h3_server_reports_what_kwik_sends_of_a_set_and_why_not_the_rest()
                                    "max_idle_timeout": 0, "ack_delay_exponent": 4}
     assert len(applied.notes) == 4 and "cannot set ack_delay_exponent" in applied.notes[-1], applied.notes
     assert stack.roles == {"server"} and stack.serves("h3") and {"down", "up", "many"} <= stack.page_protocol
+
+
+def test_kwiks_h3_server_is_started_warmed(tmp_path):
+    """A fresh JVM answered Chromium's first Initial 0.6 s late and a page's first requests in 40-290 ms (2026-11-29):
+    qreplay's kwik server runs its own paths before it listens (KwikLabServer.warmUp), asked through the environment
+    its stored command line shows."""
+    from replay.stacks import get_stack
+    from replay.stacks.base import RunOptions
+    from replay.stacks.kwik import WARM_UP_ENV
+
+    argv, _ = get_stack("kwik").server_command(None, RunOptions(size=1), "198.18.100.2", 4433, tmp_path)
+    assert argv[0] == "env" and f"{WARM_UP_ENV}=1" in argv[:argv.index("java")], argv

@@ -16,6 +16,9 @@ lab-server one (tparams.program_cli), so what it sends of a set is what the lab'
 - kwik's API has no setting for max_udp_payload_size, ack_delay_exponent, max_ack_delay,
   disable_active_migration nor active_connection_id_limit: it sends its own (the descriptor's ``fixed``).
 
+It is started warmed: five handshakes with itself before it listens (a fresh JVM's handshake took 0.2-1.1 s and
+slowed the start of Chromium's uploads, docs/qreplay.md), which costs it up to 2 s to start and 0.2-0.3 s of CPU.
+
 A response can stop for good in the middle (3 of 150 pages of 20 objects under load, 2026-11-29): a race in kwik
 0.10.8's StreamOutputStreamImpl loses the stream's send request, leaving its remaining bytes in the send buffer;
 such a run fails at its timeout (docs/qreplay.md).
@@ -47,6 +50,7 @@ WHY_NOT = {
     "initial_max_stream_data_uni": "flupke pins the uni window: it sent {sent}",
     "initial_max_streams_uni": "flupke allows at most 3 uni streams: it sent {sent}",
 }
+WARM_UP_ENV = "QREPLAY_WARM_UP"
 NOT_SETTABLE = ("max_udp_payload_size", "ack_delay_exponent", "max_ack_delay", "disable_active_migration",
                 "active_connection_id_limit")
 
@@ -93,6 +97,10 @@ class Kwik(PageServer):
         applied.add_knobs(self, opts, "server")
         (workdir / "htdocs").mkdir(exist_ok=True)
         applied.env[HTDOCS_ENV] = str(workdir / "htdocs")
+        # Five handshakes with itself before it listens (KwikLabServer.warmUp): a fresh JVM took 0.2-1.1 s over
+        # Chromium's handshake, which set Chromium's smoothed RTT and so paced an upload's first round trips at a
+        # few Mbit/s (docs/qreplay.md). A deployed server is warm; the lab's kwik kind is not warmed.
+        applied.env[WARM_UP_ENV] = "1"
         # The JVM as the lab runs it (lab.builds.JarServerKind): without the optimising compiler, whose threads
         # cost a run of a few seconds more CPU than they save it, and with the serial collector. Chromium's 5 MB
         # at 30 ms, 3 runs each way (2026-11-29, load 8): the server used 1.25-1.37 s of CPU with these, 1.94-2.3 s
