@@ -310,14 +310,13 @@ AIOQUIC = get_stack("aioquic")
 
 @pytest.fixture(scope="module")
 def engineered(tmp_path_factory):
-    """One traced download of 4 MB under each condition built to hit one limit (ngtcp2's, aioquic's for the
-    CPU); ({case: runs row}, the results file). 4 MB, not 2: at 2 MB slow start's few round trips before the 128 KiB
-    window binds were near half of the transfer, and load took the windows' shares to 0.491 (other work beside
-    the suite, load 11) and 0.498 (a fresh clone's run, the suite's own load), 2026-11-28; at 4 MB they are 0.79
-    and 0.80 (14:17, load 2)."""
-    for stack in (NGTCP2, AIOQUIC):
-        if stack.unavailable_reason():
-            pytest.skip(f"{stack.name}: {stack.unavailable_reason()}")
+    """One traced download of 4 MB under each condition built to hit one limit (ngtcp2's; the CPU's has its own
+    test, in the timing group); ({case: runs row}, the results file). 4 MB, not 2: at 2 MB slow start's few round
+    trips before the 128 KiB window binds were near half of the transfer, and load took the windows' shares to
+    0.491 (other work beside the suite, load 11) and 0.498 (a fresh clone's run, the suite's own load),
+    2026-11-28; at 4 MB they are 0.79 and 0.80 (14:17, load 2)."""
+    if NGTCP2.unavailable_reason():
+        pytest.skip(f"ngtcp2: {NGTCP2.unavailable_reason()}")
     results = tmp_path_factory.mktemp("limits") / "r.duckdb"
     firefox = sets.resolve_one("firefox")  # windows of 12-24 MiB: none binds unless a condition says so
     cases = {"stream": Condition(sets.with_overrides(firefox, [f"initial_max_stream_data_bidi_local={WINDOW}"]),
@@ -325,9 +324,7 @@ def engineered(tmp_path_factory):
              "connection": Condition(sets.with_overrides(firefox, [f"initial_max_data={WINDOW}"]), None,
                                      LinkConfig(delay_down_ms=30)),
              "link": Condition(firefox, None, LinkConfig(delay_down_ms=10, rate_bps=50_000_000)),
-             "loss": Condition(firefox, None, LinkConfig(delay_down_ms=10, loss_pct=3.0)),
-             # aioquic's Python at both ends of a path with no delay: the machine's cores, not the path
-             "cpu": Condition(firefox, None, LinkConfig(), stack=AIOQUIC)}
+             "loss": Condition(firefox, None, LinkConfig(delay_down_ms=10, loss_pct=3.0))}
     experiment = Experiment("single", NGTCP2, list(cases.values()),
                             RunOptions(size=4_000_000, timeout_s=30, trace=True), reps=1)
     rows = run_experiment(experiment, results)
@@ -370,11 +367,23 @@ def test_3_percent_loss_is_loss_recovery(engineered):
     assert run["fractions"]["loss_recovery"] > 0.5
 
 
-def test_aioquic_at_0_ms_is_an_ends_cpu(engineered):
-    """No delay, no rate: RTT samples many times the smallest are packets waiting in an endpoint."""
-    run = engineered[0]["cpu"]
-    assert run["limited_by"] in ("sender_cpu", "receiver_cpu_socket"), run["fractions"]
-    assert run["fractions"]["sender_cpu"] + run["fractions"]["receiver_cpu_socket"] > 0.5
+@pytest.mark.timing  # a fresh clone's suite (2026-11-29 13:30): the run beside the engineered ones at SCHED_IDLE,
+# its ends starved by the other tests, lost datagrams at the client's socket and on the path and was 59% loss
+# recovery: the cores the other tests took, not the condition built
+@pytest.mark.skipif(AIOQUIC.unavailable_reason() is not None, reason=f"aioquic: {AIOQUIC.unavailable_reason()}")
+def test_aioquic_at_0_ms_is_an_ends_cpu(tmp_path):
+    """aioquic's Python at both ends of a path with no delay and no rate: RTT samples many times the smallest are
+    packets waiting in an endpoint, the machine's cores, not the path; `qreplay why` puts a core's worth of CPU
+    beside it (the profile's CPU seconds per GB)."""
+    results = tmp_path / "r.duckdb"
+    (run,) = run_experiment(Experiment("single", AIOQUIC, [Condition(sets.resolve_one("firefox"), None, LinkConfig())],
+                                       RunOptions(size=4_000_000, timeout_s=30, trace=True), reps=1), results)
+    assert run["status"] == "ok", run.get("error")
+    fractions = json.loads(run["limits"])["fractions"]
+    assert run["limited_by"] in ("sender_cpu", "receiver_cpu_socket"), fractions
+    assert fractions["sender_cpu"] + fractions["receiver_cpu_socket"] > 0.5
+    shown = why_lines(results)
+    assert "CPU s/GB (its CPU seconds)" in shown[-1], shown
 
 
 QUIC_GO = get_stack("quic-go")
@@ -727,7 +736,6 @@ def test_why_names_each_conditions_limit(engineered, tmp_path):
     # each modelled limit's prediction beside it: the window model, the link's rate, a core's worth of CPU
     condition_lines = lines[header + 1:]
     assert "(its window model: " in condition_lines[0] and "(the link's rate: 50.0 Mbit/s)" in condition_lines[2]
-    assert "CPU s/GB (its CPU seconds)" in condition_lines[4], condition_lines[4]
     # a file written before runs stored their breakdown: computed from the stored trace points, as the runner does
     older = tmp_path / "older.duckdb"
     shutil.copy(results, older)
