@@ -2,9 +2,10 @@
 
 The capture is taken in the server's namespace (the download's sender) on the path device, or, of a
 two-host run, on the client's host (the download's receiver: receiver_series reads the sender's state from
-it, as from an upload's capture at the server); tshark decrypts it with the client's key log and prints JSON, whose tree keeps every frame with its own
-packet (tshark's field output lists each field's values per datagram, which cannot tell which ACK of
-a coalesced datagram was the 1-RTT one, nor give the length of a STREAM frame sent without one).
+it, as from an upload's capture at the server); tshark decrypts it with the client's key log and prints
+JSON, whose tree keeps every frame with its own packet (tshark's field output lists each field's values per
+datagram, which cannot tell which ACK of a coalesced datagram was the 1-RTT one, nor give the length of a
+STREAM frame sent without one).
 
 Pure functions (``packets_from_tshark``, ``sender_series``, ``downsample``, ``flow_control_rule``) are
 kept apart from the I/O (``capture``, ``decrypt``, ``sender_qlog``) so a test can feed them a capture.
