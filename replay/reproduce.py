@@ -272,12 +272,14 @@ class ConditionSummary:
     others: dict = field(default_factory=dict)
 
     @property
-    def on_thesis_grid(self) -> bool:
-        """Whether the thesis's figure has this condition: CUBIC; a figure "a" without loss, a figure "b" at
-        its delay, a sweep at its delay without loss. A campaign file may run more (full-grid.toml: both
-        congestion controls, three loss rates at every delay), which the report counts but does not draw."""
-        if self.others.get("cc", THESIS_CC) != THESIS_CC:
-            return False
+    def at_thesis_cc(self) -> bool:
+        return self.others.get("cc", THESIS_CC) == THESIS_CC
+
+    @property
+    def on_thesis_link(self) -> bool:
+        """Whether the thesis's figure has this row's link: a figure "a" without loss, a figure "b" at its delay, a
+        sweep at its delay without loss. A campaign file may run more (full-grid.toml: three loss rates at every
+        delay), which the report counts but does not draw."""
         if self.sweep_param:
             return self.delay_ms == SWEEP_DELAY_MS and not self.loss_pct
         return self.delay_ms == LOSS_DELAY_MS if self.figure.endswith("b") else not self.loss_pct
@@ -361,6 +363,7 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
                    {stack_of[e[0]]: version_of[e[0]] for e in chosen if version_of[e[0]]},
                    chosen_configs[0].get("not_run", []))
     rules = load_update_rules()
+    found = []
     for s in summary.iter_rows(named=True):  # one experiment per figure and stack
         requested = json.loads(s["requested_client"] or "{}")
         rtt, loss, size = s["delay_ms"] + (s["delay_up_ms"] or 0), s["loss_pct"], s["size_bytes"]
@@ -381,7 +384,7 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
         elif windowed:
             bound = client_window_bound(requested, rtt, s["stack"], size, rules)
             steady = client_window_bound(requested, rtt, s["stack"], rules=rules)
-        summarised = ConditionSummary(
+        found.append(ConditionSummary(
             label, figure_of(configs[s["experiment_id"]]), s["set_name"], s["server_set_name"], s["delay_ms"],
             loss, s["sweep_param"], s["sweep_value"], size, s["runs"], s["failed"], s["n"], mean, stddev,
             s["client_socket_drop_pct"], s["mean_client_tx_packets"], s["mean_server_tx_packets"],
@@ -390,8 +393,13 @@ def load_campaign(results: str | Path, campaign: str | None = None) -> Campaign:
             "requests/s" if requests else "Mbit/s", s["requests"] or 1, s["concurrency"] or 1,
             stream_credit_bound(s["sweep_value"], s["concurrency"], rtt)
             if requests and s["sweep_param"] == STREAMS_PARAM and rtt else None,
-            {c: s[c] for c in statistics.conditions() if c in s and c not in SUMMARISED})
-        (out.summaries if summarised.on_thesis_grid else out.off_grid).append(summarised)
+            {c: s[c] for c in statistics.conditions() if c in s and c not in SUMMARISED}))
+    # Another congestion control than the thesis's is off its figure where the campaign also ran the thesis's
+    # (full-grid.toml runs both); a stack without CUBIC (kwik's server runs NewReno) is drawn with what it ran.
+    with_thesis_cc = {(s.stack, s.figure) for s in found if s.at_thesis_cc}
+    for s in found:
+        kept = s.on_thesis_link and (s.at_thesis_cc or (s.stack, s.figure) not in with_thesis_cc)
+        (out.summaries if kept else out.off_grid).append(s)
     return out
 
 
@@ -816,14 +824,13 @@ def _markdown(data: Campaign, headlines: list[Headline], figures: list[tuple[str
 
 
 def _off_grid_text(rows: list[ConditionSummary]) -> str:
-    """What the campaign ran beyond the thesis's conditions (ConditionSummary.on_thesis_grid), in a sentence."""
+    """What the campaign ran beyond the thesis's conditions (load_campaign's Campaign.off_grid), in a sentence."""
     if not rows:
         return ""
-    other_cc = sorted({str(s.others.get("cc")) for s in rows if s.others.get("cc", THESIS_CC) != THESIS_CC})
+    other_cc = sorted({str(s.others.get("cc")) for s in rows if s.on_thesis_link and not s.at_thesis_cc})
     return (f" Beyond the thesis's conditions the campaign ran {len(rows):,} more (" + "; ".join(
         [f"congestion control {', '.join(other_cc)}"] * bool(other_cc)
-        + ["other loss rates or delays than the figure's own"] * any(s.others.get("cc", THESIS_CC) == THESIS_CC
-                                                                      for s in rows))
+        + ["other loss rates or delays than the figure's own"] * any(not s.on_thesis_link for s in rows))
             + "): the headlines, tables and figures below hold the thesis's; `qreplay plot` and `qreplay why` "
             "read them all.")
 
