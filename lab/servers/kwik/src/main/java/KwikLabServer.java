@@ -35,6 +35,7 @@ import java.util.Set;
 import java.util.regex.Pattern;
 
 import tech.kwik.core.QuicClientConnection;
+import tech.kwik.core.log.Logger;
 import tech.kwik.core.log.NullLogger;
 import tech.kwik.core.log.SysOutLogger;
 import tech.kwik.core.server.ServerConnectionConfig;
@@ -76,22 +77,30 @@ public final class KwikLabServer {
 
         SysOutLogger log = new SysOutLogger();
         log.logWarning(true);
-        DatagramSocket socket = new DatagramSocket(new InetSocketAddress(opt.host, opt.port));
+        // Every protocol accepted is served as HTTP/3: the lab only needs the handshake to take it.
+        ServerConnector connector = connector(new DatagramSocket(new InetSocketAddress(opt.host, opt.port)),
+                config.build(), keys, log, opt.get("alpn", "h3").split(","));
+        Runtime.getRuntime().addShutdownHook(new Thread(connector::close));
+        connector.start();
+        System.out.println("listening on " + opt.host + ":" + opt.port);
+    }
+
+    /** The server on ``socket``, answering by the replay contract (answer) over HTTP/3 for each of ``protocols``;
+     *  not started. */
+    static ServerConnector connector(DatagramSocket socket, ServerConnectionConfig config, KeyStore keys, Logger log,
+                                     String[] protocols) throws Exception {
         ServerConnector connector = ServerConnector.builder()
                 .withSocket(socket)
                 .withKeyStore(keys, "lab", new char[0], "secp256r1")
-                .withConfiguration(config.build())
+                .withConfiguration(config)
                 .withLogger(log)
                 .build();
         Http3ApplicationProtocolFactory http3 = new Http3ApplicationProtocolFactory(KwikLabServer::answer);
         http3.setMaxDataSize(Long.MAX_VALUE);  // flupke refuses a request body past 10 MiB by default
-        // Every protocol accepted is served as HTTP/3: the lab only needs the handshake to take it.
-        for (String protocol : opt.get("alpn", "h3").split(",")) {
+        for (String protocol : protocols) {
             connector.registerApplicationProtocol(protocol, http3);
         }
-        Runtime.getRuntime().addShutdownHook(new Thread(connector::close));
-        connector.start();
-        System.out.println("listening on " + opt.host + ":" + opt.port);
+        return connector;
     }
 
     /** A fresh JVM runs kwik's handshake in its interpreter: it answered Chromium's first Initial 0.6 s late, the
@@ -106,15 +115,7 @@ public final class KwikLabServer {
         int[] done = {0};
         try {
             DatagramSocket socket = new DatagramSocket(new InetSocketAddress(host, 0));
-            ServerConnector connector = ServerConnector.builder()
-                    .withSocket(socket)
-                    .withKeyStore(keys, "lab", new char[0], "secp256r1")
-                    .withConfiguration(config)
-                    .withLogger(new NullLogger())
-                    .build();
-            Http3ApplicationProtocolFactory http3 = new Http3ApplicationProtocolFactory(KwikLabServer::answer);
-            http3.setMaxDataSize(Long.MAX_VALUE);
-            connector.registerApplicationProtocol("h3", http3);
+            ServerConnector connector = connector(socket, config, keys, new NullLogger(), new String[] {"h3"});
             connector.start();
             String base = "https://" + (host.contains(":") ? "[" + host + "]" : host) + ":" + socket.getLocalPort() + "/";
             Thread client = new Thread(() -> {
