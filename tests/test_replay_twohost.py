@@ -122,6 +122,14 @@ def test_a_run_across_two_hosts_stores_the_link_as_measured(two_hosts, tmp_path)
 WINDOW = 131_072
 
 
+def _await_ready(process: subprocess.Popen, ready, seconds: float, log: Path) -> None:
+    """Until ``ready()``, while ``process`` lives and within ``seconds``: else the test fails with its log."""
+    deadline = time.monotonic() + seconds
+    while not ready():
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def two_hosts_30ms(tmp_path):
     """The two "hosts" 30 ms apart one way, server to client: a tun device on each joined by linkem's relay with
@@ -148,10 +156,7 @@ def two_hosts_30ms(tmp_path):
                                           "--down-delay", "30ms", "--up-delay", "0ms", "--stats-file", str(stats)],
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                                          start_new_session=True)
-            deadline = time.monotonic() + 10
-            while not stats.exists():
-                assert relay.poll() is None and time.monotonic() < deadline, (tmp_path / "linkem.log").read_text()
-                time.sleep(0.01)
+            _await_ready(relay, stats.exists, 10, tmp_path / "linkem.log")
             yield client, server
     finally:
         if relay is not None:
@@ -426,11 +431,9 @@ def ssh_server(two_hosts, tmp_path):
         (keys / "known_hosts").write_text(f"{SERVER_HOST} {(keys / 'host.pub').read_text()}")
         daemon = subprocess.Popen(["ip", "netns", "exec", server, SSHD, "-D", "-e", "-f", str(keys / "sshd_config")],
                                   stdout=subprocess.DEVNULL, stderr=log)
-        deadline = time.monotonic() + 60  # sshd starts at SCHED_IDLE, on a loaded machine seconds later
-        while subprocess.run(["ip", "netns", "exec", server, "ss", "-Htln", f"src {SERVER_HOST}:22"],
-                             capture_output=True, text=True).stdout.strip() == "":
-            assert daemon.poll() is None and time.monotonic() < deadline, (keys / "sshd.log").read_text()
-            time.sleep(0.05)
+        _await_ready(daemon, lambda: subprocess.run(  # sshd starts at SCHED_IDLE, on a loaded machine seconds later
+            ["ip", "netns", "exec", server, "ss", "-Htln", f"src {SERVER_HOST}:22"], capture_output=True,
+            text=True).stdout.strip() != "", 60, keys / "sshd.log")
         yield client, server
     finally:
         if daemon is not None:
